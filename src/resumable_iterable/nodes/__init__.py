@@ -1,0 +1,1 @@
+"""Pipeline nodes: one kind per module, all following the contract in :mod:`.base`."""

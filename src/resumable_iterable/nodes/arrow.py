@@ -1,0 +1,88 @@
+"""Source over an in-memory / memory-mapped Arrow table: a HF map-style ``Dataset`` or a ``pyarrow.Table``.
+
+The rows (after the dataset's indices mapping, if ``select``/``shuffle`` made one) are split
+into ``num_shards`` contiguous shards exactly as ``datasets.Dataset.to_iterable_dataset`` does.
+Reading converts Arrow slices of ``chunk_size`` rows to Python in bulk; resuming slices the
+table at the saved offset, so the cost of a resume does not depend on the position.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pyarrow as pa
+
+from .source import SourceNode, split_positions
+
+
+class ArrowSource(SourceNode):
+    kind = "arrow"
+    chunk_size = 1024
+
+    def __init__(self, table: pa.Table, num_shards: int = 1, indices: pa.Array | None = None,
+                 features: Any = None, shard_ids: list[int] | None = None):
+        if not isinstance(num_shards, int) or num_shards < 1:
+            raise ValueError(f"num_shards must be a positive integer, got {num_shards!r}")
+        self.table = table
+        self.indices = indices
+        self.features = features
+        n = len(indices) if indices is not None else table.num_rows
+        if num_shards > max(n, 1):
+            raise ValueError(f"num_shards={num_shards} is larger than the number of rows ({n})")
+        self.num_rows = n
+        self.bounds = []
+        for i in range(num_shards):
+            pos = split_positions(n, num_shards, i, contiguous=True)
+            self.bounds.append((pos[0], pos[-1] + 1) if pos else (0, 0))
+        self._decode = None
+        if features is not None and any(getattr(features, "_column_requires_decoding", {}).values()):
+            self._decode = features.decode_batch
+        super().__init__(num_shards, shard_ids)
+
+    @classmethod
+    def from_hf(cls, dataset: Any, num_shards: int = 1) -> ArrowSource:
+        table = dataset.data.table if hasattr(dataset.data, "table") else dataset.data
+        indices = None
+        if getattr(dataset, "_indices", None) is not None:
+            idx = dataset._indices
+            idx = idx.table if hasattr(idx, "table") else idx
+            indices = idx.column(0).combine_chunks()
+        return cls(table, num_shards=num_shards, indices=indices, features=dataset.features)
+
+    def params(self) -> dict:
+        return {**super().params(), "num_rows": self.num_rows, "columns": list(self.table.column_names)}
+
+    def shard_length(self, shard_id: int) -> int:
+        a, b = self.bounds[shard_id]
+        return b - a
+
+    def _to_rows(self, part: pa.Table) -> list[dict]:
+        if self._decode is not None:
+            batch = self._decode(part.to_pydict())
+            cols = list(batch)
+            return [dict(zip(cols, vals)) for vals in zip(*batch.values())]
+        return part.to_pylist()
+
+    def _read(self, start: int, n: int) -> list[dict]:
+        if self.indices is None:
+            return self._to_rows(self.table.slice(start, n))
+        return self._to_rows(self.table.take(self.indices.slice(start, n)))
+
+    def _iter_shard(self, shard_id: int, st: dict) -> Iterator[dict]:
+        start, end = self.bounds[shard_id]
+        pos = start + st["offset"]
+        chunk = self.chunk_size
+        while pos < end:
+            n = min(chunk, end - pos)
+            for row in self._read(pos, n):
+                st["offset"] += 1
+                yield row
+            pos += n
+
+    def read_rows(self, shard_id: int, rows: list[int]) -> list[dict]:
+        """Random access to rows of a shard (for replaying examples from their positions)."""
+        start, _ = self.bounds[shard_id]
+        idx = pa.array([start + r for r in rows], type=pa.int64())
+        if self.indices is not None:
+            idx = self.indices.take(idx)
+        return self._to_rows(self.table.take(idx))

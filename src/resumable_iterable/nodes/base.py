@@ -1,0 +1,214 @@
+"""The node contract shared by every pipeline stage.
+
+A pipeline is a tree of :class:`Node` objects. Each node:
+
+* owns ``self._state_dict``, a plain dict it **mutates in place** while it yields. The dict
+  holds ``"node"`` (the node's kind), the node's own fields and, for nodes with inputs,
+  ``"children"``: the children's own state dicts *by reference*. The root's dict therefore
+  always describes the whole tree, and nothing is copied per example.
+* iterates (``__iter__``) by **continuing from its current state**: a fresh state starts at the
+  beginning, a loaded state continues right after the last example yielded when it was taken.
+  Hot paths update the state with an integer increment *before* yielding, so a state taken
+  while the consumer holds example *k* already counts *k* as consumed.
+* is reset (:meth:`reset`) and loaded (:meth:`load`) **in place**: dicts that a parent holds
+  are never rebound, only updated.
+* describes its structure (:meth:`params`, :meth:`shape`) for the pipeline fingerprint,
+  validates a foreign state before any of it is applied (:meth:`validate`), and can be split
+  by shard (:meth:`shard`) for DataLoader workers and ranks.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, ClassVar, Iterator
+
+import numpy as np
+
+from ..state import ExampleList, copy_state
+
+
+class Node:
+    """Base class of every pipeline node. Subclasses implement :meth:`_iter` and usually
+    :meth:`_own_state`, :meth:`params`, :meth:`_validate_own`."""
+
+    kind: ClassVar[str] = "node"
+
+    def __init__(self, children: list[Node] | tuple = ()):
+        self.children: list[Node] = list(children)
+        self._state_dict: dict = self._fresh_state()
+
+    # ------------------------------------------------------------------ to implement
+    def _own_state(self) -> dict:
+        """Fresh values of this node's own state fields (JSON-serialisable)."""
+        return {}
+
+    def params(self) -> dict:
+        """Structural parameters that must match for a state to be loadable (JSON data)."""
+        return {}
+
+    def _iter(self) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def _validate_own(self, state: dict, path: str) -> None:
+        """Raise ``ValueError`` if this node's own fields in ``state`` cannot be loaded."""
+
+    # ------------------------------------------------------------------ provided
+    def __iter__(self) -> Iterator[Any]:
+        return self._iter()
+
+    def _fresh_state(self) -> dict:
+        st = {"node": self.kind, **self._own_state()}
+        if self.children:
+            st["children"] = [c._state_dict for c in self.children]
+        return st
+
+    def reset(self) -> None:
+        """Return to the beginning, in place (children first)."""
+        for c in self.children:
+            c.reset()
+        self._state_dict.update(self._own_state())
+        self._after_reset()
+
+    def _after_reset(self) -> None:
+        pass
+
+    def set_epoch(self, epoch: int) -> None:
+        for c in self.children:
+            c.set_epoch(epoch)
+
+    def shape(self) -> dict:
+        sh = {"node": self.kind, **self.params()}
+        if self.children:
+            sh["children"] = [c.shape() for c in self.children]
+        return sh
+
+    def state_dict(self) -> dict:
+        return copy_state(self._state_dict)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.validate(state)
+        self.load(state)
+
+    def load(self, state: dict) -> None:
+        """Apply an already validated state in place."""
+        self._load_own(state)
+        for c, s in zip(self.children, state.get("children", ())):
+            c.load(s)
+
+    def _load_own(self, state: dict) -> None:
+        st = self._state_dict
+        for k, v in state.items():
+            if k != "children" and k != "node":
+                st[k] = copy_state(v)
+
+    def validate(self, state: Any, path: str = "state") -> None:
+        where = f"{path} ({self.kind})"
+        if not isinstance(state, dict):
+            raise ValueError(f"{where}: expected an object, got {type(state).__name__}")
+        if state.get("node") != self.kind:
+            raise ValueError(f"{where}: the state describes a {state.get('node')!r} node here")
+        expected, got = set(self._state_dict), set(state)
+        if expected != got:
+            parts = []
+            if expected - got:
+                parts.append(f"missing {sorted(expected - got)}")
+            if got - expected:
+                parts.append(f"unexpected {sorted(got - expected)}")
+            raise ValueError(f"{where}: state fields do not match: {', '.join(parts)}")
+        self._validate_own(state, where)
+        if self.children:
+            kids = state["children"]
+            if not isinstance(kids, list) or len(kids) != len(self.children):
+                raise ValueError(f"{where}: expected {len(self.children)} child states")
+            for i, (c, s) in enumerate(zip(self.children, kids)):
+                c.validate(s, f"{path}/{self.kind}[{i}]")
+
+    def clone(self) -> Node:
+        """A structural copy with fresh state; data (tables, functions) is shared."""
+        new = copy.copy(self)
+        new.children = [c.clone() for c in self.children]
+        new._state_dict = new._fresh_state()
+        return new
+
+    @property
+    def num_shards(self) -> int:
+        return min(c.num_shards for c in self.children)
+
+    def shard(self, num_shards: int, index: int, contiguous: bool = True) -> Node:
+        """A copy of this pipeline reading only shard group ``index`` of ``num_shards``."""
+        new = copy.copy(self)
+        new.__dict__.pop("_ri_shape", None)
+        new.children = [c.shard(num_shards, index, contiguous) for c in self.children]
+        new._state_dict = new._fresh_state()
+        return new
+
+    def shuffle_shards(self, seed: int | None) -> None:
+        """Ask the sources below to read their shards in an order drawn from ``seed``."""
+        for c in self.children:
+            c.shuffle_shards(seed)
+
+    def position(self) -> dict | None:
+        """Where the last example this node yielded came from (source shard and row), if known."""
+        return self.children[0].position() if len(self.children) == 1 else None
+
+    def walk(self):
+        yield self
+        for c in self.children:
+            yield from c.walk()
+
+
+# ---------------------------------------------------------------------- validation helpers
+
+
+def check_int(state: dict, key: str, where: str, lo: int = 0, hi: int | None = None, none_ok: bool = False) -> None:
+    v = state[key]
+    if v is None and none_ok:
+        return
+    if type(v) is not int:
+        raise ValueError(f"{where}: '{key}' must be an integer, got {v!r}")
+    if v < lo or (hi is not None and v > hi):
+        bound = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise ValueError(f"{where}: '{key}' = {v} is out of range {bound}")
+
+
+def check_bool(state: dict, key: str, where: str) -> None:
+    if type(state[key]) is not bool:
+        raise ValueError(f"{where}: '{key}' must be true or false, got {state[key]!r}")
+
+
+def check_rng(value: Any, where: str, key: str = "rng") -> None:
+    """A numpy ``bit_generator.state`` dict that a PCG64 generator accepts."""
+    if not isinstance(value, dict) or value.get("bit_generator") != "PCG64":
+        raise ValueError(f"{where}: '{key}' must be a numpy PCG64 generator state")
+    try:
+        np.random.Generator(np.random.PCG64()).bit_generator.state = value
+    except (TypeError, ValueError, KeyError, OverflowError) as e:
+        raise ValueError(f"{where}: '{key}' is not a valid generator state: {e}") from None
+
+
+def check_examples(value: Any, where: str, key: str) -> None:
+    if not isinstance(value, list):
+        raise ValueError(f"{where}: '{key}' must be a list of examples, got {type(value).__name__}")
+
+
+def as_example_list(value: list) -> ExampleList:
+    return ExampleList(value)
+
+
+def rng_from_seed(*words: int) -> np.random.Generator:
+    """A PCG64 generator seeded from several integers (seed, epoch, ...)."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(w) for w in words])))
+
+
+def rng_from_state(state: dict) -> np.random.Generator:
+    g = np.random.Generator(np.random.PCG64())
+    g.bit_generator.state = state
+    return g
+
+
+def add_context(exc: BaseException, message: str) -> None:
+    """Attach context to an exception raised by user code without changing its type."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(message)
+    else:  # pragma: no cover - Python < 3.11
+        exc.args = (*exc.args, message)

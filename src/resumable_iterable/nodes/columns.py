@@ -1,0 +1,73 @@
+"""Column operations: ``select_columns``, ``remove_columns``, ``rename_column(s)``.
+
+Stateless per-example transforms: the node owns no state fields, its child's state is the
+whole story. A column missing from an example raises a ``KeyError`` that names the column and
+the columns the example has.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from .base import Node
+
+OPS = ("select", "remove", "rename")
+
+
+class ColumnsNode(Node):
+    kind = "columns"
+
+    def __init__(self, child: Node, op: str, columns: list[str] | dict[str, str]):
+        if op not in OPS:
+            raise ValueError(f"unknown column operation {op!r}; expected one of {OPS}")
+        if op == "rename":
+            if not isinstance(columns, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in columns.items()):
+                raise TypeError("rename_columns expects a dict {old_name: new_name}")
+            if len(set(columns.values())) != len(columns):
+                raise ValueError(f"rename_columns maps several columns to one name: {columns}")
+            self.columns = dict(columns)
+        else:
+            columns = [columns] if isinstance(columns, str) else list(columns)
+            if not all(isinstance(c, str) for c in columns):
+                raise TypeError(f"column names must be strings, got {columns!r}")
+            self.columns = columns
+        self.op = op
+        super().__init__([child])
+
+    def params(self) -> dict:
+        return {"op": self.op, "columns": self.columns}
+
+    def _missing(self, ex: dict, col: str) -> KeyError:
+        return KeyError(f"{self.op}_columns: column {col!r} is not in the example (its columns: {sorted(ex)})")
+
+    def _iter(self) -> Iterator[dict]:
+        cols = self.columns
+        if self.op == "select":
+            for ex in self.children[0]:
+                try:
+                    yield {c: ex[c] for c in cols}
+                except KeyError as e:
+                    raise self._missing(ex, e.args[0]) from None
+        elif self.op == "remove":
+            drop = set(cols)
+            for ex in self.children[0]:
+                for c in cols:
+                    if c not in ex:
+                        raise self._missing(ex, c)
+                yield {k: v for k, v in ex.items() if k not in drop}
+        else:
+            for ex in self.children[0]:
+                for c in cols:
+                    if c not in ex:
+                        raise self._missing(ex, c)
+                yield {cols.get(k, k): v for k, v in ex.items()}
+
+    def rename_map(self, names: list[str] | None) -> list[str] | None:
+        """Column names after this operation, given the names before (``None`` if unknown)."""
+        if names is None:
+            return None
+        if self.op == "select":
+            return list(self.columns)
+        if self.op == "remove":
+            return [n for n in names if n not in self.columns]
+        return [self.columns.get(n, n) for n in names]

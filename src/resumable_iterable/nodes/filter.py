@@ -1,0 +1,48 @@
+"""``filter``: keep the examples for which a predicate is true, per example or per batch.
+
+It shares ``map``'s state and its mid-batch checkpointing (see ``nodes/map.py``): a batched
+predicate checkpointed in the middle of a batch resumes by re-reading the batch and skipping
+the rows already yielded.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .base import Node
+from .map import MapNode, rows_to_batch
+
+
+class FilterNode(MapNode):
+    kind = "filter"
+
+    def __init__(self, child: Node, function: Callable | None, *, batched: bool = False, batch_size: int | None = 1000,
+                 with_indices: bool = False, input_columns: list[str] | None = None, fn_kwargs: dict | None = None):
+        super().__init__(child, function if function is not None else _keep_all, batched=batched,
+                         batch_size=batch_size, with_indices=with_indices, input_columns=input_columns,
+                         fn_kwargs=fn_kwargs)
+
+    def params(self) -> dict:
+        p = super().params()
+        del p["remove_columns"], p["drop_last_batch"]
+        return p
+
+    def _apply_one(self, ex: dict, index: int) -> Any:
+        return ex if self._call(dict(ex), index) else None
+
+    def _apply_batch(self, rows: list[dict], index: int) -> list[dict]:
+        mask = self._call(rows_to_batch(rows), list(range(index, index + len(rows))))
+        try:
+            mask = list(mask)
+        except TypeError:
+            raise TypeError(f"batched filter function must return a list of booleans, got {type(mask).__name__}") from None
+        if len(mask) != len(rows):
+            raise ValueError(f"batched filter function returned {len(mask)} booleans for {len(rows)} rows")
+        return [r for r, keep in zip(rows, mask) if keep]
+
+
+def _keep_all(*args: Any, **kwargs: Any) -> Any:
+    first = args[0]
+    if isinstance(first, dict) and first and isinstance(next(iter(first.values())), list):
+        return [True] * len(next(iter(first.values())))
+    return True

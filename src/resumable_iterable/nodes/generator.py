@@ -1,0 +1,71 @@
+"""Source over a Python generator function, sharded by the list values of ``gen_kwargs``.
+
+As in HF ``IterableDataset.from_generator``: every list in ``gen_kwargs`` must have the same
+length *n*, and shard *i* calls ``generator(**kwargs)`` with each list replaced by ``[lst[i]]``.
+A generator cannot seek, so resuming inside a shard re-runs the generator and discards the
+``offset`` examples already yielded (with a progress bar when that is long); shards already
+finished are never re-run.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Iterator
+
+from ..progress import fast_forward
+from .base import add_context
+from .source import SourceNode
+
+
+def split_gen_kwargs(gen_kwargs: dict) -> list[dict]:
+    lists = {k: v for k, v in gen_kwargs.items() if isinstance(v, list)}
+    lengths = {len(v) for v in lists.values()}
+    if len(lengths) > 1:
+        raise ValueError(
+            "gen_kwargs lists define the shards and must all have the same length, got "
+            + ", ".join(f"{k}: {len(v)}" for k, v in lists.items())
+        )
+    n = lengths.pop() if lengths else 1
+    if lists and n == 0:
+        raise ValueError("gen_kwargs lists are empty: there is no shard to read")
+    return [{k: ([v[i]] if k in lists else v) for k, v in gen_kwargs.items()} for i in range(n)]
+
+
+class GeneratorSource(SourceNode):
+    kind = "generator"
+
+    def __init__(self, generator: Callable[..., Iterator[dict]], gen_kwargs: dict | None = None,
+                 shard_ids: list[int] | None = None):
+        if not callable(generator):
+            raise TypeError(f"generator must be callable, got {type(generator).__name__}")
+        self.generator = generator
+        self.gen_kwargs = dict(gen_kwargs or {})
+        self.shard_kwargs = split_gen_kwargs(self.gen_kwargs)
+        super().__init__(len(self.shard_kwargs), shard_ids)
+
+    def _iter_shard(self, shard_id: int, st: dict) -> Iterator[Any]:
+        it = iter(self.generator(**self.shard_kwargs[shard_id]))
+        if st["offset"]:
+            got = fast_forward(it, st["offset"], f"re-reading generator shard {shard_id}")
+            if got < st["offset"]:
+                raise ValueError(
+                    f"cannot resume generator shard {shard_id}: the state says {st['offset']} examples were "
+                    f"read but the generator now yields only {got} (did its input change?)"
+                )
+        try:
+            for ex in it:
+                st["offset"] += 1
+                yield ex
+        except Exception as e:  # noqa: BLE001 - add where it happened, keep the type
+            if not isinstance(e, GeneratorExit):
+                add_context(e, f"raised by generator shard {shard_id} after {st['offset']} examples")
+            raise
+
+    def read_rows(self, shard_id: int, rows: list[int]) -> list[dict]:
+        wanted = sorted(set(rows))
+        found = {}
+        it = iter(self.generator(**self.shard_kwargs[shard_id]))
+        for i, ex in enumerate(itertools.islice(it, wanted[-1] + 1 if wanted else 0)):
+            if i in wanted:
+                found[i] = ex
+        return [found[r] for r in rows]

@@ -1,0 +1,134 @@
+"""``interleave_datasets``: alternate between several inputs, in turn or at random.
+
+Stopping strategies (as in HF ``datasets``):
+
+* ``first_exhausted`` - stop as soon as one input is exhausted.
+* ``all_exhausted`` - oversample: an exhausted input restarts from its beginning; stop once every
+  input has been exhausted at least once.
+* ``all_exhausted_without_replacement`` - an exhausted input is skipped from then on; stop once
+  every input is exhausted, each example having been yielded exactly once.
+
+To know that an input is exhausted right after its last example (HF's semantics), the node reads
+one example ahead from the input it just used. **That peeked example belongs in the state**:
+it is stored in ``peeked`` (copied shallowly, like a shuffle buffer), and the input's own state
+already counts it as consumed.
+
+State: ``{"node", "rng", "rng_pos", "cycle", "exhausted", "peeked", "children"}`` - with
+``probabilities``, input indices are drawn in blocks from ``rng`` (state at the block's start)
+and ``rng_pos`` counts the ones used; without, ``cycle`` is the next input in turn.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+from ..state import ExampleList
+from .base import Node, check_examples, check_int, check_rng, rng_from_seed, rng_from_state
+
+STRATEGIES = ("first_exhausted", "all_exhausted", "all_exhausted_without_replacement")
+BLOCK = 1000
+
+
+class InterleaveNode(Node):
+    kind = "interleave"
+
+    def __init__(self, children: list[Node], probabilities: list[float] | None = None, seed: int | None = None,
+                 stopping_strategy: str = "first_exhausted"):
+        if not children:
+            raise ValueError("interleave_datasets needs at least one dataset")
+        if stopping_strategy not in STRATEGIES:
+            raise ValueError(f"unknown stopping_strategy {stopping_strategy!r}; expected one of {STRATEGIES}")
+        if probabilities is not None:
+            probabilities = [float(p) for p in probabilities]
+            if len(probabilities) != len(children):
+                raise ValueError(f"got {len(probabilities)} probabilities for {len(children)} datasets")
+            if any(p < 0 or not math.isfinite(p) for p in probabilities) or not math.isclose(sum(probabilities), 1.0, rel_tol=1e-6):
+                raise ValueError(f"probabilities must be non-negative and sum to 1, got {probabilities}")
+            if seed is None:
+                import numpy as np
+
+                seed = int(np.random.SeedSequence().generate_state(1, np.uint64)[0])
+        self.probabilities = probabilities
+        self.seed = seed
+        self.stopping_strategy = stopping_strategy
+        super().__init__(children)
+
+    def params(self) -> dict:
+        return {"probabilities": self.probabilities, "stopping_strategy": self.stopping_strategy}
+
+    def _own_state(self) -> dict:
+        n = len(self.children)
+        rng = rng_from_seed(self.seed).bit_generator.state if self.probabilities is not None else None
+        return {"rng": rng, "rng_pos": 0, "cycle": 0, "exhausted": [False] * n, "peeked": ExampleList([None] * n)}
+
+    def _validate_own(self, state: dict, where: str) -> None:
+        n = len(self.children)
+        if self.probabilities is not None:
+            check_rng(state["rng"], where)
+        elif state["rng"] is not None:
+            raise ValueError(f"{where}: 'rng' must be null without probabilities")
+        check_int(state, "rng_pos", where, hi=BLOCK)
+        check_int(state, "cycle", where, hi=n - 1)
+        ex = state["exhausted"]
+        if not isinstance(ex, list) or len(ex) != n or not all(type(b) is bool for b in ex):
+            raise ValueError(f"{where}: 'exhausted' must be a list of {n} booleans")
+        check_examples(state["peeked"], where, "peeked")
+        if len(state["peeked"]) != n or not all(p is None or isinstance(p, dict) for p in state["peeked"]):
+            raise ValueError(f"{where}: 'peeked' must hold {n} examples or nulls")
+
+    def _load_own(self, state: dict) -> None:
+        super()._load_own(state)
+        self._state_dict["peeked"] = ExampleList(self._state_dict["peeked"])
+
+    def _indices(self, st: dict) -> Iterator[int]:
+        n = len(self.children)
+        if self.probabilities is None:
+            while True:
+                i = st["cycle"]
+                st["cycle"] = (i + 1) % n
+                yield i
+        rng = rng_from_state(st["rng"])
+        block = rng.choice(n, size=BLOCK, p=self.probabilities).tolist()
+        pos = st["rng_pos"]
+        while True:
+            if pos == BLOCK:
+                st["rng"] = rng.bit_generator.state
+                block = rng.choice(n, size=BLOCK, p=self.probabilities).tolist()
+                pos = 0
+            i = block[pos]
+            pos += 1
+            st["rng_pos"] = pos
+            yield i
+
+    def _iter(self) -> Iterator[dict]:
+        st = self._state_dict
+        kids = self.children
+        exhausted, peeked = st["exhausted"], st["peeked"]
+        stop = all if self.stopping_strategy != "first_exhausted" else any
+        replace = self.stopping_strategy != "all_exhausted_without_replacement"
+        its = [iter(c) for c in kids]
+        self._last = None
+        for i in self._indices(st):
+            if stop(exhausted):
+                return
+            if exhausted[i] and not replace:
+                continue
+            ex = peeked[i]
+            if ex is None:
+                ex = next(its[i], None)
+            nxt = next(its[i], None) if ex is not None else None
+            if nxt is None:
+                exhausted[i] = True
+                peeked[i] = None
+                if replace:
+                    kids[i].reset()
+                    its[i] = iter(kids[i])
+            else:
+                peeked[i] = nxt
+            if ex is not None:
+                self._last = i
+                yield ex
+
+    def position(self) -> dict | None:
+        return None

@@ -1,0 +1,190 @@
+"""``map``: apply a function per example or per batch of examples.
+
+State: ``{"node", "index", "prev", "skip", "children"}``
+
+* ``index`` - input examples consumed before the current batch (drives ``with_indices``).
+* ``prev`` / ``skip`` - *batched mode only*: a copy of the child's state taken when the
+  current batch started, and how many output rows of that batch were already yielded.
+  A checkpoint taken in the middle of a batch rewinds the child to ``prev``, re-reads and
+  re-computes the batch and skips the ``skip`` rows already yielded: no row is replayed and
+  none is dropped. This needs the batched function to be deterministic, as HF assumes too.
+  Between batches ``prev`` is ``None``.
+
+The function receives a shallow copy of the example (or a fresh batch dict), so in-place edits
+never reach examples still referenced by a shuffle buffer or a saved state.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Any, Callable, Iterator
+
+from ..state import copy_state
+from .base import Node, add_context, check_int
+
+
+def rows_to_batch(rows: list[dict]) -> dict[str, list]:
+    cols = list(rows[0])
+    seen = set(cols)
+    for r in rows:
+        if len(r) != len(cols) or any(c not in seen for c in r):
+            for c in r:
+                if c not in seen:
+                    seen.add(c)
+                    cols.append(c)
+    return {c: [r.get(c) for r in rows] for c in cols}
+
+
+def batch_to_rows(batch: Mapping[str, Any]) -> list[dict]:
+    cols = list(batch)
+    if not cols:
+        return []
+    return [dict(zip(cols, vals)) for vals in zip(*(list(batch[c]) for c in cols))]
+
+
+class MapNode(Node):
+    kind = "map"
+
+    def __init__(self, child: Node, function: Callable | None, *, batched: bool = False, batch_size: int | None = 1000,
+                 with_indices: bool = False, input_columns: list[str] | None = None,
+                 remove_columns: list[str] | None = None, fn_kwargs: dict | None = None,
+                 drop_last_batch: bool = False):
+        if function is None:
+            function = _identity
+        if not callable(function):
+            raise TypeError(f"{self.kind} function must be callable, got {type(function).__name__}")
+        if batched and (batch_size is None or batch_size <= 0):
+            batch_size = None  # whole input as one batch, as HF does for batch_size<=0/None
+        if batched and batch_size is not None and not isinstance(batch_size, int):
+            raise TypeError(f"batch_size must be an int, got {batch_size!r}")
+        self.function = function
+        self.batched = bool(batched)
+        self.batch_size = batch_size
+        self.with_indices = bool(with_indices)
+        self.input_columns = [input_columns] if isinstance(input_columns, str) else (
+            list(input_columns) if input_columns else None)
+        self.remove_columns = [remove_columns] if isinstance(remove_columns, str) else list(remove_columns or [])
+        self.fn_kwargs = dict(fn_kwargs or {})
+        self.drop_last_batch = bool(drop_last_batch)
+        super().__init__([child])
+
+    def params(self) -> dict:
+        return {"batched": self.batched, "batch_size": self.batch_size if self.batched else None,
+                "with_indices": self.with_indices, "remove_columns": self.remove_columns,
+                "input_columns": self.input_columns, "drop_last_batch": self.drop_last_batch}
+
+    def _own_state(self) -> dict:
+        return {"index": 0, "prev": None, "skip": 0}
+
+    def _validate_own(self, state: dict, where: str) -> None:
+        check_int(state, "index", where)
+        check_int(state, "skip", where)
+        if state["prev"] is not None:
+            if not self.batched:
+                raise ValueError(f"{where}: 'prev' must be null for a per-example {self.kind}")
+            self.children[0].validate(state["prev"], f"{where}.prev")
+        elif state["skip"]:
+            raise ValueError(f"{where}: 'skip' must be 0 when no batch is in progress")
+
+    # ------------------------------------------------------------------ calling the function
+    def _describe(self, what: str) -> str:
+        name = getattr(self.function, "__qualname__", repr(self.function))
+        pos = self.children[0].position()
+        where = f" (source {pos['source']} shard {pos['shard']}, row {pos['row']})" if pos else ""
+        return f"in {self.kind}({name}) on {what}{where}"
+
+    def _call(self, arg: Any, index: Any) -> Any:
+        if self.input_columns is not None:
+            args = [arg[c] for c in self.input_columns]
+        else:
+            args = [arg]
+        if self.with_indices:
+            args.append(index)
+        return self.function(*args, **self.fn_kwargs)
+
+    def _apply_one(self, ex: dict, index: int) -> Any:
+        """Output example, or ``None`` to drop it (filter)."""
+        inp = dict(ex)
+        out = self._call(inp, index)
+        if out is None:
+            out = inp
+        elif not isinstance(out, Mapping):
+            raise TypeError(f"{self.kind} function must return a dict or None, got {type(out).__name__}")
+        if self.remove_columns:
+            for c in self.remove_columns:
+                inp.pop(c, None)
+        if out is not inp:
+            inp.update(out)
+        return inp
+
+    def _apply_batch(self, rows: list[dict], index: int) -> list[dict]:
+        batch = rows_to_batch(rows)
+        out = self._call(dict(batch), list(range(index, index + len(rows))))
+        if out is None:
+            out = batch
+        elif not isinstance(out, Mapping):
+            raise TypeError(f"batched {self.kind} function must return a dict of lists or None, "
+                            f"got {type(out).__name__}")
+        kept = {c: v for c, v in batch.items() if c not in self.remove_columns and c not in out}
+        lengths = {c: len(v) for c, v in out.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"batched {self.kind} function returned columns of different lengths: {lengths}")
+        n_out = next(iter(lengths.values())) if lengths else len(rows)
+        if n_out != len(rows) and kept:
+            raise ValueError(
+                f"batched {self.kind} function returned {n_out} rows for {len(rows)} input rows, so the input "
+                f"columns {sorted(kept)} cannot be kept: add them to remove_columns or return them"
+            )
+        return batch_to_rows({**kept, **out}) if (kept or out) else [{} for _ in range(n_out)]
+
+    # ------------------------------------------------------------------ iteration
+    def _iter(self) -> Iterator[dict]:
+        return self._iter_batched() if self.batched else self._iter_examples()
+
+    def _iter_examples(self) -> Iterator[dict]:
+        st = self._state_dict
+        apply = self._apply_one
+        for ex in self.children[0]:
+            index = st["index"]
+            st["index"] = index + 1
+            try:
+                out = apply(ex, index)
+            except Exception as e:
+                add_context(e, self._describe(f"example #{index}"))
+                raise
+            if out is not None:
+                yield out
+
+    def _iter_batched(self) -> Iterator[dict]:
+        st = self._state_dict
+        child = self.children[0]
+        skip = 0
+        if st["prev"] is not None:
+            skip = st["skip"]
+            child.load(st["prev"])
+        it = iter(child)
+        size = self.batch_size
+        while True:
+            snapshot = copy_state(child._state_dict)
+            rows = list(itertools.islice(it, size)) if size else list(it)
+            if not rows or (self.drop_last_batch and size and len(rows) < size):
+                st["prev"], st["skip"] = None, 0
+                return
+            try:
+                outputs = self._apply_batch(rows, st["index"])
+            except Exception as e:
+                child.load(snapshot)  # the batch is not consumed: a state taken now retries it
+                add_context(e, self._describe(f"the batch of examples #{st['index']}..#{st['index'] + len(rows) - 1}"))
+                raise
+            st["prev"] = snapshot
+            for j in range(skip, len(outputs)):
+                st["skip"] = j + 1
+                yield outputs[j]
+            skip = 0
+            st["index"] += len(rows)
+            st["prev"], st["skip"] = None, 0
+
+
+def _identity(x: Any, *args: Any, **kwargs: Any) -> Any:
+    return x

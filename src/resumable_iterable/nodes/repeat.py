@@ -1,0 +1,47 @@
+"""``repeat(num_times)``: iterate the child ``num_times`` times (``None``: forever).
+
+State: ``{"node", "round", "children"}``. Each round resets the child in place, so every
+round reads the same examples in the same order (as HF does; use ``set_epoch`` for a new
+shuffle order). A child that yields nothing in a full round ends an endless repeat instead
+of spinning.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from .base import Node, check_int
+
+
+class RepeatNode(Node):
+    kind = "repeat"
+
+    def __init__(self, child: Node, num_times: int | None):
+        if num_times is not None and (type(num_times) is not int or num_times < 0):
+            raise ValueError(f"repeat(num_times) expects a non-negative integer or None, got {num_times!r}")
+        self.num_times = num_times
+        super().__init__([child])
+
+    def params(self) -> dict:
+        return {"num_times": self.num_times}
+
+    def _own_state(self) -> dict:
+        return {"round": 0}
+
+    def _validate_own(self, state: dict, where: str) -> None:
+        check_int(state, "round", where, hi=self.num_times)
+
+    def _iter(self) -> Iterator[dict]:
+        st = self._state_dict
+        child = self.children[0]
+        fresh = False
+        while self.num_times is None or st["round"] < self.num_times:
+            yielded = False
+            for ex in child:
+                yielded = True
+                yield ex
+            if fresh and not yielded:
+                return
+            st["round"] += 1
+            child.reset()
+            fresh = True

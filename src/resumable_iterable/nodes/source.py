@@ -1,0 +1,135 @@
+"""Shared behaviour of data sources: a list of shards read one after another.
+
+State: ``{"node", "shard_seed", "shard_pos", "offset"}``
+
+* ``shard_seed`` - ``None`` (shards in their natural order) or the seed of the permutation an
+  ancestor ``shuffle`` chose for this epoch; the order is recomputed from it, never stored.
+* ``shard_pos`` - index, in that order, of the shard being read.
+* ``offset`` - rows of that shard already yielded.
+
+Progress is therefore known *per shard*: shards before ``shard_pos`` are done, the one at
+``shard_pos`` is read up to ``offset``, the rest are untouched. Subclasses implement
+:meth:`_iter_shard`, which must resume at ``state["offset"]`` and increment it before each
+yield, and :meth:`shard_length` where the length is known.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any, Iterator
+
+from .base import Node, check_int, rng_from_seed
+
+
+def split_positions(n: int, num_shards: int, index: int, contiguous: bool) -> list[int]:
+    """Which of ``n`` items go to group ``index`` of ``num_shards`` (HF's convention)."""
+    if not isinstance(num_shards, int) or num_shards < 1:
+        raise ValueError(f"num_shards must be a positive integer, got {num_shards!r}")
+    if not isinstance(index, int) or not 0 <= index < num_shards:
+        raise ValueError(f"index must be in [0, {num_shards}), got {index!r}")
+    if contiguous:
+        div, mod = divmod(n, num_shards)
+        start = div * index + min(index, mod)
+        return list(range(start, start + div + (1 if index < mod else 0)))
+    return list(range(index, n, num_shards))
+
+
+@functools.lru_cache(maxsize=64)
+def _permutation(n: int, seed: int) -> tuple[int, ...]:
+    return tuple(int(i) for i in rng_from_seed(seed, 0x5A4D).permutation(n))
+
+
+class SourceNode(Node):
+    kind = "source"
+
+    def __init__(self, total_shards: int, shard_ids: list[int] | None = None):
+        self.total_shards = total_shards
+        self.shard_ids = list(range(total_shards)) if shard_ids is None else list(shard_ids)
+        super().__init__()
+
+    # -- state
+    def _own_state(self) -> dict:
+        # the shard permutation seed is configuration set by an ancestor shuffle: a reset
+        # (e.g. by `repeat`) keeps it
+        seed = self._state_dict.get("shard_seed") if hasattr(self, "_state_dict") else None
+        return {"shard_seed": seed, "shard_pos": 0, "offset": 0}
+
+    def shuffle_shards(self, seed: int | None) -> None:
+        self._state_dict["shard_seed"] = seed
+
+    def shard_order(self, seed: int | None = None, use_state: bool = True) -> list[int]:
+        if use_state:
+            seed = self._state_dict["shard_seed"]
+        if seed is None:
+            return self.shard_ids
+        return [self.shard_ids[i] for i in _permutation(len(self.shard_ids), seed)]
+
+    def _validate_own(self, state: dict, where: str) -> None:
+        check_int(state, "shard_seed", where, lo=0, hi=2**64 - 1, none_ok=True)
+        check_int(state, "shard_pos", where, hi=len(self.shard_ids))
+        check_int(state, "offset", where)
+        if state["shard_pos"] < len(self.shard_ids):
+            sid = self.shard_order(state["shard_seed"], use_state=False)[state["shard_pos"]]
+            length = self.shard_length(sid)
+            if length is not None and state["offset"] > length:
+                raise ValueError(f"{where}: 'offset' = {state['offset']} is past the end of shard {sid} "
+                                 f"({length} rows)")
+        elif state["offset"] != 0:
+            raise ValueError(f"{where}: 'offset' must be 0 once every shard is read")
+
+    # -- structure
+    @property
+    def num_shards(self) -> int:
+        return len(self.shard_ids)
+
+    def shard(self, num_shards: int, index: int, contiguous: bool = True) -> Node:
+        new = copy.copy(self)
+        new.__dict__.pop("_ri_shape", None)
+        new.shard_ids = [self.shard_ids[p] for p in split_positions(len(self.shard_ids), num_shards, index, contiguous)]
+        new._state_dict = {}
+        new._state_dict = new._fresh_state()
+        return new
+
+    def clone(self) -> Node:
+        new = copy.copy(self)
+        new._state_dict = {}
+        new._state_dict = new._fresh_state()
+        return new
+
+    def params(self) -> dict:
+        return {"total_shards": self.total_shards, "shard_ids": list(self.shard_ids)}
+
+    def shard_length(self, shard_id: int) -> int | None:
+        """Rows in a shard, or ``None`` when unknown before reading it."""
+        return None
+
+    # -- iteration
+    def _iter(self) -> Iterator[Any]:
+        st = self._state_dict
+        order = self.shard_order()
+        while st["shard_pos"] < len(order):
+            yield from self._iter_shard(order[st["shard_pos"]], st)
+            st["shard_pos"] += 1
+            st["offset"] = 0
+
+    def _iter_shard(self, shard_id: int, st: dict) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def position(self) -> dict | None:
+        st = self._state_dict
+        order = self.shard_order()
+        if st["shard_pos"] >= len(order) or st["offset"] == 0:
+            return None
+        return {"source": self.kind, "shard": order[st["shard_pos"]], "row": st["offset"] - 1}
+
+    def progress(self, state: dict) -> list[dict]:
+        """Per-shard progress described by a state of this node (for inspection and elastic resume)."""
+        order = self.shard_order(state["shard_seed"], use_state=False)
+        out = []
+        for i, sid in enumerate(order):
+            done = self.shard_length(sid)
+            read = (done if done is not None else None) if i < state["shard_pos"] else (
+                state["offset"] if i == state["shard_pos"] else 0)
+            out.append({"shard": sid, "read": read, "rows": done, "finished": i < state["shard_pos"]})
+        return out

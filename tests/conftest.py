@@ -1,0 +1,29 @@
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+try:
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile("ci", max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    settings.register_profile("soak", max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))
+    settings.register_profile("dev", max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+except ImportError:  # pragma: no cover
+    pass
+
+
+def pytest_addoption(parser):
+    parser.addoption("--soak", action="store_true", default=False, help="run the long soak tests in full")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long soak / property runs (bounded unless --soak)")
+
+
+@pytest.fixture
+def soak(request):
+    return request.config.getoption("--soak")

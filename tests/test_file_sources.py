@@ -1,0 +1,124 @@
+"""Parquet (row-group seek), Arrow IPC (file and stream), JSON Lines and CSV sources."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+
+import resumable_iterable as ri
+from harness import assert_resumes_exactly, take
+
+
+def _table(i, n=23):
+    return pa.table({"id": list(range(i * 100, i * 100 + n)), "text": [f"f{i}-{j}" for j in range(n)]})
+
+
+@pytest.fixture
+def files(tmp_path):
+    out = {"parquet": [], "arrow": [], "json": [], "csv": []}
+    for i in range(3):
+        t = _table(i, n=23 + i)
+        p = tmp_path / f"part{i}.parquet"
+        pq.write_table(t, p, row_group_size=5)
+        out["parquet"].append(str(p))
+        a = tmp_path / f"part{i}.arrow"
+        with pa.OSFile(str(a), "wb") as sink:
+            writer = (pa.ipc.new_file if i % 2 else pa.ipc.new_stream)(sink, t.schema)
+            for b in t.to_batches(max_chunksize=7):
+                writer.write_batch(b)
+            writer.close()
+        out["arrow"].append(str(a))
+        j = tmp_path / f"part{i}.jsonl"
+        j.write_text("".join(json.dumps(r) + "\n" for r in t.to_pylist()))
+        out["json"].append(str(j))
+        c = tmp_path / f"part{i}.csv"
+        pcsv.write_csv(t, c)
+        out["csv"].append(str(c))
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow", "json", "csv"])
+def test_file_sources_resume_exactly(files, fmt):
+    build = {"parquet": ri.IterableDataset.from_parquet, "arrow": ri.IterableDataset.from_arrow,
+             "json": ri.IterableDataset.from_json, "csv": ri.IterableDataset.from_csv}[fmt]
+    full = assert_resumes_exactly(lambda: build(files[fmt]), max_cuts=30)
+    assert [e["id"] for e in full] == [i * 100 + j for i in range(3) for j in range(23 + i)]
+    assert build(files[fmt]).num_shards == 3
+    assert_resumes_exactly(lambda: build(files[fmt]).shuffle(seed=1, buffer_size=4), max_cuts=20)
+
+
+def test_format_is_inferred(files):
+    assert list(ri.IterableDataset.from_files(files["parquet"])) == list(ri.IterableDataset.from_parquet(files["parquet"]))
+    with pytest.raises(ValueError, match="cannot tell the format"):
+        ri.IterableDataset.from_files(files["parquet"] + files["csv"])
+
+
+def test_parquet_resume_reads_only_the_needed_row_groups(files, monkeypatch):
+    ds = ri.IterableDataset.from_parquet(files["parquet"])
+    take(iter(ds), 40)  # shard 0 done (23), shard 1 at row 17
+    state = ds.state_dict()
+    seen = []
+    orig = pq.ParquetFile.iter_batches
+
+    def spy(self, *a, **k):
+        seen.append(k.get("row_groups"))
+        return orig(self, *a, **k)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
+    ds2 = ri.IterableDataset.from_parquet(files["parquet"])
+    ds2.load_state_dict(state)
+    assert next(iter(ds2))["id"] == 117
+    assert seen[0] == [3, 4]  # row 17 lives in row group 3 (rows 15..19)
+
+
+def test_vanished_or_truncated_file_is_a_clear_error(files, tmp_path):
+    ds = ri.IterableDataset.from_parquet(files["parquet"])
+    take(iter(ds), 40)
+    state = ds.state_dict()
+    pq.write_table(_table(1, n=10), files["parquet"][1])  # shard 1 now shorter than the offset 17
+    ds2 = ri.IterableDataset.from_parquet(files["parquet"])
+    with pytest.raises(ValueError, match="past the end of shard 1"):
+        ds2.load_state_dict(state)
+    ds = ri.IterableDataset.from_json(files["json"])
+    take(iter(ds), 30)
+    state = ds.state_dict()
+    (tmp_path / "part1.jsonl").write_text('{"id": 1, "text": "x"}\n')
+    ds2 = ri.IterableDataset.from_json(files["json"])
+    ds2.load_state_dict(state)
+    with pytest.raises(ValueError, match="has 1 rows but the state says 7 were already read"):
+        list(ds2)
+    (tmp_path / "part1.jsonl").unlink()
+    ds3 = ri.IterableDataset.from_json(files["json"])
+    ds3.load_state_dict(state)
+    with pytest.raises(ValueError, match="cannot read data file .*part1.jsonl"):
+        list(ds3)
+
+
+def test_generator_that_changed_is_detected():
+    def gen(n):
+        yield from ({"i": i} for i in range(n[0]))
+
+    ds = ri.IterableDataset.from_generator(gen, gen_kwargs={"n": [20]})
+    take(iter(ds), 15)
+    state = ds.state_dict()
+    ds2 = ri.IterableDataset.from_generator(gen, gen_kwargs={"n": [10]})
+    ds2.load_state_dict(state)
+    with pytest.raises(ValueError, match="yields only 10"):
+        list(ds2)
+
+
+def test_generator_gen_kwargs_shards():
+    def gen(paths, tag):
+        for p in paths:
+            for i in range(3):
+                yield {"p": p, "i": i, "tag": tag}
+
+    ds = ri.IterableDataset.from_generator(gen, gen_kwargs={"paths": ["a", "b", "c", "d"], "tag": "x"})
+    assert ds.num_shards == 4
+    assert [e["p"] for e in ds.shard(2, 0)] == ["a"] * 3 + ["b"] * 3
+    with pytest.raises(ValueError, match="same length"):
+        ri.IterableDataset.from_generator(gen, gen_kwargs={"paths": ["a"], "tag": ["x", "y"]})

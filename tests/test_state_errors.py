@@ -1,0 +1,173 @@
+"""Rejection of states that do not belong to the pipeline, and of malformed or damaged states."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+import resumable_iterable as ri
+from data import HF_B, src
+from harness import take
+
+
+def build():
+    return src(4).map(lambda ex: {"y": 1}).shuffle(seed=3, buffer_size=6).batch(3)
+
+
+def saved_state(k: int = 4) -> dict:
+    ds = build()
+    take(iter(ds), k)
+    return json.loads(json.dumps(ds.state_dict()))
+
+
+def test_state_of_another_pipeline_is_rejected_with_the_difference():
+    state = saved_state()
+    other = src(4).map(lambda ex: {"y": 1}).shuffle(seed=3, buffer_size=7).batch(3)
+    with pytest.raises(ValueError, match="buffer_size.*6 in the state but 7"):
+        other.load_state_dict(state)
+    other = src(3).map(lambda ex: {"y": 1}).shuffle(seed=3, buffer_size=6).batch(3)
+    with pytest.raises(ValueError, match="different pipeline"):
+        other.load_state_dict(state)
+    other = src(4).shuffle(seed=3, buffer_size=6).batch(3)
+    with pytest.raises(ValueError, match="'map' node where this pipeline has 'arrow'|different pipeline"):
+        other.load_state_dict(state)
+
+
+def test_unknown_version_and_format():
+    state = saved_state()
+    bad = dict(state, version=99)
+    with pytest.raises(ValueError, match="unsupported state version 99"):
+        build().load_state_dict(bad)
+    with pytest.raises(ValueError, match="not a resumable_iterable state"):
+        build().load_state_dict({"epoch": 0})
+    with pytest.raises(TypeError):
+        build().load_state_dict([1, 2])
+
+
+def _edit(state, path, value):
+    s = copy.deepcopy(state)
+    d = s["state"]
+    for p in path[:-1]:
+        d = d[p]
+    d[path[-1]] = value
+    return s
+
+
+# paths into the node tree of build(): batch -> shuffle -> map -> arrow
+SHUFFLE = ["children", 0]
+MAP = ["children", 0, "children", 0]
+ARROW = ["children", 0, "children", 0, "children", 0]
+
+
+@pytest.mark.parametrize("path,value,match", [
+    (ARROW + ["offset"], -1, "out of range"),
+    (ARROW + ["offset"], 10**6, "past the end"),
+    (ARROW + ["offset"], "3", "must be an integer"),
+    (ARROW + ["shard_pos"], 9, "out of range"),
+    (ARROW + ["shard_seed"], 1.5, "must be an integer"),
+    (MAP + ["index"], None, "must be an integer"),
+    (SHUFFLE + ["rng_pos"], 5000, "out of range"),
+    (SHUFFLE + ["rng"], {"bit_generator": "MT19937"}, "PCG64"),
+    (SHUFFLE + ["rng"], {"bit_generator": "PCG64", "state": {"state": "x", "inc": 1}}, "not a valid generator state"),
+    (SHUFFLE + ["buffer"], [{"id": 1}] * 50, "more than buffer_size"),
+    (SHUFFLE + ["buffer"], "abc", "list of examples"),
+    (SHUFFLE + ["draining"], 1, "true or false"),
+    (SHUFFLE + ["node"], "map", "describes a 'map' node"),
+    (SHUFFLE + ["extra"], 1, "unexpected \\['extra'\\]"),
+])
+def test_malformed_node_states_are_rejected_before_anything_is_yielded(path, value, match):
+    state = _edit(saved_state(), path, value)
+    ds = build()
+    with pytest.raises(ValueError, match=match):
+        ds.load_state_dict(state)
+    # the failed load changed nothing: the dataset still iterates from the start
+    assert [b["id"] for b in ds] == [b["id"] for b in build()]
+
+
+def test_missing_keys_are_named():
+    state = saved_state()
+    del state["state"]["children"][0]["rng_pos"]
+    with pytest.raises(ValueError, match="missing \\['rng_pos'\\]"):
+        build().load_state_dict(state)
+    state = saved_state()
+    del state["pipeline"]
+    with pytest.raises(ValueError, match="missing its 'pipeline'"):
+        build().load_state_dict(state)
+
+
+def test_damaged_or_truncated_state_files(tmp_path):
+    ds = build()
+    take(iter(ds), 5)
+    path = tmp_path / "state.json"
+    ds.save_state(path)
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2])
+    with pytest.raises(ValueError, match="not valid JSON \\(truncated or damaged"):
+        build().load_state(path)
+    path.write_text(text.replace('"offset": 0', '"offset": 1', 1) if '"offset": 0' in text else text.replace("3", "4", 1))
+    with pytest.raises(ValueError, match="checksum does not match"):
+        build().load_state(path)
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ValueError, match="not UTF-8"):
+        build().load_state(path)
+
+
+def test_unknown_options_are_named():
+    with pytest.raises(ValueError, match="unknown stopping_strategy 'most_exhausted'"):
+        ri.interleave_datasets([src(2), src(2, HF_B)], stopping_strategy="most_exhausted")
+    with pytest.raises(ValueError, match="unknown buffer_state"):
+        src().shuffle(seed=1, buffer_state="nope")
+    with pytest.raises(ValueError, match="probabilities must be non-negative and sum to 1"):
+        ri.interleave_datasets([src(2), src(2, HF_B)], probabilities=[0.5, 0.6])
+    with pytest.raises(ValueError, match="2 probabilities for 3 datasets"):
+        ri.interleave_datasets([src(2), src(2, HF_B), src(1)], probabilities=[0.5, 0.5])
+    with pytest.raises(ValueError, match="not in the dataset"):
+        src().select_columns(["nope"])
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+        src().batch(0)
+    with pytest.raises(ValueError, match="non-negative integer"):
+        src().take(-1)
+
+
+def test_map_error_names_node_shard_and_example_and_state_before_still_resumes():
+    def boom(ex):
+        if ex["id"] == 37:
+            raise RuntimeError("bad example")
+        return {"y": ex["id"]}
+
+    ds = src(4).map(boom)
+    it = iter(ds)
+    got = take(it, 30)
+    state = json.loads(json.dumps(ds.state_dict()))
+    with pytest.raises(RuntimeError, match="bad example") as info:
+        for ex in it:
+            got.append(ex)
+    notes = " ".join(getattr(info.value, "__notes__", []))
+    assert "map(test_map_error" in notes and "shard 2, row 7" in notes and "example #37" in notes
+    assert [e["id"] for e in got] == list(range(37))
+    # resuming from the state taken before the error replays exactly what followed it
+    ds2 = src(4).map(lambda ex: {"y": ex["id"]})
+    ds2.load_state_dict(state)
+    assert [e["id"] for e in ds2] == list(range(30, 60))
+
+
+def test_batched_map_error_leaves_the_batch_unconsumed():
+    calls = {"n": 0}
+
+    def flaky(batch):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError("transient")
+        return {"y": [i + 1 for i in batch["id"]]}
+
+    ds = src(2).map(flaky, batched=True, batch_size=8)
+    it = iter(ds)
+    got = take(it, 16)
+    with pytest.raises(OSError, match="transient") as info:
+        take(it, 1)
+    assert "the batch of examples #16..#23" in " ".join(info.value.__notes__)
+    ds2 = src(2).map(flaky, batched=True, batch_size=8)
+    ds2.load_state_dict(ds.state_dict())  # the state after the error retries the failed batch
+    assert [e["id"] for e in got + list(ds2)] == list(range(60))
