@@ -27,12 +27,17 @@ class _Base:
 
 
 def _maybe_add_torch_base(cls: type) -> None:
+    """Once torch is imported, make :class:`IterableDataset` a ``torch.utils.data.IterableDataset``
+    (through ``integrations.torch.TorchDatasetMixin``, which also shares the epoch with DataLoader
+    workers). The core never imports torch itself."""
     if "torch" not in sys.modules:
         return
     import torch.utils.data
 
     if torch.utils.data.IterableDataset not in IterableDataset.__mro__:
-        IterableDataset.__bases__ += (torch.utils.data.IterableDataset,)
+        from .integrations.torch import TorchDatasetMixin
+
+        IterableDataset.__bases__ += (TorchDatasetMixin,)
 
 
 def _shape_of(node: Node) -> tuple[dict, str]:
@@ -176,10 +181,17 @@ class IterableDataset(_Base):
         ``buffer_state`` chooses what a state keeps of the buffer: ``"examples"`` (exact, the
         default), ``"replay"`` (exact, stores only where each buffered example came from) or
         ``"drop"`` (like HF ``datasets``: smaller, but the buffered examples are lost on resume).
+
+        ``buffer_size=None`` asks for a *global* shuffle of a random-access source (HF ``Dataset``,
+        Arrow table, Parquet/Arrow files): every example once per epoch in a permutation of the whole
+        dataset, with a state of a few integers (see the global shuffle docs).
         """
         if seed is None and generator is not None:
             seed = int(generator.integers(2**63))
         if buffer_size is None:
+            if buffer_state != "examples":
+                raise ValueError("buffer_state applies to the shuffle buffer; a global shuffle (buffer_size=None) "
+                                 "has no buffer and its state is always a few integers")
             from .nodes.global_shuffle import make_global_shuffle
 
             node = make_global_shuffle(self._node.clone(), seed)
@@ -222,7 +234,7 @@ class IterableDataset(_Base):
         """Set the epoch: it seeds the shard order and the shuffle buffer of the next fresh pass."""
         if type(epoch) is not int or epoch < 0:
             raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
-        self._epoch = epoch
+        self._epoch = epoch  # with torch imported, also published to DataLoader workers (persistent ones too)
 
     def __repr__(self) -> str:
         cols = self._column_names
@@ -236,51 +248,74 @@ class IterableDataset(_Base):
         return split_for_process(self._node, self._split)
 
     def __iter__(self) -> Iterator[dict]:
+        from .distributed import current_worker
+        from .elastic import fresh_node, resolve_pending
+
+        worker = current_worker()
+        resolve_pending(self, worker)
         if self._pending and self._active is not None:
             node = self._active
             self._pending = False
         else:
-            node = self._iteration_node().clone()
-            node.set_epoch(self._epoch)
-            node.reset()
-            self._active = node
+            node, epoch = fresh_node(self, worker)
+            self._active, self._active_ctx, self._active_epoch = node, worker, epoch
         return iter(node)
 
     def _current_node(self) -> Node:
-        if self._active is None:
-            node = self._iteration_node().clone()
-            node.set_epoch(self._epoch)
-            node.reset()
-            self._active = node
+        from .distributed import current_worker
+        from .elastic import fresh_node, resolve_pending
+
+        worker = current_worker()
+        resolve_pending(self, worker)
+        if self._active is None or self.__dict__.get("_active_ctx") != worker:
+            node, epoch = fresh_node(self, worker)
+            self._active, self._active_ctx, self._active_epoch = node, worker, epoch
+            self._loaded = self._claims = None  # a fresh start, not a loaded state
             self._pending = True
         return self._active
 
     def state_dict(self) -> dict:
-        """A JSON-serialisable copy of the state: resume with :meth:`load_state_dict`."""
+        """A JSON-serialisable copy of the state: resume with :meth:`load_state_dict`.
+
+        Besides the node tree, the state records how this process's part was split from the whole
+        dataset (``"split"``: ranks and DataLoader worker), which elastic resume uses. During an
+        epoch resumed elastically (``resumable_iterable.StatefulDataLoader`` with another worker
+        count, or :func:`resumable_iterable.redistribute_states`) the state is an *elastic plan*
+        (see ``elastic.py``), which loads the same way.
+        """
+        from .elastic import SegmentsNode, plan_state, split_description
+
         node = self._current_node()
+        epoch = self.__dict__.get("_active_epoch", self._epoch)
+        if isinstance(node, SegmentsNode):
+            return plan_state(node, epoch)
         shape, fp = _shape_of(node)
         return {"format": _state.FORMAT, "version": _state.VERSION, "fingerprint": fp,
-                "pipeline": _state.copy_state(shape), "epoch": self._epoch,
-                "state": _state.copy_state(node._state_dict)}
+                "pipeline": _state.copy_state(shape), "epoch": epoch,
+                "state": _state.copy_state(node._state_dict),
+                "split": split_description(self, self.__dict__.get("_active_ctx"))}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Continue the next iteration right after the last example yielded when ``state_dict`` was taken.
 
-        Raises ``ValueError`` (or ``TypeError``) before anything is changed if the state belongs to
-        another pipeline, has an unknown version or is malformed.
+        Accepts what :meth:`state_dict` returns (a plain state or an elastic plan). Raises
+        ``ValueError`` (or ``TypeError``) before anything is changed if the state belongs to
+        another pipeline or another rank / DataLoader worker, has an unknown version or is malformed.
         """
-        _state.check_envelope(state_dict)
-        node = self._iteration_node().clone()
-        shape, fp = _shape_of(node)
-        if state_dict["fingerprint"] != fp:
-            diff = _state.shape_difference(state_dict["pipeline"], shape)
-            raise ValueError("this state was saved from a different pipeline: "
-                             + (diff or "its fingerprint does not match (was the state edited?)"))
-        node.validate(state_dict["state"])
-        node.set_epoch(state_dict["epoch"])
-        node.load(state_dict["state"])
-        self._epoch = state_dict["epoch"]
-        self._active = node
+        from .distributed import current_worker
+        from .elastic import load_node
+
+        worker = current_worker()
+        node, epoch = load_node(self, state_dict, worker)
+        claims = None
+        if worker is None and "torch" in sys.modules:
+            from .integrations.torch import new_claims
+
+            claims = new_claims()  # lets DataLoader workers split this state among themselves once
+        self._epoch = epoch
+        self._active, self._active_ctx, self._active_epoch = node, worker, epoch
+        self._loaded = _state.copy_state(state_dict) if worker is None else None
+        self._claims = claims
         self._pending = True
 
     def save_state(self, path: str | os.PathLike) -> None:
@@ -294,6 +329,8 @@ class IterableDataset(_Base):
     # ------------------------------------------------------------------ pickling (DataLoader workers)
     def __getstate__(self) -> dict:
         d = dict(self.__dict__)
+        if not d.get("_pending"):
+            d["_active"] = None  # a pipeline being iterated is not shipped to DataLoader workers
         return d
 
     def __setstate__(self, d: dict) -> None:

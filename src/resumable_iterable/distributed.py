@@ -1,4 +1,17 @@
-"""Splitting a pipeline among ranks (``split_dataset_by_node``) and DataLoader workers."""
+"""Splitting a pipeline among ranks (``split_dataset_by_node``) and DataLoader workers.
+
+A dataset records its rank splits (``dataset._split``, one ``("rank", rank, world_size)`` entry
+per ``split_dataset_by_node`` call) and applies them, then the DataLoader worker split, when it
+builds the pipeline a process iterates (:func:`split_for_process`). The same function rebuilds
+the pipeline of *another* process (a worker or rank of a saved run) from a split description,
+which is what elastic resume (``elastic.py``) needs.
+
+A split description is plain JSON stored in every state::
+
+    {"base": "<fingerprint of the unsplit pipeline>",
+     "ranks": [[rank, world_size], ...],         # one pair per split_dataset_by_node
+     "worker": [worker_id, num_workers] | null}   # null: not in a DataLoader worker
+"""
 
 from __future__ import annotations
 
@@ -15,7 +28,10 @@ def split_dataset_by_node(dataset, rank: int, world_size: int):
     """The part of ``dataset`` for ``rank`` out of ``world_size`` (as HF ``split_dataset_by_node``).
 
     If the number of shards is a multiple of ``world_size``, each rank reads a disjoint set of
-    shards; otherwise every rank reads all shards and keeps one example in ``world_size``.
+    shards (shard ``i`` goes to rank ``i % world_size``); otherwise every rank reads all shards
+    and keeps one example in ``world_size`` (example ``j`` goes to rank ``j % world_size``).
+    Either way each rank's part is resumable on its own, and
+    :func:`resumable_iterable.redistribute_states` moves saved progress to another world size.
     """
     if type(world_size) is not int or world_size < 1:
         raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
@@ -33,31 +49,89 @@ def _worker_info():
     return torch.utils.data.get_worker_info()
 
 
-_warned = set()
+def current_worker() -> tuple[int, int] | None:
+    """``(worker_id, num_workers)`` inside a DataLoader worker, ``None`` elsewhere."""
+    info = _worker_info()
+    return None if info is None else (info.id, info.num_workers)
 
 
-def split_for_process(node: Node, split: tuple) -> Node:
-    """Apply the rank splits recorded on a dataset, then the DataLoader worker split."""
-    for _, rank, world_size in split:
+def effective_worker(worker) -> tuple[int, int] | None:
+    """The worker split that changes the pipeline: one worker reads everything, like no worker."""
+    if worker is None:
+        return None
+    w, n = worker
+    return (int(w), int(n)) if n > 1 else None
+
+
+def ranks_of(split: tuple) -> list[list[int]]:
+    return [[int(r), int(n)] for _, r, n in split]
+
+
+_warned: set = set()
+
+
+def too_many_workers_message(num_workers: int, num_shards: int) -> str:
+    return (f"too many dataloader workers: {num_workers} workers for {num_shards} shard(s); "
+            f"{num_workers - num_shards} worker(s) will yield nothing (every example is still yielded once). "
+            f"Use at most {num_shards} workers, or more shards.")
+
+
+def warn_too_many_workers(num_workers: int, num_shards: int) -> bool:
+    """Log the too-many-workers warning once per process and configuration; ``True`` if logged now.
+
+    Forked DataLoader workers inherit the set of warnings already given, so a warning given in
+    the main process before the workers start is not repeated by them.
+    """
+    key = ("workers", num_workers, num_shards)
+    if key in _warned:
+        return False
+    _warned.add(key)
+    logger.warning(too_many_workers_message(num_workers, num_shards))
+    return True
+
+
+def split_ranks(node: Node, ranks) -> Node:
+    """Apply rank splits ``[[rank, world_size], ...]`` to a pipeline template."""
+    for rank, world_size in ranks:
         if node.num_shards % world_size == 0:
             node = node.shard(world_size, rank, contiguous=False)
         else:
             node = StepNode(node.clone(), world_size, rank)
-    info = _worker_info()
-    if info is not None and info.num_workers > 1:
-        n = node.num_shards
-        if info.id >= n:
-            key = (id(node), info.num_workers)
-            if key not in _warned:
-                _warned.add(key)
-                logger.warning("too many dataloader workers: %d workers for %d shards; worker %d yields nothing",
-                               info.num_workers, n, info.id)
-            return _Empty(node)
-        node = node.shard(min(info.num_workers, n), info.id, contiguous=False)
     return node
 
 
+def split_workers(node: Node, worker) -> Node:
+    """Apply the worker split ``(worker_id, num_workers)`` (or none) to a pipeline template."""
+    worker = effective_worker(worker)
+    if worker is None:
+        return node
+    w, num_workers = worker
+    n = node.num_shards
+    if w >= n:
+        return _Empty(node)
+    return node.shard(min(num_workers, n), w, contiguous=False)
+
+
+def split_for_process(node: Node, split: tuple, worker="current") -> Node:
+    """Apply the rank splits recorded on a dataset, then the DataLoader worker split.
+
+    ``worker`` is ``"current"`` (the DataLoader worker this code runs in, if any), ``None`` (no
+    worker split) or ``(worker_id, num_workers)``.
+    """
+    node = split_ranks(node, ranks_of(split))
+    if worker == "current":
+        worker = current_worker()
+        eff = effective_worker(worker)
+        if eff is not None and eff[1] > node.num_shards and eff[0] == 0:
+            # the first worker speaks for all; a main process that already warned (ri.StatefulDataLoader)
+            # has put the key in `_warned`, which forked workers inherit
+            warn_too_many_workers(eff[1], node.num_shards)
+    return split_workers(node, worker)
+
+
 class _Empty(Node):
+    """A worker without shards: yields nothing (keeps the pipeline below for the fingerprint)."""
+
     kind = "empty"
 
     def __init__(self, child: Node):

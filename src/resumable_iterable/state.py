@@ -49,17 +49,31 @@ class DroppedList(ExampleList):
 
 
 def copy_state(obj: Any) -> Any:
-    """Copy a state tree: dicts and lists deeply, :class:`ExampleList` shallowly, scalars as-is."""
+    """Copy a state tree: dicts and lists deeply, :class:`ExampleList` shallowly, scalars as-is.
+
+    This is the hot path of ``state_dict()``: a dict is copied with ``dict.copy()`` and only its
+    container values are visited again; scalars (ints, strings, ...) are immutable and shared.
+    """
     t = type(obj)
     if t is dict:
-        return {k: copy_state(v) for k, v in obj.items()}
+        new = obj.copy()
+        for k, v in obj.items():
+            if type(v) in _CONTAINERS:
+                new[k] = copy_state(v)
+        return new
     if t is list:
-        return [copy_state(v) for v in obj]
+        return [copy_state(v) if type(v) in _CONTAINERS else v for v in obj]
     if t is ExampleList:
-        return ExampleList(obj)
+        # building a list subclass from another subclass takes CPython's slow, item by item path;
+        # from the plain ``list.copy`` (a C-level slice) it is a block copy. The result stays an
+        # ExampleList so that later copies of this copy are shallow too.
+        return ExampleList(list.copy(obj))
     if t is DroppedList:
         return []
     return obj
+
+
+_CONTAINERS = frozenset((dict, list, ExampleList, DroppedList))
 
 
 def fingerprint(shape: Any) -> str:

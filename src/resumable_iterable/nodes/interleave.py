@@ -13,9 +13,12 @@ one example ahead from the input it just used. **That peeked example belongs in 
 it is stored in ``peeked`` (copied shallowly, like a shuffle buffer), and the input's own state
 already counts it as consumed.
 
-State: ``{"node", "rng", "rng_pos", "cycle", "exhausted", "peeked", "children"}`` - with
-``probabilities``, input indices are drawn in blocks from ``rng`` (state at the block's start)
-and ``rng_pos`` counts the ones used; without, ``cycle`` is the next input in turn.
+State: ``{"node", "rng", "rng_pos", "cycle", "exhausted", "peeked", "peeked_pos", "children"}``
+- with ``probabilities``, input indices are drawn in blocks from ``rng`` (state at the block's
+start) and ``rng_pos`` counts the ones used; without, ``cycle`` is the next input in turn.
+``peeked_pos`` is only filled below a replay-mode shuffle (see ``nodes/replay.py``): where each
+peeked example came from, since the input's own state then describes it and not the example
+yielded before it. Elsewhere it stays all null and the loop does no tracking.
 """
 
 from __future__ import annotations
@@ -60,7 +63,8 @@ class InterleaveNode(Node):
     def _own_state(self) -> dict:
         n = len(self.children)
         rng = rng_from_seed(self.seed).bit_generator.state if self.probabilities is not None else None
-        return {"rng": rng, "rng_pos": 0, "cycle": 0, "exhausted": [False] * n, "peeked": ExampleList([None] * n)}
+        return {"rng": rng, "rng_pos": 0, "cycle": 0, "exhausted": [False] * n, "peeked": ExampleList([None] * n),
+                "peeked_pos": [None] * n}
 
     def _validate_own(self, state: dict, where: str) -> None:
         n = len(self.children)
@@ -76,6 +80,18 @@ class InterleaveNode(Node):
         check_examples(state["peeked"], where, "peeked")
         if len(state["peeked"]) != n or not all(p is None or isinstance(p, dict) for p in state["peeked"]):
             raise ValueError(f"{where}: 'peeked' must hold {n} examples or nulls")
+        pp = state["peeked_pos"]
+        if not isinstance(pp, list) or len(pp) != n:
+            raise ValueError(f"{where}: 'peeked_pos' must be a list of {n} positions or nulls")
+        if any(p is not None for p in pp):
+            from .replay import check_provenance
+
+            for i, (p, pk) in enumerate(zip(pp, state["peeked"])):
+                if (p is None) != (pk is None):
+                    raise ValueError(f"{where}: 'peeked_pos' must give a position for each peeked example "
+                                     f"and only for them (input {i})")
+                if p is not None:
+                    check_provenance(self.children[i], p, f"{where}.peeked_pos[{i}]")
 
     def _load_own(self, state: dict) -> None:
         super()._load_own(state)
@@ -102,6 +118,16 @@ class InterleaveNode(Node):
             yield i
 
     def _iter(self) -> Iterator[dict]:
+        if self._traced():
+            return self._iter_traced()
+        return self._iter_plain()
+
+    def _traced(self) -> bool:
+        from .replay import TRACE
+
+        return self in TRACE
+
+    def _iter_plain(self) -> Iterator[dict]:
         st = self._state_dict
         kids = self.children
         exhausted, peeked = st["exhausted"], st["peeked"]
@@ -128,6 +154,55 @@ class InterleaveNode(Node):
                 peeked[i] = nxt
             if ex is not None:
                 self._last = i
+                yield ex
+
+    def _iter_traced(self) -> Iterator[dict]:
+        """``_iter_plain`` that also records where each yielded and peeked example came from
+        (only below a replay-mode shuffle, which armed this node: see ``nodes/replay.py``)."""
+        from .replay import TRACE, describe, replay, same_example
+
+        provs = TRACE[self]
+        st = self._state_dict
+        kids = self.children
+        exhausted, peeked, ppos = st["exhausted"], st["peeked"], st["peeked_pos"]
+        for i, pk in enumerate(peeked):  # a resumed state: its peeked examples must match their positions
+            if pk is None:
+                continue
+            if ppos[i] is None:
+                raise ValueError(f"cannot resume {describe(self)} below a replay-mode shuffle: the state has no "
+                                 f"position for the example peeked from input {i}")
+            if not same_example(replay(kids[i], [ppos[i]])[0], pk):
+                raise ValueError(f"cannot resume {describe(self)}: the example peeked from input {i} differs from "
+                                 f"the one at its recorded position {ppos[i]} (state edited, or data changed)")
+        stop = all if self.stopping_strategy != "first_exhausted" else any
+        replace = self.stopping_strategy != "all_exhausted_without_replacement"
+        its = [iter(c) for c in kids]
+        self._last = None
+        for i in self._indices(st):
+            if stop(exhausted):
+                return
+            if exhausted[i] and not replace:
+                continue
+            ex = peeked[i]
+            if ex is None:
+                ex = next(its[i], None)
+                pos = provs[i]() if ex is not None else None
+            else:
+                pos = ppos[i]
+            nxt = next(its[i], None) if ex is not None else None
+            if nxt is None:
+                exhausted[i] = True
+                peeked[i] = None
+                ppos[i] = None
+                if replace:
+                    kids[i].reset()
+                    its[i] = iter(kids[i])
+            else:
+                peeked[i] = nxt
+                ppos[i] = provs[i]()
+            if ex is not None:
+                self._last = i
+                self._ri_last = [i, *pos]
                 yield ex
 
     def position(self) -> dict | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
+from operator import itemgetter
 from typing import Any, Callable, Iterator
 
 from ..state import copy_state
@@ -25,7 +26,23 @@ from .base import Node, add_context, check_int
 
 
 def rows_to_batch(rows: list[dict]) -> dict[str, list]:
+    """Rows -> ``{column: [values]}``; a column missing from a row gets ``None`` there."""
     cols = list(rows[0])
+    n = len(cols)
+    if n > 1:
+        get = itemgetter(*cols)
+        # fast path: every row has exactly the columns of the first one (same count, none missing)
+        if all(len(r) == n for r in rows):
+            try:
+                return dict(zip(cols, map(list, zip(*map(get, rows)))))
+            except KeyError:
+                pass
+    elif n == 1 and all(len(r) == 1 for r in rows):
+        c = cols[0]
+        try:
+            return {c: list(map(itemgetter(c), rows))}
+        except KeyError:
+            pass
     seen = set(cols)
     for r in rows:
         if len(r) != len(cols) or any(c not in seen for c in r):
@@ -37,10 +54,18 @@ def rows_to_batch(rows: list[dict]) -> dict[str, list]:
 
 
 def batch_to_rows(batch: Mapping[str, Any]) -> list[dict]:
+    """``{column: [values]}`` -> rows (columns must have equal lengths; ``zip`` stops at the shortest)."""
     cols = list(batch)
     if not cols:
         return []
-    return [dict(zip(cols, vals)) for vals in zip(*(list(batch[c]) for c in cols))]
+    first = cols[0]
+    n = min(len(v) for v in batch.values()) if len(cols) > 1 else None
+    values = batch[first] if n is None else itertools.islice(batch[first], n)
+    rows = [{first: v} for v in values]
+    for c in cols[1:]:
+        for r, v in zip(rows, batch[c]):
+            r[c] = v
+    return rows
 
 
 class MapNode(Node):
@@ -143,6 +168,11 @@ class MapNode(Node):
         return self._iter_batched() if self.batched else self._iter_examples()
 
     def _iter_examples(self) -> Iterator[dict]:
+        if self.input_columns is not None or self.with_indices or self.fn_kwargs:
+            return self._iter_examples_general()
+        return self._iter_examples_plain()
+
+    def _iter_examples_general(self) -> Iterator[dict]:
         st = self._state_dict
         apply = self._apply_one
         for ex in self.children[0]:
@@ -155,6 +185,30 @@ class MapNode(Node):
                 raise
             if out is not None:
                 yield out
+
+    def _iter_examples_plain(self) -> Iterator[dict]:
+        """The hot path: ``function(example)`` with no extra arguments, inlined (same result as
+        :meth:`_apply_one`)."""
+        st = self._state_dict
+        fn = self.function
+        remove = self.remove_columns
+        for ex in self.children[0]:
+            index = st["index"]
+            st["index"] = index + 1
+            inp = dict(ex)
+            try:
+                out = fn(inp)
+                if out is not None and out is not inp and type(out) is not dict and not isinstance(out, Mapping):
+                    raise TypeError(f"{self.kind} function must return a dict or None, got {type(out).__name__}")
+            except Exception as e:
+                add_context(e, self._describe(f"example #{index}"))
+                raise
+            if remove:
+                for c in remove:
+                    inp.pop(c, None)
+            if out is not None and out is not inp:
+                inp.update(out)
+            yield inp
 
     def _iter_batched(self) -> Iterator[dict]:
         st = self._state_dict

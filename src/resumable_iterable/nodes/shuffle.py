@@ -16,7 +16,10 @@ State: ``{"node", "seed", "epoch", "rng", "rng_pos", "buffer", "draining", "chil
     the list shallowly: a new list holding the same example objects.
   - ``"drop"`` (HF-compatible, lossy): nothing. A resumed pipeline refills the buffer from where
     the input stood, so the examples that were in the buffer are lost - as in HF ``datasets``.
-  - ``"replay"`` (exact, small): see ``nodes/replay.py``.
+  - ``"replay"`` (exact, small): where each buffered example came from - a short list of
+    integers per example (see ``nodes/replay.py``) - plus ``digest``, a checksum of those
+    positions. The examples themselves live beside the state; a resumed pipeline re-reads
+    them from the sources before yielding anything.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class ShuffleNode(Node):
             from .replay import require_replay_support
 
             require_replay_support(child)
+        self._live = None  # replay mode: (provenance buffer, examples, slot hashes) beside the state
+        self._ri_last = None  # replay mode: provenance of the last example yielded
         if seed is None:
             seed = int(np.random.SeedSequence().generate_state(1, np.uint64)[0])
         if type(seed) is not int or not 0 <= seed < 2**64:
@@ -63,9 +68,12 @@ class ShuffleNode(Node):
 
     def _own_state(self) -> dict:
         buffer = DroppedList() if self.buffer_state == "drop" else ExampleList()
-        return {"seed": self.seed, "epoch": self.epoch,
-                "rng": rng_from_seed(self.seed, self.epoch).bit_generator.state,
-                "rng_pos": 0, "buffer": buffer, "draining": False}
+        st = {"seed": self.seed, "epoch": self.epoch,
+              "rng": rng_from_seed(self.seed, self.epoch).bit_generator.state,
+              "rng_pos": 0, "buffer": buffer, "draining": False}
+        if self.buffer_state == "replay":
+            st["digest"] = 0
+        return st
 
     def _after_reset(self) -> None:
         shard_seed = int(rng_from_seed(self.seed, self.epoch, 1).integers(2**63))
@@ -84,8 +92,21 @@ class ShuffleNode(Node):
         if len(state["buffer"]) > self.buffer_size:
             raise ValueError(f"{where}: the buffer holds {len(state['buffer'])} examples, more than "
                              f"buffer_size={self.buffer_size}")
-        if not all(isinstance(ex, dict) for ex in state["buffer"]):
+        if self.buffer_state == "replay":
+            self._validate_replay(state, where)
+        elif not all(isinstance(ex, dict) for ex in state["buffer"]):
             raise ValueError(f"{where}: every buffered example must be an object")
+
+    def _validate_replay(self, state: dict, where: str) -> None:
+        from .replay import buffer_digest, check_provenance
+
+        check_int(state, "digest", where, hi=2**64 - 1)
+        child = self.children[0]
+        for i, prov in enumerate(state["buffer"]):
+            check_provenance(child, prov, f"{where}.buffer[{i}]")
+        if buffer_digest(state["buffer"]) != state["digest"]:
+            raise ValueError(f"{where}: the buffered positions do not match their digest: the state was edited "
+                             "or damaged")
 
     def _load_own(self, state: dict) -> None:
         super()._load_own(state)
@@ -95,6 +116,11 @@ class ShuffleNode(Node):
         self.seed, self.epoch = st["seed"], st["epoch"]
 
     def _iter(self) -> Iterator[dict]:
+        if self.buffer_state == "replay":
+            return self._iter_replay()
+        return self._iter_examples()
+
+    def _iter_examples(self) -> Iterator[dict]:
         st = self._state_dict
         buf = st["buffer"]
         size = self.buffer_size
@@ -121,6 +147,67 @@ class ShuffleNode(Node):
             st["draining"] = True
         while buf:
             yield buf.pop()
+
+    def _live_buffer(self) -> tuple[list, list, list]:
+        """The examples of a replay-mode buffer, re-read from the sources after a load."""
+        buf = self._state_dict["buffer"]
+        live = self._live
+        if live is None or live[0] is not buf:  # loaded, reset or cloned since: re-read
+            from .replay import replay_buffer, slot_hash
+
+            examples = replay_buffer(self.children[0], buf) if buf else []
+            live = self._live = (buf, examples, [slot_hash(i, p) for i, p in enumerate(buf)])
+        return live
+
+    def _iter_replay(self) -> Iterator[dict]:
+        """``_iter_examples`` keeping the examples beside the state and their positions in it."""
+        from zlib import crc32
+
+        from .replay import DIGEST_MASK, compile_provenance, slot_hash
+
+        st = self._state_dict
+        buf, exs, hs = self._live_buffer()
+        size = self.buffer_size
+        if not st["draining"]:
+            provenance = compile_provenance(self.children[0])
+            rng = rng_from_state(st["rng"])
+            block = rng.integers(0, size, size=BLOCK).tolist()
+            pos = st["rng_pos"]
+            digest = st["digest"]
+            for ex in self.children[0]:
+                p = provenance()
+                if len(buf) < size:
+                    h = slot_hash(len(buf), p)
+                    buf.append(p)
+                    exs.append(ex)
+                    hs.append(h)
+                    st["digest"] = digest = (digest + h) & DIGEST_MASK
+                    continue
+                if pos == BLOCK:
+                    st["rng"] = rng.bit_generator.state
+                    block = rng.integers(0, size, size=BLOCK).tolist()
+                    pos = 0
+                i = block[pos]
+                pos += 1
+                st["rng_pos"] = pos
+                out = exs[i]
+                self._ri_last = buf[i]
+                h = crc32(repr(p).encode(), i & 0xFFFFFFFF)  # = slot_hash(i, p), inlined
+                st["digest"] = digest = (digest - hs[i] + h) & DIGEST_MASK
+                buf[i] = p
+                exs[i] = ex
+                hs[i] = h
+                yield out
+            order = rng_from_seed(st["seed"], st["epoch"], 2).permutation(len(buf)).tolist()
+            buf[:] = [buf[i] for i in order]
+            exs[:] = [exs[i] for i in order]
+            hs[:] = [slot_hash(i, p) for i, p in enumerate(buf)]
+            st["digest"] = sum(hs) & DIGEST_MASK
+            st["draining"] = True
+        while buf:
+            self._ri_last = buf.pop()
+            st["digest"] = (st["digest"] - hs.pop()) & DIGEST_MASK
+            yield exs.pop()
 
     def position(self) -> dict | None:
         return None

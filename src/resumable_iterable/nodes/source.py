@@ -1,11 +1,14 @@
 """Shared behaviour of data sources: a list of shards read one after another.
 
-State: ``{"node", "shard_seed", "shard_pos", "offset"}``
+State: ``{"node", "shard_seed", "shard_pos", "offset", "stop"}``
 
 * ``shard_seed`` - ``None`` (shards in their natural order) or the seed of the permutation an
   ancestor ``shuffle`` chose for this epoch; the order is recomputed from it, never stored.
 * ``shard_pos`` - index, in that order, of the shard being read.
 * ``offset`` - rows of that shard already yielded.
+* ``stop`` - ``None`` (read to the last shard) or the position in that order where reading
+  stops. Only elastic resume sets it (see ``elastic.py``): it hands the untouched shards after
+  ``stop`` to another worker. A reset (a new pass) clears it.
 
 Progress is therefore known *per shard*: shards before ``shard_pos`` are done, the one at
 ``shard_pos`` is read up to ``offset``, the rest are untouched. Subclasses implement
@@ -53,7 +56,7 @@ class SourceNode(Node):
         # the shard permutation seed is configuration set by an ancestor shuffle: a reset
         # (e.g. by `repeat`) keeps it
         seed = self._state_dict.get("shard_seed") if hasattr(self, "_state_dict") else None
-        return {"shard_seed": seed, "shard_pos": 0, "offset": 0}
+        return {"shard_seed": seed, "shard_pos": 0, "offset": 0, "stop": None}
 
     def shuffle_shards(self, seed: int | None) -> None:
         self._state_dict["shard_seed"] = seed
@@ -69,7 +72,9 @@ class SourceNode(Node):
         check_int(state, "shard_seed", where, lo=0, hi=2**64 - 1, none_ok=True)
         check_int(state, "shard_pos", where, hi=len(self.shard_ids))
         check_int(state, "offset", where)
-        if state["shard_pos"] < len(self.shard_ids):
+        check_int(state, "stop", where, lo=state["shard_pos"], hi=len(self.shard_ids), none_ok=True)
+        end = len(self.shard_ids) if state["stop"] is None else state["stop"]
+        if state["shard_pos"] < end:
             sid = self.shard_order(state["shard_seed"], use_state=False)[state["shard_pos"]]
             length = self.shard_length(sid)
             if length is not None and state["offset"] > length:
@@ -77,6 +82,11 @@ class SourceNode(Node):
                                  f"({length} rows)")
         elif state["offset"] != 0:
             raise ValueError(f"{where}: 'offset' must be 0 once every shard is read")
+
+    def end(self) -> int:
+        """Position in the shard order where this pass stops reading."""
+        stop = self._state_dict["stop"]
+        return len(self.shard_ids) if stop is None else stop
 
     # -- structure
     @property
@@ -108,7 +118,7 @@ class SourceNode(Node):
     def _iter(self) -> Iterator[Any]:
         st = self._state_dict
         order = self.shard_order()
-        while st["shard_pos"] < len(order):
+        while st["shard_pos"] < (len(order) if st["stop"] is None else st["stop"]):
             yield from self._iter_shard(order[st["shard_pos"]], st)
             st["shard_pos"] += 1
             st["offset"] = 0
@@ -126,8 +136,9 @@ class SourceNode(Node):
     def progress(self, state: dict) -> list[dict]:
         """Per-shard progress described by a state of this node (for inspection and elastic resume)."""
         order = self.shard_order(state["shard_seed"], use_state=False)
+        stop = state.get("stop")
         out = []
-        for i, sid in enumerate(order):
+        for i, sid in enumerate(order[:stop]):
             done = self.shard_length(sid)
             read = (done if done is not None else None) if i < state["shard_pos"] else (
                 state["offset"] if i == state["shard_pos"] else 0)

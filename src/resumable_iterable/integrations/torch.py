@@ -1,0 +1,216 @@
+"""PyTorch support: DataLoader workers, ``set_epoch`` for persistent workers, and
+:class:`StatefulDataLoader` with elastic resume.
+
+Importing this module needs ``torch``; :class:`StatefulDataLoader` also needs ``torchdata``.
+
+* :class:`TorchDatasetMixin` is added to the bases of ``resumable_iterable.IterableDataset`` as
+  soon as torch is imported (``dataset._maybe_add_torch_base``): it makes the dataset a
+  ``torch.utils.data.IterableDataset`` and publishes the epoch to DataLoader workers.
+* **Epochs and persistent workers.** A persistent worker keeps the copy of the dataset it got
+  when it started, so a later ``set_epoch`` in the main process would not reach it. Each dataset
+  therefore owns a slot in a shared-memory ``int64`` tensor (slots are handed out from chunks of
+  512, so thousands of datasets cost a handful of file descriptors). The main process writes its
+  epoch there; a worker starting a new pass reads it. Workers never write it. A process that
+  inherited a dataset by ``fork`` (not a DataLoader worker) gets its own slot on its first write,
+  so sibling processes never see each other's epochs.
+* :class:`StatefulDataLoader` is torchdata's, plus elastic resume (a state saved with W workers
+  loads with W′ workers) and an early, clear validation of the state it loads.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+import torch.utils.data
+
+from ..distributed import current_worker, split_for_process, warn_too_many_workers
+
+# ============================================================================ shared epochs
+
+
+class _Slot:
+    """One ``int64`` in a shared-memory tensor, owned by the process that allocated it."""
+
+    __slots__ = ("tensor", "index", "owner")
+
+    def __init__(self, tensor: torch.Tensor, index: int, owner: int):
+        self.tensor, self.index, self.owner = tensor, index, owner
+
+    def get(self) -> int:
+        return int(self.tensor[self.index])
+
+    def set(self, value: int) -> None:
+        self.tensor[self.index] = int(value)
+
+    def __getstate__(self):
+        return (self.tensor, self.index, self.owner)
+
+    def __setstate__(self, st):
+        self.tensor, self.index, self.owner = st
+
+
+class _SlotPool:
+    CHUNK = 512
+
+    def __init__(self):
+        self.pid = None
+        self.free: list = []
+
+    def allocate(self) -> _Slot:
+        pid = os.getpid()
+        if self.pid != pid:  # a forked child: never hand out the parent's slots
+            self.pid, self.free = pid, []
+        if not self.free:
+            t = torch.zeros(self.CHUNK, dtype=torch.int64).share_memory_()
+            self.free = [(t, i) for i in reversed(range(self.CHUNK))]
+        t, i = self.free.pop()
+        # slots are never reused: a copy of a dataset in a live worker may still read one
+        return _Slot(t, i, pid)
+
+
+_POOL = _SlotPool()
+
+
+def publish_epoch(dataset: Any, epoch: int) -> None:
+    """Write the main process's epoch of ``dataset`` where its DataLoader workers read it."""
+    if current_worker() is not None:
+        return  # a worker's epoch is its own; the main process owns the shared value
+    slot = dataset.__dict__.get("_epoch_slot")
+    if slot is None or slot.owner != os.getpid():
+        slot = _POOL.allocate()
+        dataset.__dict__["_epoch_slot"] = slot
+    slot.set(epoch)
+
+
+def ensure_epoch_slot(dataset: Any) -> None:
+    """Give ``dataset`` a shared epoch slot now (before DataLoader workers start)."""
+    slot = dataset.__dict__.get("_epoch_slot")
+    if slot is None or slot.owner != os.getpid():
+        publish_epoch(dataset, dataset.__dict__.get("_epoch", 0))
+
+
+def shared_epoch(dataset: Any) -> int | None:
+    slot = dataset.__dict__.get("_epoch_slot")
+    return None if slot is None else slot.get()
+
+
+class TorchDatasetMixin(torch.utils.data.IterableDataset):
+    """Added to ``resumable_iterable.IterableDataset``'s bases once torch is imported."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name == "_epoch":
+            publish_epoch(self, value)
+
+
+# ============================================================================ pending states claimed by workers
+
+
+MAX_WORKERS = 1024
+
+
+def new_claims() -> torch.Tensor:
+    """Shared record of which DataLoader workers took their part of a state loaded in the main
+    process: ``[num_workers of that pass, claimed by worker 0, claimed by worker 1, ...]``."""
+    return torch.zeros(1 + MAX_WORKERS, dtype=torch.int64).share_memory_()
+
+
+def claim(claims: torch.Tensor, worker: int, num_workers: int) -> bool:
+    """Worker ``worker`` of ``num_workers`` takes its part; ``False`` if the state was already
+    used by an earlier pass (so this pass starts from scratch)."""
+    if num_workers > MAX_WORKERS:
+        raise ValueError(f"at most {MAX_WORKERS} DataLoader workers can share a state loaded in the main process")
+    seen = int(claims[0])
+    if seen == 0:
+        claims[0] = num_workers  # every worker of the first pass writes the same value
+        seen = num_workers
+    if seen != num_workers or int(claims[1 + worker]) != 0:
+        return False
+    claims[1 + worker] = 1  # each worker writes only its own cell: no lost update
+    return True
+
+
+def claimed(claims: torch.Tensor) -> bool:
+    return int(claims[0]) != 0
+
+
+# ============================================================================ StatefulDataLoader
+
+try:
+    from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
+except ImportError as _e:  # pragma: no cover - torchdata is part of the [torch] extra
+    _TorchdataLoader = None
+    _IMPORT_ERROR = _e
+
+
+def _is_ours(dataset: Any) -> bool:
+    from ..dataset import IterableDataset
+
+    return isinstance(dataset, IterableDataset)
+
+
+if _TorchdataLoader is not None:
+
+    class StatefulDataLoader(_TorchdataLoader):
+        """``torchdata.stateful_dataloader.StatefulDataLoader`` with **elastic resume**.
+
+        Used exactly like torchdata's. In addition, ``load_state_dict`` accepts a state saved
+        with any number of workers (0 = main process): with a ``resumable_iterable`` dataset the
+        rest of the saved epoch then yields every example the saved loader had not yet yielded,
+        exactly once (shuffle buffers included), and the next epoch is an ordinary one.
+
+        Ordering after a change of worker count: what each old worker had left is continued in
+        its own order, as a *segment*, by one new worker; segments are dealt to the new workers
+        round-robin, starting with the old worker that was due next, and a new worker runs its
+        segments one after another (a batch may join the end of one segment and the start of
+        the next). With fewer segments than workers, simple pipelines hand their untouched shards
+        to the workers that would idle. With the same worker count nothing changes: the
+        continuation is identical to the uninterrupted run.
+
+        Needs ``snapshot_every_n_steps=1`` (the default) in the loader that saved the state when
+        the worker count changes. With ``drop_last=True`` each worker drops its last incomplete
+        batch, so which examples are dropped can differ after an elastic resume.
+        """
+
+        def __init__(self, dataset: Any, *args: Any, **kwargs: Any):
+            if _is_ours(dataset):
+                from ..dataset import _maybe_add_torch_base
+
+                _maybe_add_torch_base(type(dataset))
+                ensure_epoch_slot(dataset)
+            super().__init__(dataset, *args, **kwargs)
+
+        def _get_iterator(self):
+            if _is_ours(self.dataset):
+                ensure_epoch_slot(self.dataset)  # before the workers fork
+                if self.num_workers > 1:
+                    shards = split_for_process(self.dataset._node, self.dataset._split, worker=None).num_shards
+                    if self.num_workers > shards:
+                        warn_too_many_workers(self.num_workers, shards)
+            return super()._get_iterator()
+
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            """Load a state saved by a ``StatefulDataLoader`` with any number of workers."""
+            if not _is_ours(self.dataset) or state_dict == {}:
+                return super().load_state_dict(state_dict)
+            from .. import elastic
+
+            new = elastic.remap_loader_state(state_dict, self.num_workers)
+            epoch = elastic.validate_loader_state(self.dataset, new, self.num_workers)
+            super().load_state_dict(new)
+            if self.num_workers > 0:
+                # as with num_workers=0 (where the main-process dataset loads the state itself),
+                # the dataset's epoch becomes the saved one
+                self.dataset.set_epoch(epoch)
+
+else:  # pragma: no cover
+
+    def __getattr__(name: str):
+        if name == "StatefulDataLoader":
+            raise ImportError(f"resumable_iterable.StatefulDataLoader needs torchdata (pip install torchdata): {_IMPORT_ERROR}")
+        raise AttributeError(name)
+
+
+__all__ = ["StatefulDataLoader", "TorchDatasetMixin"]

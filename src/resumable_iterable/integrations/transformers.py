@@ -1,0 +1,312 @@
+"""Resume a ``transformers.Trainer`` on exactly the examples an uninterrupted run would have seen.
+
+:class:`ResumableDataCallback` saves the state of the Trainer's training ``DataLoader`` - which
+holds the state of the ``resumable_iterable`` pipeline, one per DataLoader worker - as a JSON
+file in every checkpoint folder the Trainer writes, and loads it back when training resumes
+with ``trainer.train(resume_from_checkpoint=...)``. The Trainer then does **not** re-read and
+discard the batches consumed before the checkpoint (``ignore_data_skip`` is turned on): the
+pipeline simply continues where it stood, shuffle buffer included.
+
+Usage::
+
+    from transformers import Trainer, TrainingArguments
+    from resumable_iterable.integrations.transformers import ResumableDataCallback
+
+    trainer = Trainer(model=model, args=TrainingArguments(..., max_steps=1000, save_steps=100),
+                      train_dataset=ds)               # ds: a resumable_iterable.IterableDataset
+    ResumableDataCallback.attach(trainer)
+    trainer.train()                                   # writes <checkpoint>/resumable_iterable_state.json
+    ...
+    trainer.train(resume_from_checkpoint=True)        # continues exactly
+
+:meth:`ResumableDataCallback.attach` does three things the Trainer cannot be told through
+``TrainingArguments`` in transformers 5: it makes ``accelerate`` build the training loader as a
+``torchdata`` ``StatefulDataLoader`` (so the state of every DataLoader worker is known in the
+main process), sets ``args.ignore_data_skip = True`` (so the Trainer does not skip batches on
+top of the restored position) and adds the callback. If you build the training loader yourself
+(overriding ``Trainer.get_train_dataloader`` to return a loader with
+``state_dict()``/``load_state_dict()``), passing ``callbacks=[ResumableDataCallback()]`` is enough.
+
+How a checkpoint is matched with its data state: the callback is an ``ExportableState``; the
+Trainer stores the SHA-256 of the data-state file in ``trainer_state.json``. On resume the
+callback looks for the file in ``args.resume_from_checkpoint`` (when set) and in
+``<output_dir>/checkpoint-<global_step>``, and only accepts the file with that digest.
+
+Epochs: for a dataset without ``__len__`` the Trainer restarts its epoch counter at 0 when it
+resumes. The callback maps the Trainer's epoch numbers back onto the dataset's, so each new pass
+after a resume is shuffled with the same ``(seed, epoch)`` as in the uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from typing import Any, Iterator
+
+from transformers.trainer_callback import ExportableState, TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from ..state import FORMAT as _ENVELOPE_FORMAT
+from ..state import dumps_state, loads_state
+
+logger = logging.getLogger("resumable_iterable")
+
+#: name of the data-state file written into each checkpoint folder (process 0)
+STATE_FILE = "resumable_iterable_state.json"
+#: ``format`` entry of that file
+FORMAT = "resumable_iterable.trainer"
+VERSION = 1
+
+
+def find_envelopes(obj: Any, path: str = "") -> Iterator[tuple[str, dict]]:
+    """Yield ``(path, state)`` for every ``resumable_iterable`` state nested in ``obj``."""
+    if isinstance(obj, dict):
+        if obj.get("format") == _ENVELOPE_FORMAT:
+            yield path or "/", obj
+            return
+        for k, v in obj.items():
+            yield from find_envelopes(v, f"{path}/{k}")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from find_envelopes(v, f"{path}/{i}")
+
+
+def _base_loader(loader: Any) -> Any:
+    """The loader that actually iterates (accelerate wraps it in a ``DataLoaderShard``)."""
+    return getattr(loader, "base_dataloader", loader)
+
+
+def _is_stateful(loader: Any) -> bool:
+    base = _base_loader(loader)
+    return callable(getattr(base, "state_dict", None)) and callable(getattr(base, "load_state_dict", None))
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class ResumableDataCallback(TrainerCallback, ExportableState):
+    """Save the training loader's state in every checkpoint and restore it on resume.
+
+    Args:
+        filename: name of the JSON file written into each checkpoint folder. Processes other
+            than the main one (multi-process training) write ``<stem>.rank<N><suffix>``.
+    """
+
+    def __init__(self, filename: str = STATE_FILE):
+        if not isinstance(filename, str) or not filename or os.sep in filename:
+            raise ValueError(f"filename must be a plain file name, got {filename!r}")
+        self.filename = filename
+        self.data_state_sha256: str | None = None
+        self._loader: Any = None
+        self._trainer_state: Any = None
+        self._args: Any = None
+        self._pending: tuple[int, str] | None = None  # (global_step, file text) captured for a checkpoint
+
+    # ------------------------------------------------------------------ setting up
+    @classmethod
+    def attach(cls, trainer: Any, **kwargs: Any) -> ResumableDataCallback:
+        """Configure ``trainer`` for exact data resumption and add the callback to it.
+
+        Turns on accelerate's ``StatefulDataLoader`` for the training loader, sets
+        ``trainer.args.ignore_data_skip = True`` and adds a callback (or reuses one already
+        added). Call it before ``trainer.train()``. Returns the callback.
+        """
+        config = getattr(getattr(trainer, "accelerator", None), "dataloader_config", None)
+        if config is None:
+            raise TypeError("attach() expects a transformers.Trainer (it has no accelerator.dataloader_config)")
+        config.use_stateful_dataloader = True
+        trainer.args.ignore_data_skip = True
+        for cb in trainer.callback_handler.callbacks:
+            if isinstance(cb, cls):
+                return cb
+        cb = cls(**kwargs)
+        trainer.add_callback(cb)
+        return cb
+
+    def file_name(self, process_index: int = 0) -> str:
+        """The data-state file name for a process."""
+        if process_index == 0:
+            return self.filename
+        stem, ext = os.path.splitext(self.filename)
+        return f"{stem}.rank{process_index}{ext}"
+
+    # ------------------------------------------------------------------ ExportableState
+    def state(self) -> dict:
+        """What the Trainer stores in ``trainer_state.json``: the digest of this checkpoint's data state.
+
+        The Trainer calls this while it writes a checkpoint, before ``on_save``: the loader state
+        is captured here and written to the checkpoint folder by :meth:`on_save`.
+        """
+        if self._loader is not None and self._trainer_state is not None:
+            args = self._args
+            text = self._capture(self._trainer_state.global_step, args.process_index, args.world_size)
+            self._pending = (self._trainer_state.global_step, text)
+            self.data_state_sha256 = _digest(text)
+        return {"args": {"filename": self.filename}, "attributes": {"data_state_sha256": self.data_state_sha256}}
+
+    # ------------------------------------------------------------------ Trainer events
+    def on_init_end(self, args, state, control, **kwargs):
+        if not args.ignore_data_skip:
+            logger.info("ResumableDataCallback: setting ignore_data_skip=True (the data position is restored "
+                        "from the saved pipeline state instead of skipping batches)")
+            args.ignore_data_skip = True
+
+    def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+        loader = train_dataloader
+        if loader is None:
+            raise ValueError("ResumableDataCallback: the Trainer did not pass its training DataLoader")
+        if not _is_stateful(loader):
+            raise ValueError(
+                "ResumableDataCallback: the training DataLoader cannot report its state (it is a "
+                f"{type(_base_loader(loader)).__name__} without state_dict()). Call "
+                "ResumableDataCallback.attach(trainer) before trainer.train() - it makes accelerate build a "
+                "torchdata StatefulDataLoader - or return a StatefulDataLoader from get_train_dataloader()."
+            )
+        if not args.ignore_data_skip:
+            raise ValueError(
+                "ResumableDataCallback: TrainingArguments.ignore_data_skip must be True, otherwise the Trainer "
+                "re-reads and skips the consumed batches after the restored position. Use "
+                "ResumableDataCallback.attach(trainer), pass the callback to Trainer(callbacks=[...]), or set "
+                "ignore_data_skip=True."
+            )
+        self._loader = loader
+        self._trainer_state = state
+        self._args = args
+        self._pending = None
+        name = type(self).__name__
+        if state.global_step > 0:
+            self._restore(args, state, loader)
+        # a checkpoint written without this callback has no entry for it; the Trainer would fail
+        # with a KeyError when it saves the next checkpoint
+        if isinstance(state.stateful_callbacks, dict) and name not in state.stateful_callbacks:
+            state.stateful_callbacks[name] = self.state()
+
+    def on_save(self, args, state, control, **kwargs):
+        if self._loader is None:
+            return
+        folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        if not os.path.isdir(folder):
+            raise RuntimeError(
+                f"ResumableDataCallback: the checkpoint folder {folder!r} does not exist; the data state cannot "
+                "be saved with the checkpoint (hyperparameter-search runs are not supported)"
+            )
+        process, processes = args.process_index, args.world_size
+        if self._pending is not None and self._pending[0] == state.global_step:
+            text = self._pending[1]
+        else:
+            text = self._capture(state.global_step, process, processes)
+        path = os.path.join(folder, self.file_name(process))
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        self._pending = None
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._loader = None
+        self._trainer_state = None
+        self._args = None
+        self._pending = None
+
+    # ------------------------------------------------------------------ internals
+    def _capture(self, global_step: int, process: int, processes: int) -> str:
+        base = _base_loader(self._loader)
+        payload = {"format": FORMAT, "version": VERSION, "global_step": int(global_step),
+                   "process_index": int(process), "num_processes": int(processes),
+                   "loader": type(base).__name__, "loader_state": self._loader.state_dict()}
+        return dumps_state(payload)
+
+    def _candidates(self, args, state) -> list[str]:
+        out = []
+        hint = getattr(args, "resume_from_checkpoint", None)
+        if isinstance(hint, str) and hint:
+            out.append(hint)
+        out.append(os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"))
+        return out
+
+    def _expected_digest(self, state) -> str | None:
+        entry = (state.stateful_callbacks or {}).get(type(self).__name__)
+        if isinstance(entry, list):
+            entry = entry[0] if entry else None
+        if not isinstance(entry, dict):
+            raise ValueError(
+                f"ResumableDataCallback: the checkpoint of step {state.global_step} was written without this "
+                "callback, so it holds no data state. Resume it without the callback (and with "
+                "ignore_data_skip=False, to let the Trainer skip the consumed batches), or restart training."
+            )
+        digest = (entry.get("attributes") or {}).get("data_state_sha256")
+        if digest is None:
+            raise ValueError(
+                f"ResumableDataCallback: the checkpoint of step {state.global_step} records no data state "
+                "(the callback saw no training DataLoader when it was written)"
+            )
+        return digest
+
+    def _restore(self, args, state, loader) -> None:
+        process = args.process_index
+        expected = self._expected_digest(state) if process == 0 else None
+        name = self.file_name(process)
+        looked, text = [], None
+        for folder in self._candidates(args, state):
+            path = os.path.join(folder, name)
+            if not os.path.isfile(path):
+                looked.append(f"{path} (missing)")
+                continue
+            with open(path, encoding="utf-8") as f:
+                candidate = f.read()
+            if expected is not None and _digest(candidate) != expected:
+                looked.append(f"{path} (belongs to another checkpoint)")
+                continue
+            text = candidate
+            break
+        if text is None:
+            raise FileNotFoundError(
+                f"ResumableDataCallback: cannot find the data state of the checkpoint being resumed (step "
+                f"{state.global_step}); looked at: {'; '.join(looked)}. If the checkpoint is outside output_dir, "
+                "also set TrainingArguments(resume_from_checkpoint=<that folder>)."
+            )
+        payload = loads_state(text)
+        if payload.get("format") != FORMAT or payload.get("version") != VERSION:
+            raise ValueError(f"ResumableDataCallback: {name} is not a data state of format {FORMAT} v{VERSION}")
+        if payload.get("global_step") != state.global_step:
+            raise ValueError(f"ResumableDataCallback: {name} was written at step {payload.get('global_step')}, "
+                             f"but the checkpoint is at step {state.global_step}")
+        loader_state = payload["loader_state"]
+        finished = bool(isinstance(loader_state, dict) and loader_state.get("_iterator_finished"))
+        epochs = [env["epoch"] for _, env in find_envelopes(loader_state) if type(env.get("epoch")) is int]
+        if not finished:
+            loader.load_state_dict(loader_state)
+        else:
+            # a pass that had ended needs no state: the next pass starts from the beginning, with
+            # the next epoch. Loading an empty state drops the iterator accelerate created when it
+            # built the loader (it would start its pass with the epoch of that moment).
+            loader.load_state_dict({})
+        if epochs and callable(getattr(loader, "set_epoch", None)):
+            _shift_epochs(loader, max(epochs) + (1 if finished else 0))
+        logger.info("ResumableDataCallback: restored the data state of step %d%s", state.global_step,
+                    " (the pass had ended; the next one starts)" if finished else "")
+
+
+def _shift_epochs(loader: Any, first_epoch: int) -> None:
+    """Make the loader's ``set_epoch(e)`` use the dataset's epoch numbering after a resume.
+
+    The Trainer counts epochs from 0 again when it resumes on a dataset without a length; the
+    first epoch it sets is the dataset's ``first_epoch`` (the pass being resumed, or the next one).
+    """
+    original = loader.set_epoch
+    first: list[int] = []
+
+    def set_epoch(epoch: int) -> None:
+        if not first:
+            first.append(epoch)
+        original(epoch - first[0] + first_epoch)
+        if hasattr(loader, "iteration"):
+            # accelerate's DataLoaderShard calls set_epoch(self.iteration) when it starts a pass:
+            # keep that counter in the Trainer's numbering so the shift is applied once
+            loader.iteration = epoch
+
+    loader.set_epoch = set_epoch

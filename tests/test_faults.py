@@ -1,0 +1,370 @@
+"""Faults: killed DataLoader workers and processes, user functions that raise, data files that
+vanished or shrank between save and resume. Each must fail loudly, and the last state saved
+before the fault must still resume exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+
+import resumable_iterable as ri
+from data import HF_B, gen_src, src
+from harness import take
+
+torch = pytest.importorskip("torch")
+from torchdata.stateful_dataloader import StatefulDataLoader  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def as_lists(batch):
+    """collate_fn without tensors: a killed worker then leaves nothing half-sent in shared memory,
+    so the failure torch reports is always the dead worker (not a broken pipe on a tensor fd)."""
+    return [ex["id"] for ex in batch]
+
+
+# ============================================================================ killed workers
+
+# torch reports a dead worker from its SIGCHLD handler or, if the main process notices first, from
+# the queue watchdog
+WORKER_DIED = r"DataLoader worker \(pid\(?s?\)? \d+\) (is killed by signal: Killed|exited unexpectedly)"
+
+
+def _killer_pipeline(flag_path: str, kill_at: int):
+    def maybe_die(ex):
+        if ex["id"] == kill_at and os.path.exists(flag_path) and torch.utils.data.get_worker_info() is not None:
+            os.kill(os.getpid(), signal.SIGKILL)  # inside the worker: a hard crash, no cleanup
+        return {"y": ex["id"] * 2}
+
+    a = src(4).map(maybe_die)
+    b = src(2, HF_B)
+    return ri.interleave_datasets([a, b], probabilities=[0.7, 0.3], seed=3,
+                                  stopping_strategy="all_exhausted").shuffle(seed=5, buffer_size=6,
+                                                                             buffer_state="replay")
+
+
+def _loader(ds, **kw):
+    return StatefulDataLoader(ds, batch_size=4, num_workers=2, collate_fn=as_lists, **kw)
+
+
+def test_worker_killed_from_inside_fails_loudly_and_the_last_state_resumes_exactly(tmp_path):
+    flag = str(tmp_path / "kill")
+    full = [i for b in _loader(_killer_pipeline(flag, kill_at=-1)) for i in b]
+    assert len(full) > 60
+    open(flag, "w").close()
+    loader = _loader(_killer_pipeline(flag, kill_at=41))
+    seen, state = [], None
+    with pytest.raises(RuntimeError, match=WORKER_DIED):
+        for batch in loader:
+            seen += batch
+            state = json.loads(json.dumps(loader.state_dict()))  # what a trainer saves each step
+    assert 41 not in seen and seen == full[:len(seen)] and len(seen) < len(full)
+    os.unlink(flag)
+    restarted = _loader(_killer_pipeline(flag, kill_at=41))
+    restarted.load_state_dict(state)
+    assert seen + [i for b in restarted for i in b] == full
+
+
+def test_worker_killed_by_the_parent_fails_loudly_and_resumes_exactly():
+    def build():
+        return ri.interleave_datasets([src(4).map(lambda ex: {"y": 1}), gen_src(2, 20)],
+                                      stopping_strategy="all_exhausted_without_replacement").shuffle(seed=2, buffer_size=5)
+
+    full = [i for b in _loader(build()) for i in b]
+    loader = _loader(build())
+    it = iter(loader)
+    seen = list(next(it)) + list(next(it))
+    state = json.loads(json.dumps(loader.state_dict()))
+    pid = it._workers[0].pid
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(RuntimeError, match=WORKER_DIED) as info:
+        for batch in it:  # the batches already queued may still arrive, then the death is reported
+            assert len(seen) < len(full)
+            seen += batch
+            time.sleep(0.01)
+    assert str(pid) in str(info.value)
+    # restart from the last state the trainer had saved (after batch 2)
+    restarted = _loader(build())
+    restarted.load_state_dict(state)
+    tail = [i for b in restarted for i in b]
+    assert full[:8] + tail == full
+
+
+def test_plain_dataloader_worker_killed_fails_loudly():
+    loader = torch.utils.data.DataLoader(src(4).shuffle(seed=1, buffer_size=3), batch_size=4, num_workers=2,
+                                         collate_fn=as_lists)
+    it = iter(loader)
+    next(it)
+    os.kill(it._workers[1].pid, signal.SIGKILL)
+    with pytest.raises(RuntimeError, match=WORKER_DIED):
+        for _ in it:
+            time.sleep(0.01)
+
+
+_TRAINER = textwrap.dedent("""
+    import json, os, signal, sys
+    import pyarrow as pa
+    import resumable_iterable as ri
+
+    def gen(shard):
+        for s in shard:
+            for i in range(15):
+                yield {{"id": 1000 + s * 100 + i}}
+
+    def pipeline():
+        table = pa.table({{"id": list(range(60)), "text": [f"t{{i}}" for i in range(60)]}})
+        a = ri.IterableDataset.from_arrow_table(table, num_shards=4).map(lambda ex: {{"y": ex["id"] + 1}})
+        b = ri.IterableDataset.from_generator(gen, gen_kwargs={{"shard": [0, 1, 2]}})
+        return ri.interleave_datasets([a, b], probabilities=[0.5, 0.5], seed=1).shuffle(
+            seed=9, buffer_size=7, buffer_state="replay")
+
+    if __name__ == "__main__":
+        out, kill_at = sys.argv[1], int(sys.argv[2])
+        ds = pipeline()
+        if os.path.exists(out + "/state.json"):
+            ds.load_state(out + "/state.json")
+        it = iter(ds)
+        for step in range(10**6):
+            batch = [ex["id"] for _, ex in zip(range(3), it)]
+            if not batch:
+                break
+            with open(out + "/ids.jsonl", "a") as f:
+                f.write(json.dumps(batch) + "\\n")
+            ds.save_state(out + "/state.json")   # atomic: a temporary file, then a rename
+            if step == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_training_process_killed_resumes_exactly_from_its_state_file(tmp_path):
+    script = tmp_path / "trainer.py"
+    script.write_text(_TRAINER.format())
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import trainer  # the same pipeline, run here uninterrupted for reference
+    finally:
+        sys.path.remove(str(tmp_path))
+    full = [ex["id"] for ex in trainer.pipeline()]
+
+    def run(kill_at):
+        return subprocess.run([sys.executable, str(script), str(tmp_path), str(kill_at)], env=env, timeout=120,
+                              capture_output=True, text=True)
+
+    for kill_at in (4, 9):  # killed twice (SIGKILL: no cleanup), each time resumed from the state file
+        r = run(kill_at)
+        assert r.returncode == -signal.SIGKILL, r.stderr
+    assert run(-1).returncode == 0
+    got = [i for line in (tmp_path / "ids.jsonl").read_text().splitlines() for i in json.loads(line)]
+    assert got == full and len(full) > 40
+
+
+# ============================================================================ user code that raises
+
+
+def _notes(info) -> str:
+    return " ".join(getattr(info.value, "__notes__", []))
+
+
+def test_filter_error_names_node_shard_and_example_and_state_before_resumes():
+    def pred(ex):
+        if ex["id"] == 44:
+            raise ZeroDivisionError("bad predicate")
+        return ex["id"] % 2 == 0
+
+    ds = src(4).filter(pred)
+    it = iter(ds)
+    got = take(it, 10)
+    state = json.loads(json.dumps(ds.state_dict()))
+    with pytest.raises(ZeroDivisionError) as info:
+        got += list(it)
+    assert "filter(test_filter_error" in _notes(info) and "example #44" in _notes(info)
+    assert "source arrow shard 2, row 14" in _notes(info)
+    ok = src(4).filter(lambda ex: ex["id"] % 2 == 0)
+    ok.load_state_dict(state)
+    assert [e["id"] for e in got + list(ok)] == list(range(0, 60, 2))
+
+
+def test_map_error_over_generator_and_parquet_sources_names_their_shard(tmp_path):
+    def boom(ex):
+        if ex["id"] in (105, 2007):
+            raise ValueError("cannot tokenize")
+        return {}
+
+    with pytest.raises(ValueError, match="cannot tokenize") as info:
+        list(gen_src(3).map(boom))
+    assert "source generator shard 1, row 5" in _notes(info) and "example #15" in _notes(info)
+    paths = []
+    for s in range(3):
+        p = tmp_path / f"p{s}.parquet"
+        pq.write_table(pa.table({"id": list(range(s * 1000, s * 1000 + 10))}), p)
+        paths.append(str(p))
+    with pytest.raises(ValueError, match="cannot tokenize") as info:
+        list(ri.IterableDataset.from_parquet(paths).map(boom))
+    assert "source files shard 2, row 7" in _notes(info) and "example #27" in _notes(info)
+
+
+def test_error_inside_a_worker_reaches_the_trainer_with_its_notes():
+    def boom(ex):
+        if ex["id"] == 33:
+            raise RuntimeError("broken example")
+        return {}
+
+    loader = StatefulDataLoader(src(4).map(boom), batch_size=4, num_workers=2, collate_fn=as_lists)
+    with pytest.raises(RuntimeError, match="broken example") as info:
+        list(loader)
+    text = str(info.value)
+    assert "map(test_error_inside_a_worker" in text and "shard 2, row 3" in text
+
+
+def test_error_in_a_replay_pipeline_and_resume_from_the_state_before():
+    def fn(ex):
+        if ex["id"] % 20 == 7 and FAIL[0]:
+            raise OSError("flaky storage")
+        return {"y": ex["id"]}
+
+    def build():
+        return ri.interleave_datasets([src(3).map(fn), src(2, HF_B)]).shuffle(seed=1, buffer_size=5,
+                                                                                buffer_state="replay")
+
+    FAIL[0] = False
+    full = [e["id"] for e in build()]
+    FAIL[0] = True
+    ds = build()
+    it = iter(ds)
+    got, state = [], None
+    with pytest.raises(OSError, match="flaky storage") as info:
+        for ex in it:
+            got.append(ex["id"])
+            state = ds.state_dict()
+    assert "map(test_error_in_a_replay" in _notes(info) and "example #" in _notes(info)
+    assert "source arrow shard" in _notes(info) and len(got) > 5
+    FAIL[0] = False
+    ds2 = build()
+    ds2.load_state_dict(json.loads(json.dumps(state)))
+    assert got + [e["id"] for e in ds2] == full
+
+
+FAIL = [False]
+
+
+# ============================================================================ data files that changed
+
+
+def _files(tmp_path, fmt, n=(15, 12, 9)):
+    paths = []
+    for s, k in enumerate(n):
+        t = pa.table({"id": list(range(s * 100, s * 100 + k)), "text": [f"r{s}-{j}" for j in range(k)]})
+        p = tmp_path / f"part{s}.{fmt}"
+        if fmt == "arrow":
+            with pa.OSFile(str(p), "wb") as sink, pa.ipc.new_file(sink, t.schema) as w:
+                w.write_table(t)
+        elif fmt == "csv":
+            pcsv.write_csv(t, p)
+        else:
+            pq.write_table(t, p, row_group_size=4)
+        paths.append(str(p))
+    return paths
+
+
+def _rewrite(path, fmt, k):
+    t = pa.table({"id": list(range(k)), "text": ["x"] * k})
+    if fmt == "arrow":
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, t.schema) as w:
+            w.write_table(t)
+    elif fmt == "csv":
+        pcsv.write_csv(t, path)
+    else:
+        pq.write_table(t, path)
+
+
+OPEN = {"arrow": ri.IterableDataset.from_arrow, "csv": ri.IterableDataset.from_csv,
+        "parquet": ri.IterableDataset.from_parquet}
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "csv"])
+def test_truncated_or_vanished_arrow_and_csv_files(tmp_path, fmt):
+    paths = _files(tmp_path, fmt)
+    ds = OPEN[fmt](paths)
+    take(iter(ds), 20)  # shard 0 done, shard 1 at row 5
+    state = ds.state_dict()
+    _rewrite(paths[1], fmt, 3)
+    ds2 = OPEN[fmt](paths)
+    ds2.load_state_dict(state)
+    with pytest.raises(ValueError, match="has 3 rows but the state says 5 were already read"):
+        list(ds2)
+    os.unlink(paths[1])
+    ds3 = OPEN[fmt](paths)
+    ds3.load_state_dict(state)
+    with pytest.raises(ValueError, match=f"cannot read data file .*part1.{fmt}.*shard 1"):
+        list(ds3)
+    # a file that vanished before it was reached is not skipped either
+    _rewrite(paths[1], fmt, 12)
+    os.unlink(paths[2])
+    ds4 = OPEN[fmt](paths)
+    ds4.load_state_dict(state)
+    with pytest.raises(ValueError, match=f"cannot read data file .*part2.{fmt}"):
+        list(ds4)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow", "csv"])
+def test_replay_buffer_over_files_that_shrank_or_vanished(tmp_path, fmt):
+    paths = _files(tmp_path, fmt)
+
+    def build():
+        return OPEN[fmt](paths).map(lambda ex: {"n": len(ex["text"])}).shuffle(seed=3, buffer_size=8,
+                                                                                buffer_state="replay")
+
+    full = [e["id"] for e in build()]
+    ds = build()
+    head = [e["id"] for e in take(iter(ds), 6)]
+    state = json.loads(json.dumps(ds.state_dict()))
+    buffered = {tuple(p) for p in next(n for n in _walk(state["state"]) if n["node"] == "shuffle")["buffer"]}
+    assert any(s == 1 for s, _ in buffered)  # the buffer holds rows of shard 1
+    ok = build()
+    ok.load_state_dict(state)
+    assert head + [e["id"] for e in ok] == full
+    _rewrite(paths[1], fmt, 1)  # shard 1 keeps only its row 0
+    ds2 = build()
+    if fmt == "parquet":  # row counts are in the metadata: refused at load time
+        with pytest.raises(ValueError, match="past the end of shard 1"):
+            ds2.load_state_dict(state)
+    else:
+        ds2.load_state_dict(state)
+        with pytest.raises(ValueError, match=f"cannot re-read .*shard 1 \\(file .*part1.{fmt}'\\)"):
+            next(iter(ds2))
+    os.unlink(paths[1])
+    ds3 = build()
+    with pytest.raises(ValueError, match=f"part1.{fmt}"):
+        ds3.load_state_dict(state)
+        next(iter(ds3))
+
+
+def _walk(st):
+    yield st
+    for c in st.get("children", ()):
+        yield from _walk(c)
+
+
+def test_corrupted_file_is_a_clear_error(tmp_path):
+    paths = _files(tmp_path, "parquet")
+    ds = OPEN["parquet"](paths)
+    take(iter(ds), 3)
+    state = ds.state_dict()
+    with open(paths[0], "r+b") as f:
+        f.seek(0)
+        f.write(b"garbage!" * 4)
+    ds2 = OPEN["parquet"](paths)
+    with pytest.raises(ValueError, match="cannot read data file .*part0.parquet"):
+        ds2.load_state_dict(state)
+        list(ds2)

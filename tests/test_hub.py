@@ -1,0 +1,350 @@
+"""load_dataset over local folders laid out like Hub dataset repos, and over a Hugging Face cache
+populated the way huggingface_hub lays it out, used offline (no network in any test: the Hub
+endpoint points at a closed loopback port, and HF_HUB_OFFLINE is on)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+
+import resumable_iterable as ri
+from harness import assert_resumes_exactly
+from resumable_iterable.integrations.hub import infer_splits, match_files, parse_hf_path, resolve_splits
+
+COMMIT_MAIN = "a" * 40
+COMMIT_V1 = "b" * 40
+
+
+# --------------------------------------------------------------------------- writing data files
+
+
+def table(ids):
+    return pa.table({"id": list(ids), "text": [f"t{i}" for i in ids]})
+
+
+def write(path, ids, fmt=None):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fmt = fmt or os.path.splitext(path)[1].lstrip(".")
+    t = table(ids)
+    if fmt == "parquet":
+        pq.write_table(t, path, row_group_size=3)
+    elif fmt == "arrow":
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, t.schema) as w:
+            w.write_table(t)
+    elif fmt == "jsonl":
+        with open(path, "w") as f:
+            for row in t.to_pylist():
+                f.write(json.dumps(row) + "\n")
+    elif fmt == "csv":
+        pcsv.write_csv(t, path)
+    else:
+        raise AssertionError(fmt)
+
+
+def ids_of(ds):
+    return [ex["id"] for ex in ds]
+
+
+# --------------------------------------------------------------------------- conventions (pure)
+
+
+def test_split_conventions():
+    assert infer_splits(["data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet",
+                         "data/test-00000-of-00001.parquet", "other/x.parquet"]) == {
+        "train": ["data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet"],
+        "test": ["data/test-00000-of-00001.parquet"]}
+    assert infer_splits(["train/a.csv", "train/b.csv", "dev/a.csv", "testing/x.csv"]) == {
+        "train": ["train/a.csv", "train/b.csv"], "validation": ["dev/a.csv"], "test": ["testing/x.csv"]}
+    assert infer_splits(["train.jsonl", "my_test-0.jsonl", "valid.jsonl"]) == {
+        "train": ["train.jsonl"], "test": ["my_test-0.jsonl"], "validation": ["valid.jsonl"]}
+    # keywords only count between separators: "interval" is not "val", "devices" not "dev"
+    assert infer_splits(["interval.csv", "devices.csv"]) == {"train": ["devices.csv", "interval.csv"]}
+    # folders win over file names
+    assert infer_splits(["train/test_like.csv", "test/x.csv"]) == {"train": ["train/test_like.csv"],
+                                                                  "test": ["test/x.csv"]}
+
+
+def test_glob_patterns():
+    files = ["a.parquet", "data/b.parquet", "data/sub/c.parquet", "data/d.csv"]
+    assert match_files("*.parquet", files) == ["a.parquet"]
+    assert match_files("data/*.parquet", files) == ["data/b.parquet"]
+    assert match_files("data/**/*.parquet", files) == ["data/b.parquet", "data/sub/c.parquet"]
+    assert match_files("**.parquet", files) == ["a.parquet", "data/b.parquet", "data/sub/c.parquet"]
+    assert match_files("data", files) == ["data/b.parquet", "data/d.csv", "data/sub/c.parquet"]
+    assert match_files(["data/d.csv", "./a.parquet"], files) == ["data/d.csv", "a.parquet"]
+    with pytest.raises(FileNotFoundError, match="no data file matches 'nope/\\*'"):
+        match_files("nope/*", files)
+
+
+def test_resolve_ignores_metadata_and_hidden_files():
+    files = ["README.md", ".gitattributes", ".cache/x.parquet", "data/train.parquet", "notes.txt"]
+    assert resolve_splits(files) == {"train": ["data/train.parquet"]}
+    assert resolve_splits(files, data_files="**") == {"train": ["data/train.parquet", "notes.txt"]}
+
+
+def test_parse_hf_path():
+    assert parse_hf_path("hf://datasets/user/repo") == ("user/repo", None, "")
+    assert parse_hf_path("hf://datasets/user/repo@v1/data/*.parquet") == ("user/repo", "v1", "data/*.parquet")
+    assert parse_hf_path("hf://datasets/user/repo@refs%2Fconvert%2Fparquet/x") == (
+        "user/repo", "refs/convert/parquet", "x")
+    with pytest.raises(ValueError, match="only dataset repos"):
+        parse_hf_path("hf://user/model/x")
+
+
+# --------------------------------------------------------------------------- local folders
+
+
+@pytest.fixture
+def repo_dir(tmp_path):
+    """A folder laid out like a Hub dataset repo: sharded parquet files for two splits."""
+    root = tmp_path / "repo"
+    write(str(root / "data/train-00000-of-00002.parquet"), range(0, 10))
+    write(str(root / "data/train-00001-of-00002.parquet"), range(10, 17))
+    write(str(root / "data/test-00000-of-00001.parquet"), range(100, 104))
+    (root / "README.md").write_text("# a dataset\n")
+    (root / ".gitattributes").write_text("*.parquet filter=lfs\n")
+    return root
+
+
+def test_local_repo_layout(repo_dir):
+    ds = ri.load_dataset(str(repo_dir), split="train")
+    assert isinstance(ds, ri.IterableDataset)
+    assert ds.num_shards == 2  # one shard per file
+    assert ids_of(ds) == list(range(17))
+    both = ri.load_dataset(repo_dir)
+    assert sorted(both) == ["test", "train"] and ids_of(both["test"]) == [100, 101, 102, 103]
+    with pytest.raises(ValueError, match=r"unknown split 'validation'; available splits: \['test', 'train'\]"):
+        ri.load_dataset(str(repo_dir), split="validation")
+    with pytest.raises(ValueError, match="revision= only applies to Hub repos"):
+        ri.load_dataset(str(repo_dir), revision="main")
+
+
+def test_local_resumes_exactly(repo_dir):
+    def build():
+        return ri.load_dataset(str(repo_dir), split="train").shuffle(seed=3, buffer_size=4)
+
+    full = assert_resumes_exactly(build, max_cuts=8)
+    assert sorted(ex["id"] for ex in full) == list(range(17))
+
+
+@pytest.mark.parametrize("ext", ["parquet", "arrow", "jsonl", "csv"])
+def test_split_folders_in_every_format(tmp_path, ext):
+    root = tmp_path / ext
+    write(str(root / f"train/part-0.{ext}"), range(5))
+    write(str(root / f"train/part-1.{ext}"), range(5, 8))
+    write(str(root / f"validation/part-0.{ext}"), range(50, 53))
+    splits = ri.load_dataset(str(root))
+    assert sorted(splits) == ["train", "validation"]
+    assert ids_of(splits["train"]) == list(range(8))
+    assert ids_of(splits["validation"]) == [50, 51, 52]
+    assert splits["train"].num_shards == 2
+
+
+def test_data_files_and_data_dir(tmp_path):
+    root = tmp_path / "r"
+    write(str(root / "a/x1.jsonl"), range(3))
+    write(str(root / "a/x2.jsonl"), range(3, 6))
+    write(str(root / "b/y.jsonl"), range(10, 12))
+    assert ids_of(ri.load_dataset(str(root), data_files="a/*.jsonl", split="train")) == list(range(6))
+    got = ri.load_dataset(str(root), data_files={"train": ["b/y.jsonl", "a/x2.jsonl"], "test": "a/x1.jsonl"})
+    assert ids_of(got["train"]) == [10, 11, 3, 4, 5] and ids_of(got["test"]) == [0, 1, 2]
+    assert ids_of(ri.load_dataset(str(root), data_dir="b", split="train")) == [10, 11]
+    assert ids_of(ri.load_dataset(str(root), data_dir="a", data_files="x2.jsonl", split="train")) == [3, 4, 5]
+    # a single file, and the HF "packaged builder" form
+    assert ids_of(ri.load_dataset(str(root / "b/y.jsonl"), split="train")) == [10, 11]
+    got = ri.load_dataset("json", data_files={"train": str(root / "a/*.jsonl")}, split="train")
+    assert ids_of(got) == list(range(6))
+    with pytest.raises(ValueError, match="needs data_files"):
+        ri.load_dataset("csv")
+    with pytest.raises(FileNotFoundError, match="no data file matches"):
+        ri.load_dataset(str(root), data_files="c/*.jsonl")
+
+
+def test_mixed_formats_need_a_choice(tmp_path):
+    root = tmp_path / "mixed"
+    write(str(root / "train-a.csv"), range(2))
+    write(str(root / "train-b.jsonl"), range(2, 4))
+    with pytest.raises(ValueError, match=r"mixes file formats \['csv', 'json'\]"):
+        ri.load_dataset(str(root), split="train")
+    assert ids_of(ri.load_dataset(str(root), data_files="*.csv", split="train")) == [0, 1]
+
+
+CARD = textwrap.dedent("""\
+    ---
+    configs:
+    - config_name: small
+      data_files:
+      - split: train
+        path: small/*.csv
+    - config_name: big
+      default: true
+      data_files:
+      - split: train
+        path: "big/train-*.csv"
+      - split: test
+        path: big/test.csv
+    ---
+    # card
+    """)
+
+
+def test_dataset_card_configs(tmp_path):
+    root = tmp_path / "card"
+    write(str(root / "small/a.csv"), range(3))
+    write(str(root / "big/train-0.csv"), range(10, 14))
+    write(str(root / "big/train-1.csv"), range(14, 16))
+    write(str(root / "big/test.csv"), range(90, 92))
+    (root / "README.md").write_text(CARD)
+    assert sorted(ri.load_dataset(str(root))) == ["test", "train"]  # the default config
+    assert ids_of(ri.load_dataset(str(root), split="train")) == list(range(10, 16))
+    assert ids_of(ri.load_dataset(str(root), "small", split="train")) == [0, 1, 2]
+    with pytest.raises(ValueError, match=r"config 'nope' not found; available configs: \['small', 'big'\]"):
+        ri.load_dataset(str(root), "nope")
+
+
+def test_missing_path_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="neither a local folder or file nor a Hub dataset repo id"):
+        ri.load_dataset(str(tmp_path / "does-not-exist"))
+
+
+# --------------------------------------------------------------------------- the Hugging Face cache, offline
+
+
+def populate_hub_cache(cache, repo_id, commit, ref, files, downloaded=None):
+    """Lay out ``files`` ({path in repo: local source file}) as huggingface_hub does for a dataset
+    repo downloaded at ``commit`` (reached through ``refs/<ref>``): content-addressed blobs,
+    snapshot symlinks, the ref, and the tree listing huggingface_hub caches next to them.
+    ``downloaded`` limits which files were actually fetched (default: all)."""
+    storage = os.path.join(cache, "datasets--" + repo_id.replace("/", "--"))
+    for sub in ("blobs", "refs", "trees", os.path.join("snapshots", commit)):
+        os.makedirs(os.path.join(storage, sub), exist_ok=True)
+    with open(os.path.join(storage, "refs", ref), "w") as f:
+        f.write(commit)
+    tree = {}
+    for path, src in files.items():
+        data = open(src, "rb").read()
+        blob = hashlib.sha256(data).hexdigest()
+        tree[path] = {"size": len(data), "blob_id": hashlib.sha1(data).hexdigest()}
+        if downloaded is not None and path not in downloaded:
+            continue
+        with open(os.path.join(storage, "blobs", blob), "wb") as f:
+            f.write(data)
+        link = os.path.join(storage, "snapshots", commit, *path.split("/"))
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        os.symlink(os.path.relpath(os.path.join(storage, "blobs", blob), os.path.dirname(link)), link)
+    with open(os.path.join(storage, "trees", f"{commit}.json"), "w") as f:
+        json.dump({"format_version": 1, "files": tree}, f)
+    return storage
+
+
+@pytest.fixture
+def hub_cache(tmp_path, repo_dir):
+    """``user/repo`` at two revisions: ``main`` (the repo_dir files) and tag ``v1`` (an older layout
+    with a single jsonl training file); on main the test split was never downloaded."""
+    cache = str(tmp_path / "hf-cache")
+    main_files = {rel: str(repo_dir / rel) for rel in
+                  ["README.md", "data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet",
+                   "data/test-00000-of-00001.parquet"]}
+    populate_hub_cache(cache, "user/repo", COMMIT_MAIN, "main", main_files,
+                       downloaded={k for k in main_files if "test" not in k})
+    old = tmp_path / "old"
+    write(str(old / "train.jsonl"), range(500, 503))
+    (old / "README.md").write_text("old\n")
+    populate_hub_cache(cache, "user/repo", COMMIT_V1, "v1",
+                       {"train.jsonl": str(old / "train.jsonl"), "README.md": str(old / "README.md")})
+    return cache
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+
+
+def test_hub_repo_from_the_cache_offline(hub_cache, offline):
+    ds = ri.load_dataset("user/repo", split="train", cache_dir=hub_cache)
+    assert ds.num_shards == 2 and ids_of(ds) == list(range(17))
+    old = ri.load_dataset("user/repo", split="train", revision="v1", cache_dir=hub_cache)
+    assert ids_of(old) == [500, 501, 502]
+    pinned = ri.load_dataset("user/repo", split="train", revision=COMMIT_V1, cache_dir=hub_cache)
+    assert ids_of(pinned) == [500, 501, 502]
+
+
+def test_hub_split_not_in_the_cache_is_named(hub_cache, offline):
+    # the listing cached with the snapshot knows the test split; its file was never downloaded
+    with pytest.raises(FileNotFoundError, match="data/test-00000-of-00001.parquet"):
+        ri.load_dataset("user/repo", split="test", cache_dir=hub_cache)
+    with pytest.raises(FileNotFoundError, match="offline mode is on"):
+        ri.load_dataset("user/other", split="train", cache_dir=hub_cache)
+    with pytest.raises(FileNotFoundError, match="offline mode is on"):
+        ri.load_dataset("user/repo", split="train", revision="v2", cache_dir=hub_cache)
+
+
+def test_hf_urls_offline(hub_cache, offline):
+    ds = ri.load_dataset("hf://datasets/user/repo/data", split="train", cache_dir=hub_cache)
+    assert ids_of(ds) == list(range(17))
+    ds = ri.load_dataset("hf://datasets/user/repo@v1", split="train", cache_dir=hub_cache)
+    assert ids_of(ds) == [500, 501, 502]
+    ds = ri.load_dataset("parquet", data_files="hf://datasets/user/repo/data/train-00001-*.parquet",
+                         split="train", cache_dir=hub_cache)
+    assert ids_of(ds) == list(range(10, 17))
+
+
+def test_hub_dataset_resumes_exactly(hub_cache, offline):
+    def build():
+        return ri.load_dataset("user/repo", split="train", cache_dir=hub_cache).shuffle(seed=1, buffer_size=5)
+
+    assert_resumes_exactly(build, max_cuts=6)
+
+
+def test_offline_environment_in_a_fresh_process(hub_cache, tmp_path):
+    """The documented way: HF_HUB_OFFLINE=1 and HF_HUB_CACHE set in the environment."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=hub_cache, HF_ENDPOINT="http://127.0.0.1:9",
+               HF_HOME=str(tmp_path / "hf-home"))
+    code = "import resumable_iterable as ri; print([ex['id'] for ex in ri.load_dataset('user/repo', split='train')])"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(list(range(17)))
+
+
+def test_online_downloads_only_the_split_pinned_to_one_commit(tmp_path, repo_dir, monkeypatch):
+    """With the Hub reachable (simulated: huggingface_hub's download and listing calls are replaced
+    by fakes serving ``repo_dir``), the card is fetched at the requested revision, then only the
+    files of the requested split, at the commit that revision resolved to."""
+    import huggingface_hub
+
+    calls = []
+    snapshot = tmp_path / "cache" / "snapshots" / COMMIT_MAIN
+
+    def fake_snapshot_download(repo_id, *, repo_type, revision, allow_patterns, cache_dir, token, local_files_only):
+        assert repo_type == "dataset" and not local_files_only
+        calls.append((revision, sorted(allow_patterns)))
+        for rel in allow_patterns:
+            src = repo_dir / rel
+            if src.is_file():
+                dst = snapshot / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                dst.write_bytes(src.read_bytes())
+        return str(snapshot)
+
+    def fake_list_repo_files(self, repo_id, *, repo_type, revision):
+        assert (repo_id, repo_type, revision) == ("user/repo", "dataset", COMMIT_MAIN)
+        return [p.relative_to(repo_dir).as_posix() for p in repo_dir.rglob("*") if p.is_file()]
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
+    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", fake_list_repo_files)
+    ds = ri.load_dataset("user/repo", split="train", revision="main", cache_dir=str(tmp_path / "cache"))
+    assert ids_of(ds) == list(range(17))
+    assert calls == [("main", ["README.md"]),
+                     (COMMIT_MAIN, ["data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet"])]
