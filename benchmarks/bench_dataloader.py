@@ -12,14 +12,29 @@ import argparse
 
 from common import N_ROWS, NUM_SHARDS, PIPELINES, Result, make_hf_dataset, print_section, time_iteration
 
-NAMES = ["plain iteration", "per-example map", "shuffle(buffer 1000)", "map+filter+interleave+shuffle"]
+NAMES = ["plain iteration", "per-example map", "shuffle(buffer 1000)", "shuffle(buffer 1000), buffer_state='drop'",
+         "map+filter+interleave+shuffle"]
+# the loader pickles every worker's state_dict() after every batch: our exact state carries the
+# shuffle buffer (1000 examples), HF's leaves it out. This variant leaves it out too
+# (buffer_state="drop", lossy like HF) to compare the same work; HF runs its usual shuffle.
+VARIANTS = {
+    "shuffle(buffer 1000), buffer_state='drop'": (
+        lambda m, ds, ds_b: ds.shuffle(seed=42, buffer_size=1000, buffer_state="drop"),
+        PIPELINES["shuffle(buffer 1000)"]),
+}
 # the loader itself tops out at a few 10 k ex/s with batches of 32 on this machine, so both
 # libraries are timed on the same prefix of each stream (examples)
 LIMITS = {
     "plain iteration": 48_000,
     "per-example map": 32_000,
     "shuffle(buffer 1000)": 32_000,
+    "shuffle(buffer 1000), buffer_state='drop'": 32_000,
     "map+filter+interleave+shuffle": 12_000,
+}
+NOTES = {
+    "shuffle(buffer 1000)": "; our per-batch state carries the 1000 buffered examples (HF's does not)",
+    "map+filter+interleave+shuffle": "; our per-batch state carries the 1000 buffered examples (HF's does not)",
+    "shuffle(buffer 1000), buffer_state='drop'": "; HF runs its usual shuffle(buffer 1000)",
 }
 BATCH_SIZE = 32
 WORKERS = 2
@@ -88,14 +103,14 @@ def run(n_rows: int = N_ROWS, repeats: int = 1, scale: float = 1.0, hf_ds=None, 
     results = [Result("loader alone (Python list of examples)", rate, None, "ex/s",
                       note=f"the ceiling of the loader itself: {n} ready-made examples")]
     for name in names or NAMES:
-        pipe = PIPELINES[name]
+        ours_pipe, hf_pipe = VARIANTS.get(name, (PIPELINES.get(name), PIPELINES.get(name)))
         limit = limit_of[name]
-        rate, n = loader_rate(lambda: pipe(ri, ri.to_iterable_dataset(hf_ds, num_shards=shards),
-                                           ri.to_iterable_dataset(hf_ds_b, num_shards=shards)), limit, repeats)
-        hf_rate, hn = loader_rate(lambda: pipe(datasets, hf_ds.to_iterable_dataset(num_shards=shards),
-                                               hf_ds_b.to_iterable_dataset(num_shards=shards)), limit, repeats)
+        rate, n = loader_rate(lambda: ours_pipe(ri, ri.to_iterable_dataset(hf_ds, num_shards=shards),
+                                                ri.to_iterable_dataset(hf_ds_b, num_shards=shards)), limit, repeats)
+        hf_rate, hn = loader_rate(lambda: hf_pipe(datasets, hf_ds.to_iterable_dataset(num_shards=shards),
+                                                  hf_ds_b.to_iterable_dataset(num_shards=shards)), limit, repeats)
         results.append(Result(f"{name}, StatefulDataLoader", rate, hf_rate, "ex/s",
-                              note=f"{n} examples each, {WORKERS} workers, batch_size={BATCH_SIZE}"))
+                              note=f"{n} examples each" + NOTES.get(name, "")))
     return results
 
 

@@ -70,7 +70,7 @@ ARROW = ["children", 0, "children", 0, "children", 0]
     (MAP + ["index"], None, "must be an integer"),
     (SHUFFLE + ["rng_pos"], 5000, "out of range"),
     (SHUFFLE + ["rng"], {"bit_generator": "MT19937"}, "PCG64"),
-    (SHUFFLE + ["rng"], {"bit_generator": "PCG64", "state": {"state": "x", "inc": 1}}, "not a valid generator state"),
+    (SHUFFLE + ["rng"], {"bit_generator": "PCG64", "state": {"state": "x", "inc": 1}}, "not a valid( PCG64)? generator state"),
     (SHUFFLE + ["buffer"], [{"id": 1}] * 50, "more than buffer_size"),
     (SHUFFLE + ["buffer"], "abc", "list of examples"),
     (SHUFFLE + ["draining"], 1, "true or false"),

@@ -20,11 +20,12 @@ from torch.utils.data import DataLoader  # noqa: E402
 from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader  # noqa: E402
 
 import resumable_iterable as ri  # noqa: E402
-from data import HF, gen_src, src  # noqa: E402
+from data import gen_src, src  # noqa: E402
 from harness import json_roundtrip  # noqa: E402
 from resumable_iterable import distributed  # noqa: E402
 
-pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")]
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
+              pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning")]
 
 
 # ---------------------------------------------------------------------- helpers
@@ -310,3 +311,26 @@ def test_state_loaded_on_the_dataset_is_split_among_workers_once(persistent):
     assert sorted(nxt) == sorted(full)
     # and the main process does not resume it again either
     assert [e["id"] for e in again] == full
+
+
+@pytest.mark.slow  # a spawned worker imports torch afresh: 10-15 s on a small machine; run by `make soak`
+def test_set_epoch_reaches_a_persistent_spawned_worker(soak):
+    """With the spawn start method the dataset is pickled to the worker; the shared epoch slot
+    travels as shared memory, so set_epoch still reaches the persistent worker."""
+    if not soak:
+        pytest.skip("spawn start method: slow, runs with --soak (make soak)")
+    def build():
+        return src(4).shuffle(seed=3, buffer_size=6)
+
+    refs = []
+    for e in range(2):
+        ds = build()
+        ds.set_epoch(e)
+        refs.append(run(DataLoader(ds, batch_size=5)))
+    assert refs[0] != refs[1]
+    ds = build()
+    loader = ri.StatefulDataLoader(ds, batch_size=5, num_workers=1, persistent_workers=True,
+                                   multiprocessing_context="spawn")
+    assert run(loader) == refs[0]
+    ds.set_epoch(1)
+    assert run(loader) == refs[1]

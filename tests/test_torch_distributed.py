@@ -21,7 +21,8 @@ import torch.multiprocessing as mp  # noqa: E402
 import resumable_iterable as ri  # noqa: E402
 from data import HF_C, src  # noqa: E402
 
-pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")]
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
+              pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning")]
 
 if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)

@@ -20,7 +20,8 @@ from data import HF_C, src  # noqa: E402
 from harness import json_roundtrip, take  # noqa: E402
 from resumable_iterable import elastic  # noqa: E402
 
-pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")]
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
+              pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning")]
 
 SDL = ri.StatefulDataLoader
 
@@ -317,3 +318,19 @@ def test_redistribute_errors():
     plans = ri.redistribute_states([s0, s1], 3)
     with pytest.raises(ValueError, match="dealt to rank 0 of 3"):
         rank_part(general, 1, 3).load_state_dict(plans[0])
+
+
+def test_elastic_with_more_workers_than_shards():
+    """Workers without shards save empty streams; moving from / to such a loader stays exact."""
+    def two_shards():
+        return src(2).shuffle(seed=1, buffer_size=4)
+
+    full, states = pass_with_states(two_shards, 4, {3})
+    for new_workers in (1, 3, 0):
+        ld = SDL(two_shards(), batch_size=4, num_workers=new_workers)
+        ld.load_state_dict(states[3])
+        assert_exactly_once(full[:3], [ids(b) for b in ld], list(range(60)), f"4 -> {new_workers}")
+    full, states = pass_with_states(two_shards, 0, {2})
+    ld = SDL(two_shards(), batch_size=4, num_workers=4)
+    ld.load_state_dict(states[2])
+    assert_exactly_once(full[:2], [ids(b) for b in ld], list(range(60)), "0 -> 4")

@@ -256,6 +256,7 @@ class IterableDataset(_Base):
         if self._pending and self._active is not None:
             node = self._active
             self._pending = False
+            self._loaded = None  # used up: nothing left to split among workers
         else:
             node, epoch = fresh_node(self, worker)
             self._active, self._active_ctx, self._active_epoch = node, worker, epoch
@@ -290,10 +291,13 @@ class IterableDataset(_Base):
         if isinstance(node, SegmentsNode):
             return plan_state(node, epoch)
         shape, fp = _shape_of(node)
+        ctx = self.__dict__.get("_active_ctx")
+        split = self.__dict__.get("_split_cache")
+        if split is None or split[0] != ctx:  # a dataset's pipeline and rank split never change
+            split = self._split_cache = (ctx, split_description(self, ctx))
         return {"format": _state.FORMAT, "version": _state.VERSION, "fingerprint": fp,
                 "pipeline": _state.copy_state(shape), "epoch": epoch,
-                "state": _state.copy_state(node._state_dict),
-                "split": split_description(self, self.__dict__.get("_active_ctx"))}
+                "state": _state.copy_state(node._state_dict), "split": _state.copy_state(split[1])}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Continue the next iteration right after the last example yielded when ``state_dict`` was taken.

@@ -42,6 +42,7 @@ Public entry points: :func:`redistribute_states` (ranks) and
 from __future__ import annotations
 
 import copy
+import sys
 from typing import Any, Iterator
 
 from . import state as _state
@@ -724,7 +725,7 @@ def requested_epoch(dataset: Any) -> int:
     (shared memory, so ``set_epoch`` reaches persistent workers); elsewhere ``dataset._epoch``."""
     from .distributed import current_worker
 
-    if current_worker() is not None and "torch" in __import__("sys").modules:
+    if current_worker() is not None and "torch" in sys.modules:
         from .integrations.torch import shared_epoch
 
         e = shared_epoch(dataset)
@@ -739,6 +740,12 @@ def fresh_node(dataset: Any, worker) -> tuple[Node, int]:
     node.set_epoch(epoch)
     node.reset()
     return node, epoch
+
+
+def _drop_pending(dataset: Any) -> None:
+    dataset._pending = False
+    dataset._active = None
+    dataset._loaded = None
 
 
 def resolve_pending(dataset: Any, worker) -> None:
@@ -758,10 +765,10 @@ def resolve_pending(dataset: Any, worker) -> None:
             from .integrations.torch import claimed
 
             if claimed(claims):  # DataLoader workers already used it
-                dataset._pending = False
+                _drop_pending(dataset)
         return
     if loaded_in is not None or worker is None or dataset.__dict__.get("_loaded") is None:
-        dataset._pending = False  # another process's state, or just a fresh start: start afresh here
+        _drop_pending(dataset)  # another process's state, or just a fresh start: start afresh here
         return
     # loaded in the main process, now inside DataLoader worker `worker`
     if claims is None:
@@ -773,7 +780,7 @@ def resolve_pending(dataset: Any, worker) -> None:
 
     w, n = worker
     if not claim(claims, w, n):
-        dataset._pending = False
+        _drop_pending(dataset)
         return
     base, epoch, _target, units = state_segments(dataset._loaded, "loaded state")
     ranks = ranks_of(dataset._split)

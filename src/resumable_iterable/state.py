@@ -272,16 +272,20 @@ def check_envelope(state: Any) -> None:
     """Validate the envelope of a state (not its node payload)."""
     if not isinstance(state, dict):
         raise TypeError(f"a state must be a dict, got {type(state).__name__}")
-    if state.get("format") != FORMAT:
+    if type(state.get("format")) is not str or state.get("format") != FORMAT:
         raise ValueError(
             f"not a resumable_iterable state (format is {state.get('format')!r}, expected {FORMAT!r})"
         )
     version = state.get("version")
-    if version != VERSION:
+    if type(version) is not int or version != VERSION:  # 1.0 and True compare equal to 1
         raise ValueError(f"unsupported state version {version!r}: this library reads version {VERSION}")
     for key in ("fingerprint", "pipeline", "state", "epoch"):
         if key not in state:
             raise ValueError(f"state is missing its '{key}' entry")
+    if type(state["fingerprint"]) is not str:
+        raise ValueError(f"state 'fingerprint' must be a string, got {type(state['fingerprint']).__name__}")
+    if not isinstance(state["pipeline"], dict):
+        raise ValueError(f"state 'pipeline' must be an object, got {type(state['pipeline']).__name__}")
     if type(state["epoch"]) is not int or state["epoch"] < 0:
         raise ValueError(f"state 'epoch' must be a non-negative integer, got {state['epoch']!r}")
     if not isinstance(state["state"], dict):

@@ -180,9 +180,20 @@ def check_rng(value: Any, where: str, key: str = "rng") -> None:
     """A numpy ``bit_generator.state`` dict that a PCG64 generator accepts."""
     if not isinstance(value, dict) or value.get("bit_generator") != "PCG64":
         raise ValueError(f"{where}: '{key}' must be a numpy PCG64 generator state")
+    # checked field by field before numpy sees it: numpy's own errors for odd values vary
+    # (IndexError for a numpy scalar, silent truncation for some large integers)
+    inner = value.get("state")
+    ok = (set(value) == {"bit_generator", "state", "has_uint32", "uinteger"} and type(inner) is dict
+          and set(inner) == {"state", "inc"}
+          and all(type(inner[f]) is int and 0 <= inner[f] < 2**128 for f in ("state", "inc"))
+          and type(value["has_uint32"]) is int and value["has_uint32"] in (0, 1)
+          and type(value["uinteger"]) is int and 0 <= value["uinteger"] < 2**32)
+    if not ok:
+        raise ValueError(f"{where}: '{key}' is not a valid PCG64 generator state "
+                         "({'state': {'state', 'inc'}, 'has_uint32', 'uinteger'} with integers in range)")
     try:
         np.random.Generator(np.random.PCG64()).bit_generator.state = value
-    except (TypeError, ValueError, KeyError, OverflowError) as e:
+    except (TypeError, ValueError, KeyError, OverflowError, IndexError) as e:
         raise ValueError(f"{where}: '{key}' is not a valid generator state: {e}") from None
 
 

@@ -71,7 +71,7 @@ class SourceNode(Node):
     def _validate_own(self, state: dict, where: str) -> None:
         check_int(state, "shard_seed", where, lo=0, hi=2**64 - 1, none_ok=True)
         check_int(state, "shard_pos", where, hi=len(self.shard_ids))
-        check_int(state, "offset", where)
+        check_int(state, "offset", where, hi=2**63 - 1)  # rows of one shard: a sane bound for any source
         check_int(state, "stop", where, lo=state["shard_pos"], hi=len(self.shard_ids), none_ok=True)
         end = len(self.shard_ids) if state["stop"] is None else state["stop"]
         if state["shard_pos"] < end:

@@ -1,0 +1,213 @@
+"""End to end: a real transformers.Trainer, interrupted at a checkpoint and resumed, is fed
+exactly the examples (in the same order) as an uninterrupted run - across epoch boundaries,
+with DataLoader workers, and without the Trainer re-reading the consumed batches."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+pytest.importorskip("torchdata")
+
+from datasets import Dataset  # noqa: E402
+
+import resumable_iterable as ri  # noqa: E402
+from resumable_iterable.integrations.transformers import (  # noqa: E402
+    STATE_FILE,
+    ResumableDataCallback,
+    find_envelopes,
+)
+
+pytestmark = pytest.mark.torch
+
+ROWS, SHARDS, BATCH, MAX_STEPS, BUFFER = 40, 4, 4, 24, 8  # 10 batches per pass: the run crosses two epoch boundaries
+READS: list[int] = []  # source rows read in this process (num_workers=0 only)
+
+
+def _count(ex):
+    READS.append(ex["ids"])
+    return {}
+
+
+def build():
+    hf = Dataset.from_dict({"ids": list(range(ROWS))})
+    return ri.to_iterable_dataset(hf, num_shards=SHARDS).map(_count).shuffle(seed=7, buffer_size=BUFFER)
+
+
+class Recorder(torch.nn.Module):
+    """A tiny model that records the ids it is fed."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(1, 1)
+        self.seen: list[int] = []
+
+    def forward(self, ids, **_):
+        self.seen.extend(ids.tolist())
+        return {"loss": (self.lin(ids.float().unsqueeze(-1)) ** 2).mean()}
+
+
+class Crash(Exception):
+    pass
+
+
+class CrashAfterSave(transformers.TrainerCallback):
+    """Simulates a crash right after the checkpoint of step ``at`` is complete."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.global_step == self.at:
+            raise Crash()
+
+
+def make_trainer(out, workers, ds=None, attach=True, **kw):
+    args = transformers.TrainingArguments(
+        output_dir=str(out), max_steps=kw.pop("max_steps", MAX_STEPS), per_device_train_batch_size=BATCH, save_steps=kw.pop("save_steps", 1000),
+        dataloader_num_workers=workers, report_to="none", use_cpu=True, logging_strategy="no",
+        remove_unused_columns=False, disable_tqdm=True, save_only_model=False, **kw)
+    model = Recorder()
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=ds if ds is not None else build())
+    if attach:
+        ResumableDataCallback.attach(trainer)
+    return trainer, model
+
+
+def run_interrupted(tmp_path, workers, crash_at):
+    out = tmp_path / "run"
+    b, model_b = make_trainer(out, workers, save_steps=crash_at)
+    b.add_callback(CrashAfterSave(crash_at))
+    with pytest.raises(Crash):
+        b.train()
+    ckpt = out / f"checkpoint-{crash_at}"
+    assert (ckpt / STATE_FILE).is_file()
+    return out, ckpt, model_b.seen
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """Run A for each worker count (computed once)."""
+    cache = {}
+
+    def get(workers):
+        if workers not in cache:
+            a, model = make_trainer(tmp_path_factory.mktemp(f"a{workers}"), workers)
+            a.train()
+            assert len(model.seen) == MAX_STEPS * BATCH
+            cache[workers] = model.seen
+        return cache[workers]
+
+    return get
+
+
+def check_state_file(ckpt, step, workers):
+    payload = ri.load_state(ckpt / STATE_FILE)
+    assert payload["format"] == "resumable_iterable.trainer" and payload["global_step"] == step
+    envelopes = list(find_envelopes(payload))
+    assert len(envelopes) == max(workers, 1)  # one pipeline state per DataLoader worker
+    assert all(env["pipeline"]["node"] == "shuffle" for _, env in envelopes)
+    # trainer_state.json links the checkpoint to this exact file
+    ts = json.loads((ckpt / "trainer_state.json").read_text())
+    digest = ts["stateful_callbacks"]["ResumableDataCallback"]["attributes"]["data_state_sha256"]
+    assert digest == hashlib.sha256((ckpt / STATE_FILE).read_bytes()).hexdigest()
+
+
+# crash_at=10: exactly at the end of the first pass; 14: in the middle of the second pass
+@pytest.mark.parametrize("workers,crash_at", [(0, 10), (0, 14), (2, 10), (2, 14)])
+def test_resume_sees_exactly_the_uninterrupted_ids(tmp_path, monkeypatch, uninterrupted, workers, crash_at):
+    full = uninterrupted(workers)
+    # the passes are really reshuffled per epoch (otherwise the epoch mapping would go untested)
+    assert full[:ROWS] != full[ROWS:2 * ROWS] and sorted(full[:ROWS]) == sorted(full[ROWS:2 * ROWS])
+
+    out, ckpt, head = run_interrupted(tmp_path, workers, crash_at)
+    assert head == full[: crash_at * BATCH]
+    check_state_file(ckpt, crash_at, workers)
+
+    # the Trainer must not fast-forward the loader itself
+    def no_skipping(*a, **k):
+        raise AssertionError("the Trainer re-read and skipped batches")
+
+    monkeypatch.setattr(transformers.trainer, "skip_first_batches", no_skipping)
+    READS.clear()
+    c, model_c = make_trainer(out, workers)
+    c.train(resume_from_checkpoint=str(ckpt))
+    assert head + model_c.seen == full
+    if workers == 0:
+        # C read only what it still needed (plus a refill of the shuffle buffer and the batch the
+        # loader reads ahead): re-reading the consumed part of the stream would take >= 96 reads
+        assert len(READS) <= (MAX_STEPS - crash_at) * BATCH + BUFFER + BATCH
+
+
+def test_resume_twice_with_resume_true(tmp_path, uninterrupted):
+    import time; t0 = time.time()
+    """B crashes at step 6, C resumes (finding the last checkpoint itself) and crashes at 14, D finishes."""
+    full = uninterrupted(0)
+    print("A", time.time() - t0); out, _, head = run_interrupted(tmp_path, 0, 6); print("B", time.time() - t0)
+    c, model_c = make_trainer(out, 0, save_steps=4)  # checkpoints 8, 12, ... (the step counter resumes at 6)
+    c.add_callback(CrashAfterSave(12))
+    with pytest.raises(Crash):
+        c.train(resume_from_checkpoint=True)
+    print("C", time.time() - t0); d, model_d = make_trainer(out, 0)
+    d.train(resume_from_checkpoint=True)
+    assert head + model_c.seen + model_d.seen == full
+
+
+def test_checkpoint_outside_output_dir(tmp_path, uninterrupted):
+    full = uninterrupted(0)
+    out, ckpt, head = run_interrupted(tmp_path, 0, 6)
+    moved = tmp_path / "elsewhere" / "checkpoint-6"
+    os.makedirs(moved.parent)
+    os.rename(ckpt, moved)
+    c, model_c = make_trainer(tmp_path / "new_out", 0)
+    with pytest.raises(FileNotFoundError, match="resume_from_checkpoint"):
+        c.train(resume_from_checkpoint=str(moved))
+    c, model_c = make_trainer(tmp_path / "new_out", 0, resume_from_checkpoint=str(moved))
+    c.train(resume_from_checkpoint=str(moved))
+    assert head + model_c.seen == full
+
+
+def test_damaged_or_foreign_state_file_is_refused(tmp_path):
+    out, ckpt, _ = run_interrupted(tmp_path, 0, 6)
+    path = ckpt / STATE_FILE
+    path.write_text(path.read_text().replace('"global_step": 6', '"global_step": 7'))
+    c, _ = make_trainer(out, 0)
+    with pytest.raises(FileNotFoundError, match="belongs to another checkpoint"):
+        c.train(resume_from_checkpoint=str(ckpt))
+
+
+def test_another_pipeline_is_refused(tmp_path):
+    out, ckpt, _ = run_interrupted(tmp_path, 0, 6)
+    other = ri.to_iterable_dataset(Dataset.from_dict({"ids": list(range(ROWS))}), num_shards=SHARDS)
+    c, _ = make_trainer(out, 0, ds=other)
+    with pytest.raises(ValueError, match="different pipeline"):
+        c.train(resume_from_checkpoint=str(ckpt))
+
+
+def test_checkpoint_without_data_state_is_refused(tmp_path):
+    out = tmp_path / "run"
+    b, _ = make_trainer(out, 0, attach=False, save_steps=6, max_steps=6)
+    b.train()
+    c, _ = make_trainer(out, 0)
+    with pytest.raises(ValueError, match="written without this callback"):
+        c.train(resume_from_checkpoint=str(out / "checkpoint-6"))
+
+
+def test_plain_loader_is_refused_with_instructions(tmp_path):
+    t, _ = make_trainer(tmp_path, 0, attach=False)
+    t.add_callback(ResumableDataCallback())
+    with pytest.raises(ValueError, match="attach"):
+        t.train()
+
+
+def test_callback_passed_at_construction_turns_off_data_skip(tmp_path):
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=1, report_to="none", use_cpu=True)
+    assert args.ignore_data_skip is False
+    transformers.Trainer(model=Recorder(), args=args, train_dataset=build(), callbacks=[ResumableDataCallback()])
+    assert args.ignore_data_skip is True

@@ -1,0 +1,254 @@
+"""``resumable-iterable inspect``: reports on states of real pipelines, and one-line errors on damaged files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from datasets import Dataset
+
+import resumable_iterable as ri
+from resumable_iterable.cli import main
+
+ROWS = 200
+
+
+def hf(start=0, n=ROWS):
+    return Dataset.from_dict({"id": list(range(start, start + n)), "text": [f"t{i}" for i in range(n)]})
+
+
+def consume(ds, k):
+    it = iter(ds)
+    for _ in range(k):
+        next(it)
+    return ds
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def report_of(capsys, path):
+    code, out, err = run(capsys, "inspect", str(path), "--json")
+    assert code == 0 and err == ""
+    return json.loads(out)
+
+
+def nodes(tree):
+    yield tree
+    for c in tree["children"]:
+        yield from nodes(c)
+
+
+# --------------------------------------------------------------------------- real states
+
+
+def test_shard_progress_matches_the_pipeline(tmp_path, capsys):
+    ds = consume(ri.to_iterable_dataset(hf(), num_shards=4).map(lambda ex: {"n": 1}), 70)
+    ds.save_state(tmp_path / "s.json")
+    rep = report_of(capsys, tmp_path / "s.json")
+    assert rep["kind"] == "pipeline state" and len(rep["states"]) == 1
+    st = rep["states"][0]
+    assert st["epoch"] == 0 and st["label"] == "pipeline"
+    assert [n["node"] for n in nodes(st["tree"])] == ["map", "arrow"]
+    src = st["tree"]["children"][0]["source"]
+    # 4 contiguous shards of 50 rows, read in order: 70 examples = shard 0 done, 20 rows of shard 1
+    assert [(s["shard"], s["status"], s["read"], s["rows"]) for s in src["shards"]] == [
+        (0, "done", 50, 50), (1, "reading", 20, 50), (2, "pending", 0, 50), (3, "pending", 0, 50)]
+    assert (src["rows_read"], src["rows_total"], src["order"]) == (70, 200, "natural")
+
+    code, out, err = run(capsys, "inspect", str(tmp_path / "s.json"), "--width", "10")
+    assert code == 0 and err == ""
+    assert "shard 0  [##########]  50/50  done" in out
+    assert "shard 1  [####------]  20/50  reading" in out
+    assert "shard 2  [----------]  0/50  pending" in out
+    assert "70/200 rows read (35%)" in out
+
+
+def test_shuffle_interleave_batch_and_epoch(tmp_path, capsys):
+    def build():
+        a = ri.to_iterable_dataset(hf(), num_shards=4)
+        b = ri.to_iterable_dataset(hf(1000, 50), num_shards=2)
+        mix = ri.interleave_datasets([a, b], probabilities=[0.7, 0.3], seed=0)
+        return mix.shuffle(seed=1, buffer_size=16).batch(4)
+
+    ds = build()
+    ds.set_epoch(3)
+    consume(ds, 10)
+    ds.save_state(tmp_path / "s.json")
+    rep = report_of(capsys, tmp_path / "s.json")
+    st = rep["states"][0]
+    assert st["epoch"] == 3
+    kinds = [n["node"] for n in nodes(st["tree"])]
+    assert kinds == ["batch", "shuffle", "interleave", "arrow", "arrow"]
+    shuffle = st["tree"]["children"][0]
+    assert shuffle["buffer"] == {"fill": 16, "size": 16, "stored": "examples", "draining": False}
+    sources = [n["source"] for n in nodes(st["tree"]) if "source" in n]
+    # 40 examples left the buffer, 16 are in it, the interleave holds its peeked examples
+    peeked = st["tree"]["children"][0]["children"][0]["peeked"]
+    assert sum(s["rows_read"] for s in sources) == 40 + 16 + peeked
+    assert all(s["order"] == "shuffled" for s in sources)
+    code, out, _ = run(capsys, "inspect", str(tmp_path / "s.json"))
+    assert "epoch 3" in out and "buffer 16/16, examples stored" in out
+
+
+def test_dropped_buffer_and_sources_of_unknown_length(tmp_path, capsys):
+    def gen(shard):
+        for i in range(30):
+            yield {"i": i, "shard": shard[0]}
+
+    ds = ri.IterableDataset.from_generator(gen, gen_kwargs={"shard": [0, 1, 2]}).shuffle(
+        seed=0, buffer_size=5, buffer_state="drop")
+    consume(ds, 40)
+    ds.save_state(tmp_path / "s.json")
+    rep = report_of(capsys, tmp_path / "s.json")
+    tree = rep["states"][0]["tree"]
+    assert tree["buffer"]["stored"] == "nothing"
+    src = tree["children"][0]["source"]
+    assert src["rows_total"] is None and {s["rows"] for s in src["shards"]} == {None}
+    assert [s["status"] for s in src["shards"]] == ["done", "reading", "pending"]
+    code, out, _ = run(capsys, "inspect", str(tmp_path / "s.json"))
+    assert "not stored (buffer_state='drop')" in out and "all rows  done" in out and "15 rows  reading" in out
+
+
+def test_dataloader_state_with_workers(tmp_path, capsys):
+    pytest.importorskip("torch")
+    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+    dl = sdl.StatefulDataLoader(ri.to_iterable_dataset(hf(), num_shards=4).shuffle(seed=1, buffer_size=8),
+                                batch_size=4, num_workers=2)
+    for i, _ in enumerate(dl):
+        if i == 6:
+            break
+    ri.save_state(dl.state_dict(), tmp_path / "loader.json")
+    rep = report_of(capsys, tmp_path / "loader.json")
+    assert [s["label"] for s in rep["states"]] == ["worker 0", "worker 1"]
+    assert rep["loaders"][0]["num_workers"] == 2 and rep["loaders"][0]["batches_yielded"] == 7
+    assert rep["loaders"][0]["next_worker"] == 1  # batches alternate between the workers: 7th came from 0
+    per_worker = [[s["shard"] for s in st["tree"]["children"][0]["source"]["shards"]] for st in rep["states"]]
+    assert sorted(per_worker[0] + per_worker[1]) == [0, 1, 2, 3]
+    # the same file wrapped like the Trainer callback's data state
+    doc = {"format": "resumable_iterable.trainer", "version": 1, "global_step": 7, "process_index": 0,
+           "num_processes": 1, "loader": "StatefulDataLoader", "loader_state": ri.load_state(tmp_path / "loader.json")}
+    ri.save_state(doc, tmp_path / "trainer.json")
+    code, out, _ = run(capsys, "inspect", str(tmp_path / "trainer.json"))
+    assert code == 0 and "Trainer checkpoint data state" in out and "global_step: 7" in out
+    assert "2 worker(s), 7 batches yielded - next batch from worker 1" in out and "[worker 1]" in out
+
+
+def test_console_entry_point_in_a_subprocess(tmp_path):
+    consume(ri.to_iterable_dataset(hf(), num_shards=2), 5).save_state(tmp_path / "s.json")
+    out = subprocess.run([sys.executable, "-m", "resumable_iterable.cli", "inspect", str(tmp_path / "s.json"), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["states"][0]["tree"]["source"]["rows_read"] == 5
+
+
+# --------------------------------------------------------------------------- damaged files
+
+
+@pytest.fixture
+def good(tmp_path):
+    path = tmp_path / "good.json"
+    consume(ri.to_iterable_dataset(hf(), num_shards=2).shuffle(seed=0, buffer_size=4), 9).save_state(path)
+    return path
+
+
+def damage(tmp_path, good, how):
+    text = good.read_text()
+    path = tmp_path / f"bad-{how}.json"
+    if how == "truncated":
+        path.write_text(text[: len(text) // 2])
+    elif how == "edited":
+        path.write_text(text.replace('"offset": ', '"offset": 1', 1))
+    elif how == "binary":
+        path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff")
+    elif how == "empty":
+        path.write_text("")
+    elif how == "no-state":
+        path.write_text(json.dumps({"hello": [1, 2, 3]}))
+    elif how == "version":
+        doc = json.loads(text)
+        doc.pop("checksum")
+        doc["version"] = 99
+        path.write_text(json.dumps(doc))
+    elif how == "pipeline-edited":  # no checksum to catch it: the fingerprint does
+        doc = json.loads(text)
+        doc.pop("checksum")
+        doc["pipeline"]["buffer_size"] = 5
+        path.write_text(json.dumps(doc))
+    elif how == "tree-mismatch":
+        doc = json.loads(text)
+        doc.pop("checksum")
+        doc["state"]["children"][0]["node"] = "generator"
+        path.write_text(json.dumps(doc))
+    elif how == "missing":
+        pass
+    return path
+
+
+@pytest.mark.parametrize("how,message", [
+    ("missing", "cannot read"),
+    ("truncated", "not valid JSON"),
+    ("empty", "not valid JSON"),
+    ("binary", "not UTF-8"),
+    ("edited", "checksum does not match"),
+    ("no-state", "no resumable_iterable state found"),
+    ("version", "unsupported state version 99"),
+    ("pipeline-edited", "fingerprint does not match its pipeline"),
+    ("tree-mismatch", "'generator' node where the pipeline has 'arrow'"),
+])
+def test_damaged_files_give_one_line_errors(tmp_path, good, capsys, how, message):
+    path = damage(tmp_path, good, how)
+    code, out, err = run(capsys, "inspect", str(path))
+    assert code == 1 and out == ""
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert err.startswith("resumable-iterable: error: ") and message in err
+
+
+def test_damaged_file_in_a_subprocess(tmp_path, good):
+    path = damage(tmp_path, good, "truncated")
+    out = subprocess.run([sys.executable, "-m", "resumable_iterable.cli", "inspect", str(path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and "not valid JSON" in out.stderr
+
+
+def test_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        main([])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        main(["inspect"])
+    assert e.value.code == 2
+
+
+def test_rank_states_and_elastic_plans(tmp_path, capsys):
+    def build():
+        return ri.to_iterable_dataset(hf(), num_shards=4).shuffle(seed=1, buffer_size=8)
+
+    states = []
+    for rank in range(2):
+        ds = ri.split_dataset_by_node(build(), rank=rank, world_size=2)
+        states.append(consume(ds, 10 + rank).state_dict())
+    ri.save_state({"ranks": states}, tmp_path / "ranks.json")
+    rep = report_of(capsys, tmp_path / "ranks.json")
+    assert [s["label"] for s in rep["states"]] == ["rank 0 of 2", "rank 1 of 2"]
+    read = [s["tree"]["children"][0]["source"]["rows_read"] for s in rep["states"]]
+    assert read == [10 + 8, 11 + 8]  # yielded + buffered
+
+    # the same progress moved to 3 ranks: the untouched shard of rank 0 becomes a fresh segment
+    ri.save_state({"ranks": ri.redistribute_states(states, world_size=3)}, tmp_path / "plans.json")
+    rep = report_of(capsys, tmp_path / "plans.json")
+    segs = rep["states"]
+    assert all(s["kind"] == "plan segment" for s in segs)
+    assert {s["label"].split(":")[0] for s in segs} == {"rank 0 of 3", "rank 1 of 3", "rank 2 of 3"}
+    fresh = [s for s in segs if "fresh_shards" in s]
+    handed = [sh["shard"] for s in segs if "tree" in s
+              for sh in s["tree"]["children"][0]["source"]["shards"] if sh["status"] == "handed off"]
+    assert fresh and sorted(sh for s in fresh for sh in s["fresh_shards"]) == sorted(handed)
+    code, out, _ = run(capsys, "inspect", str(tmp_path / "plans.json"))
+    assert "(saved by rank 0 of 2)" in out and "fresh segment: reads shard(s)" in out
