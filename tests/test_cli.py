@@ -115,6 +115,7 @@ def test_dropped_buffer_and_sources_of_unknown_length(tmp_path, capsys):
     assert "not stored (buffer_state='drop')" in out and "all rows  done" in out and "15 rows  reading" in out
 
 
+@pytest.mark.filterwarnings("ignore:.set_vital. is deprecated")
 def test_dataloader_state_with_workers(tmp_path, capsys):
     pytest.importorskip("torch")
     sdl = pytest.importorskip("torchdata.stateful_dataloader")

@@ -22,7 +22,11 @@ from data import HF_B, gen_src, src
 from harness import take
 
 torch = pytest.importorskip("torch")
+pytest.importorskip("torchdata")
 from torchdata.stateful_dataloader import StatefulDataLoader  # noqa: E402
+
+pytestmark = [pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning")]
+TORCH = pytest.mark.torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -57,6 +61,7 @@ def _loader(ds, **kw):
     return StatefulDataLoader(ds, batch_size=4, num_workers=2, collate_fn=as_lists, **kw)
 
 
+@TORCH
 def test_worker_killed_from_inside_fails_loudly_and_the_last_state_resumes_exactly(tmp_path):
     flag = str(tmp_path / "kill")
     full = [i for b in _loader(_killer_pipeline(flag, kill_at=-1)) for i in b]
@@ -75,6 +80,7 @@ def test_worker_killed_from_inside_fails_loudly_and_the_last_state_resumes_exact
     assert seen + [i for b in restarted for i in b] == full
 
 
+@TORCH
 def test_worker_killed_by_the_parent_fails_loudly_and_resumes_exactly():
     def build():
         return ri.interleave_datasets([src(4).map(lambda ex: {"y": 1}), gen_src(2, 20)],
@@ -100,6 +106,7 @@ def test_worker_killed_by_the_parent_fails_loudly_and_resumes_exactly():
     assert full[:8] + tail == full
 
 
+@TORCH
 def test_plain_dataloader_worker_killed_fails_loudly():
     loader = torch.utils.data.DataLoader(src(4).shuffle(seed=1, buffer_size=3), batch_size=4, num_workers=2,
                                          collate_fn=as_lists)
@@ -214,6 +221,7 @@ def test_map_error_over_generator_and_parquet_sources_names_their_shard(tmp_path
     assert "source files shard 2, row 7" in _notes(info) and "example #27" in _notes(info)
 
 
+@TORCH
 def test_error_inside_a_worker_reaches_the_trainer_with_its_notes():
     def boom(ex):
         if ex["id"] == 33:

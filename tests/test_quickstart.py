@@ -22,6 +22,7 @@ def test_fence_extraction_finds_blocks():
     assert "import resumable_iterable as ri" in blocks[0]
 
 
+@pytest.mark.filterwarnings("ignore:.set_vital. is deprecated")
 @pytest.mark.parametrize("page", ["index.md", "state-contract.md"])
 def test_page_code_runs_verbatim(page, tmp_path, monkeypatch, capsys):
     if page == "index.md":

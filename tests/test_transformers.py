@@ -4,6 +4,7 @@ with DataLoader workers, and without the Trainer re-reading the consumed batches
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -24,7 +25,7 @@ from resumable_iterable.integrations.transformers import (  # noqa: E402
     find_envelopes,
 )
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:.set_vital. is deprecated")]
 
 ROWS, SHARDS, BATCH, MAX_STEPS, BUFFER = 40, 4, 4, 24, 8  # 10 batches per pass: the run crosses two epoch boundaries
 READS: list[int] = []  # source rows read in this process (num_workers=0 only)
@@ -86,6 +87,10 @@ def run_interrupted(tmp_path, workers, crash_at):
     b.add_callback(CrashAfterSave(crash_at))
     with pytest.raises(Crash):
         b.train()
+    # shut the crashed run's DataLoader workers down now: left alive while the next loader forks
+    # its own workers, they later take torch's join timeout (5 s each) to stop
+    del b
+    gc.collect()
     ckpt = out / f"checkpoint-{crash_at}"
     assert (ckpt / STATE_FILE).is_file()
     return out, ckpt, model_b.seen
@@ -101,6 +106,8 @@ def uninterrupted(tmp_path_factory):
             a, model = make_trainer(tmp_path_factory.mktemp(f"a{workers}"), workers)
             a.train()
             assert len(model.seen) == MAX_STEPS * BATCH
+            # the callback released the loader's iterator (and its worker processes) at the end
+            assert a.callback_handler.train_dataloader.base_dataloader._iterator is None
             cache[workers] = model.seen
         return cache[workers]
 
@@ -153,6 +160,8 @@ def test_resume_twice_with_resume_true(tmp_path, uninterrupted):
     c.add_callback(CrashAfterSave(12))
     with pytest.raises(Crash):
         c.train(resume_from_checkpoint=True)
+    del c
+    gc.collect()
     d, model_d = make_trainer(out, 0)
     d.train(resume_from_checkpoint=True)
     assert head + model_c.seen + model_d.seen == full
@@ -210,3 +219,21 @@ def test_callback_passed_at_construction_turns_off_data_skip(tmp_path):
     assert args.ignore_data_skip is False
     transformers.Trainer(model=Recorder(), args=args, train_dataset=build(), callbacks=[ResumableDataCallback()])
     assert args.ignore_data_skip is True
+
+
+@pytest.mark.parametrize("before,after", [(2, 0), (0, 2)])
+def test_resume_with_another_worker_count(tmp_path, uninterrupted, before, after):
+    """Elastic resume: the rest of the interrupted pass is read exactly once (in another order),
+    and the passes after it are those of an uninterrupted run with the new worker count."""
+    full_before, full_after = uninterrupted(before), uninterrupted(after)
+    crash_at = 14  # 4 batches into the second pass
+    out, ckpt, head = run_interrupted(tmp_path, before, crash_at)
+    assert head == full_before[: crash_at * BATCH]
+    c, model_c = make_trainer(out, after)
+    c.train(resume_from_checkpoint=str(ckpt))
+    rest_of_pass = 2 * ROWS - crash_at * BATCH  # examples of the second pass not yet seen
+    assert sorted(head[ROWS:] + model_c.seen[:rest_of_pass]) == list(range(ROWS))
+    # then the third pass, as the new worker count reads it (each worker batches its own examples,
+    # so the re-dealt rest of the second pass may take one batch more: C then stops a batch earlier)
+    tail = model_c.seen[rest_of_pass:]
+    assert len(tail) >= (MAX_STEPS - 20 - 1) * BATCH and tail == full_after[2 * ROWS: 2 * ROWS + len(tail)]

@@ -38,7 +38,7 @@ SPLIT_KEYWORDS = {
     "validation": ("validation", "valid", "dev", "val"),
     "test": ("test", "testing", "eval", "evaluation"),
 }
-_SEP = "-._ 0-9"
+_SEP = r"[-._ 0-9]"
 _IGNORED = {"readme.md", ".gitattributes", "config.json", "dataset_info.json", "dataset_infos.json",
             "dataset_dict.json", "state.json"}
 _SHARDED = re.compile(r"^data/(?P<split>\w+?)-\d{5}-of-\d{5}[^/]*$")
@@ -138,12 +138,11 @@ def _is_data_file(path: str) -> bool:
     return _is_candidate(path) and format_of(path) is not None
 
 
-def _keyword_in(name: str, keyword: str, whole_or_prefix_ok: bool) -> bool:
-    """``keyword`` delimited by separators (``-._ `` or digits) inside ``name``."""
-    sep = f"[{re.escape(_SEP[:4])}0-9]"
-    if whole_or_prefix_ok and re.match(rf"{re.escape(keyword)}(?:{sep}|\Z)", name):
-        return True
-    return re.search(rf"{sep}{re.escape(keyword)}(?:{sep}|\Z)", name) is not None
+def _keyword_in(name: str, keyword: str) -> bool:
+    """``keyword`` in ``name``, at its start or after a separator, and followed by a separator or
+    the end (separators: ``-``, ``.``, ``_``, space, digits)."""
+    k = re.escape(keyword)
+    return re.search(rf"(?:^|{_SEP}){k}(?:{_SEP}|$)", name) is not None
 
 
 def infer_splits(files: list[str]) -> dict[str, list[str]]:
@@ -164,9 +163,9 @@ def infer_splits(files: list[str]) -> dict[str, list[str]]:
         *dirs, name = f.split("/")
         stem = name.rsplit(".", 1)[0]
         for split, keywords in SPLIT_KEYWORDS.items():
-            if any(_keyword_in(d.lower(), k, True) for d in dirs for k in keywords):
+            if any(_keyword_in(d.lower(), k) for d in dirs for k in keywords):
                 by_dir.setdefault(split, []).append(f)
-            if any(_keyword_in(stem.lower(), k, True) for k in keywords):
+            if any(_keyword_in(stem.lower(), k) for k in keywords):
                 by_name.setdefault(split, []).append(f)
     if by_dir:
         return by_dir

@@ -32,6 +32,9 @@ Trainer stores the SHA-256 of the data-state file in ``trainer_state.json``. On 
 callback looks for the file in ``args.resume_from_checkpoint`` (when set) and in
 ``<output_dir>/checkpoint-<global_step>``, and only accepts the file with that digest.
 
+Another ``dataloader_num_workers`` at resume than at save is handled by elastic resume (see
+``elastic.py``): the rest of the interrupted pass is re-dealt among the new workers.
+
 Epochs: for a dataset without ``__len__`` the Trainer restarts its epoch counter at 0 when it
 resumes. The callback maps the Trainer's epoch numbers back onto the dataset's, so each new pass
 after a resume is shuffled with the same ``(seed, epoch)`` as in the uninterrupted run.
@@ -80,6 +83,18 @@ def _base_loader(loader: Any) -> Any:
 def _is_stateful(loader: Any) -> bool:
     base = _base_loader(loader)
     return callable(getattr(base, "state_dict", None)) and callable(getattr(base, "load_state_dict", None))
+
+
+def _drop_iterator(loader: Any) -> None:
+    """Make a torchdata ``StatefulDataLoader`` forget its current iterator (and stop its workers);
+    loading an empty state is torchdata's documented way to do that."""
+    try:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+    except ImportError:  # pragma: no cover - torchdata is needed to get here at all
+        return
+    base = _base_loader(loader)
+    if isinstance(base, StatefulDataLoader):
+        base.load_state_dict({})
 
 
 def _digest(text: str) -> str:
@@ -181,7 +196,8 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         # a checkpoint written without this callback has no entry for it; the Trainer would fail
         # with a KeyError when it saves the next checkpoint
         if isinstance(state.stateful_callbacks, dict) and name not in state.stateful_callbacks:
-            state.stateful_callbacks[name] = self.state()
+            state.stateful_callbacks[name] = {"args": {"filename": self.filename},
+                                              "attributes": {"data_state_sha256": None}}
 
     def on_save(self, args, state, control, **kwargs):
         if self._loader is None:
@@ -207,6 +223,11 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         self._pending = None
 
     def on_train_end(self, args, state, control, **kwargs):
+        if self._loader is not None:
+            # A StatefulDataLoader keeps its last iterator - and with num_workers > 0 its worker
+            # processes - alive after training. Release them now: left running while another
+            # loader starts workers, they later take torch's join timeout (5 s each) to stop.
+            _drop_iterator(self._loader)
         self._loader = None
         self._trainer_state = None
         self._args = None
@@ -279,16 +300,39 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         finished = bool(isinstance(loader_state, dict) and loader_state.get("_iterator_finished"))
         epochs = [env["epoch"] for _, env in find_envelopes(loader_state) if type(env.get("epoch")) is int]
         if not finished:
-            loader.load_state_dict(loader_state)
+            loader.load_state_dict(self._fit_workers(loader, loader_state))
         else:
             # a pass that had ended needs no state: the next pass starts from the beginning, with
-            # the next epoch. Loading an empty state drops the iterator accelerate created when it
-            # built the loader (it would start its pass with the epoch of that moment).
-            loader.load_state_dict({})
+            # the next epoch. Drop the iterator accelerate created when it built the loader (it
+            # would start its pass with the epoch of that moment).
+            _drop_iterator(loader)
         if epochs and callable(getattr(loader, "set_epoch", None)):
             _shift_epochs(loader, max(epochs) + (1 if finished else 0))
         logger.info("ResumableDataCallback: restored the data state of step %d%s", state.global_step,
                     " (the pass had ended; the next one starts)" if finished else "")
+
+
+    @staticmethod
+    def _fit_workers(loader: Any, loader_state: Any) -> Any:
+        """A loader state saved with another ``dataloader_num_workers``, re-dealt for this loader
+        (elastic resume: the rest of the epoch is still read exactly once; see ``elastic.py``)."""
+        want = getattr(_base_loader(loader), "num_workers", None)
+        if not isinstance(want, int) or not isinstance(loader_state, dict):
+            return loader_state
+        from ..elastic import loader_num_workers, remap_loader_state
+
+        try:
+            saved = loader_num_workers(loader_state)
+        except (TypeError, ValueError):
+            return loader_state  # not a torchdata state: the loader judges it
+        if saved == want:
+            return loader_state
+        logger.info("ResumableDataCallback: the checkpoint was written with %d DataLoader workers, this run "
+                    "has %d: the rest of the epoch is re-dealt among them (elastic resume)", saved, want)
+        remapped = remap_loader_state(loader_state, want)
+        if "_iterator_finished" in loader_state:
+            remapped.setdefault("_iterator_finished", loader_state["_iterator_finished"])
+        return remapped
 
 
 def _shift_epochs(loader: Any, first_epoch: int) -> None:
