@@ -40,29 +40,24 @@ BATCH_SIZE = 32
 WORKERS = 2
 
 
-class _Rows:
-    """The loader's own ceiling: a torch ``IterableDataset`` over a Python list of ready examples,
-    split among workers by index - no dataset library involved."""
+def rows_dataset(rows: list):
+    """The loader's own ceiling: a torch ``IterableDataset`` over a Python list of ready-made
+    examples, split among workers by index - no dataset library involved."""
+    import torch.utils.data
 
-    def __new__(cls, rows):
-        import torch.utils.data
+    class Rows(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            info = torch.utils.data.get_worker_info()
+            k, n = (info.id, info.num_workers) if info is not None else (0, 1)
+            return iter(rows[k::n])
 
-        class Rows(torch.utils.data.IterableDataset):
-            def __init__(self, rows):
-                self.rows = rows
+        def state_dict(self):
+            return {}
 
-            def __iter__(self):
-                info = torch.utils.data.get_worker_info()
-                k, n = (info.id, info.num_workers) if info is not None else (0, 1)
-                return iter(self.rows[k::n])
+        def load_state_dict(self, state):
+            pass
 
-            def state_dict(self):
-                return {}
-
-            def load_state_dict(self, state):
-                pass
-
-        return Rows(rows)
+    return Rows()
 
 
 def loader_rate(make_ds, limit: int | None, repeats: int = 1) -> tuple[float, int]:
@@ -99,7 +94,7 @@ def run(n_rows: int = N_ROWS, repeats: int = 1, scale: float = 1.0, hf_ds=None, 
     limit_of = {name: max(BATCH_SIZE, int(n * scale)) for name, n in LIMITS.items()}
 
     ceiling_rows = hf_ds.select(range(min(len(hf_ds), limit_of["plain iteration"]))).to_list()
-    rate, n = loader_rate(lambda: _Rows(ceiling_rows), None, repeats)
+    rate, n = loader_rate(lambda: rows_dataset(ceiling_rows), None, repeats)
     results = [Result("loader alone (Python list of examples)", rate, None, "ex/s",
                       note=f"the ceiling of the loader itself: {n} ready-made examples")]
     for name in names or NAMES:

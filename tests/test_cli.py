@@ -125,6 +125,8 @@ def test_dataloader_state_with_workers(tmp_path, capsys):
         if i == 6:
             break
     ri.save_state(dl.state_dict(), tmp_path / "loader.json")
+    dl._iterator._shutdown_workers()  # now, rather than a join timeout in a later test
+    capsys.readouterr()  # whatever torch/torchdata printed while iterating is not the CLI's output
     rep = report_of(capsys, tmp_path / "loader.json")
     assert [s["label"] for s in rep["states"]] == ["worker 0", "worker 1"]
     assert rep["loaders"][0]["num_workers"] == 2 and rep["loaders"][0]["batches_yielded"] == 7

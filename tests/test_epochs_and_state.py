@@ -115,7 +115,7 @@ def test_exotic_values_survive_the_codec_in_a_shuffle_buffer(tmp_path):
     with pytest.raises(TypeError):
         json.dumps(ds.state_dict())  # plain json cannot: that is what save_state is for
     back = ri.load_state(path)
-    buf = back["state"]["buffer"]
+    buf = [e for chunk in back["state"]["buffer"] for e in chunk]  # the buffer is saved in chunks
     assert any(isinstance(e["blob"], bytes) for e in buf)
     assert any(isinstance(e["vec"], np.ndarray) and e["vec"].dtype == np.float32 for e in buf)
     assert any(isinstance(e["t"], tuple) for e in buf)

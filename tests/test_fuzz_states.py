@@ -43,7 +43,10 @@ import resumable_iterable as ri
 from data import HF_B, HF_C, gen_src, src
 from harness import normalize, take
 
+pytestmark = pytest.mark.slow
+
 SEED = int(os.environ.get("RI_FUZZ_SEED", "20261123"))
+#: mutations per real state: 36 in CI (2520 in all), ten times more with --soak
 MUTATIONS_PER_STATE = int(os.environ.get("RI_FUZZ_PER_STATE", "36"))
 
 
@@ -310,8 +313,9 @@ def real_states(tmp_path_factory):
     return out
 
 
-def test_mutated_states_are_rejected_or_continue_validly(real_states, capsys):
+def test_mutated_states_are_rejected_or_continue_validly(real_states, capsys, soak):
     rng = random.Random(SEED)
+    per_state = MUTATIONS_PER_STATE * (10 if soak else 1)
     stats = collections_counter()
     envelopes = [s for *_, s in real_states]
     tried = 0
@@ -321,7 +325,7 @@ def test_mutated_states_are_rejected_or_continue_validly(real_states, capsys):
         ds = case.build()
         ds.load_state_dict(copy.deepcopy(base))
         assert [key(x) for x in ds] == full[k:], f"{case.name}: the real state at {k} does not resume"
-        for j in range(MUTATIONS_PER_STATE):
+        for j in range(per_state):
             mutated, what, data = mutate(base, rng, envelopes)
             for _ in range(rng.choice([0, 0, 0, 1, 2])):  # sometimes several edits at once
                 mutated, more, more_data = mutate(mutated, rng, envelopes)

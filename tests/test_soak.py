@@ -162,7 +162,7 @@ def test_soak_resume_from_random_checkpoints(soak, workers, mode, capsys):
         pytest.importorskip("torch")
         pytest.importorskip("torchdata")
     total = 1_000_000 if soak else (60_000 if workers else 100_000)
-    every = 200 if soak else (40 if workers else 60)
+    every = 200 if soak else 60
     figures = run_soak(total, mode, workers, every=every, seed=total + workers)
     with capsys.disabled():
         print(f"\n[soak] workers={workers} buffer_state={mode}: {figures['examples']} examples, {figures['resumes']} "

@@ -180,7 +180,12 @@ def analyse_node(shape: dict, state: dict, where: str) -> dict:
     if kind == "shuffle" and "buffer" in state:
         mode = params.get("buffer_state", "examples")
         stored = {"examples": "examples", "replay": "positions", "drop": "nothing"}.get(mode, mode)
-        report["buffer"] = {"fill": len(state["buffer"]) if isinstance(state["buffer"], list) else None,
+        buf = state["buffer"]
+        fill = None
+        if isinstance(buf, list):  # buffer_state="examples" saves the examples in chunks (lists)
+            chunked = mode == "examples" and all(isinstance(c, list) for c in buf)
+            fill = sum(len(c) for c in buf) if chunked else len(buf)
+        report["buffer"] = {"fill": fill,
                             "size": params.get("buffer_size"), "stored": stored,
                             "draining": bool(state.get("draining"))}
     if kind == "interleave" and isinstance(state.get("peeked"), list):

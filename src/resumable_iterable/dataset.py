@@ -7,7 +7,9 @@ import os
 import sys
 from typing import Any, Callable, Iterator
 
+from . import elastic as _elastic
 from . import state as _state
+from .distributed import current_worker, split_for_process
 from .nodes.arrow import ArrowSource
 from .nodes.base import Node
 from .nodes.batch import BatchNode
@@ -243,33 +245,25 @@ class IterableDataset(_Base):
     # ------------------------------------------------------------------ iteration and state
     def _iteration_node(self) -> Node:
         """The template pipeline this process iterates: split by rank, then by DataLoader worker."""
-        from .distributed import split_for_process
-
         return split_for_process(self._node, self._split)
 
     def __iter__(self) -> Iterator[dict]:
-        from .distributed import current_worker
-        from .elastic import fresh_node, resolve_pending
-
         worker = current_worker()
-        resolve_pending(self, worker)
+        _elastic.resolve_pending(self, worker)
         if self._pending and self._active is not None:
             node = self._active
             self._pending = False
             self._loaded = None  # used up: nothing left to split among workers
         else:
-            node, epoch = fresh_node(self, worker)
+            node, epoch = _elastic.fresh_node(self, worker)
             self._active, self._active_ctx, self._active_epoch = node, worker, epoch
         return iter(node)
 
     def _current_node(self) -> Node:
-        from .distributed import current_worker
-        from .elastic import fresh_node, resolve_pending
-
         worker = current_worker()
-        resolve_pending(self, worker)
+        _elastic.resolve_pending(self, worker)
         if self._active is None or self.__dict__.get("_active_ctx") != worker:
-            node, epoch = fresh_node(self, worker)
+            node, epoch = _elastic.fresh_node(self, worker)
             self._active, self._active_ctx, self._active_epoch = node, worker, epoch
             self._loaded = self._claims = None  # a fresh start, not a loaded state
             self._pending = True
@@ -284,17 +278,15 @@ class IterableDataset(_Base):
         count, or :func:`resumable_iterable.redistribute_states`) the state is an *elastic plan*
         (see ``elastic.py``), which loads the same way.
         """
-        from .elastic import SegmentsNode, plan_state, split_description
-
         node = self._current_node()
         epoch = self.__dict__.get("_active_epoch", self._epoch)
-        if isinstance(node, SegmentsNode):
-            return plan_state(node, epoch)
+        if isinstance(node, _elastic.SegmentsNode):
+            return _elastic.plan_state(node, epoch)
         shape, fp = _shape_of(node)
         ctx = self.__dict__.get("_active_ctx")
         split = self.__dict__.get("_split_cache")
         if split is None or split[0] != ctx:  # a dataset's pipeline and rank split never change
-            split = self._split_cache = (ctx, split_description(self, ctx))
+            split = self._split_cache = (ctx, _elastic.split_description(self, ctx))
         return {"format": _state.FORMAT, "version": _state.VERSION, "fingerprint": fp,
                 "pipeline": _state.copy_state(shape), "epoch": epoch,
                 "state": _state.copy_state(node._state_dict), "split": _state.copy_state(split[1])}
@@ -306,11 +298,8 @@ class IterableDataset(_Base):
         ``ValueError`` (or ``TypeError``) before anything is changed if the state belongs to
         another pipeline or another rank / DataLoader worker, has an unknown version or is malformed.
         """
-        from .distributed import current_worker
-        from .elastic import load_node
-
         worker = current_worker()
-        node, epoch = load_node(self, state_dict, worker)
+        node, epoch = _elastic.load_node(self, state_dict, worker)
         claims = None
         if worker is None and "torch" in sys.modules:
             from .integrations.torch import new_claims

@@ -48,6 +48,24 @@ class DroppedList(ExampleList):
     __slots__ = ()
 
 
+CHUNK_BITS = 6
+CHUNK = 1 << CHUNK_BITS  # examples per chunk of a shuffle buffer (buffer_state="examples")
+
+
+class ExampleChunks(list):
+    """A shuffle buffer held as chunks: ``[[ex, ...], [ex, ...], ...]``, every chunk holding
+    :data:`CHUNK` examples except the last. :func:`copy_state` copies it in O(chunks): the copy
+    shares the chunk lists, and ``owned`` (one flag per chunk, cleared by every copy) tells the
+    live buffer which chunks it may still write in place - it copies a shared chunk before
+    writing to it (copy-on-write). Loading flattens and re-chunks, so a state's chunking is free."""
+
+    __slots__ = ("owned",)
+
+    def __init__(self, chunks: Any = ()):
+        super().__init__(chunks)
+        self.owned = bytearray(len(self))
+
+
 def copy_state(obj: Any) -> Any:
     """Copy a state tree: dicts and lists deeply, :class:`ExampleList` shallowly, scalars as-is.
 
@@ -70,10 +88,15 @@ def copy_state(obj: Any) -> Any:
         return ExampleList(list.copy(obj))
     if t is DroppedList:
         return []
+    if t is ExampleChunks:
+        new = ExampleChunks(list.copy(obj))
+        owned = obj.owned
+        owned[:] = bytes(len(owned))  # in place: the live node holds this bytearray
+        return new
     return obj
 
 
-_CONTAINERS = frozenset((dict, list, ExampleList, DroppedList))
+_CONTAINERS = frozenset((dict, list, ExampleList, DroppedList, ExampleChunks))
 
 
 def fingerprint(shape: Any) -> str:
@@ -121,7 +144,7 @@ def _encode(obj: Any) -> Any:
         if all(type(k) is str for k in obj) and _TAG not in obj:
             return {k: _encode(v) for k, v in obj.items()}
         return {_TAG: "dict", "items": [[_encode(k), _encode(v)] for k, v in obj.items()]}
-    if t is list or t is ExampleList or t is DroppedList:
+    if t is list or t is ExampleList or t is DroppedList or t is ExampleChunks:
         return [_encode(v) for v in obj]
     if isinstance(obj, list):
         return [_encode(v) for v in obj]

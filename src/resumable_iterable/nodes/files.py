@@ -117,7 +117,14 @@ class FileSource(SourceNode):
             if g >= md.num_row_groups:
                 return
             skip = offset - starts[g]
-            for batch in pf.iter_batches(batch_size=self.batch_rows, row_groups=list(range(g, md.num_row_groups))):
+            batches = pf.iter_batches(batch_size=self.batch_rows, row_groups=list(range(g, md.num_row_groups)))
+            while True:
+                try:  # decoding errors (a file damaged in the middle) name the file, like open errors
+                    batch = next(batches)
+                except StopIteration:
+                    break
+                except (OSError, pa.ArrowException) as e:
+                    raise self._open_error(shard_id, e) from None
                 if skip:
                     if skip >= batch.num_rows:
                         skip -= batch.num_rows

@@ -15,7 +15,9 @@ source (arrow, files, generator)            ``[shard_id, row]`` - row within tha
 ``interleave_datasets``                     ``[input, *child]``
 ``concatenate_datasets(axis=0)``            ``[input, *child]``
 ``concatenate_datasets(axis=1)``            ``[child_0, child_1, ...]`` - one provenance per
-                                            input, ``[]`` for an input already exhausted
+                                            input; for an exhausted input ``[-1]`` (its
+                                            columns are filled with None) or ``[]`` (it was
+                                            exhausted before yielding anything: no columns)
 per-example ``map``/``filter``, columns,    the child's, unchanged
 ``skip``, ``take``, ``repeat``, a nested
 replay-mode ``shuffle``
@@ -40,8 +42,7 @@ that changed is reported instead of silently yielding a row the filter had rejec
 What cannot be replayed is refused when ``shuffle()`` is called (:func:`require_replay_support`):
 batched ``map``/``filter`` (a batch's output rows depend on the whole batch), ``batch``, a
 ``shuffle`` that stores its buffer (``"examples"``/``"drop"``) below the replay-mode one,
-sources without random access, and ``concatenate_datasets(axis=1)`` below a node that restarts
-its input (``repeat``, ``interleave_datasets(stopping_strategy="all_exhausted")``).
+and sources without random access.
 
 Integrity: the state of a replay buffer carries a digest of its provenances (the sum of a CRC
 per slot), checked on load, so an edited position is rejected instead of re-reading another row.
@@ -69,14 +70,11 @@ DIGEST_MASK = 2**64 - 1
 TRACE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _kinds():
+def _load_kinds() -> dict:
     # imported lazily: several node modules import this one
-    from .arrow import ArrowSource
     from .batch import BatchNode
     from .columns import ColumnsNode
     from .concat import ConcatNode
-    from .files import FileSource
-    from .filter import FilterNode
     from .generator import GeneratorSource
     from .interleave import InterleaveNode
     from .map import MapNode
@@ -89,19 +87,20 @@ def _kinds():
     return locals()
 
 
-_K: dict | None = None
+_KINDS: dict | None = None
 
 
-def K() -> dict:
-    global _K
-    if _K is None:
-        _K = _kinds()
-    return _K
+def _k() -> dict:
+    """The node classes, by name."""
+    global _KINDS
+    if _KINDS is None:
+        _KINDS = _load_kinds()
+    return _KINDS
 
 
 def describe(node: Node) -> str:
     """A short human name of a node: ``map(tokenize, batched=True)``, ``interleave``..."""
-    k = K()
+    k = _k()
     if isinstance(node, k["MapNode"]):
         name = getattr(node.function, "__qualname__", type(node.function).__name__)
         return f"{node.kind}({name}{', batched=True' if node.batched else ''})"
@@ -119,7 +118,7 @@ def describe(node: Node) -> str:
 
 def require_replay_support(child: Node) -> None:
     """Raise ``ValueError`` naming the first node under ``child`` whose examples cannot be replayed."""
-    _support(child, "shuffle/" + child.kind, resets=None)
+    _support(child, "shuffle/" + child.kind)
 
 
 def _refuse(node: Node, path: str, why: str) -> ValueError:
@@ -129,8 +128,8 @@ def _refuse(node: Node, path: str, why: str) -> ValueError:
     )
 
 
-def _support(node: Node, path: str, resets: str | None) -> None:
-    k = K()
+def _support(node: Node, path: str) -> None:
+    k = _k()
     kids = node.children
     if isinstance(node, k["SourceNode"]):
         if not callable(getattr(node, "read_rows", None)):
@@ -146,19 +145,11 @@ def _support(node: Node, path: str, resets: str | None) -> None:
         if node.buffer_state != "replay":
             raise _refuse(node, path, "its buffered examples are stored, not where they came from; give it "
                                       "buffer_state='replay' too")
-    elif isinstance(node, k["ConcatNode"]):
-        if node.axis == 1 and resets is not None:
-            raise _refuse(node, path, f"{resets} above it restarts it, and the None columns of its exhausted "
-                                      "inputs are only known within one pass")
-    elif isinstance(node, k["RepeatNode"]):
-        resets = "repeat"
-    elif isinstance(node, k["InterleaveNode"]):
-        if node.stopping_strategy == "all_exhausted":
-            resets = "interleave_datasets(stopping_strategy='all_exhausted')"
-    elif not isinstance(node, (k["ColumnsNode"], k["SkipNode"], k["TakeNode"], k["StepNode"])):
+    elif not isinstance(node, (k["ConcatNode"], k["InterleaveNode"], k["RepeatNode"], k["ColumnsNode"],
+                               k["SkipNode"], k["TakeNode"], k["StepNode"])):
         raise _refuse(node, path, f"'{node.kind}' nodes do not support replay")
     for i, c in enumerate(kids):
-        _support(c, f"{path}[{i}]/{c.kind}" if len(kids) > 1 else f"{path}/{c.kind}", resets)
+        _support(c, f"{path}[{i}]/{c.kind}" if len(kids) > 1 else f"{path}/{c.kind}")
 
 
 # ---------------------------------------------------------------------------- capture
@@ -171,7 +162,7 @@ def compile_provenance(node: Node) -> Callable[[], list]:
     track the examples they peek. The states are captured by reference (nodes update them in
     place), so the function stays valid while this pipeline instance iterates.
     """
-    k = K()
+    k = _k()
     if isinstance(node, k["SourceNode"]):
         return _source_provenance(node)
     if isinstance(node, k["ShuffleNode"]):  # a nested replay-mode shuffle records what it yields
@@ -186,8 +177,8 @@ def compile_provenance(node: Node) -> Callable[[], list]:
             return lambda: [st["index"], *fns[st["index"]]()]
 
         def merged() -> list:
-            ex = st["exhausted"]
-            return [[] if ex[j] else f() for j, f in enumerate(fns)]
+            ex, cols = st["exhausted"], st["columns"]
+            return [([] if cols[j] is None else [-1]) if ex[j] else f() for j, f in enumerate(fns)]
 
         return merged
     child = compile_provenance(node.children[0])
@@ -228,7 +219,7 @@ def buffer_digest(buffer: list) -> int:
 
 def check_provenance(node: Node, prov: Any, where: str, _lengths: dict | None = None) -> None:
     """Raise ``ValueError`` unless ``prov`` is a well-formed provenance of an example of ``node``."""
-    k = K()
+    k = _k()
     if type(prov) is not list:
         raise ValueError(f"{where}: a position must be a list of integers, got {type(prov).__name__}")
     if isinstance(node, k["SourceNode"]):
@@ -247,10 +238,12 @@ def check_provenance(node: Node, prov: Any, where: str, _lengths: dict | None = 
         n = len(node.children)
         if len(prov) != n:
             raise ValueError(f"{where}: a concatenate(axis=1) position has one entry per input ({n}), got {prov!r}")
-        if all(p == [] for p in prov):
+        exhausted = [type(p) is list and (p == [] or (len(p) == 1 and type(p[0]) is int and p[0] == -1))
+                     for p in prov]
+        if all(exhausted):
             raise ValueError(f"{where}: a concatenate(axis=1) position names no input")
-        for j, (c, p) in enumerate(zip(node.children, prov)):
-            if p != []:
+        for j, (c, p, done) in enumerate(zip(node.children, prov, exhausted)):
+            if not done:
                 check_provenance(c, p, f"{where}[{j}]")
         return
     if isinstance(node, (k["InterleaveNode"], k["ConcatNode"])):
@@ -276,7 +269,7 @@ def replay(node: Node, provs: list[list], bar: Any = None) -> list[Any]:
     """Re-derive the examples ``node`` yielded at positions ``provs`` (validated), in that order."""
     if not provs:
         return []
-    k = K()
+    k = _k()
     if isinstance(node, k["SourceNode"]):
         return _replay_source(node, provs, bar)
     if isinstance(node, k["ShuffleNode"]):
@@ -335,24 +328,42 @@ def _apply_columns(node: Node, ex: dict) -> dict:
 
 def _replay_concat_columns(node: Node, provs: list[list], bar: Any) -> list[dict]:
     n = len(node.children)
-    columns = node._state_dict["columns"]
-    per_child: list[list] = []
+    columns = list(node._state_dict["columns"])
+    per_child: list[dict] = []
     for j in range(n):
-        js = [i for i, p in enumerate(provs) if p[j] != []]
+        js = [i for i, p in enumerate(provs) if p[j] != [] and p[j] != [-1]]
         exs = replay(node.children[j], [provs[i][j] for i in js], bar)
         per_child.append(dict(zip(js, exs)))
+        if columns[j] is None and any(p[j] == [-1] for p in provs):
+            columns[j] = _first_columns(node.children[j])
     out = []
-    for i in range(len(provs)):
+    for i, prov in enumerate(provs):
         merged: dict = {}
         for j in range(n):
             ex = per_child[j].get(i)
-            if ex is None:
-                for c in columns[j] or ():
-                    merged.setdefault(c, None)
-            else:
+            if ex is not None:
                 merged.update(ex)
+            elif prov[j] == [-1]:  # exhausted after yielding: its columns are None (as when it ran)
+                for c in columns[j]:
+                    merged.setdefault(c, None)
         out.append(merged)
     return out
+
+
+def _first_columns(child: Node) -> list[str]:
+    """The columns of the first example ``child`` yields in a pass: what ``concatenate(axis=1)``
+    fills with None once that input is exhausted. Needed when the example was buffered in an
+    earlier pass (a ``repeat`` or an interleave restarted the input since, and forgot them)."""
+    from ..state import copy_state
+
+    fresh = child.clone()
+    fresh.load(copy_state(child._state_dict))  # the shard order chosen above lives in the state
+    fresh.reset()
+    first = next(iter(fresh), None)
+    if first is None:
+        raise ValueError("cannot re-derive a buffered concatenate(axis=1) row: the input that was exhausted "
+                         "now yields nothing (did the data change?)")
+    return list(first)
 
 
 def _source_label(node: Node, sid: int) -> str:
@@ -363,7 +374,7 @@ def _source_label(node: Node, sid: int) -> str:
 
 
 def _replay_source(node: Node, provs: list[list], bar: Any) -> list[dict]:
-    k = K()
+    k = _k()
     by_shard: dict[int, list[int]] = {}
     for p in provs:
         by_shard.setdefault(p[0], []).append(p[1])
@@ -426,6 +437,8 @@ def replay_buffer(child: Node, buffer: list[list]) -> list[dict]:
 def same_example(a: Any, b: Any) -> bool:
     """Equality of examples that treats NaN as equal to itself and compares numpy arrays by value."""
     if type(a) is not type(b):
+        if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):  # a plain JSON round trip makes lists
+            return len(a) == len(b) and all(same_example(x, y) for x, y in zip(a, b))
         if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool):
             return a == b
         return False

@@ -28,10 +28,21 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..state import DroppedList, ExampleList
+from ..state import CHUNK, CHUNK_BITS, DroppedList, ExampleChunks, ExampleList
 from .base import Node, check_bool, check_examples, check_int, check_rng, rng_from_seed, rng_from_state
 
 BLOCK = 1024
+
+
+def _flatten(buffer: list) -> list | None:
+    """The examples of a buffer given as chunks (lists) or flat (dicts); ``None`` if it mixes them."""
+    if all(isinstance(x, dict) for x in buffer):
+        return list(buffer)
+    if all(isinstance(x, list) for x in buffer):
+        return [ex for ch in buffer for ex in ch]
+    return None
+
+
 BUFFER_STATES = ("examples", "drop", "replay")
 
 
@@ -67,7 +78,8 @@ class ShuffleNode(Node):
         super().set_epoch(epoch)
 
     def _own_state(self) -> dict:
-        buffer = DroppedList() if self.buffer_state == "drop" else ExampleList()
+        buffer = DroppedList() if self.buffer_state == "drop" else (
+            ExampleChunks() if self.buffer_state == "examples" else ExampleList())
         st = {"seed": self.seed, "epoch": self.epoch,
               "rng": rng_from_seed(self.seed, self.epoch).bit_generator.state,
               "rng_pos": 0, "buffer": buffer, "draining": False}
@@ -89,12 +101,22 @@ class ShuffleNode(Node):
         check_int(state, "rng_pos", where, hi=BLOCK)
         check_examples(state["buffer"], where, "buffer")
         check_bool(state, "draining", where)
-        if len(state["buffer"]) > self.buffer_size:
-            raise ValueError(f"{where}: the buffer holds {len(state['buffer'])} examples, more than "
+        if self.buffer_state == "examples":
+            # chunks of examples, or (as written before chunking) a flat list of examples
+            examples = _flatten(state["buffer"])
+            if examples is None:
+                raise ValueError(f"{where}: 'buffer' must be a list of examples or of chunks (lists of examples)")
+            n = len(examples)
+            if not all(isinstance(ex, dict) for ex in examples):
+                raise ValueError(f"{where}: every buffered example must be an object")
+        else:
+            n = len(state["buffer"])
+        if n > self.buffer_size:
+            raise ValueError(f"{where}: the buffer holds {n} examples, more than "
                              f"buffer_size={self.buffer_size}")
         if self.buffer_state == "replay":
             self._validate_replay(state, where)
-        elif not all(isinstance(ex, dict) for ex in state["buffer"]):
+        elif self.buffer_state == "drop" and not all(isinstance(ex, dict) for ex in state["buffer"]):
             raise ValueError(f"{where}: every buffered example must be an object")
 
     def _validate_replay(self, state: dict, where: str) -> None:
@@ -111,8 +133,13 @@ class ShuffleNode(Node):
     def _load_own(self, state: dict) -> None:
         super()._load_own(state)
         st = self._state_dict
-        cls = DroppedList if self.buffer_state == "drop" else ExampleList
-        st["buffer"] = cls(st["buffer"])
+        if self.buffer_state == "examples":
+            flat = _flatten(st["buffer"])
+            st["buffer"] = ExampleChunks(flat[k:k + CHUNK] for k in range(0, len(flat), CHUNK))
+            st["buffer"].owned[:] = b"\x01" * len(st["buffer"])  # fresh chunks
+        else:
+            cls = DroppedList if self.buffer_state == "drop" else ExampleList
+            st["buffer"] = cls(st["buffer"])
         self.seed, self.epoch = st["seed"], st["epoch"]
 
     def _iter(self) -> Iterator[dict]:
@@ -121,6 +148,71 @@ class ShuffleNode(Node):
         return self._iter_examples()
 
     def _iter_examples(self) -> Iterator[dict]:
+        if self.buffer_state == "drop":
+            return self._iter_flat()
+        return self._iter_chunked()
+
+    def _iter_chunked(self) -> Iterator[dict]:
+        """``_iter_flat`` over a chunked buffer: example ``i`` is ``buf[i >> CHUNK_BITS][i & mask]``;
+        a chunk shared with a state copy is copied before it is written (see ``ExampleChunks``)."""
+        st = self._state_dict
+        buf = st["buffer"]
+        owned = buf.owned
+        size = self.buffer_size
+        mask = CHUNK - 1
+        if not st["draining"]:
+            rng = rng_from_state(st["rng"])
+            block = rng.integers(0, size, size=BLOCK).tolist()
+            pos = st["rng_pos"]
+            n = sum(map(len, buf))
+            for ex in self.children[0]:
+                if n < size:
+                    if not buf or len(buf[-1]) == CHUNK:
+                        buf.append([ex])
+                        owned.append(1)
+                    else:
+                        k = len(buf) - 1
+                        if not owned[k]:
+                            buf[k] = buf[k].copy()
+                            owned[k] = 1
+                        buf[k].append(ex)
+                    n += 1
+                    continue
+                if pos == BLOCK:
+                    st["rng"] = rng.bit_generator.state
+                    block = rng.integers(0, size, size=BLOCK).tolist()
+                    pos = 0
+                i = block[pos]
+                pos += 1
+                st["rng_pos"] = pos
+                c = i >> CHUNK_BITS
+                ch = buf[c]
+                if not owned[c]:
+                    ch = buf[c] = ch.copy()
+                    owned[c] = 1
+                j = i & mask
+                out = ch[j]
+                ch[j] = ex
+                yield out
+            flat = [ex for ch in buf for ex in ch]
+            order = rng_from_seed(st["seed"], st["epoch"], 2).permutation(len(flat)).tolist()
+            flat = [flat[i] for i in order]
+            buf[:] = [flat[k:k + CHUNK] for k in range(0, len(flat), CHUNK)]
+            owned[:] = b"\x01" * len(buf)
+            st["draining"] = True
+        while buf:
+            k = len(buf) - 1
+            ch = buf[k]
+            if not owned[k]:
+                ch = buf[k] = ch.copy()
+                owned[k] = 1
+            ex = ch.pop()
+            if not ch:
+                buf.pop()
+                owned.pop()
+            yield ex
+
+    def _iter_flat(self) -> Iterator[dict]:
         st = self._state_dict
         buf = st["buffer"]
         size = self.buffer_size
@@ -213,4 +305,5 @@ class ShuffleNode(Node):
         return None
 
     def buffered(self) -> int:
-        return len(self._state_dict["buffer"])
+        buf = self._state_dict["buffer"]
+        return sum(map(len, buf)) if type(buf) is ExampleChunks else len(buf)
