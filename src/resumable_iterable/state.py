@@ -42,12 +42,6 @@ class ExampleList(list):
     __slots__ = ()
 
 
-class DroppedList(ExampleList):
-    """Examples that state copies leave out (a shuffle buffer with ``buffer_state="drop"``)."""
-
-    __slots__ = ()
-
-
 CHUNK_BITS = 6
 CHUNK = 1 << CHUNK_BITS  # examples per chunk of a shuffle buffer (buffer_state="examples")
 
@@ -64,6 +58,13 @@ class ExampleChunks(list):
     def __init__(self, chunks: Any = ()):
         super().__init__(chunks)
         self.owned = bytearray(len(self))
+
+
+class DroppedChunks(ExampleChunks):
+    """A chunked shuffle buffer that state copies leave out (``buffer_state="drop"``, HF's lossy
+    behaviour): its copies are empty, so the live buffer never shares a chunk."""
+
+    __slots__ = ()
 
 
 def copy_state(obj: Any) -> Any:
@@ -86,7 +87,7 @@ def copy_state(obj: Any) -> Any:
         # from the plain ``list.copy`` (a C-level slice) it is a block copy. The result stays an
         # ExampleList so that later copies of this copy are shallow too.
         return ExampleList(list.copy(obj))
-    if t is DroppedList:
+    if t is DroppedChunks:
         return []
     if t is ExampleChunks:
         new = ExampleChunks(list.copy(obj))
@@ -96,7 +97,7 @@ def copy_state(obj: Any) -> Any:
     return obj
 
 
-_CONTAINERS = frozenset((dict, list, ExampleList, DroppedList, ExampleChunks))
+_CONTAINERS = frozenset((dict, list, ExampleList, ExampleChunks, DroppedChunks))
 
 
 def fingerprint(shape: Any) -> str:
@@ -144,7 +145,7 @@ def _encode(obj: Any) -> Any:
         if all(type(k) is str for k in obj) and _TAG not in obj:
             return {k: _encode(v) for k, v in obj.items()}
         return {_TAG: "dict", "items": [[_encode(k), _encode(v)] for k, v in obj.items()]}
-    if t is list or t is ExampleList or t is DroppedList or t is ExampleChunks:
+    if t is list or t is ExampleList or t is ExampleChunks or t is DroppedChunks:
         return [_encode(v) for v in obj]
     if isinstance(obj, list):
         return [_encode(v) for v in obj]
@@ -268,7 +269,11 @@ def loads_state(text: str | bytes) -> dict:
 
 def save_state(state: dict, path: str | os.PathLike) -> None:
     """Write a state to ``path`` atomically (write to a temporary file, then rename)."""
-    text = dumps_state(state)
+    write_atomic(path, dumps_state(state))
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` so that a crash leaves either the old file or the new one."""
     path = os.fspath(path)
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:

@@ -51,7 +51,7 @@ from transformers.trainer_callback import ExportableState, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..state import FORMAT as _ENVELOPE_FORMAT
-from ..state import dumps_state, loads_state
+from ..state import dumps_state, loads_state, write_atomic
 
 logger = logging.getLogger("resumable_iterable")
 
@@ -213,13 +213,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             text = self._pending[1]
         else:
             text = self._capture(state.global_step, process, processes)
-        path = os.path.join(folder, self.file_name(process))
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomic(os.path.join(folder, self.file_name(process)), text)
         self._pending = None
 
     def on_train_end(self, args, state, control, **kwargs):

@@ -28,7 +28,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..state import CHUNK, CHUNK_BITS, DroppedList, ExampleChunks, ExampleList
+from ..state import CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList
 from .base import Node, check_bool, check_examples, check_int, check_rng, rng_from_seed, rng_from_state
 
 BLOCK = 1024
@@ -78,7 +78,7 @@ class ShuffleNode(Node):
         super().set_epoch(epoch)
 
     def _own_state(self) -> dict:
-        buffer = DroppedList() if self.buffer_state == "drop" else (
+        buffer = DroppedChunks() if self.buffer_state == "drop" else (
             ExampleChunks() if self.buffer_state == "examples" else ExampleList())
         st = {"seed": self.seed, "epoch": self.epoch,
               "rng": rng_from_seed(self.seed, self.epoch).bit_generator.state,
@@ -133,13 +133,13 @@ class ShuffleNode(Node):
     def _load_own(self, state: dict) -> None:
         super()._load_own(state)
         st = self._state_dict
-        if self.buffer_state == "examples":
-            flat = _flatten(st["buffer"])
-            st["buffer"] = ExampleChunks(flat[k:k + CHUNK] for k in range(0, len(flat), CHUNK))
-            st["buffer"].owned[:] = b"\x01" * len(st["buffer"])  # fresh chunks
+        if self.buffer_state == "replay":
+            st["buffer"] = ExampleList(st["buffer"])
         else:
-            cls = DroppedList if self.buffer_state == "drop" else ExampleList
-            st["buffer"] = cls(st["buffer"])
+            cls = ExampleChunks if self.buffer_state == "examples" else DroppedChunks
+            flat = _flatten(st["buffer"])
+            st["buffer"] = cls(flat[k:k + CHUNK] for k in range(0, len(flat), CHUNK))
+            st["buffer"].owned[:] = b"\x01" * len(st["buffer"])  # fresh chunks
         self.seed, self.epoch = st["seed"], st["epoch"]
 
     def _iter(self) -> Iterator[dict]:
@@ -148,13 +148,10 @@ class ShuffleNode(Node):
         return self._iter_examples()
 
     def _iter_examples(self) -> Iterator[dict]:
-        if self.buffer_state == "drop":
-            return self._iter_flat()
-        return self._iter_chunked()
-
-    def _iter_chunked(self) -> Iterator[dict]:
-        """``_iter_flat`` over a chunked buffer: example ``i`` is ``buf[i >> CHUNK_BITS][i & mask]``;
-        a chunk shared with a state copy is copied before it is written (see ``ExampleChunks``)."""
+        """The buffer of examples (``"examples"`` and ``"drop"``), held in chunks: example ``i`` is
+        ``buf[i >> CHUNK_BITS][i & mask]``; a chunk shared with a state copy is copied before it is
+        written (see ``ExampleChunks``). Once full, each incoming example replaces the one at a
+        random index, which is yielded; when the input ends, the rest is permuted once and popped."""
         st = self._state_dict
         buf = st["buffer"]
         owned = buf.owned
@@ -211,34 +208,6 @@ class ShuffleNode(Node):
                 buf.pop()
                 owned.pop()
             yield ex
-
-    def _iter_flat(self) -> Iterator[dict]:
-        st = self._state_dict
-        buf = st["buffer"]
-        size = self.buffer_size
-        if not st["draining"]:
-            rng = rng_from_state(st["rng"])
-            block = rng.integers(0, size, size=BLOCK).tolist()
-            pos = st["rng_pos"]
-            for ex in self.children[0]:
-                if len(buf) < size:
-                    buf.append(ex)
-                    continue
-                if pos == BLOCK:
-                    st["rng"] = rng.bit_generator.state
-                    block = rng.integers(0, size, size=BLOCK).tolist()
-                    pos = 0
-                i = block[pos]
-                pos += 1
-                st["rng_pos"] = pos
-                out = buf[i]
-                buf[i] = ex
-                yield out
-            order = rng_from_seed(st["seed"], st["epoch"], 2).permutation(len(buf)).tolist()
-            buf[:] = [buf[i] for i in order]
-            st["draining"] = True
-        while buf:
-            yield buf.pop()
 
     def _live_buffer(self) -> tuple[list, list, list]:
         """The examples of a replay-mode buffer, re-read from the sources after a load."""
@@ -306,4 +275,4 @@ class ShuffleNode(Node):
 
     def buffered(self) -> int:
         buf = self._state_dict["buffer"]
-        return sum(map(len, buf)) if type(buf) is ExampleChunks else len(buf)
+        return sum(map(len, buf)) if isinstance(buf, ExampleChunks) else len(buf)
