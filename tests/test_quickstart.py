@@ -1,4 +1,5 @@
-"""The quickstart (docs/index.md) must run verbatim: every ```python block, in order, in one namespace."""
+"""The quickstart (docs/index.md), the state-contract page and the README must run verbatim:
+every ```python block of a page, in order, in one namespace."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 
 
 def python_blocks(page: str) -> list[str]:
-    with open(os.path.join(ROOT, "docs", page), encoding="utf-8") as f:
+    path = os.path.join(ROOT, page) if page == "README.md" else os.path.join(ROOT, "docs", page)
+    with open(path, encoding="utf-8") as f:
         return FENCE.findall(f.read())
 
 
@@ -23,7 +25,7 @@ def test_fence_extraction_finds_blocks():
 
 
 @pytest.mark.filterwarnings("ignore:.set_vital. is deprecated")
-@pytest.mark.parametrize("page", ["index.md", "state-contract.md"])
+@pytest.mark.parametrize("page", ["index.md", "state-contract.md", "README.md"])
 def test_page_code_runs_verbatim(page, tmp_path, monkeypatch, capsys):
     if page == "index.md":
         pytest.importorskip("torchdata")
@@ -33,7 +35,7 @@ def test_page_code_runs_verbatim(page, tmp_path, monkeypatch, capsys):
         try:
             exec(compile(block, f"docs/{page}[block {i}]", "exec"), namespace)
         except Exception as e:  # noqa: BLE001 - name the block that failed
-            raise AssertionError(f"docs/{page}: python block {i} failed: {type(e).__name__}: {e}\n{block}") from e
+            raise AssertionError(f"{page}: python block {i} failed: {type(e).__name__}: {e}\n{block}") from e
     out = capsys.readouterr().out
     if page == "index.md":
         assert "10 batches before the checkpoint" in out
