@@ -13,7 +13,8 @@ For each mutated state the test requires one of:
   (a failed load leaves the dataset untouched: it still yields its full run);
 * a continuation whose every example is valid: a member of the examples the pipeline can
   produce from its sources (``universe``). Values a state stores as data - the examples of a
-  stored shuffle buffer or of an interleave peek, the column names of ``concatenate(axis=1)`` -
+  stored shuffle buffer, of an interleave peek or of a map/filter ``retry``, the column names of
+  ``concatenate(axis=1)`` -
   are data: edits to them are yielded as edited (use ``save_state``, whose checksum catches any
   edit), so for those only the exception types and termination are checked.
 
@@ -188,10 +189,10 @@ def _get(obj, path):
 def is_data(state: dict, path) -> bool:
     """Whether ``path`` leads into values a state stores as data: the examples of a stored shuffle
     buffer (a replay buffer, with its ``digest``, holds positions instead), interleave peeks, the
-    column names of ``concatenate(axis=1)``."""
+    example a map/filter function raised on (``retry``), the column names of ``concatenate(axis=1)``."""
     node = state
     for p in path:
-        if isinstance(node, dict) and (p == "peeked" or p == "columns" or (p == "buffer" and "digest" not in node)):
+        if isinstance(node, dict) and (p in ("peeked", "columns", "retry") or (p == "buffer" and "digest" not in node)):
             return True
         node = node[p]
     return False

@@ -153,6 +153,44 @@ def test_map_error_names_node_shard_and_example_and_state_before_still_resumes()
     assert [e["id"] for e in ds2] == list(range(30, 60))
 
 
+@pytest.mark.parametrize("kind", ["map", "filter", "map_with_indices"])
+def test_a_state_taken_after_a_function_error_retries_the_failing_example(kind):
+    """Nothing is skipped silently: the state after the error holds the failing example."""
+    fixed = {"ok": False}
+
+    def fn(ex, *idx):
+        if ex["id"] == 37 and not fixed["ok"]:
+            raise RuntimeError("bad example")
+        return {"y": ex["id"], "i": idx[0] if idx else None} if kind != "filter" else ex["id"] % 2 == 1
+
+    def build():
+        ds = src(4)
+        if kind == "filter":
+            return ds.filter(fn)
+        return ds.map(fn, with_indices=kind == "map_with_indices")
+
+    fixed["ok"] = True
+    full = list(build())
+    fixed["ok"] = False
+    ds = build()
+    head = []
+    with pytest.raises(RuntimeError, match="bad example"):
+        for ex in ds:
+            head.append(ex)
+    state = json.loads(json.dumps(ds.state_dict()))
+    # loaded with the function still failing: the same example fails again, nothing is skipped
+    again = build()
+    again.load_state_dict(state)
+    with pytest.raises(RuntimeError, match="bad example") as info:
+        list(again)
+    assert "example #37 (retried from the state)" in " ".join(info.value.__notes__)
+    # loaded once the function is fixed: the failing example comes first, then the rest
+    fixed["ok"] = True
+    resumed = build()
+    resumed.load_state_dict(state)
+    assert head + list(resumed) == full
+
+
 def test_batched_map_error_leaves_the_batch_unconsumed():
     calls = {"n": 0}
 

@@ -32,7 +32,7 @@ from .state import FORMAT, check_envelope, fingerprint, loads_state
 PLAN_FORMAT = "resumable_iterable.elastic_plan"
 TRAINER_FORMAT = "resumable_iterable.trainer"
 _SOURCE_FIELDS = {"shard_seed", "shard_pos", "offset"}
-_HIDDEN_FIELDS = {"node", "children", "rng", "buffer", "peeked", "prev", "digest"}
+_HIDDEN_FIELDS = {"node", "children", "rng", "buffer", "peeked", "prev", "digest", "retry"}
 
 
 class InspectError(ValueError):

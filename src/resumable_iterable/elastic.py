@@ -331,7 +331,8 @@ def _untouched(seg: dict) -> tuple[int, int, bool] | None:
     live = seg["state"]
     held = False  # examples held above the source: a shuffle buffer, a batch being re-read
     while "children" in live:
-        held = held or bool(live.get("buffer")) or live.get("draining") is True or live.get("prev") is not None
+        held = (held or bool(live.get("buffer")) or live.get("draining") is True or live.get("prev") is not None
+                or bool(live.get("retry")))
         live = live["children"][0]
     if not _SOURCE_KEYS <= set(live):
         return None

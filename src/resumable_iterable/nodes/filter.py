@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
-from .base import Node, add_context
+from .base import Node
 from .map import MapNode, rows_to_batch
 
 
@@ -41,7 +41,7 @@ class FilterNode(MapNode):
             try:
                 keep = fn(dict(ex))
             except Exception as e:
-                add_context(e, self._describe(f"example #{index}"))
+                self._failed(e, ex, index)
                 raise
             if keep:
                 yield ex

@@ -1,6 +1,6 @@
 """``map``: apply a function per example or per batch of examples.
 
-State: ``{"node", "index", "prev", "skip", "children"}``
+State: ``{"node", "index", "prev", "skip", "retry", "children"}``
 
 * ``index`` - input examples consumed before the current batch (drives ``with_indices``).
 * ``prev`` / ``skip`` - *batched mode only*: a copy of the child's state taken when the
@@ -9,6 +9,9 @@ State: ``{"node", "index", "prev", "skip", "children"}``
   re-computes the batch and skips the ``skip`` rows already yielded: no row is replayed and
   none is dropped. This needs the batched function to be deterministic, as HF assumes too.
   Between batches ``prev`` is ``None``.
+* ``retry`` - *per-example mode*: empty, or the one input example the function raised on.
+  A state taken after such an error processes that example again first when it is loaded,
+  instead of skipping it (in batched mode the batch is simply not consumed: ``prev`` rewinds it).
 
 The function receives a shallow copy of the example (or a fresh batch dict), so in-place edits
 never reach examples still referenced by a shuffle buffer or a saved state.
@@ -21,7 +24,7 @@ from collections.abc import Mapping
 from operator import itemgetter
 from typing import Any, Callable, Iterator
 
-from ..state import copy_state
+from ..state import ExampleList, copy_state
 from .base import Node, add_context, check_int
 
 
@@ -100,7 +103,11 @@ class MapNode(Node):
                 "input_columns": self.input_columns, "drop_last_batch": self.drop_last_batch}
 
     def _own_state(self) -> dict:
-        return {"index": 0, "prev": None, "skip": 0}
+        return {"index": 0, "prev": None, "skip": 0, "retry": ExampleList()}
+
+    def _load_own(self, state: dict) -> None:
+        super()._load_own(state)
+        self._state_dict["retry"] = ExampleList(self._state_dict["retry"])
 
     def _validate_own(self, state: dict, where: str) -> None:
         check_int(state, "index", where)
@@ -111,6 +118,11 @@ class MapNode(Node):
             self.children[0].validate(state["prev"], f"{where}.prev")
         elif state["skip"]:
             raise ValueError(f"{where}: 'skip' must be 0 when no batch is in progress")
+        retry = state["retry"]
+        if not isinstance(retry, list) or len(retry) > (0 if self.batched else 1) or not all(
+                isinstance(ex, dict) for ex in retry):
+            raise ValueError(f"{where}: 'retry' must be an empty list or (per-example {self.kind} only) "
+                             "hold the one example its function raised on")
 
     # ------------------------------------------------------------------ calling the function
     def _describe(self, what: str) -> str:
@@ -168,9 +180,33 @@ class MapNode(Node):
         return self._iter_batched() if self.batched else self._iter_examples()
 
     def _iter_examples(self) -> Iterator[dict]:
-        if self.input_columns is not None or self.with_indices or self.fn_kwargs:
-            return self._iter_examples_general()
-        return self._iter_examples_plain()
+        loop = (self._iter_examples_general if self.input_columns is not None or self.with_indices or self.fn_kwargs
+                else self._iter_examples_plain)
+        if self._state_dict["retry"]:
+            return itertools.chain(self._iter_retry(), loop())
+        return loop()
+
+    def _failed(self, e: Exception, ex: dict, index: int) -> None:
+        """The function raised on ``ex``: keep it in the state, so that a state taken now retries
+        it (rather than skipping it) when it is loaded, and name where it came from."""
+        st = self._state_dict
+        st["index"] = index
+        st["retry"] = ExampleList([ex])
+        add_context(e, self._describe(f"example #{index}"))
+
+    def _iter_retry(self) -> Iterator[dict]:
+        """First, the example the function raised on when the loaded state was taken."""
+        st = self._state_dict
+        ex, index = st["retry"][0], st["index"]
+        try:
+            out = self._apply_one(ex, index)
+        except Exception as e:
+            add_context(e, self._describe(f"example #{index} (retried from the state)"))
+            raise
+        st["retry"] = ExampleList()
+        st["index"] = index + 1
+        if out is not None:
+            yield out
 
     def _iter_examples_general(self) -> Iterator[dict]:
         st = self._state_dict
@@ -181,7 +217,7 @@ class MapNode(Node):
             try:
                 out = apply(ex, index)
             except Exception as e:
-                add_context(e, self._describe(f"example #{index}"))
+                self._failed(e, ex, index)
                 raise
             if out is not None:
                 yield out
@@ -201,7 +237,7 @@ class MapNode(Node):
                 if out is not None and out is not inp and type(out) is not dict and not isinstance(out, Mapping):
                     raise TypeError(f"{self.kind} function must return a dict or None, got {type(out).__name__}")
             except Exception as e:
-                add_context(e, self._describe(f"example #{index}"))
+                self._failed(e, ex, index)
                 raise
             if remove:
                 for c in remove:
