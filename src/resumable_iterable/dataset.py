@@ -8,6 +8,7 @@ import sys
 from typing import Any, Callable, Iterator
 
 from . import elastic as _elastic
+from . import resume as _resume
 from . import state as _state
 from .distributed import current_worker, split_for_process
 from .nodes.arrow import ArrowSource
@@ -249,21 +250,21 @@ class IterableDataset(_Base):
 
     def __iter__(self) -> Iterator[dict]:
         worker = current_worker()
-        _elastic.resolve_pending(self, worker)
+        _resume.resolve_pending(self, worker)
         if self._pending and self._active is not None:
             node = self._active
             self._pending = False
             self._loaded = None  # used up: nothing left to split among workers
         else:
-            node, epoch = _elastic.fresh_node(self, worker)
+            node, epoch = _resume.fresh_node(self, worker)
             self._active, self._active_ctx, self._active_epoch = node, worker, epoch
         return iter(node)
 
     def _current_node(self) -> Node:
         worker = current_worker()
-        _elastic.resolve_pending(self, worker)
+        _resume.resolve_pending(self, worker)
         if self._active is None or self.__dict__.get("_active_ctx") != worker:
-            node, epoch = _elastic.fresh_node(self, worker)
+            node, epoch = _resume.fresh_node(self, worker)
             self._active, self._active_ctx, self._active_epoch = node, worker, epoch
             self._loaded = self._claims = None  # a fresh start, not a loaded state
             self._pending = True
@@ -286,7 +287,7 @@ class IterableDataset(_Base):
         ctx = self.__dict__.get("_active_ctx")
         split = self.__dict__.get("_split_cache")
         if split is None or split[0] != ctx:  # a dataset's pipeline and rank split never change
-            split = self._split_cache = (ctx, _elastic.split_description(self, ctx))
+            split = self._split_cache = (ctx, _resume.split_description(self, ctx))
         return {"format": _state.FORMAT, "version": _state.VERSION, "fingerprint": fp,
                 "pipeline": _state.copy_state(shape), "epoch": epoch,
                 "state": _state.copy_state(node._state_dict), "split": _state.copy_state(split[1])}
@@ -299,7 +300,7 @@ class IterableDataset(_Base):
         another pipeline or another rank / DataLoader worker, has an unknown version or is malformed.
         """
         worker = current_worker()
-        node, epoch = _elastic.load_node(self, state_dict, worker)
+        node, epoch = _resume.load_node(self, state_dict, worker)
         claims = None
         if worker is None and "torch" in sys.modules:
             from .integrations.torch import new_claims

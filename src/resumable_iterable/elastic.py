@@ -21,18 +21,8 @@ the source state. They are carved off into new *fresh* segments (the same split 
 from scratch, reading only those shards), and the donor segment gets a ``stop`` position so it
 ends before them. Every example is still yielded exactly once.
 
-The plan state
---------------
-A worker's dataset receives (and, while the elastic epoch runs, produces) a *plan*::
-
-    {"format": "resumable_iterable.elastic_plan", "version": 1,
-     "base": "<fingerprint of the unsplit pipeline>", "epoch": 3,
-     "target": {"ranks": [[rank, world_size], ...], "worker": [id, num_workers] | null},
-     "segments": [{"fingerprint", "pipeline", "split": {"ranks", "worker"},
-                   "state": {...} | null, "start": null | {"shard_pos", "stop", "shard_seed"}}, ...]}
-
-``target`` names the process the plan was dealt to; loading it anywhere else raises. A segment
-has either a node ``state`` or, for a fresh carved segment, a ``start`` position.
+The plan format is in ``plan.py``, torchdata's loader state in ``loader_state.py``, and how a
+dataset picks the node tree it iterates (fresh, loaded, or a plan) in ``resume.py``.
 
 Public entry points: :func:`redistribute_states` (ranks) and
 ``resumable_iterable.StatefulDataLoader`` (workers; see ``integrations/torch.py``), which uses
@@ -42,16 +32,15 @@ Public entry points: :func:`redistribute_states` (ranks) and
 from __future__ import annotations
 
 import copy
-import sys
 from typing import Any, Iterator
 
 from . import state as _state
 from .distributed import effective_worker, split_ranks, split_workers
+from .loader_state import build_loader_state, loader_num_workers, parse_loader_state
 from .nodes.base import Node, check_int
 from .nodes.source import SourceNode
-
-PLAN_FORMAT = "resumable_iterable.elastic_plan"
-PLAN_VERSION = 1
+from .plan import (PLAN_FORMAT, _check_worker, check_plan_envelope, describe_split, make_plan,  # noqa: F401
+                   state_segments)
 
 #: node kinds through which untouched shards can be handed to another worker (see module doc)
 _CARVABLE = {"map", "filter", "columns", "shuffle", "batch"}
@@ -98,114 +87,6 @@ class SegmentsNode(Node):
     def position(self) -> dict | None:
         st = self._state_dict
         return self.children[st["current"]].position() if st["current"] < len(self.children) else None
-
-
-# ============================================================================ envelopes
-
-
-def is_plan(state: Any) -> bool:
-    return isinstance(state, dict) and state.get("format") == PLAN_FORMAT
-
-
-def make_plan(base: str, epoch: int, target: dict, segments: list[dict]) -> dict:
-    return {"format": PLAN_FORMAT, "version": PLAN_VERSION, "base": base, "epoch": epoch,
-            "target": {"ranks": [list(r) for r in target["ranks"]],
-                       "worker": list(target["worker"]) if target["worker"] is not None else None},
-            "segments": segments}
-
-
-def _check_ranks(value: Any, where: str) -> list[list[int]]:
-    if not isinstance(value, list) or not all(
-            isinstance(p, list) and len(p) == 2 and all(type(x) is int for x in p) and 0 <= p[0] < p[1]
-            for p in value):
-        raise ValueError(f"{where}: 'ranks' must be a list of [rank, world_size] pairs, got {value!r}")
-    return value
-
-
-def _check_worker(value: Any, where: str) -> tuple[int, int] | None:
-    if value is None:
-        return None
-    if not (isinstance(value, list) and len(value) == 2 and all(type(x) is int for x in value)
-            and 0 <= value[0] < value[1]):
-        raise ValueError(f"{where}: 'worker' must be null or [worker_id, num_workers], got {value!r}")
-    return (value[0], value[1])
-
-
-def _check_split(split: Any, where: str) -> dict:
-    if not isinstance(split, dict) or set(split) - {"base"} != {"ranks", "worker"}:
-        raise ValueError(f"{where}: 'split' must be an object with 'ranks' and 'worker'")
-    _check_ranks(split["ranks"], where)
-    _check_worker(split["worker"], where)
-    return split
-
-
-def describe_split(ranks: list, worker) -> str:
-    parts = [f"rank {r} of {n}" for r, n in ranks]
-    eff = effective_worker(tuple(worker) if worker is not None else None)
-    parts.append(f"DataLoader worker {eff[0]} of {eff[1]}" if eff else "no DataLoader worker split")
-    return ", ".join(parts)
-
-
-def state_segments(dataset_state: Any, where: str = "state") -> tuple[str, int, dict, list[dict]]:
-    """``(base, epoch, target, segments)`` of a dataset state (a plain state or a plan)."""
-    if is_plan(dataset_state):
-        check_plan_envelope(dataset_state, where)
-        segs = [copy.deepcopy(s) for s in dataset_state["segments"]]
-        return dataset_state["base"], dataset_state["epoch"], dataset_state["target"], segs
-    if not isinstance(dataset_state, dict):
-        raise ValueError(f"{where}: expected a resumable_iterable state, got {type(dataset_state).__name__} "
-                         "(was the loader's dataset a resumable_iterable.IterableDataset?)")
-    _state.check_envelope(dataset_state)
-    split = dataset_state.get("split")
-    if split is None or "base" not in split:
-        raise ValueError(f"{where}: the state has no 'split' entry (saved by an older version?): it cannot be "
-                         "moved to another number of workers or ranks")
-    _check_split(split, where)
-    seg = {"fingerprint": dataset_state["fingerprint"], "pipeline": copy.deepcopy(dataset_state["pipeline"]),
-           "split": {"ranks": copy.deepcopy(split["ranks"]), "worker": copy.deepcopy(split["worker"])},
-           "state": _state.copy_state(dataset_state["state"]), "start": None}
-    target = {"ranks": split["ranks"], "worker": split["worker"]}
-    return split["base"], dataset_state["epoch"], target, [seg]
-
-
-def check_plan_envelope(plan: Any, where: str = "plan") -> None:
-    if not isinstance(plan, dict):
-        raise TypeError(f"a state must be a dict, got {type(plan).__name__}")
-    if plan.get("format") != PLAN_FORMAT:
-        raise ValueError(f"{where}: not an elastic plan (format {plan.get('format')!r})")
-    if plan.get("version") != PLAN_VERSION:
-        raise ValueError(f"{where}: unsupported elastic plan version {plan.get('version')!r}: this library reads "
-                         f"version {PLAN_VERSION}")
-    missing = [k for k in ("base", "epoch", "target", "segments") if k not in plan]
-    if missing:
-        raise ValueError(f"{where}: the elastic plan is missing {missing}")
-    if type(plan["epoch"]) is not int or plan["epoch"] < 0:
-        raise ValueError(f"{where}: 'epoch' must be a non-negative integer, got {plan['epoch']!r}")
-    if not isinstance(plan["base"], str):
-        raise ValueError(f"{where}: 'base' must be a pipeline fingerprint string")
-    t = plan["target"]
-    if not isinstance(t, dict) or set(t) != {"ranks", "worker"}:
-        raise ValueError(f"{where}: 'target' must be an object with 'ranks' and 'worker'")
-    _check_ranks(t["ranks"], f"{where} target")
-    _check_worker(t["worker"], f"{where} target")
-    if not isinstance(plan["segments"], list):
-        raise ValueError(f"{where}: 'segments' must be a list")
-    for i, seg in enumerate(plan["segments"]):
-        w = f"{where} segment {i}"
-        if not isinstance(seg, dict) or set(seg) != {"fingerprint", "pipeline", "split", "state", "start"}:
-            raise ValueError(f"{w}: expected an object with fingerprint, pipeline, split, state and start")
-        _check_split(seg["split"], w)
-        if (seg["state"] is None) == (seg["start"] is None):
-            raise ValueError(f"{w}: exactly one of 'state' and 'start' must be set")
-        if seg["start"] is not None:
-            st = seg["start"]
-            if not isinstance(st, dict) or set(st) != {"shard_pos", "stop", "shard_seed"}:
-                raise ValueError(f"{w}: 'start' must hold shard_pos, stop and shard_seed")
-            check_int(st, "shard_pos", w)
-            check_int(st, "stop", w, lo=st["shard_pos"])
-            check_int(st, "shard_seed", w, hi=2**64 - 1, none_ok=True)
-        elif not isinstance(seg["state"], dict):
-            raise ValueError(f"{w}: 'state' must be an object")
 
 
 # ============================================================================ loading a plan
@@ -386,152 +267,7 @@ def deal(units: list[dict], bins: int, carve: bool = True) -> list[list[dict]]:
     return out
 
 
-# ============================================================================ DataLoader states
-
-
-def _loader_keys():
-    try:
-        from torchdata.stateful_dataloader import stateful_dataloader as sdl
-        from torchdata.stateful_dataloader.incremental_state import (_DATASET_ITER_STATE, _DATASET_STATE,
-                                                                     _FETCHER_ENDED, _FETCHER_STATE, _WORKER_ID)
-    except ImportError:  # pragma: no cover - the names torchdata 0.8-0.11 use
-        sdl = None
-        _DATASET_ITER_STATE, _DATASET_STATE, _FETCHER_ENDED, _FETCHER_STATE, _WORKER_ID = (
-            "dataset_iter_state", "dataset_state", "fetcher_ended", "fetcher_state", "worker_id")
-    g = (lambda name, default: getattr(sdl, name, default)) if sdl else (lambda name, default: default)
-    return {
-        "index_sampler": g("_INDEX_SAMPLER_STATE", "_index_sampler_state"),
-        "sampler_iter": g("_SAMPLER_ITER_STATE", "_sampler_iter_state"),
-        "sampler_yielded": g("_SAMPLER_ITER_YIELDED", "_sampler_iter_yielded"),
-        "len_called": g("_ITERABLEDATASET_LEN_CALLED", "_IterableDataset_len_called"),
-        "shared_seed": g("_SHARED_SEED", "_shared_seed"),
-        "finished": g("_ITERATOR_FINISHED", "_iterator_finished"),
-        "dataset_iter": _DATASET_ITER_STATE, "dataset": _DATASET_STATE, "ended": _FETCHER_ENDED,
-        "fetcher": _FETCHER_STATE, "worker_id": _WORKER_ID,
-        "num_yielded": "_num_yielded", "snapshot": "_snapshot", "main": "_main_snapshot",
-        "workers": "_worker_snapshots", "step": "_snapshot_step", "since": "_steps_since_snapshot",
-        "last": "_last_yielded_worker_id", "num_workers": "_num_workers", "base_seed": "_base_seed",
-    }
-
-
-def loader_num_workers(state: Any) -> int:
-    """How many workers the ``StatefulDataLoader`` that saved ``state`` had (0: main process)."""
-    K = _loader_keys()
-    if not isinstance(state, dict):
-        raise TypeError(f"a DataLoader state must be a dict, got {type(state).__name__}")
-    if K["snapshot"] in state:
-        try:
-            n = state[K["snapshot"]][K["main"]][K["num_workers"]]
-        except (KeyError, TypeError):
-            raise ValueError("DataLoader state: '_snapshot' has no '_main_snapshot._num_workers'") from None
-        if type(n) is not int or n < 1:
-            raise ValueError(f"DataLoader state: '_num_workers' must be a positive integer, got {n!r}")
-        return n
-    if K["num_yielded"] in state:
-        return 0
-    raise ValueError("not a StatefulDataLoader state: it has neither '_snapshot' (worker processes) nor "
-                     "'_num_yielded' (main process)")
-
-
-def parse_loader_state(state: dict, where: str = "DataLoader state") -> dict:
-    """The parts of a ``StatefulDataLoader`` state that elastic resume needs.
-
-    ``units`` lists the saved segments in the order the old loader would have continued: its
-    workers starting with the one that was due next, each worker's segments in order. Workers
-    that had finished the epoch contribute nothing.
-    """
-    K = _loader_keys()
-    num_workers = loader_num_workers(state)
-    info: dict = {"num_workers": num_workers, "finished": bool(state.get(K["finished"], False))}
-    bases, epochs, targets, units = set(), set(), [], []
-
-    def take(ds_state: Any, w: str) -> None:
-        base, epoch, target, segs = state_segments(ds_state, w)
-        bases.add(base)
-        epochs.add(epoch)
-        targets.append(target)
-        units.extend(segs)
-
-    if num_workers == 0:
-        for key in (K["num_yielded"], K["dataset"]):
-            if key not in state:
-                raise ValueError(f"{where}: missing '{key}'")
-        take(state[K["dataset"]], f"{where} (main process)")
-        info["num_yielded"] = state[K["num_yielded"]]
-        info["main"] = {k: state.get(K[k]) for k in ("index_sampler", "sampler_iter", "sampler_yielded",
-                                                      "len_called", "shared_seed")}
-    else:
-        snap = state[K["snapshot"]]
-        since = state.get(K["since"], 0)
-        if since:
-            raise ValueError(f"{where}: it was taken {since} batch(es) after the loader's last snapshot "
-                             "(snapshot_every_n_steps > 1); elastic resume needs snapshot_every_n_steps=1")
-        for key in (K["step"], K["last"], K["main"], K["workers"]):
-            if key not in snap:
-                raise ValueError(f"{where}: '_snapshot' is missing '{key}'")
-        wstates = snap[K["workers"]]
-        keys = [f"worker_{i}" for i in range(num_workers)]
-        if not isinstance(wstates, dict) or sorted(wstates) != sorted(keys):
-            raise ValueError(f"{where}: expected worker snapshots {keys}, got {sorted(wstates) if isinstance(wstates, dict) else wstates!r}")
-        last = snap[K["last"]]
-        if type(last) is not int or not 0 <= last < num_workers:
-            raise ValueError(f"{where}: '_last_yielded_worker_id' = {last!r} is not a worker id")
-        for j in range(num_workers):
-            w = (last + 1 + j) % num_workers
-            ws = wstates[f"worker_{w}"]
-            if not isinstance(ws, dict) or K["dataset"] not in ws:
-                raise ValueError(f"{where}: worker {w} snapshot has no dataset state")
-            fetcher = ws.get(K["fetcher"]) or {}
-            base, epoch, target, segs = state_segments(ws[K["dataset"]], f"{where} worker {w}")
-            bases.add(base)
-            epochs.add(epoch)
-            targets.append(target)
-            if not fetcher.get(K["ended"], False):  # a worker that ended has nothing left
-                units.extend(segs)
-        info["num_yielded"] = snap[K["step"]]
-        main = snap[K["main"]]
-        info["main"] = {k: main.get(K[k]) for k in ("index_sampler", "sampler_iter", "sampler_yielded",
-                                                     "len_called", "shared_seed")}
-        info["base_seed"] = main.get(K["base_seed"])
-    if len(bases) != 1 or len(epochs) != 1:
-        raise ValueError(f"{where}: its workers saved states of different pipelines or epochs")
-    ranks = {tuple(map(tuple, t["ranks"])) for t in targets}
-    if len(ranks) != 1:
-        raise ValueError(f"{where}: its workers belong to different ranks")
-    info.update(base=bases.pop(), epoch=epochs.pop(), ranks=[list(r) for r in ranks.pop()], units=units)
-    return info
-
-
-def build_loader_state(info: dict, plans: list[dict], num_workers: int, base_seed: int | None = None) -> dict:
-    """A ``StatefulDataLoader`` state for ``num_workers`` workers (0: main process) whose worker
-    ``j`` continues with ``plans[j]``; the next batch comes from worker 0."""
-    K = _loader_keys()
-    main = info["main"]
-    n = info["num_yielded"]
-    fetcher = {K["dataset_iter"]: None, K["ended"]: False}
-    if num_workers == 0:
-        (plan,) = plans
-        return {K["index_sampler"]: main.get("index_sampler"), K["sampler_iter"]: main.get("sampler_iter"),
-                K["sampler_yielded"]: n, K["num_yielded"]: n, K["len_called"]: main.get("len_called"),
-                K["shared_seed"]: main.get("shared_seed"), K["fetcher"]: fetcher, K["dataset"]: plan,
-                K["finished"]: info["finished"]}
-    if len(plans) != num_workers:
-        raise ValueError(f"expected {num_workers} plans, got {len(plans)}")
-    if base_seed is None:
-        base_seed = info.get("base_seed")
-    if base_seed is None:
-        import random
-
-        base_seed = random.getrandbits(63)
-    main_snapshot = {K["num_workers"]: num_workers, K["sampler_iter"]: main.get("sampler_iter"),
-                     K["index_sampler"]: main.get("index_sampler"), K["sampler_yielded"]: n,
-                     K["len_called"]: main.get("len_called"), K["shared_seed"]: main.get("shared_seed"),
-                     K["base_seed"]: base_seed}
-    workers = {f"worker_{j}": {K["worker_id"]: j, K["dataset"]: plans[j], K["fetcher"]: dict(fetcher)}
-               for j in range(num_workers)}
-    return {K["snapshot"]: {K["step"]: n, K["last"]: num_workers - 1, K["main"]: main_snapshot,
-                            K["workers"]: workers},
-            K["since"]: 0, K["finished"]: info["finished"]}
+# ============================================================================ DataLoader states and ranks
 
 
 def remap_loader_state(state: dict, num_workers: int, carve: bool = True) -> dict:
@@ -553,9 +289,6 @@ def remap_loader_state(state: dict, num_workers: int, carve: bool = True) -> dic
         plans.append(make_plan(info["base"], info["epoch"], {"ranks": info["ranks"], "worker": worker},
                                segs if not info["finished"] else []))
     return build_loader_state(info, plans, num_workers)
-
-
-# ============================================================================ ranks
 
 
 def redistribute_states(states: list[dict], world_size: int, num_workers: int | None = None,
@@ -650,142 +383,3 @@ def redistribute_states(states: list[dict], world_size: int, num_workers: int | 
                     num_yielded=sum(infos[o]["num_yielded"] for o in mine))
         out.append(build_loader_state(info, plans, num_workers))
     return out
-
-
-# ============================================================================ dataset support
-# (used by ``IterableDataset.__iter__`` / ``state_dict`` / ``load_state_dict``)
-
-
-def split_description(dataset: Any, worker) -> dict:
-    from .dataset import _shape_of
-    from .distributed import ranks_of
-
-    return {"base": _shape_of(dataset._node)[1], "ranks": ranks_of(dataset._split),
-            "worker": list(worker) if worker is not None else None}
-
-
-def load_node(dataset: Any, state: Any, worker) -> tuple[Node, int]:
-    """Validate ``state`` (a plain state or an elastic plan) for ``dataset`` iterated in ``worker``
-    (``(id, num_workers)`` or ``None``) and return the loaded node and its epoch. Nothing of the
-    dataset changes; raises ``ValueError`` naming the problem."""
-    from .dataset import _shape_of
-    from .distributed import ranks_of, split_for_process
-
-    ranks = ranks_of(dataset._split)
-    base = _shape_of(dataset._node)[1]
-    if is_plan(state):
-        return build_plan_node(dataset._node, state, ranks, worker, base), state["epoch"]
-    _state.check_envelope(state)
-    node = split_for_process(dataset._node, dataset._split, worker=worker).clone()
-    shape, fp = _shape_of(node)
-    if state["fingerprint"] != fp:
-        split = state.get("split")
-        if isinstance(split, dict) and split.get("base") == base and "ranks" in split and "worker" in split:
-            saved_w = tuple(split["worker"]) if isinstance(split["worker"], list) else None
-            if split["ranks"] != ranks or effective_worker(saved_w) != effective_worker(worker):
-                raise ValueError(
-                    f"this state was saved by {describe_split(split['ranks'], saved_w)} but is loaded in "
-                    f"{describe_split(ranks, worker)}. Resume a DataLoader through its own state_dict(); "
-                    "resumable_iterable.StatefulDataLoader loads it with another number of workers, and "
-                    "resumable_iterable.redistribute_states moves rank states to another world size")
-        diff = _state.shape_difference(state["pipeline"], shape)
-        raise ValueError("this state was saved from a different pipeline: "
-                         + (diff or "its fingerprint does not match (was the state edited?)"))
-    node.validate(state["state"])
-    node.set_epoch(state["epoch"])
-    node.load(state["state"])
-    return node, state["epoch"]
-
-
-def validate_loader_state(dataset: Any, loader_state: dict, num_workers: int) -> int:
-    """Check every dataset state inside a ``StatefulDataLoader`` state against ``dataset`` for a
-    loader with ``num_workers`` workers; return the epoch. Raises ``ValueError`` before any worker starts."""
-    K = _loader_keys()
-    saved = loader_num_workers(loader_state)
-    if saved != num_workers:
-        raise ValueError(f"the DataLoader state was saved with {saved} workers but this loader has {num_workers}")
-    if num_workers == 0:
-        return load_node(dataset, loader_state[K["dataset"]], None)[1]
-    epochs = set()
-    wstates = loader_state[K["snapshot"]][K["workers"]]
-    for j in range(num_workers):
-        ws = wstates.get(f"worker_{j}") if isinstance(wstates, dict) else None
-        if not isinstance(ws, dict) or K["dataset"] not in ws:
-            raise ValueError(f"DataLoader state: worker {j} has no dataset state")
-        try:
-            epochs.add(load_node(dataset, ws[K["dataset"]], (j, num_workers))[1])
-        except ValueError as e:
-            raise ValueError(f"DataLoader state, worker {j}: {e}") from None
-    if len(epochs) != 1:
-        raise ValueError(f"DataLoader state: its workers saved different epochs {sorted(epochs)}")
-    return epochs.pop()
-
-
-def requested_epoch(dataset: Any) -> int:
-    """The epoch a new pass uses: inside a DataLoader worker, the main process's current epoch
-    (shared memory, so ``set_epoch`` reaches persistent workers); elsewhere ``dataset._epoch``."""
-    from .distributed import current_worker
-
-    if current_worker() is not None and "torch" in sys.modules:
-        from .integrations.torch import shared_epoch
-
-        e = shared_epoch(dataset)
-        if e is not None:
-            return e
-    return dataset._epoch
-
-
-def fresh_node(dataset: Any, worker) -> tuple[Node, int]:
-    epoch = requested_epoch(dataset)
-    node = dataset._iteration_node().clone()
-    node.set_epoch(epoch)
-    node.reset()
-    return node, epoch
-
-
-def _drop_pending(dataset: Any) -> None:
-    dataset._pending = False
-    dataset._active = None
-    dataset._loaded = None
-
-
-def resolve_pending(dataset: Any, worker) -> None:
-    """Make a loaded-but-not-iterated state fit the process about to iterate ``dataset``.
-
-    A state loaded in the main process and then iterated in DataLoader workers (the dataset was
-    handed to the loader after ``load_state_dict``) is split among the workers like an elastic
-    resume from one process; a shared record makes sure only the first pass uses it, even when
-    each pass forks new workers. Elsewhere a state loaded for another process is dropped.
-    """
-    if not dataset.__dict__.get("_pending") or dataset.__dict__.get("_active") is None:
-        return
-    loaded_in = dataset.__dict__.get("_active_ctx")
-    claims = dataset.__dict__.get("_claims")
-    if loaded_in == worker:
-        if worker is None and claims is not None:
-            from .integrations.torch import claimed
-
-            if claimed(claims):  # DataLoader workers already used it
-                _drop_pending(dataset)
-        return
-    if loaded_in is not None or worker is None or dataset.__dict__.get("_loaded") is None:
-        _drop_pending(dataset)  # another process's state, or just a fresh start: start afresh here
-        return
-    # loaded in the main process, now inside DataLoader worker `worker`
-    if claims is None:
-        raise ValueError("this dataset holds a state loaded with load_state_dict() before torch was imported and is "
-                         "now iterated by DataLoader workers; import torch first, or load the state through "
-                         "resumable_iterable.StatefulDataLoader")
-    from .distributed import ranks_of
-    from .integrations.torch import claim
-
-    w, n = worker
-    if not claim(claims, w, n):
-        _drop_pending(dataset)
-        return
-    base, epoch, _target, units = state_segments(dataset._loaded, "loaded state")
-    ranks = ranks_of(dataset._split)
-    plan = make_plan(base, epoch, {"ranks": ranks, "worker": [w, n]}, deal(units, n)[w])
-    dataset._active = build_plan_node(dataset._node, plan, ranks, worker, base)
-    dataset._active_ctx = worker
-    dataset._active_epoch = epoch

@@ -1,0 +1,131 @@
+"""The elastic-resume *plan*: its format, its validation, and how a saved dataset state becomes
+plan segments (see ``elastic.py`` for the idea).
+
+A plan is what a DataLoader worker or rank receives (and produces while the elastic epoch runs)::
+
+    {"format": "resumable_iterable.elastic_plan", "version": 1,
+     "base": "<fingerprint of the unsplit pipeline>", "epoch": 3,
+     "target": {"ranks": [[rank, world_size], ...], "worker": [id, num_workers] | null},
+     "segments": [{"fingerprint", "pipeline", "split": {"ranks", "worker"},
+                   "state": {...} | null, "start": null | {"shard_pos", "stop", "shard_seed"}}, ...]}
+
+``target`` names the process the plan was dealt to; loading it anywhere else raises. A segment
+has either a node ``state`` or, for a fresh carved segment, a ``start`` position.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from . import state as _state
+from .distributed import effective_worker
+from .nodes.base import check_int
+from .state import PLAN_FORMAT
+
+PLAN_VERSION = 1
+
+
+def is_plan(state: Any) -> bool:
+    return isinstance(state, dict) and state.get("format") == PLAN_FORMAT
+
+
+def make_plan(base: str, epoch: int, target: dict, segments: list[dict]) -> dict:
+    return {"format": PLAN_FORMAT, "version": PLAN_VERSION, "base": base, "epoch": epoch,
+            "target": {"ranks": [list(r) for r in target["ranks"]],
+                       "worker": list(target["worker"]) if target["worker"] is not None else None},
+            "segments": segments}
+
+
+def _check_ranks(value: Any, where: str) -> list[list[int]]:
+    if not isinstance(value, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(type(x) is int for x in p) and 0 <= p[0] < p[1]
+            for p in value):
+        raise ValueError(f"{where}: 'ranks' must be a list of [rank, world_size] pairs, got {value!r}")
+    return value
+
+
+def _check_worker(value: Any, where: str) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    if not (isinstance(value, list) and len(value) == 2 and all(type(x) is int for x in value)
+            and 0 <= value[0] < value[1]):
+        raise ValueError(f"{where}: 'worker' must be null or [worker_id, num_workers], got {value!r}")
+    return (value[0], value[1])
+
+
+def _check_split(split: Any, where: str) -> dict:
+    if not isinstance(split, dict) or set(split) - {"base"} != {"ranks", "worker"}:
+        raise ValueError(f"{where}: 'split' must be an object with 'ranks' and 'worker'")
+    _check_ranks(split["ranks"], where)
+    _check_worker(split["worker"], where)
+    return split
+
+
+def describe_split(ranks: list, worker) -> str:
+    parts = [f"rank {r} of {n}" for r, n in ranks]
+    eff = effective_worker(tuple(worker) if worker is not None else None)
+    parts.append(f"DataLoader worker {eff[0]} of {eff[1]}" if eff else "no DataLoader worker split")
+    return ", ".join(parts)
+
+
+def state_segments(dataset_state: Any, where: str = "state") -> tuple[str, int, dict, list[dict]]:
+    """``(base, epoch, target, segments)`` of a dataset state (a plain state or a plan)."""
+    if is_plan(dataset_state):
+        check_plan_envelope(dataset_state, where)
+        segs = [copy.deepcopy(s) for s in dataset_state["segments"]]
+        return dataset_state["base"], dataset_state["epoch"], dataset_state["target"], segs
+    if not isinstance(dataset_state, dict):
+        raise ValueError(f"{where}: expected a resumable_iterable state, got {type(dataset_state).__name__} "
+                         "(was the loader's dataset a resumable_iterable.IterableDataset?)")
+    _state.check_envelope(dataset_state)
+    split = dataset_state.get("split")
+    if split is None or "base" not in split:
+        raise ValueError(f"{where}: the state has no 'split' entry (saved by an older version?): it cannot be "
+                         "moved to another number of workers or ranks")
+    _check_split(split, where)
+    seg = {"fingerprint": dataset_state["fingerprint"], "pipeline": copy.deepcopy(dataset_state["pipeline"]),
+           "split": {"ranks": copy.deepcopy(split["ranks"]), "worker": copy.deepcopy(split["worker"])},
+           "state": _state.copy_state(dataset_state["state"]), "start": None}
+    target = {"ranks": split["ranks"], "worker": split["worker"]}
+    return split["base"], dataset_state["epoch"], target, [seg]
+
+
+def check_plan_envelope(plan: Any, where: str = "plan") -> None:
+    if not isinstance(plan, dict):
+        raise TypeError(f"a state must be a dict, got {type(plan).__name__}")
+    if plan.get("format") != PLAN_FORMAT:
+        raise ValueError(f"{where}: not an elastic plan (format {plan.get('format')!r})")
+    if plan.get("version") != PLAN_VERSION:
+        raise ValueError(f"{where}: unsupported elastic plan version {plan.get('version')!r}: this library reads "
+                         f"version {PLAN_VERSION}")
+    missing = [k for k in ("base", "epoch", "target", "segments") if k not in plan]
+    if missing:
+        raise ValueError(f"{where}: the elastic plan is missing {missing}")
+    if type(plan["epoch"]) is not int or plan["epoch"] < 0:
+        raise ValueError(f"{where}: 'epoch' must be a non-negative integer, got {plan['epoch']!r}")
+    if not isinstance(plan["base"], str):
+        raise ValueError(f"{where}: 'base' must be a pipeline fingerprint string")
+    t = plan["target"]
+    if not isinstance(t, dict) or set(t) != {"ranks", "worker"}:
+        raise ValueError(f"{where}: 'target' must be an object with 'ranks' and 'worker'")
+    _check_ranks(t["ranks"], f"{where} target")
+    _check_worker(t["worker"], f"{where} target")
+    if not isinstance(plan["segments"], list):
+        raise ValueError(f"{where}: 'segments' must be a list")
+    for i, seg in enumerate(plan["segments"]):
+        w = f"{where} segment {i}"
+        if not isinstance(seg, dict) or set(seg) != {"fingerprint", "pipeline", "split", "state", "start"}:
+            raise ValueError(f"{w}: expected an object with fingerprint, pipeline, split, state and start")
+        _check_split(seg["split"], w)
+        if (seg["state"] is None) == (seg["start"] is None):
+            raise ValueError(f"{w}: exactly one of 'state' and 'start' must be set")
+        if seg["start"] is not None:
+            st = seg["start"]
+            if not isinstance(st, dict) or set(st) != {"shard_pos", "stop", "shard_seed"}:
+                raise ValueError(f"{w}: 'start' must hold shard_pos, stop and shard_seed")
+            check_int(st, "shard_pos", w)
+            check_int(st, "stop", w, lo=st["shard_pos"])
+            check_int(st, "shard_seed", w, hi=2**64 - 1, none_ok=True)
+        elif not isinstance(seg["state"], dict):
+            raise ValueError(f"{w}: 'state' must be an object")
