@@ -26,11 +26,9 @@ import re
 import sys
 from typing import Any, Sequence
 
-from .nodes.source import _permutation, split_positions
-from .state import FORMAT, check_envelope, fingerprint, loads_state
+from .nodes.source import shard_order, split_positions
+from .state import FORMAT, PLAN_FORMAT, TRAINER_FORMAT, check_envelope, find_documents, fingerprint, loads_state
 
-PLAN_FORMAT = "resumable_iterable.elastic_plan"
-TRAINER_FORMAT = "resumable_iterable.trainer"
 _SOURCE_FIELDS = {"shard_seed", "shard_pos", "offset"}
 _HIDDEN_FIELDS = {"node", "children", "rng", "buffer", "peeked", "prev", "digest", "retry"}
 
@@ -58,21 +56,10 @@ def read_document(path: str) -> Any:
         raise InspectError(f"{path}: {e}") from None
 
 
-def find_states(doc: Any, path: str = "") -> list[tuple[str, str, dict]]:
+def find_states(doc: Any) -> list[tuple[str, str, dict]]:
     """``(path, kind, obj)`` for each pipeline state (``"state"``) or elastic plan (``"plan"``) in ``doc``."""
-    out: list[tuple[str, str, dict]] = []
-    if isinstance(doc, dict):
-        fmt = doc.get("format")
-        if fmt == FORMAT:
-            return [(path or "/", "state", doc)]
-        if fmt == PLAN_FORMAT:
-            return [(path or "/", "plan", doc)]
-        for k, v in doc.items():
-            out.extend(find_states(v, f"{path}/{k}"))
-    elif isinstance(doc, (list, tuple)):
-        for i, v in enumerate(doc):
-            out.extend(find_states(v, f"{path}/{i}"))
-    return out
+    return [(path, "state" if obj["format"] == FORMAT else "plan", obj)
+            for path, obj in find_documents(doc, (FORMAT, PLAN_FORMAT))]
 
 
 def label_for(path: str) -> str:
@@ -106,12 +93,8 @@ def describe_split(split: Any) -> str | None:
     return ", ".join(parts) or None
 
 
-def shard_order(params: dict, state: dict) -> list[int]:
-    ids = list(params.get("shard_ids") or range(params.get("total_shards", 0)))
-    seed = state.get("shard_seed")
-    if seed is None:
-        return ids
-    return [ids[i] for i in _permutation(len(ids), seed)]
+def source_order(params: dict, state: dict) -> list[int]:
+    return shard_order(list(params.get("shard_ids") or range(params.get("total_shards", 0))), state.get("shard_seed"))
 
 
 def shard_rows(params: dict, node: str, shard: int) -> int | None:
@@ -123,7 +106,7 @@ def shard_rows(params: dict, node: str, shard: int) -> int | None:
 
 def source_progress(params: dict, state: dict) -> dict:
     kind = params.get("node", "source")
-    order = shard_order(params, state)
+    order = source_order(params, state)
     pos, offset = state["shard_pos"], state["offset"]
     stop = state.get("stop")
     shards = []
@@ -238,7 +221,7 @@ def analyse_plan(path: str, plan: dict) -> list[dict]:
             while leaf.get("children"):
                 leaf = leaf["children"][0]
             try:
-                order = shard_order(leaf, start)
+                order = source_order(leaf, start)
                 entry["fresh_shards"] = order[start["shard_pos"]: start.get("stop") or len(order)]
             except (TypeError, KeyError, ValueError, IndexError) as e:
                 raise InspectError(f"{where}: malformed segment start {start!r}: {e}") from None

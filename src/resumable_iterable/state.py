@@ -27,12 +27,16 @@ import hashlib
 import json
 import math
 import os
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
 FORMAT = "resumable_iterable.state"
 VERSION = 1
+#: an elastic-resume plan (see ``plan.py``): what a worker/rank loads when the worker count changed
+PLAN_FORMAT = "resumable_iterable.elastic_plan"
+#: the data-state file the Trainer callback writes into checkpoints (``integrations/transformers.py``)
+TRAINER_FORMAT = "resumable_iterable.trainer"
 _TAG = "__ri__"
 
 
@@ -98,6 +102,20 @@ def copy_state(obj: Any) -> Any:
 
 
 _CONTAINERS = frozenset((dict, list, ExampleList, ExampleChunks, DroppedChunks))
+
+
+def find_documents(doc: Any, formats: tuple[str, ...] = (FORMAT,), path: str = "") -> Iterator[tuple[str, dict]]:
+    """``(path, obj)`` for each dict nested in ``doc`` (e.g. a DataLoader or Trainer state) whose
+    ``"format"`` is one of ``formats``; the search does not descend into those."""
+    if isinstance(doc, dict):
+        if doc.get("format") in formats:
+            yield path or "/", doc
+            return
+        for k, v in doc.items():
+            yield from find_documents(v, formats, f"{path}/{k}")
+    elif isinstance(doc, (list, tuple)):
+        for i, v in enumerate(doc):
+            yield from find_documents(v, formats, f"{path}/{i}")
 
 
 def fingerprint(shape: Any) -> str:

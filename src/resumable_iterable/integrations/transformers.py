@@ -50,29 +50,20 @@ from typing import Any, Iterator
 from transformers.trainer_callback import ExportableState, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..state import FORMAT as _ENVELOPE_FORMAT
-from ..state import dumps_state, loads_state, write_atomic
+from ..state import TRAINER_FORMAT, dumps_state, find_documents, loads_state, write_atomic
 
 logger = logging.getLogger("resumable_iterable")
 
 #: name of the data-state file written into each checkpoint folder (process 0)
 STATE_FILE = "resumable_iterable_state.json"
 #: ``format`` entry of that file
-FORMAT = "resumable_iterable.trainer"
+FORMAT = TRAINER_FORMAT
 VERSION = 1
 
 
-def find_envelopes(obj: Any, path: str = "") -> Iterator[tuple[str, dict]]:
+def find_envelopes(obj: Any) -> Iterator[tuple[str, dict]]:
     """Yield ``(path, state)`` for every ``resumable_iterable`` state nested in ``obj``."""
-    if isinstance(obj, dict):
-        if obj.get("format") == _ENVELOPE_FORMAT:
-            yield path or "/", obj
-            return
-        for k, v in obj.items():
-            yield from find_envelopes(v, f"{path}/{k}")
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            yield from find_envelopes(v, f"{path}/{i}")
+    return find_documents(obj)
 
 
 def _base_loader(loader: Any) -> Any:
@@ -313,7 +304,8 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         want = getattr(_base_loader(loader), "num_workers", None)
         if not isinstance(want, int) or not isinstance(loader_state, dict):
             return loader_state
-        from ..elastic import loader_num_workers, remap_loader_state
+        from ..elastic import remap_loader_state
+        from ..loader_state import loader_num_workers
 
         try:
             saved = loader_num_workers(loader_state)

@@ -43,6 +43,13 @@ def _permutation(n: int, seed: int) -> tuple[int, ...]:
     return tuple(int(i) for i in rng_from_seed(seed, 0x5A4D).permutation(n))
 
 
+def shard_order(shard_ids: list[int], seed: int | None) -> list[int]:
+    """The order in which shards ``shard_ids`` are read: as given, or permuted by ``seed``."""
+    if seed is None:
+        return shard_ids
+    return [shard_ids[i] for i in _permutation(len(shard_ids), seed)]
+
+
 class SourceNode(Node):
     kind = "source"
 
@@ -64,9 +71,7 @@ class SourceNode(Node):
     def shard_order(self, seed: int | None = None, use_state: bool = True) -> list[int]:
         if use_state:
             seed = self._state_dict["shard_seed"]
-        if seed is None:
-            return self.shard_ids
-        return [self.shard_ids[i] for i in _permutation(len(self.shard_ids), seed)]
+        return shard_order(self.shard_ids, seed)
 
     def _validate_own(self, state: dict, where: str) -> None:
         check_int(state, "shard_seed", where, lo=0, hi=2**64 - 1, none_ok=True)
@@ -132,15 +137,3 @@ class SourceNode(Node):
         if st["shard_pos"] >= len(order) or st["offset"] == 0:
             return None
         return {"source": self.kind, "shard": order[st["shard_pos"]], "row": st["offset"] - 1}
-
-    def progress(self, state: dict) -> list[dict]:
-        """Per-shard progress described by a state of this node (for inspection and elastic resume)."""
-        order = self.shard_order(state["shard_seed"], use_state=False)
-        stop = state.get("stop")
-        out = []
-        for i, sid in enumerate(order[:stop]):
-            done = self.shard_length(sid)
-            read = (done if done is not None else None) if i < state["shard_pos"] else (
-                state["offset"] if i == state["shard_pos"] else 0)
-            out.append({"shard": sid, "read": read, "rows": done, "finished": i < state["shard_pos"]})
-        return out
