@@ -6,7 +6,7 @@ import pytest
 
 import resumable_iterable as ri
 from data import HF, HF_B, HF_C, gen_src, src
-from harness import assert_resume_chain, assert_resumes_exactly, codec_roundtrip
+from harness import assert_resume_chain, assert_resumes_exactly, codec_roundtrip, json_roundtrip, take
 
 
 def double(ex):
@@ -101,3 +101,27 @@ def test_resume_three_times_in_a_row(name):
 
 def test_codec_roundtrip_equals_json_roundtrip():
     assert_resumes_exactly(PIPELINES["map_filter_interleave_shuffle_batch"], roundtrip=codec_roundtrip, max_cuts=15)
+
+
+@pytest.mark.parametrize("new_world_size", [1, 3])
+def test_elastic_plan_resumes_exactly_at_every_cut_point(new_world_size):
+    """The pipeline of a process during an elastic epoch (its segments, carved ones included)
+    follows the same contract as every node."""
+    def base():
+        return src(4).map(double).shuffle(seed=3, buffer_size=5)
+
+    states = []
+    for rank in range(2):
+        part = ri.split_dataset_by_node(base(), rank=rank, world_size=2)
+        take(iter(part), 7)
+        states.append(json_roundtrip(part.state_dict()))
+    plans = ri.redistribute_states(states, new_world_size)
+    total = 0
+    for rank, plan in enumerate(plans):
+        def build(rank=rank, plan=plan):
+            ds = ri.split_dataset_by_node(base(), rank=rank, world_size=new_world_size)
+            ds.load_state_dict(plan)
+            return ds
+
+        total += len(assert_resumes_exactly(build))
+    assert total == 60 - 14  # every example not yielded before the checkpoint, once
