@@ -63,9 +63,21 @@ class IterableDataset(_Base):
         self._column_names = list(column_names) if column_names is not None else (
             list(features) if features is not None else None)
         self._split = tuple(_split)  # ("rank", rank, world_size) entries, applied at iteration
-        self._epoch = _epoch
+        self._store_epoch(_epoch)
         self._active: Node | None = None  # the node tree being iterated / holding a loaded state
+        self._active_ctx = None  # the DataLoader worker (id, num_workers) _active belongs to, or None
+        self._active_epoch = _epoch  # the epoch _active was started or loaded with
         self._pending = False  # _active holds a loaded state not iterated yet
+        self._loaded = None  # a state loaded in the main process, for DataLoader workers to split
+        self._claims = None  # shared record of which workers took their part of _loaded
+        self._split_cache = None  # (worker, the "split" entry of this process's states)
+
+    def _store_epoch(self, epoch: int) -> None:
+        self._epoch = epoch
+        if "torch" in sys.modules:  # DataLoader workers, persistent ones too, read the main process's epoch
+            from .integrations.torch import publish_epoch
+
+            publish_epoch(self, epoch)
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -237,7 +249,7 @@ class IterableDataset(_Base):
         """Set the epoch: it seeds the shard order and the shuffle buffer of the next fresh pass."""
         if type(epoch) is not int or epoch < 0:
             raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
-        self._epoch = epoch  # with torch imported, also published to DataLoader workers (persistent ones too)
+        self._store_epoch(epoch)
 
     def __repr__(self) -> str:
         cols = self._column_names
@@ -263,7 +275,7 @@ class IterableDataset(_Base):
     def _current_node(self) -> Node:
         worker = current_worker()
         _resume.resolve_pending(self, worker)
-        if self._active is None or self.__dict__.get("_active_ctx") != worker:
+        if self._active is None or self._active_ctx != worker:
             node, epoch = _resume.fresh_node(self, worker)
             self._active, self._active_ctx, self._active_epoch = node, worker, epoch
             self._loaded = self._claims = None  # a fresh start, not a loaded state
@@ -280,12 +292,12 @@ class IterableDataset(_Base):
         (see ``elastic.py``), which loads the same way.
         """
         node = self._current_node()
-        epoch = self.__dict__.get("_active_epoch", self._epoch)
+        epoch = self._active_epoch
         if isinstance(node, _elastic.SegmentsNode):
             return _elastic.plan_state(node, epoch)
         shape, fp = _shape_of(node)
-        ctx = self.__dict__.get("_active_ctx")
-        split = self.__dict__.get("_split_cache")
+        ctx = self._active_ctx
+        split = self._split_cache
         if split is None or split[0] != ctx:  # a dataset's pipeline and rank split never change
             split = self._split_cache = (ctx, _resume.split_description(self, ctx))
         return {"format": _state.FORMAT, "version": _state.VERSION, "fingerprint": fp,
@@ -306,7 +318,7 @@ class IterableDataset(_Base):
             from .integrations.torch import new_claims
 
             claims = new_claims()  # lets DataLoader workers split this state among themselves once
-        self._epoch = epoch
+        self._store_epoch(epoch)
         self._active, self._active_ctx, self._active_epoch = node, worker, epoch
         self._loaded = _state.copy_state(state_dict) if worker is None else None
         self._claims = claims

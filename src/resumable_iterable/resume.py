@@ -117,10 +117,10 @@ def resolve_pending(dataset: Any, worker) -> None:
     resume from one process; a shared record makes sure only the first pass uses it, even when
     each pass forks new workers. Elsewhere a state loaded for another process is dropped.
     """
-    if not dataset.__dict__.get("_pending") or dataset.__dict__.get("_active") is None:
+    if not dataset._pending or dataset._active is None:
         return
-    loaded_in = dataset.__dict__.get("_active_ctx")
-    claims = dataset.__dict__.get("_claims")
+    loaded_in = dataset._active_ctx
+    claims = dataset._claims
     if loaded_in == worker:
         if worker is None and claims is not None:
             from .integrations.torch import claimed
@@ -128,7 +128,7 @@ def resolve_pending(dataset: Any, worker) -> None:
             if claimed(claims):  # DataLoader workers already used it
                 _drop_pending(dataset)
         return
-    if loaded_in is not None or worker is None or dataset.__dict__.get("_loaded") is None:
+    if loaded_in is not None or worker is None or dataset._loaded is None:
         _drop_pending(dataset)  # another process's state, or just a fresh start: start afresh here
         return
     # loaded in the main process, now inside DataLoader worker `worker`

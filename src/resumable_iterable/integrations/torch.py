@@ -97,12 +97,8 @@ def shared_epoch(dataset: Any) -> int | None:
 
 
 class TorchDatasetMixin(torch.utils.data.IterableDataset):
-    """Added to ``resumable_iterable.IterableDataset``'s bases once torch is imported."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        object.__setattr__(self, name, value)
-        if name == "_epoch":
-            publish_epoch(self, value)
+    """Added to ``resumable_iterable.IterableDataset``'s bases once torch is imported (its epoch
+    is published to DataLoader workers by ``IterableDataset._store_epoch``)."""
 
 
 # ============================================================================ pending states claimed by workers
