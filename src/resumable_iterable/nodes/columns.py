@@ -40,6 +40,19 @@ class ColumnsNode(Node):
     def _missing(self, ex: dict, col: str) -> KeyError:
         return KeyError(f"{self.op}_columns: column {col!r} is not in the example (its columns: {sorted(ex)})")
 
+    def _apply_one(self, ex: dict) -> dict:
+        """The operation on one example (used to re-derive replayed examples; :meth:`_iter` inlines it)."""
+        cols = self.columns
+        missing = [c for c in cols if c not in ex]
+        if missing:
+            raise self._missing(ex, missing[0])
+        if self.op == "select":
+            return {c: ex[c] for c in cols}
+        if self.op == "remove":
+            drop = set(cols)
+            return {c: v for c, v in ex.items() if c not in drop}
+        return {cols.get(c, c): v for c, v in ex.items()}
+
     def _iter(self) -> Iterator[dict]:
         cols = self.columns
         if self.op == "select":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable, Iterator
 
-from ..progress import fast_forward
+from ..progress import fast_forward, progress
 from .base import add_context
 from .source import SourceNode
 
@@ -62,10 +62,22 @@ class GeneratorSource(SourceNode):
             raise
 
     def read_rows(self, shard_id: int, rows: list[int]) -> list[dict]:
-        wanted = sorted(set(rows))
-        found = {}
+        """The given rows of a shard: a generator cannot seek, so it is re-run up to the last one
+        (with progress reporting when that is long)."""
+        if not rows:
+            return []
+        want = set(rows)
+        last = max(want)
+        found: dict[int, Any] = {}
         it = iter(self.generator(**self.shard_kwargs[shard_id]))
-        for i, ex in enumerate(itertools.islice(it, wanted[-1] + 1 if wanted else 0)):
-            if i in wanted:
-                found[i] = ex
+        with progress(last + 1, f"re-running generator shard {shard_id} to replay the shuffle buffer") as bar:
+            for i, ex in enumerate(itertools.islice(it, last + 1)):
+                if i in want:
+                    found[i] = ex
+                if i % 4096 == 4095:
+                    bar.update(4096)
+        if len(found) < len(want):
+            missing = min(want - found.keys())
+            raise ValueError(f"the generator now yields fewer rows than the state says were read "
+                             f"(row {missing} is missing; did its input change?)")
         return [found[r] for r in rows]

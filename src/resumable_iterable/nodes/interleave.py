@@ -134,7 +134,6 @@ class InterleaveNode(Node):
         stop = all if self.stopping_strategy != "first_exhausted" else any
         replace = self.stopping_strategy != "all_exhausted_without_replacement"
         its = [iter(c) for c in kids]
-        self._last = None
         for i in self._indices(st):
             if stop(exhausted):
                 return
@@ -153,7 +152,6 @@ class InterleaveNode(Node):
             else:
                 peeked[i] = nxt
             if ex is not None:
-                self._last = i
                 yield ex
 
     def _iter_traced(self) -> Iterator[dict]:
@@ -177,7 +175,6 @@ class InterleaveNode(Node):
         stop = all if self.stopping_strategy != "first_exhausted" else any
         replace = self.stopping_strategy != "all_exhausted_without_replacement"
         its = [iter(c) for c in kids]
-        self._last = None
         for i in self._indices(st):
             if stop(exhausted):
                 return
@@ -201,7 +198,6 @@ class InterleaveNode(Node):
                 peeked[i] = nxt
                 ppos[i] = provs[i]()
             if ex is not None:
-                self._last = i
                 self._ri_last = [i, *pos]
                 yield ex
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from operator import itemgetter
 from typing import Any, Callable, Iterator
 
-from ..state import ExampleList, copy_state
+from ..state import ExampleList
 from .base import Node, add_context, check_int
 
 
@@ -256,7 +256,7 @@ class MapNode(Node):
         it = iter(child)
         size = self.batch_size
         while True:
-            snapshot = copy_state(child._state_dict)
+            snapshot = child.state_dict()
             rows = list(itertools.islice(it, size)) if size else list(it)
             if not rows or (self.drop_last_batch and size and len(rows) < size):
                 st["prev"], st["skip"] = None, 0

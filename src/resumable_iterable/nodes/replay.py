@@ -50,7 +50,6 @@ per slot), checked on load, so an edited position is rejected instead of re-read
 
 from __future__ import annotations
 
-import itertools
 import math
 import weakref
 import zlib
@@ -75,7 +74,6 @@ def _load_kinds() -> dict:
     from .batch import BatchNode
     from .columns import ColumnsNode
     from .concat import ConcatNode
-    from .generator import GeneratorSource
     from .interleave import InterleaveNode
     from .map import MapNode
     from .repeat import RepeatNode
@@ -217,7 +215,7 @@ def buffer_digest(buffer: list) -> int:
 # ---------------------------------------------------------------------------- validation
 
 
-def check_provenance(node: Node, prov: Any, where: str, _lengths: dict | None = None) -> None:
+def check_provenance(node: Node, prov: Any, where: str) -> None:
     """Raise ``ValueError`` unless ``prov`` is a well-formed provenance of an example of ``node``."""
     k = _k()
     if type(prov) is not list:
@@ -294,7 +292,7 @@ def replay(node: Node, provs: list[list], bar: Any = None) -> list[Any]:
             inputs = replay(node.children[0], provs, bar)
         return [_reapply(node, ex, i) for ex, i in zip(inputs, indices)]
     if isinstance(node, k["ColumnsNode"]):
-        return [_apply_columns(node, ex) for ex in replay(node.children[0], provs, bar)]
+        return [node._apply_one(ex) for ex in replay(node.children[0], provs, bar)]
     return replay(node.children[0], provs, bar)  # skip, take, repeat, step: examples pass through
 
 
@@ -311,19 +309,6 @@ def _reapply(node: Node, ex: dict, index: int) -> dict:
             "state was saved: the predicate is not deterministic, or the data changed since then"
         )
     return out
-
-
-def _apply_columns(node: Node, ex: dict) -> dict:
-    cols = node.columns
-    missing = [c for c in cols if c not in ex]
-    if missing:
-        raise node._missing(ex, missing[0])
-    if node.op == "select":
-        return {c: ex[c] for c in cols}
-    if node.op == "remove":
-        drop = set(cols)
-        return {c: v for c, v in ex.items() if c not in drop}
-    return {cols.get(c, c): v for c, v in ex.items()}
 
 
 def _replay_concat_columns(node: Node, provs: list[list], bar: Any) -> list[dict]:
@@ -354,10 +339,8 @@ def _first_columns(child: Node) -> list[str]:
     """The columns of the first example ``child`` yields in a pass: what ``concatenate(axis=1)``
     fills with None once that input is exhausted. Needed when the example was buffered in an
     earlier pass (a ``repeat`` or an interleave restarted the input since, and forgot them)."""
-    from ..state import copy_state
-
     fresh = child.clone()
-    fresh.load(copy_state(child._state_dict))  # the shard order chosen above lives in the state
+    fresh.load(child.state_dict())  # the shard order chosen above lives in the state
     fresh.reset()
     first = next(iter(fresh), None)
     if first is None:
@@ -374,7 +357,6 @@ def _source_label(node: Node, sid: int) -> str:
 
 
 def _replay_source(node: Node, provs: list[list], bar: Any) -> list[dict]:
-    k = _k()
     by_shard: dict[int, list[int]] = {}
     for p in provs:
         by_shard.setdefault(p[0], []).append(p[1])
@@ -382,10 +364,7 @@ def _replay_source(node: Node, provs: list[list], bar: Any) -> list[dict]:
     for sid, rows in by_shard.items():
         wanted = sorted(set(rows))
         try:
-            if isinstance(node, k["GeneratorSource"]):
-                got = _read_generator(node, sid, wanted)
-            else:
-                got = node.read_rows(sid, wanted)
+            got = node.read_rows(sid, wanted)
         except ValueError as e:
             raise ValueError(f"cannot re-read the shuffle buffer from {_source_label(node, sid)}: {e}") from None
         except (OSError, IndexError, pa.ArrowException, OverflowError) as e:
@@ -405,24 +384,6 @@ def _replay_source(node: Node, provs: list[list], bar: Any) -> list[dict]:
 
 def _rows_text(rows: list[int]) -> str:
     return ", ".join(map(str, rows[:5])) + (f", ... ({len(rows)} rows)" if len(rows) > 5 else "")
-
-
-def _read_generator(node: Node, sid: int, wanted: list[int]) -> list[dict]:
-    last = wanted[-1]
-    want = set(wanted)
-    found: dict[int, Any] = {}
-    it = iter(node.generator(**node.shard_kwargs[sid]))
-    with progress(last + 1, f"re-running generator shard {sid} to replay the shuffle buffer") as b:
-        for i, ex in enumerate(itertools.islice(it, last + 1)):
-            if i in want:
-                found[i] = ex
-            if i % 4096 == 4095:
-                b.update(4096)
-    if len(found) < len(want):
-        missing = [r for r in wanted if r not in found]
-        raise ValueError(f"the generator now yields fewer rows than the state says were read "
-                         f"(row {missing[0]} is missing; did its input change?)")
-    return [found[r] for r in wanted]
 
 
 def replay_buffer(child: Node, buffer: list[list]) -> list[dict]:

@@ -24,7 +24,7 @@ State: ``{"node", "seed", "epoch", "rng", "rng_pos", "buffer", "draining", "chil
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Iterator
 
 import numpy as np
 
@@ -272,7 +272,3 @@ class ShuffleNode(Node):
 
     def position(self) -> dict | None:
         return None
-
-    def buffered(self) -> int:
-        buf = self._state_dict["buffer"]
-        return sum(map(len, buf)) if isinstance(buf, ExampleChunks) else len(buf)
