@@ -33,6 +33,12 @@ def _merged_features(datasets: list[IterableDataset]) -> Any:
     return merged
 
 
+def _common_column_names(datasets: list[IterableDataset]) -> list[str] | None:
+    """The column names of the first dataset if every dataset has the same, else ``None``."""
+    names = datasets[0].column_names
+    return names if all(d.column_names == names for d in datasets[1:]) else None
+
+
 def interleave_datasets(datasets: list[IterableDataset], probabilities: list[float] | None = None,
                         seed: int | None = None, stopping_strategy: str = "first_exhausted") -> IterableDataset:
     """Alternate between datasets: in turn, or at random with ``probabilities`` (seeded by ``seed``)."""
@@ -40,8 +46,7 @@ def interleave_datasets(datasets: list[IterableDataset], probabilities: list[flo
     node = InterleaveNode([d._node.clone() for d in datasets], probabilities=probabilities, seed=seed,
                           stopping_strategy=stopping_strategy)
     first = datasets[0]
-    return IterableDataset(node, features=_merged_features(datasets),
-                           column_names=first.column_names if all(d.column_names == first.column_names for d in datasets) else None,
+    return IterableDataset(node, features=_merged_features(datasets), column_names=_common_column_names(datasets),
                            _split=first._split, _epoch=first._epoch)
 
 
@@ -50,12 +55,11 @@ def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0) -> Iter
     datasets = _check(datasets, "concatenate_datasets")
     node = ConcatNode([d._node.clone() for d in datasets], axis=axis)
     names = None
-    if all(d.column_names is not None for d in datasets):
-        if axis == 0:
-            names = datasets[0].column_names if all(d.column_names == datasets[0].column_names for d in datasets) else None
-        else:
-            names = [c for d in datasets for c in d.column_names]
-            if len(set(names)) != len(names):
-                raise ValueError(f"concatenate_datasets(axis=1): duplicated column names in {names}")
+    if axis == 0:
+        names = _common_column_names(datasets)
+    elif all(d.column_names is not None for d in datasets):
+        names = [c for d in datasets for c in d.column_names]
+        if len(set(names)) != len(names):
+            raise ValueError(f"concatenate_datasets(axis=1): duplicated column names in {names}")
     return IterableDataset(node, features=_merged_features(datasets) if axis == 0 else None, column_names=names,
                            _split=datasets[0]._split, _epoch=datasets[0]._epoch)

@@ -42,15 +42,15 @@ def progress(total: int, what: str):
 
 def fast_forward(it: Iterator, n: int, what: str) -> int:
     """Consume ``n`` items of ``it`` (reporting progress); return how many were there."""
-    if n < THRESHOLD:
-        return sum(1 for _ in itertools.islice(it, n))
     count = 0
     with progress(n, what) as bar:
-        for _ in itertools.islice(it, n):
-            count += 1
-            if count % _CHUNK == 0:
-                bar.update(_CHUNK)
-        bar.update(count % _CHUNK)
+        while count < n:
+            want = min(_CHUNK, n - count)
+            got = sum(1 for _ in itertools.islice(it, want))
+            count += got
+            bar.update(got)
+            if got < want:  # the iterator ran out
+                break
     return count
 
 

@@ -42,7 +42,7 @@ _SEP = r"[-._ 0-9]"
 _IGNORED = {"readme.md", ".gitattributes", "config.json", "dataset_info.json", "dataset_infos.json",
             "dataset_dict.json", "state.json"}
 _SHARDED = re.compile(r"^data/(?P<split>\w+?)-\d{5}-of-\d{5}[^/]*$")
-_FORMAT_ALIASES = {"parquet": "parquet", "arrow": "arrow", "json": "json", "jsonl": "json", "csv": "csv"}
+_FORMAT_ALIASES = {**{f: f for f in FORMATS}, "jsonl": "json"}
 
 
 # --------------------------------------------------------------------------- patterns
@@ -385,7 +385,8 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
             raise ValueError(f"load_dataset({path!r}) needs data_files=...")
         format = format or _FORMAT_ALIASES[path]
         splits = _normalize_data_files(data_files)
-        resolved = {s: _resolve_direct(pats, revision, token, cache_dir) for s, pats in splits.items()}
+        repos: dict = {}
+        resolved = {s: _resolve_direct(pats, revision, token, cache_dir, repos) for s, pats in splits.items()}
         return _pick({s: _split_dataset(p, format, s, reader_kwargs) for s, p in resolved.items()}, split)
     if path.startswith("hf://"):
         repo_id, url_revision, sub = parse_hf_path(path)
@@ -417,22 +418,28 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
     if split is not None and split not in splits:
         raise ValueError(f"unknown split {split!r}; available splits: {sorted(splits)}")
     wanted = {split: splits[split]} if split is not None else splits
-    out = {}
-    for s, fs in wanted.items():
-        local = repo.fetch(fs) if repo is not None else [os.path.join(path, *f.split("/")) for f in fs]
-        out[s] = _split_dataset(local, format, s, reader_kwargs)
+    needed = list(dict.fromkeys(f for fs in wanted.values() for f in fs))
+    # one download call for every split: each call asks the Hub about the commit again
+    local = dict(zip(needed, repo.fetch(needed))) if repo is not None else {
+        f: os.path.join(path, *f.split("/")) for f in needed}
+    out = {s: _split_dataset([local[f] for f in fs], format, s, reader_kwargs) for s, fs in wanted.items()}
     return _pick(out, split)
 
 
-def _resolve_direct(patterns: list[str], revision: str | None, token: Any, cache_dir: str | None) -> list[str]:
-    """Local paths for ``data_files`` given as local globs / paths or ``hf://`` URLs."""
+def _resolve_direct(patterns: list[str], revision: str | None, token: Any, cache_dir: str | None,
+                    repos: dict) -> list[str]:
+    """Local paths for ``data_files`` given as local globs / paths or ``hf://`` URLs. ``repos`` keeps
+    the Hub repos opened so far, so each repo's revision is resolved and its files listed once."""
     import glob
 
     out: list[str] = []
     for p in patterns:
         if p.startswith("hf://"):
             repo_id, url_revision, sub = parse_hf_path(p)
-            repo = _HubRepo(repo_id, url_revision or revision, token, cache_dir)
+            key = (repo_id, url_revision or revision)
+            repo = repos.get(key)
+            if repo is None:
+                repo = repos[key] = _HubRepo(*key, token, cache_dir)
             out.extend(repo.fetch(match_files(sub, repo.files)))
         elif any(ch in p for ch in "*?["):
             hits = sorted(glob.glob(p, recursive=True))
