@@ -209,3 +209,16 @@ def test_batched_map_error_leaves_the_batch_unconsumed():
     ds2 = src(2).map(flaky, batched=True, batch_size=8)
     ds2.load_state_dict(ds.state_dict())  # the state after the error retries the failed batch
     assert [e["id"] for e in got + list(ds2)] == list(range(60))
+
+
+def test_filter_without_a_function_keeps_every_row():
+    """``filter(None)`` keeps everything (as HF's map-style ``Dataset.filter(None)``; HF's iterable
+    filter raises TypeError), also rows whose first column is an empty list, and in batched mode
+    with ``input_columns``."""
+    import datasets
+
+    hf = datasets.Dataset.from_dict({"tags": [[], [1], []], "x": [1, 2, 3]})
+    expected = list(hf.filter(None))
+    assert len(expected) == 3
+    for kwargs in ({}, {"batched": True}, {"batched": True, "input_columns": ["x"]}, {"input_columns": ["tags"]}):
+        assert list(ri.to_iterable_dataset(hf).filter(None, **kwargs)) == expected, kwargs

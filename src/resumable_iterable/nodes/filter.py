@@ -18,7 +18,9 @@ class FilterNode(MapNode):
 
     def __init__(self, child: Node, function: Callable | None, *, batched: bool = False, batch_size: int | None = 1000,
                  with_indices: bool = False, input_columns: list[str] | None = None, fn_kwargs: dict | None = None):
-        super().__init__(child, function if function is not None else _keep_all, batched=batched,
+        if function is None:  # keep everything, as HF does
+            function = _keep_batch if batched else _keep_example
+        super().__init__(child, function, batched=batched,
                          batch_size=batch_size, with_indices=with_indices, input_columns=input_columns,
                          fn_kwargs=fn_kwargs)
 
@@ -57,8 +59,11 @@ class FilterNode(MapNode):
         return [r for r, keep in zip(rows, mask) if keep]
 
 
-def _keep_all(*args: Any, **kwargs: Any) -> Any:
-    first = args[0]
-    if isinstance(first, dict) and first and isinstance(next(iter(first.values())), list):
-        return [True] * len(next(iter(first.values())))
+def _keep_example(*args: Any, **kwargs: Any) -> bool:
     return True
+
+
+def _keep_batch(first: Any, *args: Any, **kwargs: Any) -> list[bool]:
+    """``first`` is the batch dict, or the first input column's values with ``input_columns``."""
+    n = len(next(iter(first.values()))) if isinstance(first, dict) else len(first)
+    return [True] * n
