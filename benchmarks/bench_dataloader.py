@@ -8,9 +8,8 @@ every batch (its default ``snapshot_every_n_steps=1``), so this also times state
 
 from __future__ import annotations
 
-import argparse
-
-from common import N_ROWS, NUM_SHARDS, PIPELINES, Result, make_hf_dataset, print_section, time_iteration
+from common import (N_ROWS, NUM_SHARDS, PIPELINES, Result, arg_parser, make_hf_dataset, print_section,
+                    time_iteration)
 
 NAMES = ["plain iteration", "per-example map", "shuffle(buffer 1000)", "shuffle(buffer 1000), buffer_state='drop'",
          "map+filter+interleave+shuffle"]
@@ -110,10 +109,7 @@ def run(n_rows: int = N_ROWS, repeats: int = 1, scale: float = 1.0, hf_ds=None, 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=N_ROWS)
-    ap.add_argument("--repeats", type=int, default=1)
-    args = ap.parse_args()
+    args = arg_parser(__doc__, repeats=1).parse_args()
     print_section(f"StatefulDataLoader ({WORKERS} workers, batch {BATCH_SIZE}), {args.rows} rows in {NUM_SHARDS} shards",
                   run(n_rows=args.rows, repeats=args.repeats))
 

@@ -20,13 +20,12 @@ The examples are ``{"id": int, "text": str}`` with a text of about 1 KB (see ``T
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 
-from common import N_ROWS, NUM_SHARDS, Result, print_section
+from common import N_ROWS, NUM_SHARDS, Result, arg_parser, print_section
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUFFER = 10_000
@@ -130,8 +129,7 @@ def run(n_rows: int = N_ROWS, buffer: int = BUFFER, repeat: int = TEXT_REPEAT, l
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=N_ROWS)
+    ap = arg_parser(__doc__)
     ap.add_argument("--buffer", type=int, default=BUFFER)
     ap.add_argument("--text-repeat", type=int, default=TEXT_REPEAT)
     args = ap.parse_args()

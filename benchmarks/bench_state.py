@@ -11,11 +11,10 @@
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import time
 
-from common import N_ROWS, NUM_SHARDS, Result, make_hf_dataset, print_section, time_call
+from common import N_ROWS, NUM_SHARDS, Result, arg_parser, make_hf_dataset, print_section, time_call
 
 SMALL_BUFFER, LARGE_BUFFER = 100, 10_000
 
@@ -110,9 +109,7 @@ def run(n_rows: int = N_ROWS, hf_ds=None, number: int = 2000, repeats: int = 5, 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=N_ROWS)
-    args = ap.parse_args()
+    args = arg_parser(__doc__).parse_args()
     print_section("state_dict() and resume", run(n_rows=args.rows))
 
 

@@ -6,9 +6,7 @@ built with HF ``datasets`` and with ``resumable_iterable``, plus raw pyarrow as 
 
 from __future__ import annotations
 
-import argparse
-
-from common import (N_ROWS, NUM_SHARDS, PIPELINES, Result, make_hf_dataset, print_section,
+from common import (N_ROWS, NUM_SHARDS, PIPELINES, Result, arg_parser, make_hf_dataset, print_section,
                     time_iteration)
 
 # HF's per-example paths run at 3-60 k ex/s: HF is timed on a prefix of each stream (examples
@@ -94,10 +92,7 @@ def run(n_rows: int = N_ROWS, repeats: int = 3, hf_scale: float = 1.0, hf_ds=Non
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=N_ROWS)
-    ap.add_argument("--repeats", type=int, default=3)
-    args = ap.parse_args()
+    args = arg_parser(__doc__, repeats=3).parse_args()
     print_section(f"throughput, {args.rows} rows in {NUM_SHARDS} shards, one process",
                   run(n_rows=args.rows, repeats=args.repeats))
 

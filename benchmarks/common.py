@@ -11,6 +11,7 @@ the same way for both libraries.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import itertools
 import os
@@ -232,6 +233,16 @@ def environment() -> str:
     except OSError:
         pass
     return f"{os.cpu_count()} cores ({cpu}), {platform.system()}; " + ", ".join(parts)
+
+
+def arg_parser(doc: str, repeats: int | None = None) -> argparse.ArgumentParser:
+    """The command line of a benchmark script: ``--rows N``, and ``--repeats R`` if ``repeats`` (its
+    default) is given."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=N_ROWS)
+    if repeats is not None:
+        ap.add_argument("--repeats", type=int, default=repeats)
+    return ap
 
 
 def print_section(title: str, results: list[Result]) -> None:

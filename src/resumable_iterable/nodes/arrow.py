@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+import numpy as np
 import pyarrow as pa
 
 from .source import SourceNode, split_positions
@@ -97,13 +98,16 @@ class ArrowSource(SourceNode):
                 yield row
             pos += n
 
-    def read_rows(self, shard_id: int, rows: list[int]) -> list[dict]:
-        """Random access to rows of a shard (for replaying examples from their positions)."""
-        start, _ = self.bounds[shard_id]
-        idx = pa.array([start + r for r in rows], type=pa.int64())
+    def _take(self, idx: pa.Array) -> list[dict]:
+        """The rows at positions ``idx`` of this source's row order (before the indices mapping)."""
         if self.indices is not None:
             idx = self.indices.take(idx)
         return self._to_rows(self.table.take(idx))
+
+    def read_rows(self, shard_id: int, rows: list[int]) -> list[dict]:
+        """Random access to rows of a shard (for replaying examples from their positions)."""
+        start, _ = self.bounds[shard_id]
+        return self._take(pa.array([start + r for r in rows], type=pa.int64()))
 
     # ------------------------------------------------------------------ random access (global shuffle)
     def random_access_problem(self) -> str | None:
@@ -118,11 +122,6 @@ class ArrowSource(SourceNode):
         """The examples at ``rows[i]`` of shard ``shard_ids[i]`` (int64 arrays), in that order, with one
         Arrow ``take`` (see ``nodes/global_shuffle.py``). The rows are not sorted first: on in-memory
         and memory-mapped tables a sorted ``take`` measured no faster than an unsorted one."""
-        import numpy as np
-
         firsts = np.fromiter((b[0] for b in self.bounds), dtype=np.int64, count=len(self.bounds))
-        idx = pa.array(firsts[np.asarray(shard_ids, dtype=np.int64)] + np.asarray(rows, dtype=np.int64),
-                       type=pa.int64())
-        if self.indices is not None:
-            idx = self.indices.take(idx)
-        return self._to_rows(self.table.take(idx))
+        return self._take(pa.array(firsts[np.asarray(shard_ids, dtype=np.int64)] + np.asarray(rows, dtype=np.int64),
+                                   type=pa.int64()))

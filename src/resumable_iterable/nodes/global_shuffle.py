@@ -161,10 +161,11 @@ class _Rows:
     def total(self) -> int:
         return int(self.starts[-1])
 
-    def locate(self, index: int) -> tuple[int, int]:
-        """(shard id, row in shard) of global row ``index``."""
-        k = int(np.searchsorted(self.starts, index, side="right")) - 1
-        return self.source.shard_ids[k], index - int(self.starts[k])
+    def locate(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(shard ids, rows in those shards) of the global rows ``index`` (int64 array)."""
+        starts = self.starts
+        k = np.searchsorted(starts, index, side="right") - 1
+        return self.shard_ids[k], index - starts[k]
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "cache": {}}
@@ -198,7 +199,7 @@ class PermutedSource(Node):
             self._perm = None
 
     def permutation(self) -> IndexPermutation:
-        if self._perm is None or self._perm.n != self._rows.total:
+        if self._perm is None:
             self._perm = IndexPermutation(self._rows.total, *self._key)
         return self._perm
 
@@ -251,9 +252,7 @@ class PermutedSource(Node):
         """The examples at ``positions`` of the permutation, in that order (one batched read)."""
         rows = self._rows
         index = self.permutation()(positions)
-        starts = rows.starts
-        k = np.searchsorted(starts, index, side="right") - 1
-        examples = rows.source.take_examples(rows.shard_ids[k], index - starts[k], rows.cache)
+        examples = rows.source.take_examples(*rows.locate(index), rows.cache)
         if len(examples) != len(index):
             raise ValueError(f"{rows.source.kind} source returned {len(examples)} examples for "
                              f"{len(index)} positions")
@@ -276,7 +275,7 @@ class PermutedSource(Node):
             return None
         start, step, _ = self.slice
         shard, row = self._rows.locate(self.permutation().at(start + step * (pos - 1)))
-        return {"source": self.source.kind, "shard": shard, "row": row}
+        return {"source": self.source.kind, "shard": int(shard), "row": int(row)}
 
 
 # ---------------------------------------------------------------------- the shuffle node

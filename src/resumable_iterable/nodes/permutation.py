@@ -62,7 +62,7 @@ def _mix_int(x: int, key: int) -> int:
 class IndexPermutation:
     """The permutation of ``[0, n)`` selected by ``(seed, epoch)``: ``perm(p)`` for any positions ``p``."""
 
-    __slots__ = ("n", "radix", "keys", "int_keys", "seed", "epoch")
+    __slots__ = ("n", "radix", "keys", "int_keys")
 
     def __init__(self, n: int, seed: int, epoch: int = 0):
         if type(n) is not int or n < 0:
@@ -72,8 +72,6 @@ class IndexPermutation:
         if type(epoch) is not int or epoch < 0:
             raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
         self.n = n
-        self.seed = seed
-        self.epoch = epoch
         a = math.isqrt(n - 1) + 1 if n > 0 else 1  # ceil(sqrt(n))
         b = -(-n // a) if n > 0 else 1
         self.radix = (a, b)
