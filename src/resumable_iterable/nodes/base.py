@@ -206,6 +206,16 @@ def as_example_list(value: list) -> ExampleList:
     return ExampleList(value)
 
 
+def resolve_seed(seed: int | None) -> int:
+    """``seed`` checked to be in [0, 2**64), or a fresh random one when it is ``None`` (a state
+    records the seed it was drawn with, so a resume does not depend on drawing it again)."""
+    if seed is None:
+        return int(np.random.SeedSequence().generate_state(1, np.uint64)[0])
+    if type(seed) is not int or not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+    return seed
+
+
 def rng_from_seed(*words: int) -> np.random.Generator:
     """A PCG64 generator seeded from several integers (seed, epoch, ...)."""
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(w) for w in words])))

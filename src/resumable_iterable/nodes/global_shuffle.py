@@ -62,8 +62,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .base import Node, check_int
+from .base import Node, check_int, resolve_seed
 from .permutation import IndexPermutation
+from .source import split_positions
 
 BLOCK = 4096
 """Positions read per batched ``take``: large enough to amortise the vectorised permutation
@@ -220,17 +221,9 @@ class PermutedSource(Node):
         return self.slice[2]
 
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> Node:
-        if type(num_shards) is not int or num_shards < 1:
-            raise ValueError(f"num_shards must be a positive integer, got {num_shards!r}")
-        if type(index) is not int or not 0 <= index < num_shards:
-            raise ValueError(f"index must be in [0, {num_shards}), got {index!r}")
         start, step, count = self.slice
-        if contiguous:
-            div, mod = divmod(count, num_shards)
-            first = div * index + min(index, mod)
-            new_slice = (start + step * first, step, div + (1 if index < mod else 0))
-        else:
-            new_slice = (start + step * index, step * num_shards, max(0, -(-(count - index) // num_shards)))
+        part = split_positions(count, num_shards, index, contiguous)  # positions of this slice it keeps
+        new_slice = (start + step * part.start, step * part.step, len(part))
         new = copy.copy(self)
         new.__dict__.pop("_ri_shape", None)
         new._slice = new_slice
@@ -287,10 +280,7 @@ class GlobalShuffleNode(Node):
     kind = "global_shuffle"
 
     def __init__(self, child: Node, seed: int | None = None):
-        if seed is None:
-            seed = int(np.random.SeedSequence().generate_state(1, np.uint64)[0])
-        if type(seed) is not int or not 0 <= seed < 2**64:
-            raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+        seed = resolve_seed(seed)
         self.seed = seed
         self.epoch = 0
         super().__init__([_install_reader(child)])

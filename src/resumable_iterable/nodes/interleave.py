@@ -27,7 +27,7 @@ import math
 from typing import Iterator
 
 from ..state import ExampleList
-from .base import Node, check_examples, check_int, check_rng, rng_from_seed, rng_from_state
+from .base import Node, check_examples, check_int, check_rng, resolve_seed, rng_from_seed, rng_from_state
 
 STRATEGIES = ("first_exhausted", "all_exhausted", "all_exhausted_without_replacement")
 BLOCK = 1000
@@ -49,9 +49,7 @@ class InterleaveNode(Node):
             if any(p < 0 or not math.isfinite(p) for p in probabilities) or not math.isclose(sum(probabilities), 1.0, rel_tol=1e-6):
                 raise ValueError(f"probabilities must be non-negative and sum to 1, got {probabilities}")
             if seed is None:
-                import numpy as np
-
-                seed = int(np.random.SeedSequence().generate_state(1, np.uint64)[0])
+                seed = resolve_seed(None)
         self.probabilities = probabilities
         self.seed = seed
         self.stopping_strategy = stopping_strategy

@@ -26,10 +26,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import numpy as np
 
 from ..state import CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList
-from .base import Node, check_bool, check_examples, check_int, check_rng, rng_from_seed, rng_from_state
+from .base import Node, check_bool, check_examples, check_int, check_rng, resolve_seed, rng_from_seed, rng_from_state
 
 BLOCK = 1024
 
@@ -60,10 +59,7 @@ class ShuffleNode(Node):
             require_replay_support(child)
         self._live = None  # replay mode: (provenance buffer, examples, slot hashes) beside the state
         self._ri_last = None  # replay mode: provenance of the last example yielded
-        if seed is None:
-            seed = int(np.random.SeedSequence().generate_state(1, np.uint64)[0])
-        if type(seed) is not int or not 0 <= seed < 2**64:
-            raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+        seed = resolve_seed(seed)
         self.seed = seed
         self.buffer_size = buffer_size
         self.buffer_state = buffer_state

@@ -25,17 +25,17 @@ from typing import Any, Iterator
 from .base import Node, check_int, rng_from_seed
 
 
-def split_positions(n: int, num_shards: int, index: int, contiguous: bool) -> list[int]:
-    """Which of ``n`` items go to group ``index`` of ``num_shards`` (HF's convention)."""
-    if not isinstance(num_shards, int) or num_shards < 1:
+def split_positions(n: int, num_shards: int, index: int, contiguous: bool) -> range:
+    """Which of ``n`` items go to group ``index`` of ``num_shards`` (HF's convention), as a range."""
+    if type(num_shards) is not int or num_shards < 1:
         raise ValueError(f"num_shards must be a positive integer, got {num_shards!r}")
-    if not isinstance(index, int) or not 0 <= index < num_shards:
+    if type(index) is not int or not 0 <= index < num_shards:
         raise ValueError(f"index must be in [0, {num_shards}), got {index!r}")
     if contiguous:
         div, mod = divmod(n, num_shards)
         start = div * index + min(index, mod)
-        return list(range(start, start + div + (1 if index < mod else 0)))
-    return list(range(index, n, num_shards))
+        return range(start, start + div + (1 if index < mod else 0))
+    return range(index, n, num_shards)
 
 
 @functools.lru_cache(maxsize=64)
