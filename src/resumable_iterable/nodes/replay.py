@@ -34,8 +34,8 @@ asks (:func:`compile_provenance` arms them; other pipelines pay nothing):
 * a nested replay-mode shuffle yields from its buffer, whose provenances it holds.
 
 Re-reading (:func:`replay`) groups rows by source and shard and reads each group with one
-batched random access (``read_rows``: an Arrow ``take``), then applies the nodes above in a
-batch per node. Per-example nodes re-run their function on the replayed input with the
+``read_rows`` call (an Arrow ``take`` for tables and files; a generator shard is re-run up to
+its last needed row), then applies the nodes above in a batch per node. Per-example nodes re-run their function on the replayed input with the
 original index; a ``filter`` re-checks its predicate, so a non-deterministic predicate or data
 that changed is reported instead of silently yielding a row the filter had rejected.
 
