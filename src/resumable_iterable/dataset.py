@@ -289,7 +289,7 @@ class IterableDataset(_Base):
         dataset (``"split"``: ranks and DataLoader worker), which elastic resume uses. During an
         epoch resumed elastically (``resumable_iterable.StatefulDataLoader`` with another worker
         count, or :func:`resumable_iterable.redistribute_states`) the state is an *elastic plan*
-        (see ``elastic.py``), which loads the same way.
+        (see ``plan.py``), which loads the same way.
         """
         node = self._current_node()
         epoch = self._active_epoch

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Iterator
 
 import numpy as np
 
-from ..state import ExampleList, copy_state
+from ..state import copy_state
 
 
 class Node:
@@ -200,10 +200,6 @@ def check_rng(value: Any, where: str, key: str = "rng") -> None:
 def check_examples(value: Any, where: str, key: str) -> None:
     if not isinstance(value, list):
         raise ValueError(f"{where}: '{key}' must be a list of examples, got {type(value).__name__}")
-
-
-def as_example_list(value: list) -> ExampleList:
-    return ExampleList(value)
 
 
 def resolve_seed(seed: int | None) -> int:
