@@ -181,10 +181,14 @@ class IterableDataset(_Base):
         return self._columns("rename", column_mapping)
 
     def skip(self, n: int) -> IterableDataset:
-        return self._derive(SkipNode(self._node.clone(), n), features=self._features)
+        """Leave out the first ``n`` examples (of this rank's part after ``split_dataset_by_node``;
+        DataLoader workers and ranks split later share the ``n`` between them)."""
+        return self._derive(SkipNode(self._node.clone(), n, per_rank=len(self._split)), features=self._features)
 
     def take(self, n: int) -> IterableDataset:
-        return self._derive(TakeNode(self._node.clone(), n), features=self._features)
+        """Only the first ``n`` examples (of this rank's part after ``split_dataset_by_node``;
+        DataLoader workers and ranks split later share the ``n`` between them)."""
+        return self._derive(TakeNode(self._node.clone(), n, per_rank=len(self._split)), features=self._features)
 
     def repeat(self, num_times: int | None) -> IterableDataset:
         return self._derive(RepeatNode(self._node.clone(), num_times), features=self._features)

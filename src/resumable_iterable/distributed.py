@@ -19,6 +19,7 @@ import logging
 import sys
 
 from .nodes.base import Node
+from .nodes.slicing import CountNode
 from .nodes.step import StepNode
 
 logger = logging.getLogger("resumable_iterable")
@@ -90,9 +91,29 @@ def warn_too_many_workers(num_workers: int, num_shards: int) -> bool:
     return True
 
 
+def _enter_rank_split(node: Node, world_size: int) -> Node:
+    """A copy of ``node`` whose ``skip`` / ``take`` made after this rank split count the whole
+    dataset (see ``nodes/slicing.py``); ``node`` itself when it has none."""
+    if not any(isinstance(n, CountNode) and n.per_rank for n in node.walk()):
+        return node
+    node = node.clone()
+    node.__dict__.pop("_ri_shape", None)
+    for n in node.walk():
+        if isinstance(n, CountNode):
+            n.enter_rank_split(world_size)
+    return node
+
+
 def split_ranks(node: Node, ranks) -> Node:
-    """Apply rank splits ``[[rank, world_size], ...]`` to a pipeline template."""
+    """Apply rank splits ``[[rank, world_size], ...]`` to a pipeline template.
+
+    A ``skip(n)`` / ``take(n)`` below the split is divided among the ranks with the shards (or
+    read by every rank before the one-in-``world_size`` step), so the ranks together skip / take
+    ``n``, as in HF ``datasets``; one made after ``split_dataset_by_node`` skips / takes ``n`` of
+    each rank's part.
+    """
     for rank, world_size in ranks:
+        node = _enter_rank_split(node, world_size)
         if node.num_shards % world_size == 0:
             node = node.shard(world_size, rank, contiguous=False)
         else:

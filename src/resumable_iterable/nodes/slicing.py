@@ -2,6 +2,22 @@
 
 State: ``{"node", "skipped"|"taken", "children"}`` - a count, updated before each yield. ``take``
 never pulls an example beyond the *n*-th from its child, so the child's state stays exact.
+
+**Splitting** (as HF ``datasets``, whose ``split_when_sharding`` this follows): ``n`` counts the
+examples of the whole dataset, not of each part. When the pipeline is split by shard (DataLoader
+workers, ``split_dataset_by_node`` with a shard count divisible by the world size, or
+``shard()``), part ``i`` of ``k`` skips / takes :func:`split_count` ``(n, k, i)`` examples of its
+own shards, so the parts together skip / take ``n``. When ranks split the examples one in
+``world_size`` instead (``StepNode``), every rank reads the same ``n`` skipped / taken examples
+and keeps its share of them.
+
+A ``skip`` / ``take`` made *after* ``split_dataset_by_node`` applies to that rank's part:
+``per_rank`` counts the rank splits it sits inside, and :meth:`CountNode.enter_rank_split` turns
+its ``n`` into the matching count of the whole before each of those splits is applied.
+
+**Shard order**: ``shuffle`` does not reorder the shards below a skip / take (HF's
+``block_sources_order_when_shuffling``); otherwise the examples skipped or taken would change
+with the seed. The shuffle buffer above still mixes the order of the examples.
 """
 
 from __future__ import annotations
@@ -17,15 +33,47 @@ def _check_count(name: str, n: int) -> int:
     return n
 
 
-class SkipNode(Node):
-    kind = "skip"
+def split_count(n: int, parts: int, index: int) -> int:
+    """Part ``index`` of ``n`` split into ``parts`` near-equal counts, the larger ones first."""
+    div, mod = divmod(n, parts)
+    return div + (1 if index < mod else 0)
 
-    def __init__(self, child: Node, n: int):
-        self.n = _check_count("skip", n)
+
+class CountNode(Node):
+    """Shared structure of :class:`SkipNode` and :class:`TakeNode`: a count ``n`` split with the shards."""
+
+    def __init__(self, child: Node, n: int, per_rank: int = 0):
+        self.n = _check_count(self.kind, n)
+        if type(per_rank) is not int or per_rank < 0:
+            raise ValueError(f"per_rank must be a non-negative integer, got {per_rank!r}")
+        self.per_rank = per_rank
         super().__init__([child])
 
     def params(self) -> dict:
-        return {"n": self.n}
+        # `per_rank` only when set: the fingerprints of pipelines without it stay as they were
+        return {"n": self.n, "per_rank": self.per_rank} if self.per_rank else {"n": self.n}
+
+    def shard(self, num_shards: int, index: int, contiguous: bool = True) -> Node:
+        new = super().shard(num_shards, index, contiguous)
+        new.n = split_count(self.n, num_shards, index)  # the state fields do not depend on n
+        return new
+
+    def enter_rank_split(self, world_size: int) -> None:
+        """Called on a private copy just before a rank split is applied above this node. If this
+        node was made after that split (``per_rank > 0``), its ``n`` counts the examples of one
+        rank's part: make it count the whole (``n * world_size``), which the split then divides
+        back into ``n`` for every rank - by shard, or keeping one example in ``world_size``."""
+        if self.per_rank:
+            self.per_rank -= 1
+            self.n *= world_size
+            self.__dict__.pop("_ri_shape", None)
+
+    def shuffle_shards(self, seed: int | None) -> None:
+        pass  # a shard order drawn by a shuffle above would change which examples are skipped / taken
+
+
+class SkipNode(CountNode):
+    kind = "skip"
 
     def _own_state(self) -> dict:
         return {"skipped": 0}
@@ -43,15 +91,8 @@ class SkipNode(Node):
         yield from it
 
 
-class TakeNode(Node):
+class TakeNode(CountNode):
     kind = "take"
-
-    def __init__(self, child: Node, n: int):
-        self.n = _check_count("take", n)
-        super().__init__([child])
-
-    def params(self) -> dict:
-        return {"n": self.n}
 
     def _own_state(self) -> dict:
         return {"taken": 0}
