@@ -1,18 +1,39 @@
 """``concatenate_datasets``: one input after another (``axis=0``) or side by side (``axis=1``).
 
-* ``axis=0`` - state ``{"node", "index", "children"}``: the input being read; the inputs before
-  it are finished, the ones after untouched.
+* ``axis=0`` - state ``{"node", "shard_seed", "index", "children"}``: ``index`` is the position,
+  in the input order, of the input being read; the inputs before it are finished, the ones after
+  untouched. ``shard_seed`` is ``None`` (the inputs in the order given) or the seed a ``shuffle``
+  above chose for this epoch: the inputs are then read in a permutation drawn from it
+  (recomputed from the seed, never stored), and each input gets its own seed derived from it
+  for its own shards. HF shuffles the shards of all inputs together; here the inputs are
+  permuted, then the shards within each.
 * ``axis=1`` - each output row merges the next row of every input (column names must not
   clash). As in HF, it goes on until every input is exhausted; the columns of an exhausted
   input are then ``None``. State ``{"node", "exhausted", "columns", "children"}`` - the
-  columns seen from each input, so a resumed run fills the same ``None`` columns.
+  columns seen from each input, so a resumed run fills the same ``None`` columns. As in HF, a
+  ``shuffle`` above does not reorder the inputs' shards: that would pair rows of different
+  positions unless every input had the very same shard sizes.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Iterator
 
-from .base import Node, check_int
+from .base import Node, check_int, rng_from_seed
+
+
+@functools.lru_cache(maxsize=64)
+def input_order(n: int, seed: int | None) -> tuple[int, ...]:
+    """The order in which ``n`` concatenated inputs are read for shard seed ``seed``."""
+    if seed is None or n < 2:
+        return tuple(range(n))
+    return tuple(int(i) for i in rng_from_seed(seed, 0xC07CA7).permutation(n))
+
+
+def input_seed(seed: int, i: int) -> int:
+    """The shard seed handed to input ``i`` of a concatenation shuffled with ``seed``."""
+    return int(rng_from_seed(seed, 0xC07CA7, i + 1).integers(2**63))
 
 
 class ConcatNode(Node):
@@ -31,13 +52,36 @@ class ConcatNode(Node):
 
     def _own_state(self) -> dict:
         if self.axis == 0:
-            return {"index": 0}
+            return {"shard_seed": None, "index": 0}
         n = len(self.children)
         return {"exhausted": [False] * n, "columns": [None] * n}
+
+    def reset(self) -> None:
+        # the input order is configuration set by an ancestor shuffle: a reset (e.g. by `repeat`) keeps it
+        seed = self._state_dict.get("shard_seed")
+        super().reset()
+        if self.axis == 0:
+            self._state_dict["shard_seed"] = seed
+
+    def shuffle_shards(self, seed: int | None) -> None:
+        if self.axis == 1:
+            return  # keeps the inputs aligned row by row (see the module doc)
+        self._state_dict["shard_seed"] = seed
+        for i, c in enumerate(self.children):
+            c.shuffle_shards(None if seed is None else input_seed(seed, i))
+
+    def order(self) -> tuple[int, ...]:
+        """The inputs (``axis=0``) in the order this pass reads them."""
+        return input_order(len(self.children), self._state_dict["shard_seed"])
+
+    def current_input(self) -> int:
+        """The input being read (``axis=0``): the one at position ``index`` of :meth:`order`."""
+        return self.order()[self._state_dict["index"]]
 
     def _validate_own(self, state: dict, where: str) -> None:
         n = len(self.children)
         if self.axis == 0:
+            check_int(state, "shard_seed", where, hi=2**64 - 1, none_ok=True)
             check_int(state, "index", where, hi=n)
             return
         ex, cols = state["exhausted"], state["columns"]
@@ -50,8 +94,9 @@ class ConcatNode(Node):
     def _iter(self) -> Iterator[dict]:
         st = self._state_dict
         if self.axis == 0:
-            while st["index"] < len(self.children):
-                yield from self.children[st["index"]]
+            order = self.order()
+            while st["index"] < len(order):
+                yield from self.children[order[st["index"]]]
                 st["index"] += 1
             return
         exhausted, columns = st["exhausted"], st["columns"]
@@ -83,5 +128,5 @@ class ConcatNode(Node):
 
     def position(self) -> dict | None:
         if self.axis == 0 and self._state_dict["index"] < len(self.children):
-            return self.children[self._state_dict["index"]].position()
+            return self.children[self.current_input()].position()
         return None

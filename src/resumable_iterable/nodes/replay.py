@@ -172,7 +172,11 @@ def compile_provenance(node: Node) -> Callable[[], list]:
         st = node._state_dict
         fns = [compile_provenance(c) for c in node.children]
         if node.axis == 0:
-            return lambda: [st["index"], *fns[st["index"]]()]
+            def current() -> list:
+                i = node.current_input()
+                return [i, *fns[i]()]
+
+            return current
 
         def merged() -> list:
             ex, cols = st["exhausted"], st["columns"]
