@@ -11,8 +11,9 @@
   clash). As in HF, it goes on until every input is exhausted; the columns of an exhausted
   input are then ``None``. State ``{"node", "exhausted", "columns", "children"}`` - the
   columns seen from each input, so a resumed run fills the same ``None`` columns. As in HF, a
-  ``shuffle`` above does not reorder the inputs' shards: that would pair rows of different
-  positions unless every input had the very same shard sizes.
+  ``shuffle`` above does not reorder the inputs' shards, and the node counts as a single shard
+  (DataLoader workers and ranks do not split its inputs by shard): either would pair rows of
+  different positions unless every input had the very same shard sizes.
 """
 
 from __future__ import annotations
@@ -69,6 +70,12 @@ class ConcatNode(Node):
         self._state_dict["shard_seed"] = seed
         for i, c in enumerate(self.children):
             c.shuffle_shards(None if seed is None else input_seed(seed, i))
+
+    @property
+    def num_shards(self) -> int:
+        # axis=1 is one shard, as in HF: splitting its inputs by shard among DataLoader workers or
+        # ranks would pair rows of different positions unless every input had the same shard sizes
+        return 1 if self.axis == 1 else super().num_shards
 
     def order(self) -> tuple[int, ...]:
         """The inputs (``axis=0``) in the order this pass reads them."""
