@@ -334,6 +334,19 @@ def test_concatenate_state_is_checked():
         three().shuffle(seed=1, buffer_size=1).load_state_dict(state)
 
 
+def test_concatenate_state_written_before_the_input_order_still_loads():
+    """Such a state has no 'shard_seed': its run read the inputs in the order given."""
+    full = ids(three())
+    ds = three()
+    it = iter(ds)
+    head = ids(take(it, 8))
+    state = json_roundtrip(ds.state_dict())
+    del state["state"]["shard_seed"]
+    resumed = three()
+    resumed.load_state_dict(state)
+    assert head + ids(resumed) == full
+
+
 def test_concatenate_axis1_stays_aligned_under_shuffle_and_workers():
     """Inputs with different shard sizes: rows of the same position are merged, whatever the
     shuffle seed or the number of DataLoader workers (HF: not shuffled, one shard)."""

@@ -37,6 +37,14 @@ def input_seed(seed: int, i: int) -> int:
     return int(rng_from_seed(seed, 0xC07CA7, i + 1).integers(2**63))
 
 
+def _with_seed(state):
+    """An ``axis=0`` state written before the input order existed (no ``shard_seed``): its run read
+    the inputs in the order given, which ``shard_seed = None`` continues."""
+    if isinstance(state, dict) and "index" in state and "shard_seed" not in state:
+        return {**state, "shard_seed": None}
+    return state
+
+
 class ConcatNode(Node):
     kind = "concat"
 
@@ -84,6 +92,12 @@ class ConcatNode(Node):
     def current_input(self) -> int:
         """The input being read (``axis=0``): the one at position ``index`` of :meth:`order`."""
         return self.order()[self._state_dict["index"]]
+
+    def validate(self, state, path: str = "state") -> None:
+        super().validate(_with_seed(state) if self.axis == 0 else state, path)
+
+    def load(self, state: dict) -> None:
+        super().load(_with_seed(state) if self.axis == 0 else state)
 
     def _validate_own(self, state: dict, where: str) -> None:
         n = len(self.children)
