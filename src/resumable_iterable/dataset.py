@@ -21,6 +21,7 @@ from .nodes.filter import FilterNode
 from .nodes.generator import GeneratorSource
 from .nodes.group import GroupNode
 from .nodes.map import MapNode
+from .nodes.pack import PackNode
 from .nodes.repeat import RepeatNode
 from .nodes.shard_interleave import ShardInterleaveNode
 from .nodes.shuffle import ShuffleNode
@@ -322,6 +323,22 @@ class IterableDataset(_Base):
         if batch_size is None:
             raise ValueError("batch() needs batch_size or by_column")
         return self._derive(BatchNode(self._node.clone(), batch_size, drop_last_batch), features=None)
+
+    def pack(self, seq_len: int, columns: str | list[str] = ("input_ids",), separator: Any = None,
+             drop_last: bool = False, mode: str = "concat", position_ids: bool = False,
+             document_lengths: bool = False) -> IterableDataset:
+        """Pack the token lists of successive examples into chunks of ``seq_len`` tokens.
+
+        ``mode="concat"`` concatenates documents (each followed by ``separator``, e.g. the EOS id)
+        and cuts every ``seq_len`` tokens; ``mode="greedy"`` puts whole documents in a chunk while
+        they fit. Only ``columns`` are kept; ``position_ids=True`` adds positions that restart at
+        each document and ``document_lengths=True`` the lengths of the document pieces in a chunk.
+        The partial chunk is part of the state: resuming never loses or repeats a token.
+        """
+        node = PackNode(self._node.clone(), seq_len, columns=columns, separator=separator, drop_last=drop_last,
+                        mode=mode, position_ids=position_ids, document_lengths=document_lengths)
+        names = list(node.columns) + ["position_ids"] * node.position_ids + ["document_lengths"] * node.document_lengths
+        return self._derive(node, features=None, column_names=names)
 
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> IterableDataset:
         """The part of this dataset made of shard group ``index`` out of ``num_shards``."""
