@@ -22,6 +22,7 @@ from .nodes.generator import GeneratorSource
 from .nodes.group import GroupNode
 from .nodes.map import MapNode
 from .nodes.pack import PackNode
+from .nodes.prefetch import PrefetchNode
 from .nodes.repeat import RepeatNode
 from .nodes.shard_interleave import ShardInterleaveNode
 from .nodes.shuffle import ShuffleNode
@@ -339,6 +340,14 @@ class IterableDataset(_Base):
                         mode=mode, position_ids=position_ids, document_lengths=document_lengths)
         names = list(node.columns) + ["position_ids"] * node.position_ids + ["document_lengths"] * node.document_lengths
         return self._derive(node, features=None, column_names=names)
+
+    def prefetch(self, n: int) -> IterableDataset:
+        """Read up to ``n`` examples ahead in a background thread (e.g. while the model trains).
+
+        The examples read ahead but not yet yielded are part of the state: a resume neither loses
+        nor re-reads them. The thread stops when the iteration is closed, on errors (raised to the
+        consumer after the examples read before them) and at interpreter exit."""
+        return self._derive(PrefetchNode(self._node.clone(), n), features=self._features)
 
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> IterableDataset:
         """The part of this dataset made of shard group ``index`` out of ``num_shards``."""
