@@ -129,3 +129,30 @@ def test_pack_through_stateful_dataloader(workers):
         head, state = run(stop=k)
         tail, _ = run(state=state)
         assert head + tail == full
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("before,after", [(4, 3), (3, 8)])
+def test_loader_resumes_with_another_batch_size(workers, before, after):
+    """A StatefulDataLoader state saved with batch_size B loads with B': every remaining example once
+    (and, without workers, in the same order)."""
+    pytest.importorskip("torch")
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def build():
+        return docs().select_columns(["doc"]).shuffle(seed=3, buffer_size=5)
+
+    full = [int(i) for b in StatefulDataLoader(build(), batch_size=before, num_workers=workers) for i in b["doc"]]
+    dl = StatefulDataLoader(build(), batch_size=before, num_workers=workers)
+    head = []
+    for step, b in enumerate(dl):
+        head += [int(i) for i in b["doc"]]
+        if step == 2:
+            state = dl.state_dict()
+            break
+    dl2 = StatefulDataLoader(build(), batch_size=after, num_workers=workers)
+    dl2.load_state_dict(state)
+    tail = [int(i) for b in dl2 for i in b["doc"]]
+    assert sorted(head + tail) == sorted(full) == list(range(len(DOCS)))
+    if workers == 0:
+        assert head + tail == full
