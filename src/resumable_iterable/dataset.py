@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from typing import Any, Callable, Iterator
@@ -18,10 +19,15 @@ from .nodes.columns import ColumnsNode
 from .nodes.files import FORMATS, FileSource, format_of
 from .nodes.filter import FilterNode
 from .nodes.generator import GeneratorSource
+from .nodes.group import GroupNode
 from .nodes.map import MapNode
+from .nodes.pack import PackNode
+from .nodes.prefetch import PrefetchNode
 from .nodes.repeat import RepeatNode
+from .nodes.shard_interleave import ShardInterleaveNode
 from .nodes.shuffle import ShuffleNode
 from .nodes.slicing import SkipNode, TakeNode
+from .nodes.typed import AddColumn, ApplyFeatures
 
 
 class _Base:
@@ -95,8 +101,26 @@ class IterableDataset(_Base):
     @classmethod
     def from_generator(cls, generator: Callable[..., Iterator[dict]], gen_kwargs: dict | None = None,
                        features: Any = None) -> IterableDataset:
-        """Examples yielded by ``generator(**gen_kwargs)``; list values of ``gen_kwargs`` are shards."""
-        return cls(GeneratorSource(generator, gen_kwargs), features=features)
+        """Examples yielded by ``generator(**gen_kwargs)``; list values of ``gen_kwargs`` are shards.
+
+        With ``features`` (HF ``datasets.Features``), each example is typed as HF does: missing
+        columns are filled with ``None``, values are encoded and decoded with the features."""
+        ds = cls(GeneratorSource(generator, gen_kwargs), features=features)
+        return ds._typed(features) if features is not None else ds
+
+    @classmethod
+    def from_dict(cls, mapping: dict, features: Any = None, num_shards: int = 1) -> IterableDataset:
+        """Columns ``{name: [values]}`` held in memory (as HF: through an in-memory ``datasets.Dataset``)."""
+        from datasets import Dataset
+
+        return cls.from_hf(Dataset.from_dict(mapping, features=features), num_shards=num_shards)
+
+    @classmethod
+    def from_list(cls, mapping: list[dict], features: Any = None, num_shards: int = 1) -> IterableDataset:
+        """Rows ``[{name: value}, ...]`` held in memory; the first row's keys are the columns (as HF)."""
+        from datasets import Dataset
+
+        return cls.from_hf(Dataset.from_list(mapping, features=features), num_shards=num_shards)
 
     @classmethod
     def from_files(cls, paths: str | list[str], format: str | None = None, **reader_kwargs: Any) -> IterableDataset:
@@ -180,6 +204,75 @@ class IterableDataset(_Base):
     def rename_columns(self, column_mapping: dict[str, str]) -> IterableDataset:
         return self._columns("rename", column_mapping)
 
+    # ------------------------------------------------------------------ HF features and columns
+    def _typed(self, features: Any) -> IterableDataset:
+        """This dataset with ``features`` applied to every example (see ``nodes/typed.py``)."""
+        node = MapNode(self._node.clone(), ApplyFeatures(features))
+        return self._derive(node, features=features, column_names=list(features))
+
+    def cast(self, features: Any) -> IterableDataset:
+        """Cast to new HF ``features`` (same column names), applied to each example as HF does."""
+        from datasets import Features
+
+        features = features if isinstance(features, Features) else Features(features)
+        if self._column_names is not None and sorted(features) != sorted(self._column_names):
+            raise ValueError(f"cast: the features' columns {sorted(features)} do not match the dataset's "
+                             f"columns {sorted(self._column_names)}")
+        return self._with_features(features)
+
+    def cast_column(self, column: str, feature: Any) -> IterableDataset:
+        """Cast one column to ``feature`` (e.g. ``Image(decode=False)``, ``ClassLabel(names=...)``)."""
+        from datasets import Features
+
+        if self._features is not None:
+            if column not in self._features:
+                raise ValueError(f"cast_column: column {column!r} not in the dataset (columns: {list(self._features)})")
+            features = Features({**self._features, column: feature})
+        elif self._column_names is not None:
+            raise ValueError(f"cast_column({column!r}) needs the dataset's features, which are unknown here "
+                             "(e.g. after a map): use cast(features) with every column")
+        else:
+            features = Features({column: feature})
+        return self._with_features(features)
+
+    def decode(self, enable: bool = True, num_threads: int | None = None) -> IterableDataset:
+        """Turn decoding of media features (``Image``, ``Audio``, ``Video``) on or off, as HF does."""
+        if self._features is None:
+            return self._derive(self._node, features=None)
+        from datasets import Features
+
+        def set_decode(feature: Any) -> Any:
+            if hasattr(feature, "decode") and hasattr(feature, "__dataclass_fields__"):
+                return dataclasses.replace(feature, decode=enable)
+            return feature
+
+        features = Features({k: _map_feature(v, set_decode) for k, v in self._features.items()})
+        return self._with_features(features)
+
+    def _with_features(self, features: Any) -> IterableDataset:
+        node = self._node
+        if isinstance(node, ArrowSource) and sorted(features) == sorted(node.features or {}):
+            # an in-memory/Arrow source decodes its own columns: give it the new features when only
+            # the decoding of media columns changes, so no example is decoded and re-encoded
+            if _decode_only_change(node.features, features):
+                return self._derive(node.with_features(features), features=features, column_names=list(features))
+        return self._typed(features)
+
+    def add_column(self, name: str, column: Any) -> IterableDataset:
+        """Add a column whose value for example ``i`` is ``column[i]`` (as HF: by the map index)."""
+        out = self.map(AddColumn(name, column), with_indices=True)
+        if self._column_names is not None:
+            out._column_names = [*self._column_names, name]
+        return out
+
+    def __getitem__(self, column: str) -> IterableColumn:
+        """``ds["text"]`` iterates the values of one column (``ds["meta"]["source"]`` for nested ones)."""
+        if not isinstance(column, str):
+            raise TypeError(f"an IterableDataset is indexed by column name, got {column!r}")
+        if self._column_names is not None and column not in self._column_names:
+            raise KeyError(f"column {column!r} not in the dataset (columns: {self._column_names})")
+        return IterableColumn(self, column)
+
     def skip(self, n: int) -> IterableDataset:
         """Leave out the first ``n`` examples (of this rank's part after ``split_dataset_by_node``;
         DataLoader workers and ranks split later share the ``n`` between them)."""
@@ -194,12 +287,16 @@ class IterableDataset(_Base):
         return self._derive(RepeatNode(self._node.clone(), num_times), features=self._features)
 
     def shuffle(self, seed: int | None = None, generator: Any = None, buffer_size: int | None = 1000,
-                buffer_state: str = "examples") -> IterableDataset:
+                max_buffer_input_shards: int = 1, buffer_state: str = "examples") -> IterableDataset:
         """Shuffle the shard order (per epoch) and mix examples through a buffer of ``buffer_size``.
 
         ``buffer_state`` chooses what a state keeps of the buffer: ``"examples"`` (exact, the
         default), ``"replay"`` (exact, stores only where each buffered example came from) or
         ``"drop"`` (like HF ``datasets``: smaller, but the buffered examples are lost on resume).
+
+        ``max_buffer_input_shards=k`` feeds the buffer from ``k`` groups of shards at a time, taken in
+        turn (as HF ``datasets``, whose default is 10; here the default 1 reads one shard at a time).
+        The groups are formed after the split among ranks and DataLoader workers.
 
         ``buffer_size=None`` asks for a *global* shuffle of a random-access source (HF ``Dataset``,
         Arrow table, Parquet/Arrow files): every example once per epoch in a permutation of the whole
@@ -215,12 +312,46 @@ class IterableDataset(_Base):
 
             node = make_global_shuffle(self._node.clone(), seed)
         else:
-            node = ShuffleNode(self._node.clone(), seed=seed, buffer_size=buffer_size, buffer_state=buffer_state)
+            child = self._node.clone()
+            if max_buffer_input_shards != 1:
+                child = ShardInterleaveNode(child, max_buffer_input_shards)
+            node = ShuffleNode(child, seed=seed, buffer_size=buffer_size, buffer_state=buffer_state)
         return self._derive(node, features=self._features)
 
-    def batch(self, batch_size: int, drop_last_batch: bool = False) -> IterableDataset:
-        """Group examples into batches ``{column: [values]}``."""
+    def batch(self, batch_size: int | None = None, by_column: str | list[str] | None = None,
+              drop_last_batch: bool = False) -> IterableDataset:
+        """Group examples into batches ``{column: [values]}`` of ``batch_size`` examples, or, with
+        ``by_column``, one batch per run of successive examples with equal values in that column
+        (or columns); ``drop_last_batch`` then drops the final run."""
+        if by_column is not None:
+            return self._derive(GroupNode(self._node.clone(), by_column, drop_last_batch), features=None)
+        if batch_size is None:
+            raise ValueError("batch() needs batch_size or by_column")
         return self._derive(BatchNode(self._node.clone(), batch_size, drop_last_batch), features=None)
+
+    def pack(self, seq_len: int, columns: str | list[str] = ("input_ids",), separator: Any = None,
+             drop_last: bool = False, mode: str = "concat", position_ids: bool = False,
+             document_lengths: bool = False) -> IterableDataset:
+        """Pack the token lists of successive examples into chunks of ``seq_len`` tokens.
+
+        ``mode="concat"`` concatenates documents (each followed by ``separator``, e.g. the EOS id)
+        and cuts every ``seq_len`` tokens; ``mode="greedy"`` puts whole documents in a chunk while
+        they fit. Only ``columns`` are kept; ``position_ids=True`` adds positions that restart at
+        each document and ``document_lengths=True`` the lengths of the document pieces in a chunk.
+        The partial chunk is part of the state: resuming never loses or repeats a token.
+        """
+        node = PackNode(self._node.clone(), seq_len, columns=columns, separator=separator, drop_last=drop_last,
+                        mode=mode, position_ids=position_ids, document_lengths=document_lengths)
+        names = list(node.columns) + ["position_ids"] * node.position_ids + ["document_lengths"] * node.document_lengths
+        return self._derive(node, features=None, column_names=names)
+
+    def prefetch(self, n: int) -> IterableDataset:
+        """Read up to ``n`` examples ahead in a background thread (e.g. while the model trains).
+
+        The examples read ahead but not yet yielded are part of the state: a resume neither loses
+        nor re-reads them. The thread stops when the iteration is closed, on errors (raised to the
+        consumer after the examples read before them) and at interpreter exit."""
+        return self._derive(PrefetchNode(self._node.clone(), n), features=self._features)
 
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> IterableDataset:
         """The part of this dataset made of shard group ``index`` out of ``num_shards``."""
@@ -346,6 +477,48 @@ class IterableDataset(_Base):
     def __setstate__(self, d: dict) -> None:
         self.__dict__.update(d)
         _maybe_add_torch_base(type(self))
+
+
+class IterableColumn:
+    """The values of one column of an :class:`IterableDataset` (``ds["text"]``), as HF's
+    ``IterableColumn``; index it again for a nested column (``ds["meta"]["source"]``)."""
+
+    def __init__(self, source: Any, column_name: str):
+        self.source = source
+        self.column_name = column_name
+
+    def __iter__(self) -> Iterator[Any]:
+        name = self.column_name
+        for example in self.source:
+            yield example[name]
+
+    def __getitem__(self, column_name: str) -> IterableColumn:
+        return IterableColumn(self, column_name)
+
+
+def _map_feature(feature: Any, fn: Callable[[Any], Any]) -> Any:
+    """``fn`` applied to every leaf feature of a (possibly nested) HF feature."""
+    if isinstance(feature, dict):
+        return type(feature)({k: _map_feature(v, fn) for k, v in feature.items()})
+    if isinstance(feature, (list, tuple)):
+        return type(feature)(_map_feature(v, fn) for v in feature)
+    inner = getattr(feature, "feature", None)
+    if inner is not None and hasattr(feature, "__dataclass_fields__"):  # List / Sequence / LargeList
+        return dataclasses.replace(feature, feature=_map_feature(inner, fn))
+    return fn(feature)
+
+
+def _decode_only_change(old: Any, new: Any) -> bool:
+    """Whether two HF features differ only in the ``decode`` flags of media features."""
+    def strip(feature: Any) -> Any:
+        if hasattr(feature, "decode") and hasattr(feature, "__dataclass_fields__"):
+            return dataclasses.replace(feature, decode=True)
+        return feature
+
+    try:
+        return {k: _map_feature(v, strip) for k, v in old.items()} == {k: _map_feature(v, strip) for k, v in new.items()}
+    except Exception:  # noqa: BLE001 - unusual features: take the general path
+        return False
 
 
 def to_iterable_dataset(dataset: Any, num_shards: int = 1) -> IterableDataset:

@@ -34,6 +34,10 @@ def split_dataset_by_node(dataset, rank: int, world_size: int):
     Either way each rank's part is resumable on its own, and
     :func:`resumable_iterable.redistribute_states` moves saved progress to another world size.
     """
+    if not hasattr(dataset, "_node"):  # a HF datasets.Dataset / IterableDataset: HF's own split
+        from datasets.distributed import split_dataset_by_node as hf_split
+
+        return hf_split(dataset, rank=rank, world_size=world_size)
     if type(world_size) is not int or world_size < 1:
         raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
     if type(rank) is not int or not 0 <= rank < world_size:

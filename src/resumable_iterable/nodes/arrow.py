@@ -64,6 +64,13 @@ class ArrowSource(SourceNode):
             indices = idx.column(0).combine_chunks()
         return cls(table, num_shards=num_shards, indices=indices, features=dataset.features)
 
+    def with_features(self, features: Any) -> ArrowSource:
+        """The same rows and shards, decoded with other HF ``features`` (e.g. ``Image(decode=False)``)."""
+        new = self.clone()
+        new.features = features
+        new._decode = features.decode_batch if any(getattr(features, "_column_requires_decoding", {}).values()) else None
+        return new
+
     def params(self) -> dict:
         return {**super().params(), "num_rows": self.num_rows, "columns": list(self.table.column_names)}
 

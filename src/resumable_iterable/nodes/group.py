@@ -1,0 +1,76 @@
+"""``batch(by_column=...)``: one batch ``{column: [values]}`` per run of successive examples whose
+values in the key column(s) are equal (HF ``datasets`` semantics: runs, not a global group-by,
+and no size limit on a run).
+
+A run is known to end only when the first example of the next run arrives, so that example
+has already left the child when the batch is yielded. It is kept in the node's state:
+
+State: ``{"node", "rows", "children"}``
+
+* ``rows`` - the examples of the run being gathered (read from the child, not yet yielded).
+  Before a batch is yielded, ``rows`` is replaced by the example that ended the run, so a state
+  taken while the consumer holds the batch resumes with that example: nothing lost, nothing
+  repeated.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..state import ExampleList
+from .base import Node, check_examples
+from .map import rows_to_batch
+
+
+class GroupNode(Node):
+    kind = "group"
+
+    def __init__(self, child: Node, columns: str | list[str], drop_last_batch: bool = False):
+        columns = [columns] if isinstance(columns, str) else list(columns)
+        if not columns or not all(isinstance(c, str) for c in columns):
+            raise TypeError(f"by_column must be a column name or a non-empty list of names, got {columns!r}")
+        self.columns = columns
+        self.drop_last_batch = bool(drop_last_batch)
+        super().__init__([child])
+
+    def params(self) -> dict:
+        return {"columns": self.columns, "drop_last_batch": self.drop_last_batch}
+
+    def _own_state(self) -> dict:
+        return {"rows": ExampleList()}
+
+    def _load_own(self, state: dict) -> None:
+        super()._load_own(state)
+        self._state_dict["rows"] = ExampleList(self._state_dict["rows"])
+
+    def _validate_own(self, state: dict, where: str) -> None:
+        check_examples(state["rows"], where, "rows")
+        if not all(isinstance(ex, dict) for ex in state["rows"]):
+            raise ValueError(f"{where}: every gathered example in 'rows' must be an object")
+
+    def _key(self, ex: dict) -> tuple:
+        try:
+            return tuple(ex[c] for c in self.columns)
+        except KeyError as e:
+            raise KeyError(f"batch(by_column={self.columns}): column {e.args[0]!r} is not in the example "
+                           f"(its columns: {sorted(ex)})") from None
+
+    def _iter(self) -> Iterator[dict]:
+        st = self._state_dict
+        rows = st["rows"]
+        key = self._key(rows[0]) if rows else None
+        for ex in self.children[0]:
+            k = self._key(ex)
+            if rows and k != key:
+                batch = rows_to_batch(rows)
+                st["rows"] = rows = ExampleList([ex])  # the example that ended the run is kept
+                key = k
+                yield batch
+                continue
+            if not rows:
+                key = k
+            rows.append(ex)
+        if rows:
+            st["rows"] = ExampleList()
+            if not self.drop_last_batch:
+                yield rows_to_batch(rows)

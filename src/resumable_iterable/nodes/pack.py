@@ -1,0 +1,200 @@
+"""``pack(seq_len, ...)``: token lists of successive examples packed into fixed-length chunks, the
+way language models are pre-trained.
+
+Two modes:
+
+* ``"concat"`` (default) - documents are concatenated (each followed by ``separator``, e.g. an EOS
+  id, when given) and cut every ``seq_len`` tokens; a document may span several chunks. Every
+  chunk has exactly ``seq_len`` tokens except, at the end, the last one (dropped with
+  ``drop_last=True``).
+* ``"greedy"`` - documents are not split: a chunk takes whole documents, in order, while they
+  fit in ``seq_len``; the document that does not fit starts the next chunk. Chunks are therefore
+  up to ``seq_len`` long. A document longer than ``seq_len`` on its own is cut into ``seq_len``
+  pieces (no token is ever dropped). ``drop_last=True`` drops the final chunk.
+
+Only the packed ``columns`` are kept (they must hold equally long token lists in each example;
+e.g. ``("input_ids", "labels")``). ``separator`` is one id appended after every document in
+every packed column, or a dict giving one per column. Options add ``position_ids`` (positions restart at every
+document, for document-masked attention) and ``document_lengths`` (the lengths of the document
+pieces in the chunk, e.g. for ``cu_seqlens``).
+
+State: ``{"node", "carry", "docs", "start", "children"}``
+
+* ``carry`` - per packed column, the tokens read but not yet yielded in a chunk (from ``start`` on):
+  the partial sequence, or in greedy mode the pending documents. Held as lists copied shallowly
+  (their items are ints), so ``state_dict()`` costs one C-level list copy per column.
+* ``docs`` - where each document in ``carry`` starts (an index into ``carry``; the first may be
+  negative: that document began in a chunk already yielded). Positions and document lengths
+  are derived from it, so nothing is stored per token besides the tokens.
+* ``start`` - how many tokens at the front of ``carry`` were already yielded; the lists are
+  compacted when the next document is appended, so cutting a long document costs no quadratic copying.
+"""
+
+from __future__ import annotations
+
+import bisect
+import numbers
+from typing import Any, Iterator
+
+from ..state import ExampleList
+from .base import Node
+
+MODES = ("concat", "greedy")
+
+
+def _integer(name: str, value: Any, lo: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (lo is not None and value < lo):
+        bound = "" if lo is None else f" >= {lo}"
+        raise ValueError(f"pack: {name} must be an integer{bound}, got {value!r} ({type(value).__name__})")
+    return int(value)
+
+
+class PackNode(Node):
+    kind = "pack"
+
+    def __init__(self, child: Node, seq_len: int, columns: Any = ("input_ids",), separator: Any = None,
+                 drop_last: bool = False, mode: str = "concat", position_ids: bool = False,
+                 document_lengths: bool = False):
+        seq_len = _integer("seq_len", seq_len, lo=1)
+        columns = [columns] if isinstance(columns, str) else list(columns)
+        if not columns or not all(isinstance(c, str) for c in columns) or len(set(columns)) != len(columns):
+            raise ValueError(f"pack: columns must be distinct column names, got {columns!r}")
+        if mode not in MODES:
+            raise ValueError(f"pack: unknown mode {mode!r}; expected one of {MODES}")
+        if separator is not None and not isinstance(separator, dict):
+            separator = {c: separator for c in columns}
+        if separator is not None:
+            if sorted(separator) != sorted(columns):
+                raise ValueError(f"pack: separator must give one value for each packed column {columns}, "
+                                 f"got {sorted(separator)}")
+            separator = {c: _integer("separator", separator[c]) for c in columns}
+        self.seq_len = seq_len
+        self.columns = columns
+        self.separator = separator
+        self.drop_last = bool(drop_last)
+        self.mode = mode
+        self.position_ids = bool(position_ids)
+        self.document_lengths = bool(document_lengths)
+        super().__init__([child])
+
+    def params(self) -> dict:
+        return {"seq_len": self.seq_len, "columns": self.columns, "mode": self.mode, "drop_last": self.drop_last,
+                "separator": self.separator, "position_ids": self.position_ids,
+                "document_lengths": self.document_lengths}
+
+    def _own_state(self) -> dict:
+        return {"carry": {c: ExampleList() for c in self.columns}, "docs": ExampleList(), "start": 0}
+
+    def _load_own(self, state: dict) -> None:
+        st = self._state_dict
+        st["carry"] = {c: ExampleList(state["carry"][c]) for c in self.columns}
+        st["docs"] = ExampleList(state["docs"])
+        st["start"] = state["start"]
+
+    def _validate_own(self, state: dict, where: str) -> None:
+        carry, docs, start = state["carry"], state["docs"], state["start"]
+        if not isinstance(carry, dict) or sorted(carry) != sorted(self.columns):
+            raise ValueError(f"{where}: 'carry' must hold the packed columns {self.columns}")
+        lengths = {len(v) if isinstance(v, list) else None for v in carry.values()}
+        if len(lengths) != 1 or None in lengths:
+            raise ValueError(f"{where}: 'carry' must hold one list of tokens per packed column, all of one length")
+        n = lengths.pop()
+        if type(start) is not int or not 0 <= start <= n:
+            raise ValueError(f"{where}: 'start' must be an integer in [0, {n}], got {start!r}")
+        if (not isinstance(docs, list) or not all(type(d) is int for d in docs) or docs != sorted(docs)
+                or any(d >= n for d in docs) or (n > start and (not docs or docs[0] > start))):
+            raise ValueError(f"{where}: 'docs' must be the increasing start positions of the carried documents")
+
+    # ------------------------------------------------------------------ iteration
+    def _tokens(self, ex: dict) -> tuple[list, int]:
+        cols = []
+        n = None
+        for c in self.columns:
+            try:
+                v = ex[c]
+            except KeyError:
+                raise KeyError(f"pack: column {c!r} is not in the example (its columns: {sorted(ex)})") from None
+            if type(v) is not list:
+                v = v.tolist() if hasattr(v, "tolist") else list(v)
+            if n is None:
+                n = len(v)
+            elif len(v) != n:
+                raise ValueError(f"pack: columns {self.columns} must hold token lists of equal length in each "
+                                 f"example, got {n} and {len(v)} ({c!r})")
+            cols.append(v)
+        return cols, n + (self.separator is not None)
+
+    def _chunk(self, a: int, b: int) -> dict:
+        st = self._state_dict
+        carry = st["carry"]
+        out = {c: carry[c][a:b] for c in self.columns}
+        if self.position_ids or self.document_lengths:
+            docs = st["docs"]
+            # the documents overlapping [a, b): their start, clipped to the chunk
+            k = bisect.bisect_right(docs, a) - 1
+            bounds = [docs[k]] + [d for d in docs[k + 1:] if d < b]
+            if self.position_ids:
+                pos: list = []
+                for s, e in zip(bounds, bounds[1:] + [b]):
+                    pos.extend(range(max(s, a) - s, e - s))
+                out["position_ids"] = pos
+            if self.document_lengths:
+                out["document_lengths"] = [e - max(s, a) for s, e in zip(bounds, bounds[1:] + [b])]
+        return out
+
+    def _append(self, cols: list, n: int) -> None:
+        """Add one document to the carry, dropping the already-yielded front first."""
+        st = self._state_dict
+        start = st["start"]
+        carry = st["carry"]
+        docs = st["docs"]
+        if start:
+            for c in self.columns:
+                del carry[c][:start]
+            k = bisect.bisect_right(docs, start) - 1  # the first document still carried
+            docs[:] = [d - start for d in docs[max(k, 0):]]
+            st["start"] = 0
+        docs.append(len(carry[self.columns[0]]))
+        sep = self.separator
+        for c, v in zip(self.columns, cols):
+            lst = carry[c]
+            lst += v
+            if sep is not None:
+                lst.append(sep[c])
+
+    def _full_chunks(self) -> Iterator[dict]:
+        """The chunks the carry already fills (also what a state taken mid-document still owes)."""
+        st = self._state_dict
+        size = self.seq_len
+        tokens = st["carry"][self.columns[0]]
+        # greedy: a document longer than a chunk on its own is cut; a chunk filled exactly is done
+        while len(tokens) - st["start"] >= size:
+            a = st["start"]
+            st["start"] = a + size
+            yield self._chunk(a, a + size)
+
+    def _iter(self) -> Iterator[dict]:
+        st = self._state_dict
+        size = self.seq_len
+        greedy = self.mode == "greedy"
+        yield from self._full_chunks()
+        carry = st["carry"]
+        first = self.columns[0]
+        for ex in self.children[0]:
+            cols, n = self._tokens(ex)
+            end = len(carry[first])
+            if greedy and end > st["start"] and end - st["start"] + n > size:
+                # the document does not fit: close the chunk first
+                chunk = self._chunk(st["start"], end)
+                st["start"] = end
+                self._append(cols, n)
+                yield chunk
+            else:
+                self._append(cols, n)
+            if len(carry[first]) - st["start"] >= size:
+                yield from self._full_chunks()
+        a, b = st["start"], len(carry[first])
+        if b > a:
+            st["start"] = b
+            if not self.drop_last:
+                yield self._chunk(a, b)

@@ -1,0 +1,161 @@
+"""``prefetch(n)``: read up to ``n`` examples ahead in a background thread while the consumer
+(the training step) works on the current one.
+
+The thread pulls from the pipeline below and, with every example, takes a copy of that
+pipeline's state (``state_dict`` stays cheap: no example is deep-copied). What this node shows
+as its child's state is therefore *not* the live child, which the thread keeps moving, but the
+copy that goes with the newest example the consumer has received; the examples received but not
+yet yielded are kept in the state too:
+
+State: ``{"node", "ahead", "children"}``
+
+* ``children`` - the state of the pipeline below as of the last example received from the
+  thread (a snapshot, updated in place as examples arrive).
+* ``ahead`` - examples received from the thread and not yet yielded, in order (copied
+  shallowly). On resume they are yielded first, then reading goes on from the snapshot: no
+  example is lost and none is read twice.
+
+The thread stops when the iteration is closed (``break``, ``close()``, garbage collection),
+when the pipeline below raises (the error reaches the consumer after the examples read
+before it, and the state then includes what the failing node keeps about it, e.g. ``map``'s
+retry), and at interpreter exit (daemon thread, stopped by an ``atexit`` hook).
+"""
+
+from __future__ import annotations
+
+import atexit
+import queue
+import threading
+import weakref
+from typing import Iterator
+
+from ..state import ExampleList, copy_state
+from .base import Node, check_examples
+
+_OK, _END, _ERR = 0, 1, 2
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+
+
+class _Reader:
+    """The background thread of one iteration."""
+
+    def __init__(self, child: Node, size: int):
+        self.child = child
+        self.queue: queue.Queue = queue.Queue(maxsize=size)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="resumable_iterable-prefetch", daemon=True)
+        _LIVE.add(self)
+        self.thread.start()
+
+    def _put(self, item: tuple) -> bool:
+        while not self.stop.is_set():
+            try:
+                self.queue.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        child = self.child
+        try:
+            for ex in child:
+                if not self._put((_OK, ex, copy_state(child._state_dict))):
+                    return
+            self._put((_END, None, copy_state(child._state_dict)))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
+            self._put((_ERR, e, copy_state(child._state_dict)))
+
+    def close(self, timeout: float = 2.0) -> None:
+        self.stop.set()
+        try:
+            while True:
+                self.queue.get_nowait()
+        except queue.Empty:
+            pass
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout)
+
+
+@atexit.register
+def _stop_all() -> None:
+    for reader in list(_LIVE):
+        reader.close(timeout=1.0)
+
+
+class PrefetchNode(Node):
+    kind = "prefetch"
+
+    def __init__(self, child: Node, size: int):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"prefetch(n) expects a positive integer, got {size!r}")
+        self.size = size
+        super().__init__([child])
+
+    def params(self) -> dict:
+        return {"size": self.size}
+
+    def _fresh_state(self) -> dict:
+        # the parent sees a snapshot of the child's state, never the dict the thread is moving
+        return {"node": self.kind, **self._own_state(),
+                "children": [copy_state(c._state_dict) for c in self.children]}
+
+    def _own_state(self) -> dict:
+        return {"ahead": ExampleList()}
+
+    def _sync_view(self) -> None:
+        view = self._state_dict["children"][0]
+        view.clear()
+        view.update(copy_state(self.children[0]._state_dict))
+
+    def _after_reset(self) -> None:
+        self._sync_view()
+
+    def load(self, state: dict) -> None:
+        super().load(state)
+        self._state_dict["ahead"] = ExampleList(self._state_dict["ahead"])
+        self._sync_view()
+
+    def _validate_own(self, state: dict, where: str) -> None:
+        check_examples(state["ahead"], where, "ahead")
+        if len(state["ahead"]) > self.size:
+            raise ValueError(f"{where}: {len(state['ahead'])} examples read ahead, more than prefetch({self.size})")
+
+    def _iter(self) -> Iterator[dict]:
+        st = self._state_dict
+        view = st["children"][0]
+        child = self.children[0]
+        # the live child may have run ahead of what was yielded (an earlier iteration stopped
+        # early): continue from the snapshot that goes with the examples still in `ahead`
+        child.load(copy_state(view))
+        reader = _Reader(child, self.size)
+        try:
+            ahead = st["ahead"]
+            while True:
+                if not ahead:
+                    kind, value, snap = reader.queue.get()
+                    items = [(kind, value, snap)]
+                    while kind == _OK:
+                        try:
+                            kind, value, snap = reader.queue.get_nowait()
+                        except queue.Empty:
+                            break
+                        items.append((kind, value, snap))
+                    ahead.extend(v for k, v, _ in items if k == _OK)
+                    view.clear()
+                    view.update(items[-1][2])
+                    last_kind, last_value = items[-1][0], items[-1][1]
+                    if last_kind != _OK and not ahead:
+                        if last_kind == _ERR:
+                            raise last_value
+                        return
+                    if last_kind != _OK:
+                        # yield what was read before the end / the error, then finish
+                        while ahead:
+                            yield ahead.pop(0)
+                        if last_kind == _ERR:
+                            raise last_value
+                        return
+                yield ahead.pop(0)
+        finally:
+            reader.close()

@@ -1,0 +1,82 @@
+"""Feeding a shuffle buffer from several shards at a time (``shuffle(max_buffer_input_shards=k)``).
+
+The node splits the pipeline below it into ``k`` groups of shards and takes one example from
+each group in turn, skipping groups that are exhausted, until every group is exhausted (HF
+``datasets`` does the same: ``InterleavedShardsExamplesIterable``). Each shard is still read
+exactly once, in order, and a shuffle buffer above mixes examples from ``k`` places of the
+dataset at once instead of one.
+
+The groups are made *after* the pipeline is split among ranks and DataLoader workers:
+:meth:`shard` splits the pipeline template first and regroups what is left, so workers keep
+as many shards to share as without this node.
+
+State: ``{"node", "turn", "done", "children"}``
+
+* ``turn`` - the group the next example is taken from (updated before each yield).
+* ``done`` - one flag per group: exhausted.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from .base import Node, check_bool, check_int
+
+
+class ShardInterleaveNode(Node):
+    kind = "shard_interleave"
+
+    def __init__(self, child: Node, max_input_shards: int):
+        if type(max_input_shards) is not int or max_input_shards < 1:
+            raise ValueError(f"max_buffer_input_shards must be a positive integer, got {max_input_shards!r}")
+        self.template = child
+        self.max_input_shards = max_input_shards
+        groups = max(1, min(max_input_shards, child.num_shards))
+        kids = [child] if groups == 1 else [child.shard(groups, i, contiguous=False) for i in range(groups)]
+        super().__init__(kids)
+
+    def params(self) -> dict:
+        return {"max_input_shards": self.max_input_shards, "groups": len(self.children)}
+
+    def _own_state(self) -> dict:
+        return {"turn": 0, "done": [False] * len(self.children)}
+
+    def _validate_own(self, state: dict, where: str) -> None:
+        check_int(state, "turn", where, hi=len(self.children) - 1)
+        done = state["done"]
+        if not isinstance(done, list) or len(done) != len(self.children):
+            raise ValueError(f"{where}: 'done' must be a list of {len(self.children)} flags")
+        for i in range(len(done)):
+            check_bool(done, i, where)
+
+    @property
+    def num_shards(self) -> int:
+        return self.template.num_shards
+
+    def shard(self, num_shards: int, index: int, contiguous: bool = True) -> Node:
+        return ShardInterleaveNode(self.template.shard(num_shards, index, contiguous), self.max_input_shards)
+
+    def clone(self) -> Node:
+        return ShardInterleaveNode(self.template.clone(), self.max_input_shards)
+
+    def _iter(self) -> Iterator[dict]:
+        st = self._state_dict
+        done = st["done"]
+        n = len(self.children)
+        its = [iter(c) for c in self.children]
+        while not all(done):
+            i = st["turn"]
+            st["turn"] = (i + 1) % n
+            if done[i]:
+                continue
+            ex = next(its[i], _END)
+            if ex is _END:
+                done[i] = True
+                continue
+            yield ex
+
+    def position(self) -> dict | None:
+        return None
+
+
+_END = object()

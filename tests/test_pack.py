@@ -1,0 +1,158 @@
+"""``pack(seq_len)``: both modes against a plain-Python reference, exact at every cut point, alone
+and under shuffle / interleave / map, and through DataLoader workers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import resumable_iterable as ri
+from harness import assert_resumes_exactly, codec_roundtrip
+
+RNG = np.random.default_rng(0)
+DOCS = [RNG.integers(1, 1000, size=int(n)).tolist() for n in RNG.integers(0, 23, size=40)]
+
+
+def docs(n_shards=4):
+    return ri.IterableDataset.from_dict({"input_ids": DOCS, "labels": [[-t for t in d] for d in DOCS],
+                                         "doc": list(range(len(DOCS)))}, num_shards=n_shards)
+
+
+def reference_concat(documents, seq_len, sep=None, drop_last=False):
+    flat, pos = [], []
+    for d in documents:
+        d = d + ([sep] if sep is not None else [])
+        flat += d
+        pos += list(range(len(d)))
+    out = [(flat[i:i + seq_len], pos[i:i + seq_len]) for i in range(0, len(flat), seq_len)]
+    if out and drop_last and len(out[-1][0]) < seq_len:
+        out.pop()
+    return out
+
+
+def reference_greedy(documents, seq_len, sep=None):
+    chunks, cur = [], []
+    for d in documents:
+        d = d + ([sep] if sep is not None else [])
+        if cur and len(cur) + len(d) > seq_len:
+            chunks.append(cur)
+            cur = []
+        cur = cur + d
+        while len(cur) > seq_len:
+            chunks.append(cur[:seq_len])
+            cur = cur[seq_len:]
+        if len(cur) == seq_len:
+            chunks.append(cur)
+            cur = []
+    if cur:
+        chunks.append(cur)
+    return chunks
+
+
+@pytest.mark.parametrize("seq_len", [1, 7, 16, 64])
+@pytest.mark.parametrize("sep", [None, 0])
+def test_concat_matches_reference(seq_len, sep):
+    got = list(docs().pack(seq_len, separator=sep, position_ids=True))
+    ref = reference_concat(DOCS, seq_len, sep)
+    assert [g["input_ids"] for g in got] == [r[0] for r in ref]
+    assert [g["position_ids"] for g in got] == [r[1] for r in ref]
+    assert all(len(g["input_ids"]) == seq_len for g in got[:-1])
+    dropped = list(docs().pack(seq_len, separator=sep, drop_last=True))
+    assert [g["input_ids"] for g in dropped] == [r[0] for r in reference_concat(DOCS, seq_len, sep, drop_last=True)]
+
+
+@pytest.mark.parametrize("seq_len", [5, 16, 40])
+def test_greedy_keeps_documents_whole(seq_len):
+    got = list(docs().pack(seq_len, mode="greedy", separator=2, document_lengths=True, columns=["input_ids", "labels"]))
+    assert [g["input_ids"] for g in got] == reference_greedy(DOCS, seq_len, 2)
+    assert all(g["labels"] == [-t if t != 2 else 2 for t in g["input_ids"]] for g in got)
+    assert all(sum(g["document_lengths"]) == len(g["input_ids"]) <= seq_len for g in got)
+    # no token lost: the chunks hold every document (with its separator) once
+    assert sum(len(g["input_ids"]) for g in got) == sum(len(d) + 1 for d in DOCS)
+
+
+def test_multiple_columns_and_errors():
+    got = list(docs().pack(8, columns=["input_ids", "labels"], separator={"input_ids": 9, "labels": -100}))
+    assert all(len(g["labels"]) == len(g["input_ids"]) for g in got)
+    assert set(got[0]) == {"input_ids", "labels"}
+    with pytest.raises(ValueError, match="seq_len"):
+        docs().pack(0)
+    with pytest.raises(ValueError, match="mode"):
+        docs().pack(8, mode="bfd")
+    with pytest.raises(ValueError, match="one value for each packed column"):
+        docs().pack(8, columns=["input_ids", "labels"], separator={"input_ids": 9})
+    bad = ri.IterableDataset.from_list([{"input_ids": [1, 2], "labels": [1]}])
+    with pytest.raises(ValueError, match="equal length"):
+        list(bad.pack(4, columns=["input_ids", "labels"]))
+    assert docs().pack(8, position_ids=True).column_names == ["input_ids", "position_ids"]
+
+
+PIPELINES = {
+    "concat": lambda: docs().pack(8, separator=0, position_ids=True),
+    "concat_long_docs": lambda: docs(2).pack(3, document_lengths=True),
+    "greedy": lambda: docs().pack(12, mode="greedy", separator=0, document_lengths=True),
+    "greedy_drop_last": lambda: docs().pack(30, mode="greedy", drop_last=True),
+    "shuffle_then_pack": lambda: docs().shuffle(seed=1, buffer_size=6).pack(10, separator=0),
+    "pack_then_shuffle": lambda: docs().pack(10, separator=0).shuffle(seed=2, buffer_size=4),
+    "map_pack_batch": lambda: docs().map(lambda ex: {"input_ids": ex["input_ids"][::-1]}).pack(9).batch(3),
+    "interleave_pack": lambda: ri.interleave_datasets([docs(2), docs(2).map(lambda ex: {"input_ids": ex["input_ids"][:3]})],
+                                                      probabilities=[0.6, 0.4], seed=3).pack(11, mode="greedy"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_pack_resumes_at_every_cut(name):
+    assert_resumes_exactly(PIPELINES[name], roundtrip=codec_roundtrip)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_pack_through_stateful_dataloader(workers):
+    pytest.importorskip("torch")
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def build():
+        return docs().shuffle(seed=5, buffer_size=5).pack(8, separator=0, position_ids=True)
+
+    def run(state=None, stop=None):
+        dl = StatefulDataLoader(build(), batch_size=None, num_workers=workers)
+        if state is not None:
+            dl.load_state_dict(state)
+        out = []
+        for chunk in dl:
+            out.append((chunk["input_ids"], chunk["position_ids"]))
+            if stop is not None and len(out) == stop:
+                return out, dl.state_dict()
+        return out, None
+
+    full, _ = run()
+    for k in (1, 3, len(full) - 1):
+        head, state = run(stop=k)
+        tail, _ = run(state=state)
+        assert head + tail == full
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("before,after", [(4, 3), (3, 8)])
+def test_loader_resumes_with_another_batch_size(workers, before, after):
+    """A StatefulDataLoader state saved with batch_size B loads with B': every remaining example once
+    (and, without workers, in the same order)."""
+    pytest.importorskip("torch")
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def build():
+        return docs().select_columns(["doc"]).shuffle(seed=3, buffer_size=5)
+
+    full = [int(i) for b in StatefulDataLoader(build(), batch_size=before, num_workers=workers) for i in b["doc"]]
+    dl = StatefulDataLoader(build(), batch_size=before, num_workers=workers)
+    head = []
+    for step, b in enumerate(dl):
+        head += [int(i) for i in b["doc"]]
+        if step == 2:
+            state = dl.state_dict()
+            break
+    dl2 = StatefulDataLoader(build(), batch_size=after, num_workers=workers)
+    dl2.load_state_dict(state)
+    tail = [int(i) for b in dl2 for i in b["doc"]]
+    assert sorted(head + tail) == sorted(full) == list(range(len(DOCS)))
+    if workers == 0:
+        assert head + tail == full

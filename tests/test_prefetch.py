@@ -1,0 +1,142 @@
+"""``prefetch(n)``: a background reader whose read-ahead examples are part of the state. Exact at
+every cut point alone and composed, through DataLoader workers, after errors; the thread stops
+on close, on errors and at interpreter exit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import resumable_iterable as ri
+from data import gen_src, src
+from harness import assert_resume_chain, assert_resumes_exactly, codec_roundtrip
+
+
+def _threads() -> int:
+    return sum(t.name == "resumable_iterable-prefetch" for t in threading.enumerate())
+
+
+def _wait_no_threads(timeout=5.0):
+    t0 = time.monotonic()
+    while _threads() and time.monotonic() - t0 < timeout:
+        time.sleep(0.01)
+    return _threads()
+
+
+PIPELINES = {
+    "alone": lambda: src().prefetch(4),
+    "generator": lambda: gen_src(3).prefetch(1),
+    "shuffle_below": lambda: src().shuffle(seed=1, buffer_size=7).prefetch(3),
+    "shuffle_above": lambda: src().prefetch(5).shuffle(seed=2, buffer_size=6),
+    "map_batched_below": lambda: src().map(lambda b: {"y": b["id"]}, batched=True, batch_size=4).prefetch(3),
+    "interleave": lambda: ri.interleave_datasets([src(2).prefetch(2), gen_src(2).prefetch(3)],
+                                                 probabilities=[0.5, 0.5], seed=4),
+    "batch_above": lambda: src().filter(lambda ex: ex["id"] % 3).prefetch(8).batch(5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_prefetch_resumes_at_every_cut(name):
+    full = assert_resumes_exactly(PIPELINES[name], max_cuts=25, roundtrip=codec_roundtrip)
+    assert full
+    assert _wait_no_threads() == 0
+
+
+def test_prefetch_resume_chain_and_state_holds_read_ahead():
+    assert_resume_chain(PIPELINES["shuffle_below"], [3, 11, 1, 20])
+    ds = src().prefetch(6)
+    it = iter(ds)
+    next(it)
+    time.sleep(0.2)  # let the thread fill the queue
+    next(it)  # receives what the thread has read
+    state = ds.state_dict()
+    assert 0 < len(state["state"]["ahead"]) <= 6
+    it.close()
+
+
+def test_prefetch_thread_stops_on_close_and_break():
+    ds = src().prefetch(2)
+    for i, _ in enumerate(ds):
+        if i == 3:
+            break
+    assert _wait_no_threads() == 0
+    it = iter(src().prefetch(2))
+    next(it)
+    it.close()
+    assert _wait_no_threads() == 0
+
+
+class Flaky:
+    def __init__(self, at):
+        self.at, self.armed = at, True
+
+    def __call__(self, ex):
+        if self.armed and ex["id"] == self.at:
+            self.armed = False
+            raise RuntimeError("boom")
+        return {"y": ex["id"]}
+
+
+def test_prefetch_error_reaches_the_consumer_after_earlier_examples_and_state_retries():
+    full = [ex["id"] for ex in src(1).map(lambda ex: {"y": ex["id"]}).prefetch(4)]
+    ds = src(1).map(Flaky(at=10)).prefetch(4)
+    got = []
+    with pytest.raises(RuntimeError, match="boom"):
+        for ex in ds:
+            got.append(ex["id"])
+    assert got == full[:10]
+    state = codec_roundtrip(ds.state_dict())
+    assert _wait_no_threads() == 0
+    resumed = src(1).map(lambda ex: {"y": ex["id"]}).prefetch(4)
+    resumed.load_state_dict(state)
+    assert got + [ex["id"] for ex in resumed] == full
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_prefetch_through_stateful_dataloader(workers):
+    pytest.importorskip("torch")
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def build():
+        return src().shuffle(seed=3, buffer_size=5).prefetch(4)
+
+    def run(state=None, stop=None):
+        dl = StatefulDataLoader(build(), batch_size=4, num_workers=workers)
+        if state is not None:
+            dl.load_state_dict(state)
+        out = []
+        for b in dl:
+            out.append(b["id"].tolist())
+            if stop is not None and len(out) == stop:
+                return out, dl.state_dict()
+        return out, None
+
+    full, _ = run()
+    for k in (1, 4, len(full) - 1):
+        head, state = run(stop=k)
+        tail, _ = run(state=state)
+        assert head + tail == full
+
+
+def test_interpreter_exits_while_a_prefetch_thread_is_blocked():
+    code = textwrap.dedent("""
+        import time, resumable_iterable as ri
+        def slow(ex):
+            time.sleep(0.01)
+            return ex
+        ds = ri.IterableDataset.from_dict({"a": list(range(10000))}).map(slow).prefetch(3)
+        it = iter(ds)
+        next(it)
+        print("ok", flush=True)
+        # exit with the reader still running and its queue full
+    """)
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+    assert time.monotonic() - t0 < 30
