@@ -180,3 +180,9 @@ def test_max_buffer_input_shards_groups_after_the_worker_split():
     head, state = run(_shuffled(3), n=5)
     tail, _ = run(_shuffled(3), state=state)
     assert head + tail == full
+
+
+def test_max_buffer_input_shards_keeps_take_selection():
+    base = ri.IterableDataset.from_dict(DATA, num_shards=4)
+    taken = sorted(e["id"] for e in base.take(5))
+    assert sorted(e["id"] for e in base.take(5).shuffle(seed=1, buffer_size=3, max_buffer_input_shards=4)) == taken

@@ -6,6 +6,9 @@ each group in turn, skipping groups that are exhausted, until every group is exh
 exactly once, in order, and a shuffle buffer above mixes examples from ``k`` places of the
 dataset at once instead of one.
 
+With a ``take``/``skip`` below (they fix which examples are read, so the shard order must not
+change under them) the buffer is fed one shard group at a time, as in HF.
+
 The groups are made *after* the pipeline is split among ranks and DataLoader workers:
 :meth:`shard` splits the pipeline template first and regroups what is left, so workers keep
 as many shards to share as without this node.
@@ -21,6 +24,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from .base import Node, check_bool, check_int
+from .slicing import SkipNode, TakeNode
 
 
 class ShardInterleaveNode(Node):
@@ -32,6 +36,8 @@ class ShardInterleaveNode(Node):
         self.template = child
         self.max_input_shards = max_input_shards
         groups = max(1, min(max_input_shards, child.num_shards))
+        if any(isinstance(n, (SkipNode, TakeNode)) for n in child.walk()):
+            groups = 1  # as HF: a take/skip fixes the shard order, so the buffer is fed one shard at a time
         kids = [child] if groups == 1 else [child.shard(groups, i, contiguous=False) for i in range(groups)]
         super().__init__(kids)
 
