@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .base import Node, check_int
+from .base import Node, as_int, check_int
 
 
 def _check_count(name: str, n: int) -> int:
-    if type(n) is not int or n < 0:
-        raise ValueError(f"{name}(n) expects a non-negative integer, got {n!r}")
-    return n
+    return as_int(n, f"{name}(n)")
 
 
 class SkipNode(Node):
