@@ -458,7 +458,7 @@ def inspect_file(path: str) -> dict:
 def bar(read: int | None, rows: int | None, width: int) -> str:
     if rows is None or read is None:
         return "[" + ("?" * width) + "]"
-    filled = width if rows == 0 else round(width * min(read, rows) / rows)
+    filled = width if rows == 0 else max(0, round(width * min(read, rows) / rows))
     return "[" + "#" * filled + "-" * (width - filled) + "]"
 
 

@@ -136,6 +136,8 @@ class IterableDataset(_Base):
             batched: bool = False, batch_size: int | None = 1000, drop_last_batch: bool = False,
             remove_columns: Any = None, features: Any = None, fn_kwargs: dict | None = None) -> IterableDataset:
         """Apply ``function`` to each example (or each batch with ``batched=True``)."""
+        if batched:
+            batch_size = as_int(batch_size, "batch_size", lo=None, none_ok=True)
         node = MapNode(self._node.clone(), function, batched=batched, batch_size=batch_size,
                        with_indices=with_indices, input_columns=input_columns, remove_columns=remove_columns,
                        fn_kwargs=fn_kwargs, drop_last_batch=drop_last_batch)
@@ -144,6 +146,8 @@ class IterableDataset(_Base):
     def filter(self, function: Callable | None = None, with_indices: bool = False, input_columns: Any = None,
                batched: bool = False, batch_size: int | None = 1000, fn_kwargs: dict | None = None) -> IterableDataset:
         """Keep the examples for which ``function`` returns true."""
+        if batched:
+            batch_size = as_int(batch_size, "batch_size", lo=None, none_ok=True)
         node = FilterNode(self._node.clone(), function, batched=batched, batch_size=batch_size,
                           with_indices=with_indices, input_columns=input_columns, fn_kwargs=fn_kwargs)
         return self._derive(node, features=self._features)
@@ -222,8 +226,7 @@ class IterableDataset(_Base):
 
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> IterableDataset:
         """The part of this dataset made of shard group ``index`` out of ``num_shards``."""
-        num_shards = as_int(num_shards, "num_shards", lo=1)
-        index = as_int(index, "index", hi=num_shards - 1)
+        num_shards = as_int(num_shards, "num_shards", lo=1)  # index: checked by the sources
         if num_shards > self.num_shards:
             raise ValueError(f"cannot split {self.num_shards} shards into {num_shards} groups")
         return self._derive(self._node.shard(num_shards, index, contiguous), features=self._features)

@@ -31,7 +31,9 @@ from .base import Node, as_int, check_int, rng_from_seed
 def split_positions(n: int, num_shards: int, index: int, contiguous: bool) -> range:
     """Which of ``n`` items go to group ``index`` of ``num_shards`` (HF's convention), as a range."""
     num_shards = as_int(num_shards, "num_shards", lo=1)
-    index = as_int(index, "index", hi=num_shards - 1)
+    index = as_int(index, "index", lo=None)
+    if not 0 <= index < num_shards:
+        raise ValueError(f"index must be in [0, {num_shards}), got {index}")
     if contiguous:
         div, mod = divmod(n, num_shards)
         start = div * index + min(index, mod)
