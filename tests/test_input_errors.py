@@ -227,6 +227,13 @@ def test_set_epoch_accepts_numpy_integers():
     json.dumps(b.state_dict())
 
 
+def test_redistribute_states_accepts_numpy_integers():
+    parts = [ri.split_dataset_by_node(shuffled(), rank=r, world_size=2) for r in range(2)]
+    states = [state_after(p, 3) for p in parts]
+    plans = ri.redistribute_states(states, world_size=np.int64(3))
+    assert json_roundtrip(plans) == ri.redistribute_states(states, world_size=3)
+
+
 @pytest.mark.parametrize("call,message", [
     (lambda: src().take(True), "take(n) must be a non-negative integer, got bool True"),
     (lambda: src().take("3"), "take(n) must be a non-negative integer, got str '3'"),
