@@ -12,7 +12,9 @@ sources), the fill of every shuffle buffer, the epoch, and the loader-level posi
 
 ``--json`` prints the same report as JSON. A file that is missing, truncated, damaged or edited
 (checksum or fingerprint mismatch), or holds no state, ends with a one-line error on stderr and
-exit status 1.
+exit status 1. A state that can be shown but that ``load_state_dict`` would refuse (as far as
+its pipeline shape tells: see :func:`check_node`) is shown, then each problem gets one line on
+stderr (and an entry of ``"problems"`` in the JSON report), and the exit status is 1.
 
 Run as ``resumable-iterable inspect ...`` or ``python -m resumable_iterable.cli inspect ...``.
 """
@@ -26,8 +28,13 @@ import re
 import sys
 from typing import Any, Sequence
 
+from .nodes.base import check_int
+from .nodes.interleave import BLOCK as INTERLEAVE_BLOCK
+from .nodes.shuffle import BLOCK as SHUFFLE_BLOCK
 from .nodes.source import shard_order, split_positions
-from .state import FORMAT, PLAN_FORMAT, TRAINER_FORMAT, check_envelope, find_documents, fingerprint, loads_state
+from .plan import check_plan_envelope
+from .state import (FORMAT, MAX_EPOCH, PLAN_FORMAT, TRAINER_FORMAT, check_envelope, find_documents, fingerprint,
+                    loads_state)
 
 _SOURCE_FIELDS = {"shard_seed", "shard_pos", "offset"}
 _HIDDEN_FIELDS = {"node", "children", "rng", "buffer", "peeked", "prev", "digest", "retry"}
@@ -54,6 +61,8 @@ def read_document(path: str) -> Any:
         return loads_state(text)
     except ValueError as e:
         raise InspectError(f"{path}: {e}") from None
+    except RecursionError:
+        raise InspectError(f"{path}: the JSON is nested too deeply to be a state") from None
 
 
 def find_states(doc: Any) -> list[tuple[str, str, dict]]:
@@ -192,15 +201,20 @@ def analyse_state(path: str, env: dict) -> dict:
     label = label_for(path)
     if split and (label in ("pipeline", "dataset") or label.startswith(("item ", "/"))):
         label = split
+    tree = analyse_node(env["pipeline"], env["state"], f"{path}:state")
+    problems: list[str] = []
+    check_node(env["pipeline"], env["state"], f"{path}:state", problems)
     return {"path": path, "label": label, "kind": "state", "version": env["version"],
             "fingerprint": env["fingerprint"], "epoch": env["epoch"], "split": split,
-            "tree": analyse_node(env["pipeline"], env["state"], f"{path}:state")}
+            "tree": tree, "problems": problems}
 
 
 def analyse_plan(path: str, plan: dict) -> list[dict]:
-    segments = plan.get("segments")
-    if not isinstance(segments, list):
-        raise InspectError(f"elastic plan at {path}: 'segments' must be a list")
+    try:
+        check_plan_envelope(plan, f"elastic plan at {path}")
+    except (TypeError, ValueError) as e:
+        raise InspectError(str(e)) from None
+    segments = plan["segments"]
     out = []
     for i, seg in enumerate(segments):
         where = f"{path}/segments/{i}"
@@ -212,8 +226,10 @@ def analyse_plan(path: str, plan: dict) -> list[dict]:
         entry = {"path": where, "label": f"{target or label_for(path)}: segment {i}", "kind": "plan segment",
                  "version": plan.get("version"), "fingerprint": seg["fingerprint"], "epoch": plan.get("epoch"),
                  "split": describe_split(seg.get("split"))}
+        entry["problems"] = problems = []
         if isinstance(seg.get("state"), dict):
             entry["tree"] = analyse_node(seg["pipeline"], seg["state"], f"{where}:state")
+            check_node(seg["pipeline"], seg["state"], f"{where}:state", problems)
         else:
             start = seg.get("start")
             entry["start"] = start
@@ -225,8 +241,163 @@ def analyse_plan(path: str, plan: dict) -> list[dict]:
                 entry["fresh_shards"] = order[start["shard_pos"]: start.get("stop") or len(order)]
             except (TypeError, KeyError, ValueError, IndexError) as e:
                 raise InspectError(f"{where}: malformed segment start {start!r}: {e}") from None
+            check_start(seg["pipeline"], start, f"{where}:start", problems)
         out.append(entry)
     return out
+
+# ============================================================================ checking
+
+
+_U64 = 2**64 - 1
+_SOURCE_KEYS = {"node", "shard_seed", "shard_pos", "offset", "stop"}
+
+
+def _param_int(params: dict, key: str) -> int | None:
+    v = params.get(key)
+    return v if type(v) is int else None
+
+
+def _int_fields(kind: Any, params: dict, nkids: int) -> dict[str, tuple[int, int | None]]:
+    """The integer fields of a node's state, with the bounds ``(lo, hi)`` the pipeline shape gives."""
+    if kind == "skip":
+        return {"skipped": (0, _param_int(params, "n"))}
+    if kind == "take":
+        return {"taken": (0, _param_int(params, "n"))}
+    if kind == "repeat":
+        return {"round": (0, _param_int(params, "num_times"))}
+    if kind == "shuffle":
+        fields = {"seed": (0, _U64), "epoch": (0, MAX_EPOCH), "rng_pos": (0, SHUFFLE_BLOCK)}
+        if params.get("buffer_state") == "replay":
+            fields["digest"] = (0, _U64)
+        return fields
+    if kind == "global_shuffle":
+        return {"seed": (0, _U64), "epoch": (0, MAX_EPOCH)}
+    if kind == "permuted":
+        return {"pos": (0, _param_int(params, "count"))}
+    if kind == "concat" and params.get("axis") == 0:
+        return {"index": (0, nkids)}
+    if kind == "interleave":
+        return {"rng_pos": (0, INTERLEAVE_BLOCK), "cycle": (0, max(nkids - 1, 0))}
+    if kind in ("map", "filter"):
+        return {"index": (0, None), "skip": (0, None)}
+    if kind == "step":
+        return {"seen": (0, None)}
+    return {}
+
+
+def _int_ok(state: dict, key: str, where: str, problems: list[str], lo: int = 0, hi: int | None = None,
+            none_ok: bool = False) -> bool:
+    """Check one integer field as loading the state would; record the problem, if any."""
+    if key not in state:
+        problems.append(f"{where}: state field '{key}' is missing")
+        return False
+    try:
+        check_int(state, key, where, lo=lo, hi=hi, none_ok=none_ok)
+    except ValueError as e:
+        problems.append(str(e))
+        return False
+    return True
+
+
+def _check_source(shape: dict, state: dict, where: str, shuffled: bool | None, problems: list[str]) -> None:
+    ids = shape.get("shard_ids")
+    if not isinstance(ids, list):
+        ids = list(range(_param_int(shape, "total_shards") or 0))
+    n = len(ids)
+    if set(state) != _SOURCE_KEYS:
+        problems.append(f"{where}: source state fields {sorted(state)} are not {sorted(_SOURCE_KEYS)}")
+        return
+    ok = _int_ok(state, "shard_seed", where, problems, hi=_U64, none_ok=True)
+    if ok and shuffled is True and state["shard_seed"] is None:
+        problems.append(f"{where}: 'shard_seed' is null, but a shuffle above this source sets its shard order")
+        ok = False
+    elif ok and shuffled is False and state["shard_seed"] is not None:
+        problems.append(f"{where}: 'shard_seed' is {state['shard_seed']}, but no shuffle above this source sets "
+                        "its shard order (it must be null)")
+        ok = False
+    ok = _int_ok(state, "shard_pos", where, problems, hi=n) and ok
+    ok = _int_ok(state, "offset", where, problems, hi=2**63 - 1) and ok
+    if ok:
+        ok = _int_ok(state, "stop", where, problems, lo=state["shard_pos"], hi=n, none_ok=True)
+    if not ok:
+        return
+    end = n if state["stop"] is None else state["stop"]
+    if state["shard_pos"] < end:
+        sid = shard_order(ids, state["shard_seed"])[state["shard_pos"]]
+        rows = shard_rows(shape, shape.get("node"), sid)
+        if rows is not None and state["offset"] > rows:
+            problems.append(f"{where}: 'offset' = {state['offset']} is past the end of shard {sid} ({rows} rows)")
+    elif state["offset"] != 0:
+        problems.append(f"{where}: 'offset' must be 0 once every shard is read, got {state['offset']}")
+
+
+def check_node(shape: dict, state: dict, where: str, problems: list[str], shuffled: bool | None = False) -> None:
+    """Record in ``problems`` what ``load_state_dict`` would refuse in a node state, as far as the
+    pipeline shape tells without the pipeline itself: counters out of range or of the wrong type,
+    offsets past the end of shards whose length the shape records, a shard seed present without a
+    ``shuffle`` above (or missing with one), a shuffle buffer over its size. ``shuffled`` says whether
+    a shuffle above sets the shard order here (``None``: not applicable)."""
+    kind = shape.get("node")
+    here = f"{where} ({kind})"
+    params = {k: v for k, v in shape.items() if k not in ("node", "children")}
+    kids_shape = shape.get("children") or []
+    kids_state = state.get("children") or []
+    if not kids_shape and _SOURCE_KEYS & set(state) - {"node"}:
+        _check_source(shape, state, here, shuffled, problems)
+        return
+    fields = _int_fields(kind, params, len(kids_shape))
+    for key, (lo, hi) in fields.items():
+        _int_ok(state, key, here, problems, lo=lo, hi=hi)
+    for key, v in state.items():  # every other counter of a state is non-negative too
+        if key not in fields and type(v) is int and v < 0:
+            problems.append(f"{here}: '{key}' = {v} is negative")
+    if "draining" in state and type(state["draining"]) is not bool:
+        problems.append(f"{here}: 'draining' must be true or false, got {state['draining']!r}")
+    if kind == "shuffle":
+        size, buf = params.get("buffer_size"), state.get("buffer")
+        if not isinstance(buf, list):
+            problems.append(f"{here}: 'buffer' must be a list, got {type(buf).__name__}")
+        elif type(size) is int:
+            chunked = params.get("buffer_state", "examples") == "examples" and all(isinstance(c, list) for c in buf)
+            fill = sum(len(c) for c in buf) if chunked else len(buf)
+            if fill > size:
+                problems.append(f"{here}: the buffer holds {fill} examples, more than buffer_size={size}")
+    if kind in ("interleave", "concat") and "exhausted" in state:
+        ex = state["exhausted"]
+        if not isinstance(ex, list) or len(ex) != len(kids_shape) or not all(type(b) is bool for b in ex):
+            problems.append(f"{here}: 'exhausted' must be a list of {len(kids_shape)} booleans")
+    below = True if kind == "shuffle" else (None if kind == "global_shuffle" else shuffled)
+    if kind in ("map", "filter") and isinstance(state.get("prev"), dict) and kids_shape:
+        check_node(kids_shape[0], state["prev"], f"{where}.prev", problems, below)
+    for i, (s, t) in enumerate(zip(kids_shape, kids_state)):
+        if isinstance(s, dict) and isinstance(t, dict):
+            check_node(s, t, f"{where}/{kind}[{i}]", problems, below)
+
+
+def _leaf(shape: dict) -> tuple[dict, bool | None]:
+    """The source at the bottom of a single-input chain, and whether a shuffle above sets its order."""
+    shuffled: bool | None = False
+    while shape.get("children"):
+        if shape.get("node") == "shuffle":
+            shuffled = True
+        elif shape.get("node") == "global_shuffle":
+            shuffled = None
+        shape = shape["children"][0]
+    return shape, shuffled
+
+
+def check_start(pipeline: dict, start: dict, where: str, problems: list[str]) -> None:
+    """A fresh plan segment's start (already type-checked by ``check_plan_envelope``)."""
+    leaf, shuffled = _leaf(pipeline)
+    ids = leaf.get("shard_ids")
+    n = len(ids) if isinstance(ids, list) else None
+    if n is not None and start["stop"] > n:
+        problems.append(f"{where}: 'stop' = {start['stop']} is past the {n} shards of the segment")
+    if shuffled is True and start["shard_seed"] is None:
+        problems.append(f"{where}: 'shard_seed' is null, but a shuffle above the source sets its shard order")
+    elif shuffled is False and start["shard_seed"] is not None:
+        problems.append(f"{where}: 'shard_seed' is {start['shard_seed']}, but no shuffle above the source sets "
+                        "its shard order (it must be null)")
 
 
 def loader_positions(doc: Any, path: str = "") -> list[dict]:
@@ -272,7 +443,9 @@ def inspect_document(doc: Any, name: str = "state") -> dict:
     info = {}
     if top == TRAINER_FORMAT:
         info = {k: doc.get(k) for k in ("global_step", "process_index", "num_processes", "loader")}
-    return {"file": name, "kind": kind, "info": info, "loaders": loader_positions(doc), "states": states}
+    problems = [p for st in states for p in st.pop("problems")]
+    return {"file": name, "kind": kind, "info": info, "loaders": loader_positions(doc), "states": states,
+            "problems": problems}
 
 
 def inspect_file(path: str) -> dict:
@@ -285,7 +458,7 @@ def inspect_file(path: str) -> dict:
 def bar(read: int | None, rows: int | None, width: int) -> str:
     if rows is None or read is None:
         return "[" + ("?" * width) + "]"
-    filled = width if rows == 0 else round(width * min(read, rows) / rows)
+    filled = width if rows == 0 else max(0, round(width * min(read, rows) / rows))
     return "[" + "#" * filled + "-" * (width - filled) + "]"
 
 
@@ -378,7 +551,7 @@ def render(report: dict, width: int = 24, max_shards: int = 32) -> str:
 # ============================================================================ entry point
 
 
-def _one_line(e: BaseException) -> str:
+def _one_line(e: BaseException | str) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 
 
@@ -397,18 +570,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         report = inspect_file(os.fspath(args.path))
-    except InspectError as e:
-        print(f"resumable-iterable: error: {_one_line(e)}", file=sys.stderr)
+        text = (json.dumps(report, indent=2, default=str) if args.json
+                else render(report, width=max(4, args.width), max_shards=max(1, args.max_shards)))
+    except (ValueError, TypeError, RecursionError) as e:  # InspectError, and anything a malformed file provokes
+        message = f"{args.path}: the document is nested too deeply" if isinstance(e, RecursionError) else e
+        print(f"resumable-iterable: error: {_one_line(message)}", file=sys.stderr)
         return 1
-    text = (json.dumps(report, indent=2, default=str) if args.json
-            else render(report, width=max(4, args.width), max_shards=max(1, args.max_shards)))
     try:
         print(text)
         sys.stdout.flush()
     except BrokenPipeError:  # `... | head`: the reader left, which is not an error
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-    return 0
+    for problem in report["problems"]:  # the report is shown, but this state would not load
+        print(f"resumable-iterable: error: {_one_line(problem)}", file=sys.stderr)
+    return 1 if report["problems"] else 0
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised through a subprocess in the tests

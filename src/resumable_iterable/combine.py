@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .dataset import IterableDataset
+from .nodes.base import resolve_seed
 from .nodes.concat import ConcatNode
 from .nodes.interleave import InterleaveNode
 
@@ -43,6 +44,8 @@ def interleave_datasets(datasets: list[IterableDataset], probabilities: list[flo
                         seed: int | None = None, stopping_strategy: str = "first_exhausted") -> IterableDataset:
     """Alternate between datasets: in turn, or at random with ``probabilities`` (seeded by ``seed``)."""
     datasets = _check(datasets, "interleave_datasets")
+    if seed is not None:
+        seed = resolve_seed(seed)  # any integer type, stored as a plain int
     node = InterleaveNode([d._node.clone() for d in datasets], probabilities=probabilities, seed=seed,
                           stopping_strategy=stopping_strategy)
     first = datasets[0]

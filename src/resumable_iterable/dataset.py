@@ -13,7 +13,7 @@ from . import resume as _resume
 from . import state as _state
 from .distributed import current_worker, split_for_process
 from .nodes.arrow import ArrowSource
-from .nodes.base import Node
+from .nodes.base import Node, as_epoch, as_int
 from .nodes.batch import BatchNode
 from .nodes.columns import ColumnsNode
 from .nodes.files import FORMATS, FileSource, format_of
@@ -91,11 +91,13 @@ class IterableDataset(_Base):
         """A HF map-style ``datasets.Dataset`` read in ``num_shards`` contiguous shards."""
         if not hasattr(dataset, "data") or not hasattr(dataset, "features"):
             raise TypeError(f"expected a datasets.Dataset, got {type(dataset).__name__}")
+        num_shards = as_int(num_shards, "num_shards", lo=1)
         return cls(ArrowSource.from_hf(dataset, num_shards=num_shards), features=dataset.features)
 
     @classmethod
     def from_arrow_table(cls, table: Any, num_shards: int = 1) -> IterableDataset:
         """A ``pyarrow.Table`` read in ``num_shards`` contiguous shards."""
+        num_shards = as_int(num_shards, "num_shards", lo=1)
         return cls(ArrowSource(table, num_shards=num_shards), column_names=table.column_names)
 
     @classmethod
@@ -158,6 +160,8 @@ class IterableDataset(_Base):
             batched: bool = False, batch_size: int | None = 1000, drop_last_batch: bool = False,
             remove_columns: Any = None, features: Any = None, fn_kwargs: dict | None = None) -> IterableDataset:
         """Apply ``function`` to each example (or each batch with ``batched=True``)."""
+        if batched:
+            batch_size = as_int(batch_size, "batch_size", lo=None, none_ok=True)
         node = MapNode(self._node.clone(), function, batched=batched, batch_size=batch_size,
                        with_indices=with_indices, input_columns=input_columns, remove_columns=remove_columns,
                        fn_kwargs=fn_kwargs, drop_last_batch=drop_last_batch)
@@ -166,6 +170,8 @@ class IterableDataset(_Base):
     def filter(self, function: Callable | None = None, with_indices: bool = False, input_columns: Any = None,
                batched: bool = False, batch_size: int | None = 1000, fn_kwargs: dict | None = None) -> IterableDataset:
         """Keep the examples for which ``function`` returns true."""
+        if batched:
+            batch_size = as_int(batch_size, "batch_size", lo=None, none_ok=True)
         node = FilterNode(self._node.clone(), function, batched=batched, batch_size=batch_size,
                           with_indices=with_indices, input_columns=input_columns, fn_kwargs=fn_kwargs)
         return self._derive(node, features=self._features)
@@ -355,6 +361,7 @@ class IterableDataset(_Base):
 
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> IterableDataset:
         """The part of this dataset made of shard group ``index`` out of ``num_shards``."""
+        num_shards = as_int(num_shards, "num_shards", lo=1)  # index: checked by the sources
         if num_shards > self.num_shards:
             raise ValueError(f"cannot split {self.num_shards} shards into {num_shards} groups")
         return self._derive(self._node.shard(num_shards, index, contiguous), features=self._features)
@@ -381,10 +388,11 @@ class IterableDataset(_Base):
         return self._epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Set the epoch: it seeds the shard order and the shuffle buffer of the next fresh pass."""
-        if type(epoch) is not int or epoch < 0:
-            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
-        self._store_epoch(epoch)
+        """Set the epoch: it seeds the shard order and the shuffle buffer of the next fresh pass.
+
+        Any integer type in [0, 2**63 - 1] (epochs seed the random generators and reach DataLoader
+        workers as an ``int64``)."""
+        self._store_epoch(as_epoch(epoch))
 
     def __repr__(self) -> str:
         cols = self._column_names

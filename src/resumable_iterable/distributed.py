@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from .nodes.base import Node
+from .nodes.base import Node, as_int
 from .nodes.slicing import CountNode
 from .nodes.step import StepNode
 
@@ -38,10 +38,8 @@ def split_dataset_by_node(dataset, rank: int, world_size: int):
         from datasets.distributed import split_dataset_by_node as hf_split
 
         return hf_split(dataset, rank=rank, world_size=world_size)
-    if type(world_size) is not int or world_size < 1:
-        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
-    if type(rank) is not int or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, {world_size}), got {rank!r}")
+    world_size = as_int(world_size, "world_size", lo=1)
+    rank = as_int(rank, "rank", hi=world_size - 1)
     return type(dataset)(dataset._node, features=dataset._features, column_names=dataset._column_names,
                          _split=(*dataset._split, ("rank", rank, world_size)), _epoch=dataset._epoch)
 

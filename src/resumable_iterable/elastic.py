@@ -37,7 +37,7 @@ from typing import Any, Iterator
 from . import state as _state
 from .distributed import effective_worker, split_ranks, split_workers
 from .loader_state import build_loader_state, loader_num_workers, parse_loader_state
-from .nodes.base import Node, check_int
+from .nodes.base import Node, as_int, check_int
 from .nodes.source import SourceNode
 from .plan import (PLAN_FORMAT, _check_worker, check_plan_envelope, describe_split, make_plan,  # noqa: F401
                    state_segments)
@@ -277,8 +277,7 @@ def remap_loader_state(state: dict, num_workers: int, carve: bool = True) -> dic
     (see the module doc for the order). A state saved with ``num_workers`` workers is returned
     unchanged. ``num_workers=0`` means the main process.
     """
-    if type(num_workers) is not int or num_workers < 0:
-        raise ValueError(f"num_workers must be a non-negative integer, got {num_workers!r}")
+    num_workers = as_int(num_workers, "num_workers")
     if loader_num_workers(state) == num_workers:
         return state
     info = parse_loader_state(state)
@@ -313,8 +312,7 @@ def redistribute_states(states: list[dict], world_size: int, num_workers: int | 
     """
     if not isinstance(states, (list, tuple)) or not states:
         raise ValueError("redistribute_states expects the non-empty list of per-rank states, in rank order")
-    if type(world_size) is not int or world_size < 1:
-        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+    world_size = as_int(world_size, "world_size", lo=1)
     old = len(states)
     loader = [isinstance(s, dict) and ("_snapshot" in s or "_num_yielded" in s) for s in states]
     if any(loader) and not all(loader):
@@ -365,8 +363,7 @@ def redistribute_states(states: list[dict], world_size: int, num_workers: int | 
             raise ValueError(f"the ranks saved DataLoader states with different worker counts {sorted(counts)}: "
                              "pass num_workers=")
         num_workers = counts.pop()
-    if type(num_workers) is not int or num_workers < 0:
-        raise ValueError(f"num_workers must be a non-negative integer, got {num_workers!r}")
+    num_workers = as_int(num_workers, "num_workers")
     per = max(num_workers, 1)
     bins = deal(units, world_size * per, carve=carve and not finished)
     out = []

@@ -20,7 +20,7 @@ from typing import Any
 
 from . import state as _state
 from .distributed import effective_worker
-from .nodes.base import check_int
+from .nodes.base import check_epoch, check_int
 from .state import PLAN_FORMAT
 
 PLAN_VERSION = 1
@@ -102,8 +102,7 @@ def check_plan_envelope(plan: Any, where: str = "plan") -> None:
     missing = [k for k in ("base", "epoch", "target", "segments") if k not in plan]
     if missing:
         raise ValueError(f"{where}: the elastic plan is missing {missing}")
-    if type(plan["epoch"]) is not int or plan["epoch"] < 0:
-        raise ValueError(f"{where}: 'epoch' must be a non-negative integer, got {plan['epoch']!r}")
+    check_epoch(plan, where)
     if not isinstance(plan["base"], str):
         raise ValueError(f"{where}: 'base' must be a pipeline fingerprint string")
     t = plan["target"]

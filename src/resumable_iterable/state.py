@@ -314,6 +314,11 @@ def load_state(path: str | os.PathLike) -> dict:
         raise ValueError(f"cannot load state file {os.fspath(path)!r}: {e}") from None
 
 
+#: the largest epoch a state may hold: epochs seed numpy generators and travel to DataLoader
+#: workers in a shared ``int64``, so they must fit in one
+MAX_EPOCH = 2**63 - 1
+
+
 def check_envelope(state: Any) -> None:
     """Validate the envelope of a state (not its node payload)."""
     if not isinstance(state, dict):
@@ -332,7 +337,8 @@ def check_envelope(state: Any) -> None:
         raise ValueError(f"state 'fingerprint' must be a string, got {type(state['fingerprint']).__name__}")
     if not isinstance(state["pipeline"], dict):
         raise ValueError(f"state 'pipeline' must be an object, got {type(state['pipeline']).__name__}")
-    if type(state["epoch"]) is not int or state["epoch"] < 0:
-        raise ValueError(f"state 'epoch' must be a non-negative integer, got {state['epoch']!r}")
+    epoch = state["epoch"]
+    if type(epoch) is not int or not 0 <= epoch <= MAX_EPOCH:
+        raise ValueError(f"state 'epoch' must be an integer in [0, 2**63 - 1], got {type(epoch).__name__} {epoch!r}")
     if not isinstance(state["state"], dict):
         raise ValueError("state 'state' entry must be an object")

@@ -264,6 +264,27 @@ def parse_hf_path(path: str) -> tuple[str, str | None, str]:
     return f"{namespace}/{name}", revision, "/".join(p for p in parts[2:] if p)
 
 
+_REPO_PART = re.compile(r"\w(?:[\w.-]{0,94}\w)?", re.ASCII)
+
+
+def is_hub_repo_id(path: str) -> bool:
+    """``path`` has the form of a Hub dataset repo id ``namespace/name`` (the rules
+    ``huggingface_hub`` checks: ASCII letters, digits, ``-``, ``_``, ``.``; each part at most 96
+    characters, not starting or ending with ``-`` or ``.``; no ``--`` or ``..``; not ending in
+    ``.git``). ``./data``, ``../x/y``, ``/abs/path`` and ``folder/`` are paths, not repo ids."""
+    parts = path.split("/")
+    return (len(parts) == 2 and all(_REPO_PART.fullmatch(p) for p in parts)
+            and "--" not in path and ".." not in path and not path.endswith(".git"))
+
+
+def missing_path_message(path: str) -> str:
+    """The error for a ``load_dataset`` path that is not a local folder or file, nor a repo id."""
+    full = os.path.abspath(os.path.expanduser(path))
+    where = f" ({full})" if full != path else ""
+    return (f"local folder or file {path!r} does not exist{where}: it is neither a local folder or file nor a Hub "
+            "dataset repo id (Hub ids look like 'namespace/name')")
+
+
 def _local_files(root: str) -> list[str]:
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -407,12 +428,11 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
         data_files = data_files if data_files is not None else os.path.basename(path)
         files = [os.path.basename(path)]
         path = os.path.dirname(os.path.abspath(path))
-    elif re.fullmatch(r"[\w.-]+/[\w.-]+", path) and not os.path.exists(path):
+    elif is_hub_repo_id(path) and not os.path.exists(path):
         repo = _HubRepo(path, revision, token, cache_dir)
         files, readme = repo.files, repo.readme()
     else:
-        raise FileNotFoundError(f"{path!r} is neither a local folder or file nor a Hub dataset repo id "
-                                "(Hub ids look like 'namespace/name')")
+        raise FileNotFoundError(missing_path_message(path))
 
     splits = resolve_splits(files, data_files=data_files, data_dir=data_dir, readme=readme, name=name)
     if split is not None and split not in splits:

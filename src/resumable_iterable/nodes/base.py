@@ -20,11 +20,12 @@ A pipeline is a tree of :class:`Node` objects. Each node:
 from __future__ import annotations
 
 import copy
+import numbers
 from typing import Any, ClassVar, Iterator
 
 import numpy as np
 
-from ..state import copy_state
+from ..state import MAX_EPOCH, copy_state
 
 
 class Node:
@@ -147,6 +148,14 @@ class Node:
         for c in self.children:
             c.shuffle_shards(seed)
 
+    def expect_shuffled_shards(self) -> None:
+        """Called when a ``shuffle`` is built above this node: the sources that its
+        :meth:`shuffle_shards` calls reach record that their shard order is set from above, so
+        that validation refuses a state without a shard seed (and, elsewhere, one with a seed).
+        A node that does not pass :meth:`shuffle_shards` on does not pass this on either."""
+        for c in self.children:
+            c.expect_shuffled_shards()
+
     def position(self) -> dict | None:
         """Where the last example this node yielded came from (source shard and row), if known."""
         return self.children[0].position() if len(self.children) == 1 else None
@@ -160,15 +169,73 @@ class Node:
 # ---------------------------------------------------------------------- validation helpers
 
 
+def _given(value: Any) -> str:
+    """How an unexpected value is shown in an error message: its type and its value."""
+    text = repr(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def _bound(n: int) -> str:
+    """``n`` as written in a message: ``2**63 - 1`` rather than its 19 digits."""
+    for k in (63, 64):
+        if n == 2**k - 1:
+            return f"2**{k} - 1"
+    return str(n)
+
+
+def _expected_int(lo: int | None, hi: int | None, none_ok: bool) -> str:
+    if hi is not None:
+        text = f"an integer in [{_bound(lo) if lo is not None else '-inf'}, {_bound(hi)}]"
+    elif lo == 0:
+        text = "a non-negative integer"
+    elif lo == 1:
+        text = "a positive integer"
+    elif lo is not None:
+        text = f"an integer >= {lo}"
+    else:
+        text = "an integer"
+    return text + (" or None" if none_ok else "")
+
+
+def as_int(value: Any, name: str, lo: int | None = 0, hi: int | None = None, none_ok: bool = False) -> int | None:
+    """A user's integer argument as a plain ``int`` (so that states hold plain ints), checked to
+    be in ``[lo, hi]``. Any ``numbers.Integral`` is accepted - Python ints, numpy integers -
+    except ``bool``; ``None`` only with ``none_ok``. Raises ``ValueError`` naming ``name``,
+    what was expected and what was given (type and value)."""
+    if value is None and none_ok:
+        return None
+    expected = _expected_int(lo, hi, none_ok)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be {expected}, got {_given(value)}")
+    v = int(value)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise ValueError(f"{name} must be {expected}, got {v}")
+    return v
+
+
+def as_epoch(epoch: Any) -> int:
+    """An epoch given by a user (``set_epoch``), as a plain ``int`` in [0, 2**63 - 1]."""
+    return as_int(epoch, "epoch", hi=MAX_EPOCH)
+
+
 def check_int(state: dict, key: str, where: str, lo: int = 0, hi: int | None = None, none_ok: bool = False) -> None:
+    """A field of a loaded state: a plain JSON integer in ``[lo, hi]`` (no numpy integers, no bools)."""
     v = state[key]
     if v is None and none_ok:
         return
     if type(v) is not int:
-        raise ValueError(f"{where}: '{key}' must be an integer, got {v!r}")
+        what = "an integer (a plain int)" + (" or null" if none_ok else "")
+        raise ValueError(f"{where}: '{key}' must be {what}, got {_given(v)}")
     if v < lo or (hi is not None and v > hi):
-        bound = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+        bound = f"[{lo}, {_bound(hi)}]" if hi is not None else f">= {lo}"
         raise ValueError(f"{where}: '{key}' = {v} is out of range {bound}")
+
+
+def check_epoch(state: dict, where: str, key: str = "epoch") -> None:
+    """An epoch field of a loaded state: a plain integer in [0, 2**63 - 1]."""
+    check_int(state, key, where, hi=MAX_EPOCH)
 
 
 def check_bool(state: dict, key: str, where: str) -> None:
@@ -203,13 +270,12 @@ def check_examples(value: Any, where: str, key: str) -> None:
 
 
 def resolve_seed(seed: int | None) -> int:
-    """``seed`` checked to be in [0, 2**64), or a fresh random one when it is ``None`` (a state
-    records the seed it was drawn with, so a resume does not depend on drawing it again)."""
+    """``seed`` (any integer type) as a plain ``int`` checked to be in [0, 2**64), or a fresh
+    random one when it is ``None`` (a state records the seed it was drawn with, so a resume does
+    not depend on drawing it again)."""
     if seed is None:
         return int(np.random.SeedSequence().generate_state(1, np.uint64)[0])
-    if type(seed) is not int or not 0 <= seed < 2**64:
-        raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
-    return seed
+    return as_int(seed, "seed", hi=2**64 - 1)
 
 
 def rng_from_seed(*words: int) -> np.random.Generator:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from typing import Iterator
 
-from .base import Node
+from .base import Node, as_int
 from .map import rows_to_batch
 
 
@@ -17,9 +17,7 @@ class BatchNode(Node):
     kind = "batch"
 
     def __init__(self, child: Node, batch_size: int, drop_last_batch: bool = False):
-        if type(batch_size) is not int or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        self.batch_size = batch_size
+        self.batch_size = as_int(batch_size, "batch_size", lo=1)
         self.drop_last_batch = bool(drop_last_batch)
         super().__init__([child])
 

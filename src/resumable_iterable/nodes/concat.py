@@ -79,6 +79,10 @@ class ConcatNode(Node):
         for i, c in enumerate(self.children):
             c.shuffle_shards(None if seed is None else input_seed(seed, i))
 
+    def expect_shuffled_shards(self) -> None:
+        if self.axis == 0:  # axis=1 does not pass the shard order on (shuffle_shards above)
+            super().expect_shuffled_shards()
+
     @property
     def num_shards(self) -> int:
         # axis=1 is one shard, as in HF: splitting its inputs by shard among DataLoader workers or

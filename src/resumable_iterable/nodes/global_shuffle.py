@@ -62,7 +62,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .base import Node, check_int, resolve_seed
+from .base import Node, check_epoch, check_int, resolve_seed
 from .permutation import IndexPermutation
 from .source import split_positions
 
@@ -311,7 +311,7 @@ class GlobalShuffleNode(Node):
 
     def _validate_own(self, state: dict, where: str) -> None:
         check_int(state, "seed", where, hi=2**64 - 1)
-        check_int(state, "epoch", where)
+        check_epoch(state, where)
 
     def _load_own(self, state: dict) -> None:
         super()._load_own(state)

@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .base import Node, check_int
+from .base import Node, as_int, check_int
 
 
 class RepeatNode(Node):
     kind = "repeat"
 
     def __init__(self, child: Node, num_times: int | None):
-        if num_times is not None and (type(num_times) is not int or num_times < 0):
-            raise ValueError(f"repeat(num_times) expects a non-negative integer or None, got {num_times!r}")
-        self.num_times = num_times
+        self.num_times = as_int(num_times, "repeat(num_times)", none_ok=True)
         super().__init__([child])
 
     def params(self) -> dict:

@@ -55,6 +55,10 @@ class ShardInterleaveNode(Node):
         for i in range(len(done)):
             check_bool(done, i, where)
 
+    def expect_shuffled_shards(self) -> None:
+        self.template.expect_shuffled_shards()  # the groups made by a later shard() come from the template
+        super().expect_shuffled_shards()
+
     @property
     def num_shards(self) -> int:
         return self.template.num_shards

@@ -28,7 +28,8 @@ from typing import Iterator
 
 
 from ..state import CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList
-from .base import Node, check_bool, check_examples, check_int, check_rng, resolve_seed, rng_from_seed, rng_from_state
+from .base import (Node, as_int, check_bool, check_epoch, check_examples, check_int, check_rng, resolve_seed,
+                   rng_from_seed, rng_from_state)
 
 BLOCK = 1024
 
@@ -49,8 +50,7 @@ class ShuffleNode(Node):
     kind = "shuffle"
 
     def __init__(self, child: Node, seed: int | None = None, buffer_size: int = 1000, buffer_state: str = "examples"):
-        if type(buffer_size) is not int or buffer_size < 1:
-            raise ValueError(f"buffer_size must be a positive integer, got {buffer_size!r}")
+        buffer_size = as_int(buffer_size, "buffer_size", lo=1)
         if buffer_state not in BUFFER_STATES:
             raise ValueError(f"unknown buffer_state {buffer_state!r}; expected one of {BUFFER_STATES}")
         if buffer_state == "replay":
@@ -65,6 +65,7 @@ class ShuffleNode(Node):
         self.buffer_state = buffer_state
         self.epoch = 0
         super().__init__([child])
+        child.expect_shuffled_shards()  # the sources below read their shards in an order set here
 
     def params(self) -> dict:
         return {"buffer_size": self.buffer_size, "buffer_state": self.buffer_state}
@@ -90,9 +91,12 @@ class ShuffleNode(Node):
     def shuffle_shards(self, seed: int | None) -> None:
         pass  # this node decides the shard order of its own inputs
 
+    def expect_shuffled_shards(self) -> None:
+        pass  # already done for its inputs when this node was built
+
     def _validate_own(self, state: dict, where: str) -> None:
         check_int(state, "seed", where, hi=2**64 - 1)
-        check_int(state, "epoch", where)
+        check_epoch(state, where)
         check_rng(state["rng"], where)
         check_int(state, "rng_pos", where, hi=BLOCK)
         check_examples(state["buffer"], where, "buffer")

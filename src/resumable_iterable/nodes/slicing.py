@@ -24,13 +24,11 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .base import Node, check_int
+from .base import Node, as_int, check_int
 
 
 def _check_count(name: str, n: int) -> int:
-    if type(n) is not int or n < 0:
-        raise ValueError(f"{name}(n) expects a non-negative integer, got {n!r}")
-    return n
+    return as_int(n, f"{name}(n)")
 
 
 def split_count(n: int, parts: int, index: int) -> int:
@@ -70,6 +68,9 @@ class CountNode(Node):
 
     def shuffle_shards(self, seed: int | None) -> None:
         pass  # a shard order drawn by a shuffle above would change which examples are skipped / taken
+
+    def expect_shuffled_shards(self) -> None:
+        pass  # nor does a shuffle above set the shard order of the sources below
 
 
 class SkipNode(CountNode):

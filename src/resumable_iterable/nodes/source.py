@@ -4,6 +4,9 @@ State: ``{"node", "shard_seed", "shard_pos", "offset", "stop"}``
 
 * ``shard_seed`` - ``None`` (shards in their natural order) or the seed of the permutation an
   ancestor ``shuffle`` chose for this epoch; the order is recomputed from it, never stored.
+  Which of the two a state must hold is known when the pipeline is built: a ``shuffle`` marks
+  the sources whose shard order it sets (:meth:`SourceNode.expect_shuffled_shards`), and a
+  state with a seed where none is set, or without one where a shuffle sets it, is refused.
 * ``shard_pos`` - index, in that order, of the shard being read.
 * ``offset`` - rows of that shard already yielded.
 * ``stop`` - ``None`` (read to the last shard) or the position in that order where reading
@@ -22,15 +25,15 @@ import copy
 import functools
 from typing import Any, Iterator
 
-from .base import Node, check_int, rng_from_seed
+from .base import Node, as_int, check_int, rng_from_seed
 
 
 def split_positions(n: int, num_shards: int, index: int, contiguous: bool) -> range:
     """Which of ``n`` items go to group ``index`` of ``num_shards`` (HF's convention), as a range."""
-    if type(num_shards) is not int or num_shards < 1:
-        raise ValueError(f"num_shards must be a positive integer, got {num_shards!r}")
-    if type(index) is not int or not 0 <= index < num_shards:
-        raise ValueError(f"index must be in [0, {num_shards}), got {index!r}")
+    num_shards = as_int(num_shards, "num_shards", lo=1)
+    index = as_int(index, "index", lo=None)
+    if not 0 <= index < num_shards:
+        raise ValueError(f"index must be in [0, {num_shards}), got {index}")
     if contiguous:
         div, mod = divmod(n, num_shards)
         start = div * index + min(index, mod)
@@ -52,6 +55,9 @@ def shard_order(shard_ids: list[int], seed: int | None) -> list[int]:
 
 class SourceNode(Node):
     kind = "source"
+    #: set on the sources of a pipeline whose shard order a ``shuffle`` above sets (copied along
+    #: by ``clone`` and ``shard``); their states must then hold a shard seed, the others none
+    shards_shuffled = False
 
     def __init__(self, total_shards: int, shard_ids: list[int] | None = None):
         self.total_shards = total_shards
@@ -68,6 +74,9 @@ class SourceNode(Node):
     def shuffle_shards(self, seed: int | None) -> None:
         self._state_dict["shard_seed"] = seed
 
+    def expect_shuffled_shards(self) -> None:
+        self.shards_shuffled = True
+
     def shard_order(self, seed: int | None = None, use_state: bool = True) -> list[int]:
         if use_state:
             seed = self._state_dict["shard_seed"]
@@ -75,6 +84,13 @@ class SourceNode(Node):
 
     def _validate_own(self, state: dict, where: str) -> None:
         check_int(state, "shard_seed", where, lo=0, hi=2**64 - 1, none_ok=True)
+        if self.shards_shuffled and state["shard_seed"] is None:
+            raise ValueError(f"{where}: 'shard_seed' is null, but a shuffle() above this source sets its shard "
+                             "order: the state was not saved from this pipeline, or was edited")
+        if not self.shards_shuffled and state["shard_seed"] is not None:
+            raise ValueError(f"{where}: 'shard_seed' is {state['shard_seed']}, but no shuffle() above this source "
+                             "sets its shard order (it must be null): the state was not saved from this pipeline, "
+                             "or was edited")
         check_int(state, "shard_pos", where, hi=len(self.shard_ids))
         check_int(state, "offset", where, hi=2**63 - 1)  # rows of one shard: a sane bound for any source
         check_int(state, "stop", where, lo=state["shard_pos"], hi=len(self.shard_ids), none_ok=True)
