@@ -410,3 +410,17 @@ def test_inspect_problems_in_a_subprocess(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "take  n=40" in out.stdout
     assert out.stderr.count("\n") == 1 and "past the end of shard" in out.stderr
+
+
+def test_shard_seed_check_agrees_with_nodes_that_block_the_shard_order():
+    """take/skip and concatenate(axis=1) do not pass a shuffle's shard order on: their sources keep a null
+    seed, and states of such pipelines load; a shuffle fed from several shard groups marks its groups."""
+    from data import HF_B, src as source
+    from harness import assert_resumes_exactly
+
+    for build in (lambda: source().take(30).shuffle(seed=1, buffer_size=4),
+                  lambda: source().skip(5).shuffle(seed=1, buffer_size=4),
+                  lambda: ri.concatenate_datasets([source(1), source(1, HF_B).rename_column("id", "j")
+                                                   .rename_column("text", "u")], axis=1).shuffle(seed=2, buffer_size=3),
+                  lambda: source().shuffle(seed=3, buffer_size=4, max_buffer_input_shards=2)):
+        assert_resumes_exactly(build, max_cuts=6)

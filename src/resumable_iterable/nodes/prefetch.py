@@ -111,6 +111,10 @@ class PrefetchNode(Node):
     def _after_reset(self) -> None:
         self._sync_view()
 
+    def shuffle_shards(self, seed: int | None) -> None:
+        super().shuffle_shards(seed)
+        self._sync_view()  # a shuffle above sets the shard order after this node was reset
+
     def load(self, state: dict) -> None:
         super().load(state)
         self._state_dict["ahead"] = ExampleList(self._state_dict["ahead"])
