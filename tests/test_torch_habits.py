@@ -107,3 +107,142 @@ def test_distinct_worker_streams_resume_exactly_and_elastically():
         other.load_state_dict(st)
         rest = [i for b in other for i in b["id"].tolist()]
         assert sorted(rest) == sorted(i for b in full[k:] for i in b), f"elastic resume after batch {k}"
+
+
+# ---------------------------------------------------------------------- 2. copies of a dataset and set_epoch
+
+
+def _epoch_pipeline() -> ri.IterableDataset:
+    return src(4).shuffle(seed=3, buffer_size=6)
+
+
+@pytest.fixture(scope="module")
+def epoch_refs() -> list[list[int]]:
+    """The order of a fresh dataset at epochs 0, 1, 2 through a 2-worker DataLoader."""
+    refs = []
+    for e in range(3):
+        ds = _epoch_pipeline()
+        ds.set_epoch(e)
+        refs.append(ids(DataLoader(ds, batch_size=5, num_workers=2)))
+    assert refs[0] != refs[1] != refs[2]
+    return refs
+
+
+COPIES = {
+    "pickle": lambda ds: pickle.loads(pickle.dumps(ds)),
+    "deepcopy": copy.deepcopy,
+    "copy": copy.copy,
+}
+
+
+@pytest.mark.parametrize("how", sorted(COPIES))
+def test_set_epoch_on_a_copy_reaches_persistent_workers(how, epoch_refs):
+    original = _epoch_pipeline()
+    original.set_epoch(1)
+    ds = COPIES[how](original)
+    assert ds.epoch == 1
+    ds.set_epoch(0)
+    loader = DataLoader(ds, batch_size=5, num_workers=2, persistent_workers=True)
+    for e in range(3):
+        if e:
+            ds.set_epoch(e)  # after the persistent workers started
+        assert ids(loader) == epoch_refs[e], f"epoch {e}"
+    assert original.epoch == 1  # the copy has its own epoch ...
+    other = DataLoader(original, batch_size=5, num_workers=2)
+    assert ids(other) == epoch_refs[1]  # ... in its own shared slot
+
+
+def test_set_epoch_on_the_original_does_not_reach_a_copys_workers(epoch_refs):
+    original = _epoch_pipeline()
+    clone = copy.deepcopy(original)
+    loader = DataLoader(clone, batch_size=5, num_workers=2, persistent_workers=True)
+    assert ids(loader) == epoch_refs[0]
+    original.set_epoch(2)
+    assert ids(loader) == epoch_refs[0]
+    clone.set_epoch(1)
+    assert ids(loader) == epoch_refs[1]
+
+
+def test_copy_of_a_dataset_with_a_loaded_state_resumes_once_in_workers():
+    ds = _epoch_pipeline()
+    it = iter(ds)
+    head = [next(it)["id"] for _ in range(17)]
+    state = json_roundtrip(ds.state_dict())
+    loaded = _epoch_pipeline()
+    loaded.load_state_dict(state)
+    clone = pickle.loads(pickle.dumps(loaded))
+    loader = DataLoader(clone, batch_size=4, num_workers=2)
+    rest = ids(loader)
+    assert sorted(head + rest) == list(range(60))
+    assert sorted(ids(loader)) == list(range(60))  # the next pass is a full epoch, not the tail again
+
+
+# ---------------------------------------------------------------------- 3. the torch base, whatever the import order
+
+_BUILD = """
+import pickle, sys
+import pyarrow as pa
+TABLE = pa.table({"id": list(range(40))})
+def build():
+    import resumable_iterable as ri
+    return ri.IterableDataset.from_arrow_table(TABLE, num_shards=4).shuffle(seed=5, buffer_size=4)
+"""
+
+ORDERS = {
+    "torch_first": "import torch\nimport resumable_iterable as ri\nds = build()\n",
+    "torch_after_ri": "import resumable_iterable as ri\nimport torch\nds = build()\n",
+    # also a state loaded before torch is imported, then split among DataLoader workers
+    "torch_after_dataset": ("import resumable_iterable as ri\nds = build()\n"
+                            "saved = build()\nit = iter(saved)\nHEAD = [next(it)['id'] for _ in range(9)]\n"
+                            "LOADED = build()\nLOADED.load_state_dict(saved.state_dict())\n"
+                            "assert 'torch' not in sys.modules\nimport torch\n"),
+    # torch's ABC cache holds the "no" given before the class's bases change (importing torchdata or
+    # making an Arrow table after the check would clear that cache by chance, so they come before)
+    "issubclass_checked_first": ("import resumable_iterable as ri\nimport torch.utils.data\n"
+                                 "from resumable_iterable import StatefulDataLoader\n"
+                                 "assert not issubclass(ri.IterableDataset, torch.utils.data.IterableDataset)\n"
+                                 "ds = build()\n"),
+    "unpickled_after_torch": ("import resumable_iterable as ri\nblob = pickle.dumps(build())\n"
+                              "assert 'torch' not in sys.modules\nimport torch\nds = pickle.loads(blob)\n"),
+}
+
+_CHECK = """
+import torch.utils.data
+from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
+assert isinstance(ds, torch.utils.data.IterableDataset)
+assert issubclass(ri.IterableDataset, torch.utils.data.IterableDataset)
+def ids(loader):
+    return [i for b in loader for i in b["id"].tolist()]
+assert sorted(ids(DataLoader(ds, batch_size=4))) == list(range(40))
+assert sorted(ids(StatefulDataLoader(ds, batch_size=4))) == list(range(40))
+ref = build()
+ref.set_epoch(1)
+ref = ids(DataLoader(ref, batch_size=4, num_workers=2))
+persistent = DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True)
+first = ids(persistent)
+assert sorted(first) == list(range(40))
+ds.set_epoch(1)  # reaches the persistent workers started before
+assert ids(persistent) == ref != first
+loader = ri.StatefulDataLoader(ds, batch_size=4, num_workers=2)
+it = iter(loader)
+head = [next(it)["id"].tolist() for _ in range(3)]
+state = loader.state_dict()
+rest = [b["id"].tolist() for b in it]
+again = ri.StatefulDataLoader(build(), batch_size=4, num_workers=2)
+again.load_state_dict(state)
+assert [b["id"].tolist() for b in again] == rest
+if "LOADED" in globals():
+    loader = DataLoader(LOADED, batch_size=4, num_workers=2)
+    assert sorted(HEAD + ids(loader)) == list(range(40))
+    assert sorted(ids(loader)) == list(range(40))  # used by one pass only
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("order", sorted(ORDERS))
+def test_torch_base_whatever_the_import_order(order):
+    code = _BUILD + ORDERS[order] + _CHECK
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "ok"
