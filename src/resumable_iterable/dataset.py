@@ -97,11 +97,12 @@ class IterableDataset(_Base):
 
     @property
     def __class__(self) -> type:
-        """``type(self)``. ``isinstance(ds, C)`` reads this when ``C`` is an ABC such as
-        ``torch.utils.data.IterableDataset``: a dataset built before torch was imported becomes a
-        torch dataset there, and gets what DataLoader workers share with the main process (the
-        epoch slot that ``set_epoch`` uses to reach persistent workers; the record of which
-        workers took their part of a loaded state) before ``DataLoader`` starts them."""
+        # ``type(self)``. ``isinstance(ds, C)`` reads it when ``C`` is an ABC such as
+        # ``torch.utils.data.IterableDataset``: a dataset built before torch was imported becomes a
+        # torch dataset there, and gets what DataLoader workers share with the main process (the
+        # epoch slot that ``set_epoch`` uses to reach persistent workers; the record of which
+        # workers took their part of a loaded state) before ``DataLoader`` starts them.
+        # (A comment, not a docstring: this is no part of the API reference.)
         if not _torch_base or self.__dict__.get("_epoch_slot") is None:
             if _maybe_add_torch_base() and "_epoch" in self.__dict__:
                 from .integrations.torch import prepare_for_workers

@@ -132,7 +132,7 @@ def adopt_unpickled(dataset: Any) -> None:
 
 def shared_epoch(dataset: Any) -> int | None:
     slot = dataset.__dict__.get("_epoch_slot")
-    return None if slot is None else slot.get()
+    return None if slot is None or not slot.alive else slot.get()
 
 
 class TorchDatasetMixin(torch.utils.data.IterableDataset):
