@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 import resumable_iterable as ri  # noqa: E402
 from data import HF_B, src  # noqa: E402
-from harness import json_roundtrip  # noqa: E402
+from harness import assert_resumes_exactly, json_roundtrip  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
               pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning")]
@@ -78,6 +78,23 @@ def test_rank_split_by_example_keeps_one_stream():
     parts = [[e["id"] for e in ri.split_dataset_by_node(src(3).shuffle(seed=7, buffer_size=8), rank=r, world_size=2)]
              for r in range(2)]
     assert sorted(parts[0] + parts[1]) == list(range(60))
+
+
+SPLIT_RANDOM = {
+    "shuffle": lambda: src(4).shuffle(seed=7, buffer_size=5).shard(2, 1, contiguous=False),
+    "shuffle_replay": lambda: src(4).shuffle(seed=7, buffer_size=5, buffer_state="replay").shard(2, 1, contiguous=False),
+    "interleave": lambda: ri.interleave_datasets(
+        [src(4), ri.to_iterable_dataset(HF_B, num_shards=4)], probabilities=[0.7, 0.3], seed=2,
+        stopping_strategy="all_exhausted").shard(2, 0, contiguous=False),
+    "rank_of_worker": lambda: ri.split_dataset_by_node(src(4).shuffle(seed=1, buffer_size=4), rank=1,
+                                                       world_size=2).shard(2, 1, contiguous=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPLIT_RANDOM))
+def test_split_random_nodes_resume_at_every_cut(name):
+    full = assert_resumes_exactly(SPLIT_RANDOM[name])
+    assert full  # a split part with its own seed is still a complete, resumable pipeline
 
 
 def _habits_pipeline() -> ri.IterableDataset:
