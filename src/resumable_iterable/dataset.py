@@ -35,18 +35,35 @@ class _Base:
     :class:`IterableDataset` once torch is imported, without importing torch ourselves."""
 
 
-def _maybe_add_torch_base(cls: type) -> None:
+_torch_base = False  # IterableDataset already has the torch base (decided once per process)
+
+
+def _imported(name: str) -> bool:
+    """Module ``name`` is imported and done initialising (not halfway through its own import)."""
+    mod = sys.modules.get(name)
+    return mod is not None and not getattr(getattr(mod, "__spec__", None), "_initializing", False)
+
+
+def _maybe_add_torch_base() -> bool:
     """Once torch is imported, make :class:`IterableDataset` a ``torch.utils.data.IterableDataset``
     (through ``integrations.torch.TorchDatasetMixin``, which also shares the epoch with DataLoader
-    workers). The core never imports torch itself."""
-    if "torch" not in sys.modules:
-        return
-    import torch.utils.data
+    workers); ``True`` if it is one. The core never imports torch itself.
 
-    if torch.utils.data.IterableDataset not in IterableDataset.__mro__:
-        from .integrations.torch import TorchDatasetMixin
+    Called whenever a dataset is built, unpickled, given an epoch, or asked for its class - the
+    last is what ``isinstance`` does (see ``IterableDataset.__class__``), so a dataset built before
+    ``import torch`` is a torch dataset by the time ``DataLoader`` checks it. The bases change once
+    per process, and the ABC caches that may hold an earlier "no" are invalidated then.
+    """
+    global _torch_base
+    if _torch_base:
+        return True
+    if not (_imported("torch") and _imported("torch.utils.data")):
+        return False
+    from .integrations.torch import attach_torch_base
 
-        IterableDataset.__bases__ += (TorchDatasetMixin,)
+    attach_torch_base(IterableDataset)
+    _torch_base = True
+    return True
 
 
 def _shape_of(node: Node) -> tuple[dict, str]:
@@ -63,7 +80,6 @@ class IterableDataset(_Base):
 
     def __init__(self, node: Node, *, features: Any = None, column_names: list[str] | None = None,
                  _split: tuple = (), _epoch: int = 0):
-        _maybe_add_torch_base(type(self))
         self._node = node
         self._features = features
         self._column_names = list(column_names) if column_names is not None else (
@@ -80,10 +96,25 @@ class IterableDataset(_Base):
 
     def _store_epoch(self, epoch: int) -> None:
         self._epoch = epoch
-        if "torch" in sys.modules:  # DataLoader workers, persistent ones too, read the main process's epoch
+        if _maybe_add_torch_base():  # DataLoader workers, persistent ones too, read the main process's epoch
             from .integrations.torch import publish_epoch
 
             publish_epoch(self, epoch)
+
+    @property
+    def __class__(self) -> type:
+        # ``type(self)``. ``isinstance(ds, C)`` reads it when ``C`` is an ABC such as
+        # ``torch.utils.data.IterableDataset``: a dataset built before torch was imported becomes a
+        # torch dataset there, and gets what DataLoader workers share with the main process (the
+        # epoch slot that ``set_epoch`` uses to reach persistent workers; the record of which
+        # workers took their part of a loaded state) before ``DataLoader`` starts them.
+        # (A comment, not a docstring: this is no part of the API reference.)
+        if not _torch_base or self.__dict__.get("_epoch_slot") is None:
+            if _maybe_add_torch_base() and "_epoch" in self.__dict__:
+                from .integrations.torch import prepare_for_workers
+
+                prepare_for_workers(self)
+        return type(self)
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -484,7 +515,12 @@ class IterableDataset(_Base):
 
     def __setstate__(self, d: dict) -> None:
         self.__dict__.update(d)
-        _maybe_add_torch_base(type(self))
+        if _maybe_add_torch_base():
+            # a copy (pickle, copy.deepcopy, copy.copy) gets its own shared epoch slot; a dataset
+            # sent to a spawned DataLoader worker keeps reading its main process's
+            from .integrations.torch import adopt_unpickled
+
+            adopt_unpickled(self)
 
 
 class IterableColumn:
@@ -532,3 +568,6 @@ def _decode_only_change(old: Any, new: Any) -> bool:
 def to_iterable_dataset(dataset: Any, num_shards: int = 1) -> IterableDataset:
     """``datasets.Dataset.to_iterable_dataset`` with exact resumption."""
     return IterableDataset.from_hf(dataset, num_shards=num_shards)
+
+
+_maybe_add_torch_base()  # torch imported before us: the class is a torch dataset from the start

@@ -3,22 +3,27 @@
 
 Importing this module needs ``torch``; :class:`StatefulDataLoader` also needs ``torchdata``.
 
-* :class:`TorchDatasetMixin` is added to the bases of ``resumable_iterable.IterableDataset`` as
-  soon as torch is imported (``dataset._maybe_add_torch_base``): it makes the dataset a
-  ``torch.utils.data.IterableDataset`` and publishes the epoch to DataLoader workers.
+* :class:`TorchDatasetMixin` is added to the bases of ``resumable_iterable.IterableDataset``
+  (:func:`attach_torch_base`) once torch is imported, whatever the import order: at the first
+  dataset built, unpickled or checked with ``isinstance`` after ``import torch`` (see
+  ``dataset._maybe_add_torch_base``). It makes the dataset a ``torch.utils.data.IterableDataset``.
 * **Epochs and persistent workers.** A persistent worker keeps the copy of the dataset it got
   when it started, so a later ``set_epoch`` in the main process would not reach it. Each dataset
   therefore owns a slot in a shared-memory ``int64`` tensor (slots are handed out from chunks of
   512, so thousands of datasets cost a handful of file descriptors). The main process writes its
   epoch there; a worker starting a new pass reads it. Workers never write it. A process that
   inherited a dataset by ``fork`` (not a DataLoader worker) gets its own slot on its first write,
-  so sibling processes never see each other's epochs.
+  so sibling processes never see each other's epochs. A copy of a dataset (``pickle``,
+  ``copy.deepcopy``, ``copy.copy``) gets its own slot too (:func:`adopt_unpickled`): a slot
+  pickled by value is no longer shared memory, and one shared with the original would let
+  ``set_epoch`` on either reach the other's workers.
 * :class:`StatefulDataLoader` is torchdata's, plus elastic resume (a state saved with W workers
   loads with W′ workers) and an early, clear validation of the state it loads.
 """
 
 from __future__ import annotations
 
+import abc
 import os
 from typing import Any
 
@@ -31,12 +36,16 @@ from ..distributed import current_worker, split_for_process, warn_too_many_worke
 
 
 class _Slot:
-    """One ``int64`` in a shared-memory tensor, owned by the process that allocated it."""
+    """One ``int64`` in a shared-memory tensor, owned by the process that allocated it.
 
-    __slots__ = ("tensor", "index", "owner")
+    ``alive``: the tensor is still the shared one. Unpickled by ``multiprocessing`` (a spawned
+    DataLoader worker) it is; by plain ``pickle`` or ``copy.deepcopy`` it is a private copy."""
+
+    __slots__ = ("tensor", "index", "owner", "alive")
 
     def __init__(self, tensor: torch.Tensor, index: int, owner: int):
         self.tensor, self.index, self.owner = tensor, index, owner
+        self.alive = True
 
     def get(self) -> int:
         return int(self.tensor[self.index])
@@ -49,6 +58,7 @@ class _Slot:
 
     def __setstate__(self, st):
         self.tensor, self.index, self.owner = st
+        self.alive = self.tensor.is_shared()
 
 
 class _SlotPool:
@@ -78,7 +88,7 @@ def publish_epoch(dataset: Any, epoch: int) -> None:
     if current_worker() is not None:
         return  # a worker's epoch is its own; the main process owns the shared value
     slot = dataset.__dict__.get("_epoch_slot")
-    if slot is None or slot.owner != os.getpid():
+    if slot is None or slot.owner != os.getpid() or not slot.alive:
         slot = _POOL.allocate()
         dataset.__dict__["_epoch_slot"] = slot
     slot.set(epoch)
@@ -87,18 +97,60 @@ def publish_epoch(dataset: Any, epoch: int) -> None:
 def ensure_epoch_slot(dataset: Any) -> None:
     """Give ``dataset`` a shared epoch slot now (before DataLoader workers start)."""
     slot = dataset.__dict__.get("_epoch_slot")
-    if slot is None or slot.owner != os.getpid():
+    if slot is None or slot.owner != os.getpid() or not slot.alive:
         publish_epoch(dataset, dataset.__dict__.get("_epoch", 0))
+
+
+def prepare_for_workers(dataset: Any) -> None:
+    """In the main process, before DataLoader workers start: the dataset's shared epoch slot and,
+    for a state loaded with ``load_state_dict`` before torch was imported, the shared record of
+    which workers took their part of it (made at load time when torch is already imported)."""
+    ensure_epoch_slot(dataset)
+    d = dataset.__dict__
+    if d.get("_claims") is None and d.get("_loaded") is not None and current_worker() is None:
+        d["_claims"] = new_claims()
+
+
+def adopt_unpickled(dataset: Any) -> None:
+    """Called when ``dataset`` was just unpickled or copied (``__setstate__``).
+
+    Sent to another process by ``multiprocessing`` (a spawned DataLoader worker), it keeps the
+    sender's shared slots: set_epoch in the main process must reach the worker. Anything else is
+    a copy, which behaves like a fresh dataset with the copied epoch: its own epoch slot, and its
+    own record of which DataLoader workers took a state loaded before the copy.
+    """
+    d = dataset.__dict__
+    slot = d.get("_epoch_slot")
+    if slot is not None and slot.alive and slot.owner != os.getpid():
+        return
+    d["_epoch_slot"] = None
+    claims = d.get("_claims")
+    if claims is not None:
+        d["_claims"] = new_claims().copy_(claims)
+    prepare_for_workers(dataset)
 
 
 def shared_epoch(dataset: Any) -> int | None:
     slot = dataset.__dict__.get("_epoch_slot")
-    return None if slot is None else slot.get()
+    return None if slot is None or not slot.alive else slot.get()
 
 
 class TorchDatasetMixin(torch.utils.data.IterableDataset):
     """Added to ``resumable_iterable.IterableDataset``'s bases once torch is imported (its epoch
     is published to DataLoader workers by ``IterableDataset._store_epoch``)."""
+
+
+class _CacheReset(abc.ABC):
+    """Registering a new class with any ABC invalidates every ABC's cache of negative answers."""
+
+
+def attach_torch_base(cls: type) -> None:
+    """Make ``cls`` a ``torch.utils.data.IterableDataset`` by adding :class:`TorchDatasetMixin` to
+    its bases. ``isinstance(ds, torch.utils.data.IterableDataset)`` may already have answered "no"
+    for ``cls`` (torch's ABC caches that answer), so the ABC caches are invalidated too."""
+    if TorchDatasetMixin not in cls.__mro__:
+        cls.__bases__ += (TorchDatasetMixin,)
+    _CacheReset.register(type("_Fresh", (), {}))
 
 
 # ============================================================================ pending states claimed by workers
@@ -172,15 +224,12 @@ if _TorchdataLoader is not None:
 
         def __init__(self, dataset: Any, *args: Any, **kwargs: Any):
             if _is_ours(dataset):
-                from ..dataset import _maybe_add_torch_base
-
-                _maybe_add_torch_base(type(dataset))
-                ensure_epoch_slot(dataset)
+                prepare_for_workers(dataset)
             super().__init__(dataset, *args, **kwargs)
 
         def _get_iterator(self):
             if _is_ours(self.dataset):
-                ensure_epoch_slot(self.dataset)  # before the workers fork
+                prepare_for_workers(self.dataset)  # before the workers fork
                 if self.num_workers > 1:
                     shards = split_for_process(self.dataset._node, self.dataset._split, worker=None).num_shards
                     if self.num_workers > shards:

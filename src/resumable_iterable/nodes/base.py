@@ -283,6 +283,15 @@ def rng_from_seed(*words: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(w) for w in words])))
 
 
+def split_seed(seed: int, num_shards: int, index: int) -> int:
+    """The seed of shard group ``index`` of ``num_shards`` of a random node seeded ``seed``: each
+    DataLoader worker and rank draws its own stream, fixed by the seed and the split (a random node
+    overrides :meth:`Node.shard` with it). One group (``num_shards == 1``) keeps ``seed``."""
+    if num_shards == 1:
+        return seed
+    return int(np.random.SeedSequence([int(seed), 0x5B11, int(num_shards), int(index)]).generate_state(1, np.uint64)[0])
+
+
 def rng_from_state(state: dict) -> np.random.Generator:
     g = np.random.Generator(np.random.PCG64())
     g.bit_generator.state = state

@@ -27,7 +27,7 @@ import math
 from typing import Iterator
 
 from ..state import ExampleList
-from .base import Node, check_examples, check_int, check_rng, resolve_seed, rng_from_seed, rng_from_state
+from .base import Node, check_examples, check_int, check_rng, resolve_seed, rng_from_seed, rng_from_state, split_seed
 
 STRATEGIES = ("first_exhausted", "all_exhausted", "all_exhausted_without_replacement")
 BLOCK = 1000
@@ -63,6 +63,14 @@ class InterleaveNode(Node):
         rng = rng_from_seed(self.seed).bit_generator.state if self.probabilities is not None else None
         return {"rng": rng, "rng_pos": 0, "cycle": 0, "exhausted": [False] * n, "peeked": ExampleList([None] * n),
                 "peeked_pos": [None] * n}
+
+    def shard(self, num_shards: int, index: int, contiguous: bool = True) -> Node:
+        # each DataLoader worker / rank draws its own sequence of inputs (HF issue 7567)
+        new = super().shard(num_shards, index, contiguous)
+        if self.probabilities is not None:
+            new.seed = split_seed(self.seed, num_shards, index)
+            new._state_dict.update(new._own_state())
+        return new
 
     def _validate_own(self, state: dict, where: str) -> None:
         n = len(self.children)

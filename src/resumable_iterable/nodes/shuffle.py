@@ -29,7 +29,7 @@ from typing import Iterator
 
 from ..state import CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList
 from .base import (Node, as_int, check_bool, check_epoch, check_examples, check_int, check_rng, resolve_seed,
-                   rng_from_seed, rng_from_state)
+                   rng_from_seed, rng_from_state, split_seed)
 
 BLOCK = 1024
 
@@ -93,6 +93,13 @@ class ShuffleNode(Node):
 
     def expect_shuffled_shards(self) -> None:
         pass  # already done for its inputs when this node was built
+
+    def shard(self, num_shards: int, index: int, contiguous: bool = True) -> Node:
+        # each DataLoader worker / rank gets its own buffer draws and shard order (HF issue 7567)
+        new = super().shard(num_shards, index, contiguous)
+        new.seed = split_seed(self.seed, num_shards, index)
+        new._state_dict.update(new._own_state())
+        return new
 
     def _validate_own(self, state: dict, where: str) -> None:
         check_int(state, "seed", where, hi=2**64 - 1)
