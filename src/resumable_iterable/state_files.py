@@ -241,7 +241,7 @@ class _Encoder:
             return [self.enc(v, d + 1) for v in obj]
         if t is tuple:
             return {_TAG: "tuple", "items": [self.enc(v, d + 2) for v in obj]}
-        if isinstance(obj, (bytes, bytearray, memoryview)):
+        if isinstance(obj, (bytes, bytearray, memoryview)) and not isinstance(obj, np.generic):
             return self.binary(obj)
         if isinstance(obj, np.ndarray):
             if obj.dtype == object:
@@ -406,7 +406,13 @@ class _Decoder:
                 return arr.reshape(obj["shape"])
             if tag == "npscalar":
                 dtype = _dtype_from_json(obj["dtype"])
-                return np.frombuffer(base64.b64decode(obj["b64"], validate=True), dtype=dtype).copy()[0]
+                raw = base64.b64decode(obj["b64"], validate=True)
+                if len(raw) != dtype.itemsize:
+                    raise ValueError(f"{len(raw)} bytes cannot hold a scalar of {dtype}")
+                arr = np.empty(1, dtype)
+                if raw:
+                    _array_bytes(arr)[:] = raw  # bytewise: padding bytes of structured dtypes included
+                return arr[0]
             if tag == "image":
                 return _decode_image(obj, self.binary_of)
             if tag == "datetime":
