@@ -82,6 +82,10 @@ def _blob_hasher(name: Any) -> Callable[[Any], str]:
     raise ValueError(f"unknown blob checksum {name!r}")
 
 
+_PLAIN = frozenset((str, int, bool, type(None)))  # JSON values kept as they are (finite floats are checked)
+_CONTAINERS = frozenset((dict, list))
+
+
 def _too_deep() -> ValueError:
     return ValueError(f"the state is nested more than {MAX_DEPTH} levels deep (or refers to itself); "
                       "states this deep are not supported")
@@ -209,10 +213,29 @@ class _Encoder:
     """Encodes one state. With ``blobs`` (a list), large arrays/bytes are appended to it as flat
     memoryviews and referenced by index; without, everything is inline base64."""
 
-    __slots__ = ("blobs",)
+    __slots__ = ("blobs", "enc")
 
     def __init__(self, blobs: list | None):
         self.blobs = blobs
+        other = self.encode_other
+
+        def enc(obj: Any, d: int) -> Any:
+            """The fast path, a closure: plain dicts and lists of JSON values (most of a state)."""
+            t = type(obj)
+            if t is dict:
+                if d > MAX_DEPTH:
+                    raise _too_deep()
+                if _TAG not in obj and all(type(k) is str for k in obj):
+                    d1 = d + 1
+                    return {k: v if type(v) in _PLAIN else enc(v, d1) for k, v in obj.items()}
+            elif t is list:
+                if d > MAX_DEPTH:
+                    raise _too_deep()
+                d1 = d + 1
+                return [v if type(v) in _PLAIN else enc(v, d1) for v in obj]
+            return other(obj, d)
+
+        self.enc = enc
 
     def binary(self, data: Any) -> dict:
         """A ``bytes`` tag for bytes-like data: a blob reference or base64."""
@@ -223,7 +246,7 @@ class _Encoder:
             return {_TAG: "bytes", "blob": len(self.blobs) - 1}
         return {_TAG: "bytes", "b64": base64.b64encode(view).decode()}
 
-    def enc(self, obj: Any, d: int) -> Any:  # ``d``: JSON depth of the value being produced
+    def encode_other(self, obj: Any, d: int) -> Any:  # ``d``: JSON depth of the value being produced
         t = type(obj)
         if t is str or t is int or t is bool or obj is None:
             return obj
@@ -235,10 +258,13 @@ class _Encoder:
             raise _too_deep()
         if t is dict or isinstance(obj, dict):
             if all(type(k) is str for k in obj) and _TAG not in obj:
-                return {k: self.enc(v, d + 1) for k, v in obj.items()}
+                enc, d1 = self.enc, d + 1
+                # plain JSON values (most of a state) are kept without a call
+                return {k: v if type(v) in _PLAIN else enc(v, d1) for k, v in obj.items()}
             return {_TAG: "dict", "items": [[self.enc(k, d + 3), self.enc(v, d + 3)] for k, v in obj.items()]}
         if isinstance(obj, list):  # list, and the state's list types (shuffle buffers)
-            return [self.enc(v, d + 1) for v in obj]
+            enc, d1 = self.enc, d + 1
+            return [v if type(v) in _PLAIN else enc(v, d1) for v in obj]
         if t is tuple:
             return {_TAG: "tuple", "items": [self.enc(v, d + 2) for v in obj]}
         if isinstance(obj, (bytes, bytearray, memoryview)) and not isinstance(obj, np.generic):
@@ -348,10 +374,30 @@ class _Blobs:
 
 
 class _Decoder:
-    __slots__ = ("blobs",)
+    __slots__ = ("blobs", "dec")
 
     def __init__(self, blobs: _Blobs | None):
         self.blobs = blobs
+        tagged = self.decode_tagged
+
+        def dec(obj: Any, d: int) -> Any:
+            """The fast path, a closure: untagged dicts and lists."""
+            t = type(obj)
+            if t is list:
+                if d > MAX_DEPTH:
+                    raise _too_deep()
+                d1 = d + 1
+                return [dec(v, d1) if type(v) in _CONTAINERS else v for v in obj]
+            if t is not dict:
+                return obj
+            if d > MAX_DEPTH:
+                raise _too_deep()
+            if _TAG not in obj:
+                d1 = d + 1
+                return {k: dec(v, d1) if type(v) in _CONTAINERS else v for k, v in obj.items()}
+            return tagged(obj, d)
+
+        self.dec = dec
 
     def binary(self, obj: Any) -> bytes:
         if "blob" in obj:
@@ -360,19 +406,8 @@ class _Decoder:
             return self.blobs.bytes(obj["blob"])
         return base64.b64decode(obj["b64"], validate=True)
 
-    def dec(self, obj: Any, d: int) -> Any:
-        t = type(obj)
-        if t is list:
-            if d > MAX_DEPTH:
-                raise _too_deep()
-            return [self.dec(v, d + 1) for v in obj]
-        if t is not dict:
-            return obj
-        if d > MAX_DEPTH:
-            raise _too_deep()
-        tag = obj.get(_TAG)
-        if tag is None:
-            return {k: self.dec(v, d + 1) for k, v in obj.items()}
+    def decode_tagged(self, obj: dict, d: int) -> Any:
+        tag = obj[_TAG]
         try:
             if tag == "float":
                 return float(obj["v"])
@@ -450,7 +485,11 @@ def _encode_value(state: Any, blobs: list | None) -> Any:
     if isinstance(state, dict):
         state = {k: v for k, v in state.items() if k != "checksum"}
     try:
-        return _Encoder(blobs).enc(state, 1)
+        encoder = _Encoder(blobs)
+        try:
+            return encoder.enc(state, 1)
+        finally:
+            encoder.blobs = None  # the closure is a reference cycle: let it not hold the blobs
     except RecursionError:
         raise _too_deep() from None
 
@@ -501,7 +540,11 @@ def _loads_text(text: str | bytes) -> Any:
 
 def _decode_value(value: Any, blobs: _Blobs | None) -> Any:
     try:
-        return _Decoder(blobs).dec(value, 1)
+        decoder = _Decoder(blobs)
+        try:
+            return decoder.dec(value, 1)
+        finally:
+            decoder.blobs = None  # the closure is a reference cycle: let it not hold the file
     except RecursionError:
         raise _too_deep() from None
 
