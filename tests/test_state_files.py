@@ -14,6 +14,7 @@ from datasets import Dataset
 
 import resumable_iterable as ri
 from resumable_iterable import state_files as sf
+from resumable_iterable.state_codec import MAX_DEPTH
 from resumable_iterable.cli import main as cli_main
 
 PIL_Image = pytest.importorskip("PIL.Image")
@@ -117,7 +118,7 @@ def test_files_in_the_former_json_format_still_load(tmp_path):
 
 
 def _damage_cases(raw: bytes, json_len: int):
-    data_offset = sf._align(64 + json_len)
+    data_offset = sf.align(64 + json_len)
     yield "truncated header", raw[:40], "truncated"
     yield "truncated JSON", raw[: 64 + json_len // 2], "truncated"
     yield "truncated blob", raw[: data_offset + 100], "truncated"
@@ -162,9 +163,9 @@ def test_damaged_blob_table_and_references(tmp_path):
     def container(doc: dict) -> bytes:
         body = json.dumps(doc).encode()
         head = struct.pack("<8sIIQQ32s", sf.MAGIC, 1, 0, len(body), 16, hashlib.sha256(body).digest())
-        return head + body + bytes(sf._align(64 + len(body)) - 64 - len(body)) + bytes(16)
+        return head + body + bytes(sf.align(64 + len(body)) - 64 - len(body)) + bytes(16)
 
-    h = sf._blob_hasher(sf.BLOB_HASH)(bytes(16))
+    h = sf.blob_hasher(sf.BLOB_HASH)(bytes(16))
     ok = {"blobs": [[0, 16, h]], "hash": sf.BLOB_HASH, "value": {"a": {"__ri__": "ndarray", "dtype": "<i8", "shape": [2], "blob": 0}}}
     assert arrays_equal(ri.loads_state(container(ok))["a"], np.zeros(2, np.int64))
     bad_docs = [
@@ -369,7 +370,7 @@ def test_hf_image_column_in_a_shuffle_buffer_resumes_exactly(tmp_path):
     "[" * 100_000 + "]" * 100_000,
     '{"a":' * 100_000 + "1" + "}" * 100_000,
     '{"format": "x", "deep": ' + "[" * 5000 + "]" * 5000 + "}",
-    '{"format": "x", "deep": ' + "[" * (sf.MAX_DEPTH + 5) + "]" * (sf.MAX_DEPTH + 5) + "}",
+    '{"format": "x", "deep": ' + "[" * (MAX_DEPTH + 5) + "]" * (MAX_DEPTH + 5) + "}",
 ])
 def test_deeply_nested_documents_raise_value_error(tmp_path, text):
     with pytest.raises(ValueError, match="nested|not valid JSON|must be a JSON object"):
@@ -386,7 +387,7 @@ def test_deeply_nested_documents_raise_value_error(tmp_path, text):
 def test_deeply_nested_binary_file_raises_value_error():
     body = ('{"blobs":[],"hash":"sha256","value":' + "[" * 100_000 + "]" * 100_000 + "}").encode()
     head = struct.pack("<8sIIQQ32s", sf.MAGIC, 1, 0, len(body), 0, hashlib.sha256(body).digest())
-    data = head + body + bytes(sf._align(64 + len(body)) - 64 - len(body))
+    data = head + body + bytes(sf.align(64 + len(body)) - 64 - len(body))
     with pytest.raises(ValueError, match="nested"):
         ri.loads_state(data)
 
@@ -401,7 +402,7 @@ def test_deeply_nested_states_cannot_be_saved(tmp_path):
     loop.append(loop)
     deep_dict: dict = {}
     d = deep_dict
-    for _ in range(sf.MAX_DEPTH + 1):
+    for _ in range(MAX_DEPTH + 1):
         d[1] = {}  # non-string keys: tagged dicts, three JSON levels each
         d = d[1]
     for state in ({"format": "x", "deep": deep}, {"format": "x", "loop": loop}, {"format": "x", "d": deep_dict}):
@@ -414,7 +415,7 @@ def test_deeply_nested_states_cannot_be_saved(tmp_path):
 
 def test_nesting_below_the_limit_round_trips(tmp_path):
     value: list = [1]
-    for _ in range(sf.MAX_DEPTH - 5):
+    for _ in range(MAX_DEPTH - 5):
         value = [value]
     state = {"format": "x", "v": value}
     assert ri.loads_state(ri.dumps_state(state)) == state
