@@ -173,7 +173,7 @@ def test_damaged_blob_table_and_references(tmp_path):
         (dict(ok, blobs=[[-1, 16, h]]), "blob table is damaged"),
         (dict(ok, blobs="x"), "blob table is damaged"),
         (dict(ok, hash="md5"), "unknown blob checksum"),
-        (dict(ok, value={"a": {"__ri__": "ndarray", "dtype": "<i8", "shape": [3], "blob": 0}}), "not an array of shape"),
+        (dict(ok, value={"a": {"__ri__": "ndarray", "dtype": "<i8", "shape": [3], "blob": 0}}), "do not hold an array of shape"),
         (dict(ok, value={"a": {"__ri__": "ndarray", "dtype": "<i8", "shape": [2], "blob": 1}}), "does not hold"),
         (dict(ok, value={"a": {"__ri__": "ndarray", "dtype": "|O", "shape": [2], "blob": 0}}), "malformed"),
         (dict(ok, value={"a": {"__ri__": "bytes", "blob": True}}), "does not hold"),
@@ -269,6 +269,14 @@ def test_object_arrays(tmp_path):
     assert back.dtype == object and back.tolist() == [1, "a", (2, 3)]
     with pytest.raises(TypeError, match="holds Python objects"):
         ri.save_state({"o": np.zeros(2, dtype=[("a", "O"), ("b", "<i4")])}, tmp_path / "x")
+
+
+@pytest.mark.parametrize("dtype,shape", [("V0", [2**62]), ("S0", [2**62]), ("<U0", [2**62]), ("<i8", [2**200]),
+                                         ("<i8", "x"), ("<i8", [1, -1])])
+def test_shapes_that_do_not_fit_their_data_are_refused(dtype, shape):
+    raw = {"a": {"__ri__": "ndarray", "dtype": dtype, "shape": shape, "b64": ""}}
+    with pytest.raises(ValueError, match="malformed encoded value of kind 'ndarray'"):
+        ri.loads_state(json.dumps(raw))
 
 
 def _saved(tmp_path, state):

@@ -96,6 +96,18 @@ def _dtype_from_json(obj: Any, depth: int = 0) -> np.dtype:
     return dt
 
 
+def check_shape(shape: Any, dtype: np.dtype, nbytes: int) -> None:
+    """Raise ``ValueError`` unless ``shape`` is a list of sizes that ``nbytes`` bytes of ``dtype``
+    fill exactly (so that decoding never allocates more than the data it was given)."""
+    if type(shape) is not list or not all(type(n) is int and n >= 0 for n in shape):
+        raise ValueError(f"bad shape {shape!r}")
+    count = math.prod(shape)
+    if count * dtype.itemsize != nbytes:
+        raise ValueError(f"{nbytes} bytes do not hold an array of shape {shape} and dtype {dtype}")
+    if dtype.itemsize == 0 and count > 1 << 20:
+        raise ValueError(f"{count} elements of a zero-size dtype")
+
+
 def array_bytes(arr: np.ndarray) -> memoryview:
     """The bytes of a C-contiguous array, as a flat memoryview (works for every dtype)."""
     if arr.nbytes == 0:
@@ -326,15 +338,12 @@ class Decoder:
             if tag == "ndarray":
                 dtype = _dtype_from_json(obj["dtype"])
                 shape = obj["shape"]
-                if type(shape) is not list or not all(type(n) is int and n >= 0 for n in shape):
-                    raise ValueError(f"bad shape {shape!r}")
                 if "blob" in obj:
                     if self.blobs is None:
                         raise ValueError("refers to a binary blob, but this is a JSON text state")
                     return self.blobs.array(obj["blob"], dtype, shape)
                 raw = base64.b64decode(obj["b64"], validate=True)
-                if math.prod(shape) * dtype.itemsize != len(raw):
-                    raise ValueError(f"{len(raw)} bytes cannot hold shape {shape} of {dtype}")
+                check_shape(shape, dtype, len(raw))
                 arr = np.empty(shape, dtype)
                 if raw:
                     array_bytes(arr)[:] = raw
@@ -366,7 +375,7 @@ class Decoder:
                 return _dt.timedelta(days=days, seconds=s, microseconds=us)
             if tag == "decimal":
                 return decimal.Decimal(obj["v"])
-        except (KeyError, TypeError, ValueError, IndexError, OverflowError, decimal.InvalidOperation) as e:
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError, MemoryError, decimal.InvalidOperation) as e:
             raise ValueError(f"state holds a malformed encoded value of kind '{tag}': {e}") from None
         raise ValueError(f"state holds an encoded value of unknown kind '{tag}'")
 

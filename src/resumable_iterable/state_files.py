@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import struct
 from typing import Any, Callable
 
 import numpy as np
 
-from .state_codec import TAG, array_bytes, decode, encode, too_deep
+from .state_codec import TAG, array_bytes, check_shape, decode, encode, too_deep
 
 try:  # installed with HF datasets; ~10x faster than SHA-256, so hashing the blobs costs little
     import xxhash as _xxhash
@@ -100,8 +99,7 @@ class _Blobs:
 
     def array(self, i: Any, dtype: np.dtype, shape: list) -> np.ndarray:
         offset, nbytes, digest = self.entry(i)
-        if math.prod(shape) * dtype.itemsize != nbytes:
-            raise ValueError(f"blob {i} holds {nbytes} bytes, not an array of shape {shape} and dtype {dtype}")
+        check_shape(shape, dtype, nbytes)
         arr = np.empty(shape, dtype)  # the blob is read straight into the new array's memory
         view = array_bytes(arr)
         if nbytes:
