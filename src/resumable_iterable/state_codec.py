@@ -36,7 +36,6 @@ _PNG_MODES = frozenset(("1", "L", "LA", "P", "RGB", "RGBA", "I;16"))
 _MAX_DTYPE_DEPTH = 32
 _PLAIN = frozenset((str, int, bool, type(None)))  # JSON values kept as they are (finite floats are checked)
 _CONTAINERS = frozenset((dict, list))
-_TAG = TAG
 
 
 def too_deep() -> ValueError:
@@ -186,7 +185,7 @@ class Encoder:
             if t is dict:
                 if d > MAX_DEPTH:
                     raise too_deep()
-                if _TAG not in obj and all(type(k) is str for k in obj):
+                if TAG not in obj and all(type(k) is str for k in obj):
                     d1 = d + 1
                     return {k: v if type(v) in _PLAIN else enc(v, d1) for k, v in obj.items()}
             elif t is list:
@@ -204,8 +203,8 @@ class Encoder:
         view = view.cast("B") if view.c_contiguous else memoryview(view.tobytes())
         if self.blobs is not None and view.nbytes >= BLOB_MIN:
             self.blobs.append(view)
-            return {_TAG: "bytes", "blob": len(self.blobs) - 1}
-        return {_TAG: "bytes", "b64": base64.b64encode(view).decode()}
+            return {TAG: "bytes", "blob": len(self.blobs) - 1}
+        return {TAG: "bytes", "b64": base64.b64encode(view).decode()}
 
     def encode_other(self, obj: Any, d: int) -> Any:  # ``d``: JSON depth of the value being produced
         t = type(obj)
@@ -214,30 +213,30 @@ class Encoder:
         if t is float:
             if math.isfinite(obj):
                 return obj
-            return {_TAG: "float", "v": repr(obj)}
+            return {TAG: "float", "v": repr(obj)}
         if d > MAX_DEPTH:
             raise too_deep()
         if t is dict or isinstance(obj, dict):
-            if all(type(k) is str for k in obj) and _TAG not in obj:
+            if all(type(k) is str for k in obj) and TAG not in obj:
                 enc, d1 = self.enc, d + 1
                 # plain JSON values (most of a state) are kept without a call
                 return {k: v if type(v) in _PLAIN else enc(v, d1) for k, v in obj.items()}
-            return {_TAG: "dict", "items": [[self.enc(k, d + 3), self.enc(v, d + 3)] for k, v in obj.items()]}
+            return {TAG: "dict", "items": [[self.enc(k, d + 3), self.enc(v, d + 3)] for k, v in obj.items()]}
         if isinstance(obj, list):  # list, and the state's list types (shuffle buffers)
             enc, d1 = self.enc, d + 1
             return [v if type(v) in _PLAIN else enc(v, d1) for v in obj]
         if t is tuple:
-            return {_TAG: "tuple", "items": [self.enc(v, d + 2) for v in obj]}
+            return {TAG: "tuple", "items": [self.enc(v, d + 2) for v in obj]}
         if isinstance(obj, (bytes, bytearray, memoryview)) and not isinstance(obj, np.generic):
             return self.binary(obj)
         if isinstance(obj, np.ndarray):
             if obj.dtype == object:
-                return {_TAG: "ndarray_obj", "shape": list(obj.shape),
+                return {TAG: "ndarray_obj", "shape": list(obj.shape),
                         "items": [self.enc(v, d + 2) for v in obj.ravel().tolist()]}
             if obj.dtype.hasobject:
                 raise TypeError(f"cannot store a numpy array of dtype {obj.dtype} (it holds Python objects) in a state")
             arr = obj if obj.flags.c_contiguous else np.ascontiguousarray(obj)
-            out = {_TAG: "ndarray", "dtype": _dtype_to_json(arr.dtype), "shape": list(obj.shape)}
+            out = {TAG: "ndarray", "dtype": _dtype_to_json(arr.dtype), "shape": list(obj.shape)}
             data = array_bytes(arr)
             if self.blobs is not None and data.nbytes >= BLOB_MIN:
                 self.blobs.append(data)
@@ -248,7 +247,7 @@ class Encoder:
         if isinstance(obj, np.generic):
             if obj.dtype.hasobject:
                 raise TypeError(f"cannot store a numpy scalar of dtype {obj.dtype} in a state")
-            return {_TAG: "npscalar", "dtype": _dtype_to_json(obj.dtype), "b64": base64.b64encode(obj.tobytes()).decode()}
+            return {TAG: "npscalar", "dtype": _dtype_to_json(obj.dtype), "b64": base64.b64encode(obj.tobytes()).decode()}
         if isinstance(obj, bool):
             return bool(obj)
         if isinstance(obj, int):
@@ -258,15 +257,15 @@ class Encoder:
         if isinstance(obj, str):
             return str(obj)
         if isinstance(obj, _dt.datetime):
-            return {_TAG: "datetime", "v": obj.isoformat()}
+            return {TAG: "datetime", "v": obj.isoformat()}
         if isinstance(obj, _dt.date):
-            return {_TAG: "date", "v": obj.isoformat()}
+            return {TAG: "date", "v": obj.isoformat()}
         if isinstance(obj, _dt.time):
-            return {_TAG: "time", "v": obj.isoformat()}
+            return {TAG: "time", "v": obj.isoformat()}
         if isinstance(obj, _dt.timedelta):
-            return {_TAG: "timedelta", "v": [obj.days, obj.seconds, obj.microseconds]}
+            return {TAG: "timedelta", "v": [obj.days, obj.seconds, obj.microseconds]}
         if isinstance(obj, decimal.Decimal):
-            return {_TAG: "decimal", "v": str(obj)}
+            return {TAG: "decimal", "v": str(obj)}
         pil = _pil_image_class()
         if pil is not None and isinstance(obj, pil):
             return self.image(obj)
@@ -278,7 +277,7 @@ class Encoder:
 
     def image(self, img: Any) -> dict:
         parts = _encode_image(img)
-        out: dict[str, Any] = {_TAG: "image"}
+        out: dict[str, Any] = {TAG: "image"}
         for k, v in parts.items():
             if k == "palette":
                 out[k] = [v[0], self.binary(v[1])]
@@ -309,7 +308,7 @@ class Decoder:
                 return obj
             if d > MAX_DEPTH:
                 raise too_deep()
-            if _TAG not in obj:
+            if TAG not in obj:
                 d1 = d + 1
                 return {k: dec(v, d1) if type(v) in _CONTAINERS else v for k, v in obj.items()}
             return tagged(obj, d)
@@ -324,7 +323,7 @@ class Decoder:
         return base64.b64decode(obj["b64"], validate=True)
 
     def decode_tagged(self, obj: dict, d: int) -> Any:
-        tag = obj[_TAG]
+        tag = obj[TAG]
         try:
             if tag == "float":
                 return float(obj["v"])
@@ -380,7 +379,7 @@ class Decoder:
         raise ValueError(f"state holds an encoded value of unknown kind '{tag}'")
 
     def binary_of(self, obj: Any) -> bytes:
-        if type(obj) is not dict or obj.get(_TAG) != "bytes":
+        if type(obj) is not dict or obj.get(TAG) != "bytes":
             raise ValueError("expected encoded bytes")
         return self.binary(obj)
 
