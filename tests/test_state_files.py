@@ -4,6 +4,7 @@ images, per-rank lists, nesting limits, atomic writes, and the Trainer callback'
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import struct
@@ -17,7 +18,14 @@ from resumable_iterable import state_files as sf
 from resumable_iterable.state_codec import MAX_DEPTH
 from resumable_iterable.cli import main as cli_main
 
-PIL_Image = pytest.importorskip("PIL.Image")
+try:
+    from PIL import Image as PIL_Image
+except ImportError:  # pragma: no cover
+    PIL_Image = None
+needs_pil = pytest.mark.skipif(PIL_Image is None, reason="Pillow is not installed")
+needs_trainer = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("torch", "transformers", "accelerate", "torchdata")),
+    reason="needs torch, transformers, accelerate and torchdata")
 
 
 def big(i: int = 0, n: int = 4096) -> np.ndarray:
@@ -320,6 +328,7 @@ def image_key(img):
     return (img.mode, img.size, img.tobytes(), img.getpalette() if "P" in img.mode else None)
 
 
+@needs_pil
 @pytest.mark.parametrize("mode", ["1", "L", "LA", "P", "RGB", "RGBA", "I;16", "I", "F", "CMYK", "YCbCr", "RGBX", "PA", "HSV"])
 def test_pil_images_round_trip_losslessly(tmp_path, mode):
     small, large = _image(mode), _image(mode, size=(300, 200), seed=1)
@@ -331,6 +340,7 @@ def test_pil_images_round_trip_losslessly(tmp_path, mode):
             assert image_key(b) == image_key(a)
 
 
+@needs_pil
 def test_damaged_image_data_is_refused():
     text = ri.dumps_state({"img": _image("RGB")})
     raw = json.loads(text)
@@ -343,6 +353,7 @@ def test_damaged_image_data_is_refused():
         ri.loads_state(json.dumps(raw))
 
 
+@needs_pil
 def test_hf_image_column_in_a_shuffle_buffer_resumes_exactly(tmp_path):
     from datasets import Features, Image, Value
 
@@ -478,38 +489,43 @@ def test_damaged_list_of_states_is_refused():
 # --------------------------------------------------------------------------- Trainer callback
 
 
-torch = pytest.importorskip("torch")
-
-
 class _Opaque:
     pass
 
 
-class _Recorder(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = torch.nn.Linear(1, 1)
-        self.seen: list[int] = []
-
-    def forward(self, ids, **_):
-        self.seen.extend(ids.tolist())
-        return {"loss": (self.lin(ids.float().unsqueeze(-1)) ** 2).mean()}
-
-
 def _collate(batch):
+    import torch
+
     return {"ids": torch.tensor([ex["ids"] for ex in batch])}
 
 
+def _recorder():
+    """A tiny model that records the ids it is fed."""
+    import torch
+
+    class Recorder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(1, 1)
+            self.seen: list[int] = []
+
+        def forward(self, ids, **_):
+            self.seen.extend(ids.tolist())
+            return {"loss": (self.lin(ids.float().unsqueeze(-1)) ** 2).mean()}
+
+    return Recorder()
+
+
 def _trainer(out, ds, **kw):
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("torchdata")
+    import transformers
+
     from resumable_iterable.integrations.transformers import ResumableDataCallback
 
     args = transformers.TrainingArguments(
         output_dir=str(out), max_steps=kw.pop("max_steps", 8), per_device_train_batch_size=4,
         save_steps=kw.pop("save_steps", 1000), dataloader_num_workers=0, report_to="none", use_cpu=True,
         logging_strategy="no", remove_unused_columns=False, disable_tqdm=True, **kw)
-    model = _Recorder()
+    model = _recorder()
     trainer = transformers.Trainer(model=model, args=args, train_dataset=ds, data_collator=_collate)
     ResumableDataCallback.attach(trainer)
     return trainer, model
@@ -521,6 +537,7 @@ def _array_rows(fn=lambda ex: {"vec": np.full(512, ex["ids"], np.float32)}):
 
 
 @pytest.mark.torch
+@needs_trainer
 def test_trainer_refuses_an_unsavable_state_before_writing_the_checkpoint(tmp_path):
     ds = _array_rows(lambda ex: {"obj": _Opaque()})  # buffered examples hold an object no state can store
     trainer, model = _trainer(tmp_path / "run", ds, save_steps=3)
@@ -534,6 +551,7 @@ def test_trainer_refuses_an_unsavable_state_before_writing_the_checkpoint(tmp_pa
 
 
 @pytest.mark.torch
+@needs_trainer
 def test_trainer_saves_large_buffered_arrays_in_a_binary_file_and_resumes_exactly(tmp_path):
     import transformers
 
