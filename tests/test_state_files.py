@@ -167,6 +167,36 @@ def test_truncated_or_damaged_binary_files_are_refused(tmp_path):
     assert cli_main(["inspect", str(bad)]) == 1
 
 
+def test_random_damage_to_a_binary_file_is_refused_or_harmless(tmp_path):
+    import random
+
+    rng = random.Random(11)
+    full = ids(big_pipeline())
+    ds = consume(big_pipeline(), 6)
+    ds.save_state(tmp_path / "s.ri")
+    raw = (tmp_path / "s.ri").read_bytes()
+    outcomes = {"refused": 0, "harmless": 0}
+    cuts = sorted(rng.sample(range(len(raw)), 40)) + list(range(0, 200, 7))
+    for n in cuts:  # a file cut anywhere is refused
+        with pytest.raises(ValueError):
+            ri.loads_state(raw[:n])
+    for _ in range(60):
+        bad = bytearray(raw)
+        for _ in range(rng.randint(1, 3)):
+            bad[rng.randrange(len(bad))] ^= 1 << rng.randrange(8)
+        try:
+            state = ri.loads_state(bytes(bad))
+        except ValueError:
+            outcomes["refused"] += 1
+            continue
+        # only padding between blobs is not checksummed: the state is then the same
+        resumed = big_pipeline()
+        resumed.load_state_dict(state)
+        assert ids(resumed) == full[6:]
+        outcomes["harmless"] += 1
+    assert outcomes["refused"] > 40, outcomes
+
+
 def test_damaged_blob_table_and_references(tmp_path):
     def container(doc: dict) -> bytes:
         body = json.dumps(doc).encode()
