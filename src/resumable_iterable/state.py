@@ -15,8 +15,8 @@ same example objects. No JSON is encoded at capture time.
 Serialising is done once, when the user saves: :func:`dumps_state` encodes values JSON cannot
 hold (bytes, numpy arrays and scalars, tuples, non-finite floats, dates) as tagged objects and
 adds a SHA-256 checksum of the payload; :func:`loads_state` verifies and decodes. Loading never
-runs code: the decoder only rebuilds the few tagged value types listed in ``state_files.py``
-(which also holds the binary state file format).
+runs code: the decoder only rebuilds the few tagged value types listed in ``state_codec.py``
+(``state_files.py`` holds the file formats: JSON text, and binary files for large arrays).
 """
 
 from __future__ import annotations
@@ -143,7 +143,8 @@ def shape_difference(saved: Any, current: Any, path: str = "pipeline") -> str | 
 
 
 # --------------------------------------------------------------------------- lossless JSON codec
-# The codec and the state file formats live in ``state_files.py``; the public names are re-exported here.
+# The codec lives in ``state_codec.py``, the file formats in ``state_files.py``; the public names are
+# re-exported here.
 
 from .state_files import dumps_state, load_state, loads_state, save_state, write_atomic  # noqa: E402,F401
 
