@@ -562,6 +562,8 @@ def _trainer(out, ds, **kw):
 
 
 def _array_rows(fn=lambda ex: {"vec": np.full(512, ex["ids"], np.float32)}):
+    import torch  # noqa: F401 - as in a training script: torch is imported before the dataset is built
+
     hf = Dataset.from_dict({"ids": list(range(40))})
     return ri.to_iterable_dataset(hf, num_shards=4).map(fn).shuffle(seed=7, buffer_size=8)
 
