@@ -300,6 +300,50 @@ def test_dtypes_are_kept_exactly(tmp_path, dt):
             assert back["arr"].dtype.isalignedstruct == dt.isalignedstruct
 
 
+def _same(a, b) -> bool:
+    """Exact equality of decoded values: types, dtypes and bytes included (NaN == NaN)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    if isinstance(a, np.generic):
+        return a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and a != a:
+        return b != b
+    return a == b
+
+
+def test_random_values_round_trip_exactly_in_both_formats(tmp_path):
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import given
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+
+    dtypes = st.one_of(hnp.scalar_dtypes(), hnp.integer_dtypes(endianness="?"), hnp.floating_dtypes(endianness="?"),
+                       hnp.datetime64_dtypes(endianness="?"), hnp.byte_string_dtypes(), hnp.unicode_string_dtypes(endianness="?"),
+                       hnp.array_dtypes(subtype_strategy=hnp.scalar_dtypes(), min_size=1, max_size=3))
+    arrays = dtypes.flatmap(lambda dt: hnp.arrays(dt, hnp.array_shapes(min_dims=0, max_dims=2, max_side=40)))
+    leaves = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5),
+                       st.binary(max_size=2000), arrays)
+    values = st.recursive(leaves, lambda kids: st.one_of(
+        st.lists(kids, max_size=4), st.tuples(kids, kids),
+        st.dictionaries(st.one_of(st.text(max_size=3), st.integers()), kids, max_size=3)), max_leaves=12)
+
+    @hypothesis.settings(max_examples=60, deadline=None)
+    @given(values)
+    def check(value):
+        state = {"format": "x", "v": value}
+        ri.save_state(state, tmp_path / "s")
+        for back in (ri.load_state(tmp_path / "s"), ri.loads_state(ri.dumps_state(state))):
+            assert _same(back, state)
+
+    check()
+
+
 def test_object_arrays(tmp_path):
     arr = np.empty(3, dtype=object)
     arr[:] = [1, "a", (2, 3)]
