@@ -66,6 +66,14 @@ def test_state_runs(data):
     assert sum(r.met is not None for r in results) == 2
 
 
+def test_save_state_runs(tmp_path):
+    import bench_save_state
+
+    results = bench_save_state.run(examples=20, mb=0.01, repeats=1, folder=str(tmp_path))
+    _check(results)
+    assert sum(r.met is not None for r in results) == 4  # save, save without fsync, load, size
+
+
 def test_memory_runs():
     import bench_memory
 

@@ -35,6 +35,7 @@ from .nodes.source import shard_order, split_positions
 from .plan import check_plan_envelope
 from .state import (FORMAT, MAX_EPOCH, PLAN_FORMAT, TRAINER_FORMAT, check_envelope, find_documents, fingerprint,
                     loads_state)
+from .state_files import MAGIC
 
 _SOURCE_FIELDS = {"shard_seed", "shard_pos", "offset"}
 _HIDDEN_FIELDS = {"node", "children", "rng", "buffer", "peeked", "prev", "digest", "retry"}
@@ -53,10 +54,13 @@ def read_document(path: str) -> Any:
             raw = f.read()
     except OSError as e:
         raise InspectError(f"cannot read {path}: {e.strerror or e}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InspectError(f"{path} is not a JSON state (not UTF-8 text)") from None
+    if raw.startswith(MAGIC):  # a binary state file (save_state of large buffered arrays)
+        text: str | bytes = raw
+    else:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InspectError(f"{path} is not a JSON state (not UTF-8 text)") from None
     try:
         return loads_state(text)
     except ValueError as e:

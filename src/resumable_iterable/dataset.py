@@ -499,7 +499,8 @@ class IterableDataset(_Base):
         self._pending = True
 
     def save_state(self, path: str | os.PathLike) -> None:
-        """Write ``state_dict()`` to a JSON file (lossless for bytes / numpy values, with a checksum)."""
+        """Write ``state_dict()`` to a state file, atomically: JSON with a checksum, or a binary state
+        file (JSON + raw checksummed data) when buffered examples hold large arrays or bytes."""
         _state.save_state(self.state_dict(), path)
 
     def load_state(self, path: str | os.PathLike) -> None:

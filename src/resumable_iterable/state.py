@@ -15,21 +15,16 @@ same example objects. No JSON is encoded at capture time.
 Serialising is done once, when the user saves: :func:`dumps_state` encodes values JSON cannot
 hold (bytes, numpy arrays and scalars, tuples, non-finite floats, dates) as tagged objects and
 adds a SHA-256 checksum of the payload; :func:`loads_state` verifies and decodes. Loading never
-runs code: the decoder only rebuilds the few tagged value types listed here.
+runs code: the decoder only rebuilds the few tagged value types listed in ``state_codec.py``
+(``state_files.py`` holds the file formats: JSON text, and binary files for large arrays).
 """
 
 from __future__ import annotations
 
-import base64
-import datetime as _dt
-import decimal
 import hashlib
 import json
-import math
-import os
 from typing import Any, Iterator
 
-import numpy as np
 
 FORMAT = "resumable_iterable.state"
 VERSION = 1
@@ -37,7 +32,6 @@ VERSION = 1
 PLAN_FORMAT = "resumable_iterable.elastic_plan"
 #: the data-state file the Trainer callback writes into checkpoints (``integrations/transformers.py``)
 TRAINER_FORMAT = "resumable_iterable.trainer"
-_TAG = "__ri__"
 
 
 class ExampleList(list):
@@ -149,169 +143,10 @@ def shape_difference(saved: Any, current: Any, path: str = "pipeline") -> str | 
 
 
 # --------------------------------------------------------------------------- lossless JSON codec
+# The codec lives in ``state_codec.py``, the file formats in ``state_files.py``; the public names are
+# re-exported here.
 
-
-def _encode(obj: Any) -> Any:
-    t = type(obj)
-    if t is str or t is int or t is bool or obj is None:
-        return obj
-    if t is float:
-        if math.isfinite(obj):
-            return obj
-        return {_TAG: "float", "v": repr(obj)}
-    if t is dict or isinstance(obj, dict):
-        if all(type(k) is str for k in obj) and _TAG not in obj:
-            return {k: _encode(v) for k, v in obj.items()}
-        return {_TAG: "dict", "items": [[_encode(k), _encode(v)] for k, v in obj.items()]}
-    if t is list or t is ExampleList or t is ExampleChunks or t is DroppedChunks:
-        return [_encode(v) for v in obj]
-    if isinstance(obj, list):
-        return [_encode(v) for v in obj]
-    if t is tuple:
-        return {_TAG: "tuple", "items": [_encode(v) for v in obj]}
-    if isinstance(obj, (bytes, bytearray, memoryview)):
-        return {_TAG: "bytes", "b64": base64.b64encode(bytes(obj)).decode()}
-    if isinstance(obj, np.ndarray):
-        if obj.dtype == object:
-            return {_TAG: "ndarray_obj", "shape": list(obj.shape), "items": [_encode(v) for v in obj.ravel().tolist()]}
-        arr = np.ascontiguousarray(obj)
-        return {_TAG: "ndarray", "dtype": arr.dtype.str, "shape": list(arr.shape),
-                "b64": base64.b64encode(arr.tobytes()).decode()}
-    if isinstance(obj, np.generic):
-        return {_TAG: "npscalar", "dtype": obj.dtype.str, "b64": base64.b64encode(obj.tobytes()).decode()}
-    if isinstance(obj, bool):
-        return bool(obj)
-    if isinstance(obj, int):
-        return int(obj)
-    if isinstance(obj, float):
-        return _encode(float(obj))
-    if isinstance(obj, str):
-        return str(obj)
-    if isinstance(obj, _dt.datetime):
-        return {_TAG: "datetime", "v": obj.isoformat()}
-    if isinstance(obj, _dt.date):
-        return {_TAG: "date", "v": obj.isoformat()}
-    if isinstance(obj, _dt.time):
-        return {_TAG: "time", "v": obj.isoformat()}
-    if isinstance(obj, _dt.timedelta):
-        return {_TAG: "timedelta", "v": [obj.days, obj.seconds, obj.microseconds]}
-    if isinstance(obj, decimal.Decimal):
-        return {_TAG: "decimal", "v": str(obj)}
-    raise TypeError(
-        f"cannot store a value of type {type(obj).__name__} in a JSON state; supported: JSON types, bytes, "
-        "tuples, numpy arrays/scalars, datetime/date/time/timedelta, Decimal. Use buffer_state='replay' "
-        "or 'drop' on shuffle() for examples that hold other objects."
-    )
-
-
-def _decode(obj: Any) -> Any:
-    t = type(obj)
-    if t is list:
-        return [_decode(v) for v in obj]
-    if t is not dict:
-        return obj
-    tag = obj.get(_TAG)
-    if tag is None:
-        return {k: _decode(v) for k, v in obj.items()}
-    try:
-        if tag == "float":
-            return float(obj["v"])
-        if tag == "dict":
-            return {_decode(k) if not isinstance(k, list) else tuple(_decode(k)): _decode(v) for k, v in obj["items"]}
-        if tag == "tuple":
-            return tuple(_decode(v) for v in obj["items"])
-        if tag == "bytes":
-            return base64.b64decode(obj["b64"], validate=True)
-        if tag == "ndarray":
-            dtype = np.dtype(obj["dtype"])
-            if dtype.hasobject:
-                raise ValueError("object dtype")
-            return np.frombuffer(base64.b64decode(obj["b64"], validate=True), dtype=dtype).reshape(obj["shape"]).copy()
-        if tag == "ndarray_obj":
-            arr = np.empty(len(obj["items"]), dtype=object)
-            arr[:] = [_decode(v) for v in obj["items"]]
-            return arr.reshape(obj["shape"])
-        if tag == "npscalar":
-            dtype = np.dtype(obj["dtype"])
-            if dtype.hasobject:
-                raise ValueError("object dtype")
-            return np.frombuffer(base64.b64decode(obj["b64"], validate=True), dtype=dtype)[0]
-        if tag == "datetime":
-            return _dt.datetime.fromisoformat(obj["v"])
-        if tag == "date":
-            return _dt.date.fromisoformat(obj["v"])
-        if tag == "time":
-            return _dt.time.fromisoformat(obj["v"])
-        if tag == "timedelta":
-            d, s, us = obj["v"]
-            return _dt.timedelta(days=d, seconds=s, microseconds=us)
-        if tag == "decimal":
-            return decimal.Decimal(obj["v"])
-    except (KeyError, TypeError, ValueError, decimal.InvalidOperation, base64.binascii.Error) as e:
-        raise ValueError(f"state holds a malformed encoded value of kind '{tag}': {e}") from None
-    raise ValueError(f"state holds an encoded value of unknown kind '{tag}'")
-
-
-def _checksum(payload: Any) -> str:
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-
-
-def dumps_state(state: dict, indent: int | None = None) -> str:
-    """Encode a state (as returned by ``state_dict()``) to JSON text with a checksum."""
-    if not isinstance(state, dict):
-        raise TypeError(f"expected a state dict, got {type(state).__name__}")
-    payload = _encode({k: v for k, v in state.items() if k != "checksum"})
-    payload["checksum"] = _checksum(payload)
-    return json.dumps(payload, indent=indent, allow_nan=False)
-
-
-def loads_state(text: str | bytes) -> dict:
-    """Decode JSON text written by :func:`dumps_state`, verifying its checksum."""
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"state is not valid JSON (truncated or damaged?): {e}") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"state must be a JSON object, got {type(raw).__name__}")
-    if "checksum" in raw:
-        body = {k: v for k, v in raw.items() if k != "checksum"}
-        try:
-            expected = _checksum(body)
-        except ValueError as e:
-            raise ValueError(f"state holds values JSON does not allow: {e}") from None
-        if raw["checksum"] != expected:
-            raise ValueError("state checksum does not match its content: the state was damaged or edited")
-    return _decode({k: v for k, v in raw.items() if k != "checksum"})
-
-
-def save_state(state: dict, path: str | os.PathLike) -> None:
-    """Write a state to ``path`` atomically (write to a temporary file, then rename)."""
-    write_atomic(path, dumps_state(state))
-
-
-def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` so that a crash leaves either the old file or the new one."""
-    path = os.fspath(path)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def load_state(path: str | os.PathLike) -> dict:
-    """Read a state written by :func:`save_state`."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except UnicodeDecodeError as e:
-        raise ValueError(f"state file {os.fspath(path)!r} is not UTF-8 JSON: {e}") from None
-    try:
-        return loads_state(text)
-    except ValueError as e:
-        raise ValueError(f"cannot load state file {os.fspath(path)!r}: {e}") from None
+from .state_files import dumps_state, load_state, loads_state, save_state, write_atomic  # noqa: E402,F401
 
 
 #: the largest epoch a state may hold: epochs seed numpy generators and travel to DataLoader

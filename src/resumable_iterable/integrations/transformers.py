@@ -1,8 +1,9 @@
 """Resume a ``transformers.Trainer`` on exactly the examples an uninterrupted run would have seen.
 
 :class:`ResumableDataCallback` saves the state of the Trainer's training ``DataLoader`` - which
-holds the state of the ``resumable_iterable`` pipeline, one per DataLoader worker - as a JSON
-file in every checkpoint folder the Trainer writes, and loads it back when training resumes
+holds the state of the ``resumable_iterable`` pipeline, one per DataLoader worker - as a state
+file (``save_state``: JSON text, or a binary state file when shuffle buffers hold large arrays)
+in every checkpoint folder the Trainer writes, and loads it back when training resumes
 with ``trainer.train(resume_from_checkpoint=...)``. The Trainer then does **not** re-read and
 discard the batches consumed before the checkpoint (``ignore_data_skip`` is turned on): the
 pipeline simply continues where it stood, shuffle buffer included.
@@ -28,7 +29,11 @@ top of the restored position) and adds the callback. If you build the training l
 ``state_dict()``/``load_state_dict()``), passing ``callbacks=[ResumableDataCallback()]`` is enough.
 
 How a checkpoint is matched with its data state: the callback is an ``ExportableState``; the
-Trainer stores the SHA-256 of the data-state file in ``trainer_state.json``. On resume the
+Trainer stores the SHA-256 of the data-state file (of its JSON document, for a binary state file:
+see ``state_files.state_file_digest``) in ``trainer_state.json``. The state is encoded as soon as
+the Trainer decides to save (``on_step_end`` / ``on_epoch_end``), before it writes any file of the
+checkpoint: a state that cannot be saved stops training there with a clear error, and the file is
+written atomically in ``on_save``. On resume the
 callback looks for the file in ``args.resume_from_checkpoint`` (when set) and in
 ``<output_dir>/checkpoint-<global_step>``, and only accepts the file with that digest.
 
@@ -42,7 +47,6 @@ after a resume is shuffled with the same ``(seed, epoch)`` as in the uninterrupt
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from typing import Any, Iterator
@@ -50,7 +54,8 @@ from typing import Any, Iterator
 from transformers.trainer_callback import ExportableState, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..state import TRAINER_FORMAT, dumps_state, find_documents, loads_state, write_atomic
+from ..state import TRAINER_FORMAT, find_documents
+from ..state_files import EncodedState, encode_state, load_state, state_file_digest
 
 logger = logging.getLogger("resumable_iterable")
 
@@ -88,10 +93,6 @@ def _drop_iterator(loader: Any) -> None:
         base.load_state_dict({})
 
 
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 class ResumableDataCallback(TrainerCallback, ExportableState):
     """Save the training loader's state in every checkpoint and restore it on resume.
 
@@ -108,7 +109,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         self._loader: Any = None
         self._trainer_state: Any = None
         self._args: Any = None
-        self._pending: tuple[int, str] | None = None  # (global_step, file text) captured for a checkpoint
+        self._pending: tuple[int, EncodedState] | None = None  # (global_step, encoded file) captured for a checkpoint
 
     # ------------------------------------------------------------------ setting up
     @classmethod
@@ -146,10 +147,10 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         is captured here and written to the checkpoint folder by :meth:`on_save`.
         """
         if self._loader is not None and self._trainer_state is not None:
-            args = self._args
-            text = self._capture(self._trainer_state.global_step, args.process_index, args.world_size)
-            self._pending = (self._trainer_state.global_step, text)
-            self.data_state_sha256 = _digest(text)
+            step = self._trainer_state.global_step
+            if self._pending is None or self._pending[0] != step:
+                self._pending = (step, self._capture(step, self._args.process_index, self._args.world_size))
+            self.data_state_sha256 = self._pending[1].digest
         return {"args": {"filename": self.filename}, "attributes": {"data_state_sha256": self.data_state_sha256}}
 
     # ------------------------------------------------------------------ Trainer events
@@ -190,6 +191,20 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             state.stateful_callbacks[name] = {"args": {"filename": self.filename},
                                               "attributes": {"data_state_sha256": None}}
 
+    def on_step_end(self, args, state, control, **kwargs):
+        self._capture_if_saving(state, control)
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        self._capture_if_saving(state, control)
+
+    def _capture_if_saving(self, state, control) -> None:
+        """Encode the data state as soon as the Trainer decides to save a checkpoint - before it
+        writes any file of it - so that a state that cannot be saved stops training with a
+        clear error instead of leaving a checkpoint without (or with a broken) data state."""
+        if self._loader is not None and control.should_save:
+            args = self._args
+            self._pending = (state.global_step, self._capture(state.global_step, args.process_index, args.world_size))
+
     def on_save(self, args, state, control, **kwargs):
         if self._loader is None:
             return
@@ -201,10 +216,10 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             )
         process, processes = args.process_index, args.world_size
         if self._pending is not None and self._pending[0] == state.global_step:
-            text = self._pending[1]
+            encoded = self._pending[1]
         else:
-            text = self._capture(state.global_step, process, processes)
-        write_atomic(os.path.join(folder, self.file_name(process)), text)
+            encoded = self._capture(state.global_step, process, processes)
+        encoded.write(os.path.join(folder, self.file_name(process)))  # atomic: temporary file, fsync, rename
         self._pending = None
 
     def on_train_end(self, args, state, control, **kwargs):
@@ -219,12 +234,19 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         self._pending = None
 
     # ------------------------------------------------------------------ internals
-    def _capture(self, global_step: int, process: int, processes: int) -> str:
+    def _capture(self, global_step: int, process: int, processes: int) -> EncodedState:
+        """The loader's state, fully encoded (nothing written yet); raises if it cannot be saved."""
         base = _base_loader(self._loader)
         payload = {"format": FORMAT, "version": VERSION, "global_step": int(global_step),
                    "process_index": int(process), "num_processes": int(processes),
                    "loader": type(base).__name__, "loader_state": self._loader.state_dict()}
-        return dumps_state(payload)
+        try:
+            return encode_state(payload)
+        except (TypeError, ValueError) as e:
+            raise type(e)(
+                f"ResumableDataCallback: cannot save the data state of step {global_step} (nothing of it was "
+                f"written): {e}"
+            ) from e
 
     def _candidates(self, args, state) -> list[str]:
         out = []
@@ -256,27 +278,29 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         process = args.process_index
         expected = self._expected_digest(state) if process == 0 else None
         name = self.file_name(process)
-        looked, text = [], None
+        looked, found = [], None
         for folder in self._candidates(args, state):
             path = os.path.join(folder, name)
             if not os.path.isfile(path):
                 looked.append(f"{path} (missing)")
                 continue
-            with open(path, encoding="utf-8") as f:
-                candidate = f.read()
-            if expected is not None and _digest(candidate) != expected:
+            try:
+                digest = state_file_digest(path)
+            except ValueError:
+                digest = None  # damaged: load_state below says how, if the digest is not checked
+            if expected is not None and digest != expected:
                 looked.append(f"{path} (belongs to another checkpoint)")
                 continue
-            text = candidate
+            found = path
             break
-        if text is None:
+        if found is None:
             raise FileNotFoundError(
                 f"ResumableDataCallback: cannot find the data state of the checkpoint being resumed (step "
                 f"{state.global_step}); looked at: {'; '.join(looked)}. If the checkpoint is outside output_dir, "
                 "also set TrainingArguments(resume_from_checkpoint=<that folder>)."
             )
-        payload = loads_state(text)
-        if payload.get("format") != FORMAT or payload.get("version") != VERSION:
+        payload = load_state(found)
+        if not isinstance(payload, dict) or payload.get("format") != FORMAT or payload.get("version") != VERSION:
             raise ValueError(f"ResumableDataCallback: {name} is not a data state of format {FORMAT} v{VERSION}")
         if payload.get("global_step") != state.global_step:
             raise ValueError(f"ResumableDataCallback: {name} was written at step {payload.get('global_step')}, "

@@ -1,0 +1,410 @@
+"""The lossless codec of states: a state tree <-> a JSON document.
+
+A state is a tree of plain containers whose leaves may be example data. Values JSON cannot hold
+become tagged objects ``{"__ri__": kind, ...}``: bytes, numpy arrays (every dtype, exactly: byte
+order, units, string lengths, structured fields with offsets and padding) and numpy scalars,
+tuples, dicts with non-string keys, non-finite floats, dates and times, ``Decimal``, and PIL
+images (PNG for the modes PNG stores exactly, raw pixels for the others). The decoder rebuilds
+exactly those kinds and nothing else, so decoding never runs code (no pickle, no ``eval``;
+dtypes are rebuilt from their JSON description, images by Pillow's PNG reader or from raw
+pixels).
+
+Large arrays and bytes may be handed out as *blobs* (raw memoryviews, referenced by index in
+the document); ``state_files.py`` stores them in its binary state file. Documents nested more
+than :data:`MAX_DEPTH` levels deep are refused with a ``ValueError`` both ways.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import decimal
+import io
+import math
+import sys
+from typing import Any, Callable
+
+import numpy as np
+
+TAG = "__ri__"
+#: arrays and bytes of at least this many bytes become blobs (when the caller collects blobs)
+BLOB_MIN = 1024
+#: how deeply a state's JSON document may nest (containers inside containers)
+MAX_DEPTH = 400
+#: PIL image modes PNG stores exactly; other modes are saved as raw pixels
+_PNG_MODES = frozenset(("1", "L", "LA", "P", "RGB", "RGBA", "I;16"))
+_MAX_DTYPE_DEPTH = 32
+_PLAIN = frozenset((str, int, bool, type(None)))  # JSON values kept as they are (finite floats are checked)
+_CONTAINERS = frozenset((dict, list))
+
+
+def too_deep() -> ValueError:
+    return ValueError(f"the state is nested more than {MAX_DEPTH} levels deep (or refers to itself); "
+                      "states this deep are not supported")
+
+
+# --------------------------------------------------------------------------- numpy dtypes
+
+
+def _dtype_to_json(dt: np.dtype) -> Any:
+    """An exact JSON description of a dtype: its ``str`` (byte order, unit and size included)
+    for plain dtypes, names/formats/offsets/itemsize for structured ones."""
+    if dt.fields is not None:
+        fields = [(name, dt.fields[name]) for name in dt.names]
+        out: dict[str, Any] = {"names": list(dt.names), "formats": [_dtype_to_json(f[0]) for _, f in fields],
+                               "offsets": [f[1] for _, f in fields], "itemsize": dt.itemsize}
+        if any(len(f) > 2 for _, f in fields):
+            out["titles"] = [f[2] if len(f) > 2 else None for _, f in fields]
+        if dt.isalignedstruct:
+            out["aligned"] = True
+        return out
+    if dt.subdtype is not None:
+        base, shape = dt.subdtype
+        return {"subdtype": _dtype_to_json(base), "shape": list(shape)}
+    return dt.str
+
+
+def _dtype_from_json(obj: Any, depth: int = 0) -> np.dtype:
+    if depth > _MAX_DTYPE_DEPTH:
+        raise ValueError("dtype nested too deeply")
+    if type(obj) is str:
+        dt = np.dtype(obj)
+    elif type(obj) is dict and "subdtype" in obj:
+        shape = obj["shape"]
+        if type(shape) is not list or not all(type(n) is int and n >= 0 for n in shape):
+            raise ValueError(f"bad subarray shape {shape!r}")
+        dt = np.dtype((_dtype_from_json(obj["subdtype"], depth + 1), tuple(shape)))
+    elif type(obj) is dict:
+        names, formats, offsets, itemsize = obj["names"], obj["formats"], obj["offsets"], obj["itemsize"]
+        if not (type(names) is list and all(type(n) is str for n in names) and type(formats) is list
+                and type(offsets) is list and all(type(o) is int and o >= 0 for o in offsets)
+                and type(itemsize) is int and itemsize >= 0 and len(names) == len(formats) == len(offsets)):
+            raise ValueError("bad structured dtype")
+        spec: dict[str, Any] = {"names": names, "formats": [_dtype_from_json(f, depth + 1) for f in formats],
+                                "offsets": offsets, "itemsize": itemsize}
+        titles = obj.get("titles")
+        if titles is not None:
+            if type(titles) is not list or len(titles) != len(names) or not all(t is None or type(t) is str for t in titles):
+                raise ValueError("bad dtype titles")
+            spec["titles"] = titles
+        dt = np.dtype(spec, align=obj.get("aligned") is True)
+    else:
+        raise ValueError(f"bad dtype {obj!r}")
+    if dt.hasobject:
+        raise ValueError("object dtype")
+    return dt
+
+
+def check_shape(shape: Any, dtype: np.dtype, nbytes: int) -> None:
+    """Raise ``ValueError`` unless ``shape`` is a list of sizes that ``nbytes`` bytes of ``dtype``
+    fill exactly (so that decoding never allocates more than the data it was given)."""
+    if type(shape) is not list or not all(type(n) is int and n >= 0 for n in shape):
+        raise ValueError(f"bad shape {shape!r}")
+    count = math.prod(shape)
+    if count * dtype.itemsize != nbytes:
+        raise ValueError(f"{nbytes} bytes do not hold an array of shape {shape} and dtype {dtype}")
+    if dtype.itemsize == 0 and count > 1 << 20:
+        raise ValueError(f"{count} elements of a zero-size dtype")
+
+
+def array_bytes(arr: np.ndarray) -> memoryview:
+    """The bytes of a C-contiguous array, as a flat memoryview (works for every dtype)."""
+    if arr.nbytes == 0:
+        return memoryview(b"")
+    return memoryview(arr.reshape(-1).view(np.uint8))
+
+
+# --------------------------------------------------------------------------- PIL images
+
+
+def _pil_image_class() -> type | None:
+    mod = sys.modules.get("PIL.Image")  # a PIL image can only exist if PIL was imported
+    return getattr(mod, "Image", None) if mod is not None else None
+
+
+def _encode_image(img: Any) -> dict:
+    """A lossless description of a PIL image: PNG bytes for the modes PNG stores exactly (as
+    HF ``datasets`` stores images without a source file), raw pixels for the other modes."""
+    if img.mode in _PNG_MODES:
+        buf = io.BytesIO()
+        img.save(buf, format="PNG", compress_level=1)  # lossless at any level; 1 is the fastest
+        return {"png": buf.getvalue()}
+    out: dict[str, Any] = {"mode": img.mode, "size": list(img.size), "raw": img.tobytes()}
+    if img.palette is not None and "P" in img.mode:
+        pmode = img.palette.mode
+        out["palette"] = [pmode, bytes(img.getpalette(pmode))]
+    return out
+
+
+def _decode_image(obj: dict, data: Callable[[Any], Any]) -> Any:
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover - pillow is installed with datasets[vision]
+        raise ValueError("the state holds a PIL image; install Pillow to load it") from None
+    try:
+        if "png" in obj:
+            png = data(obj["png"])
+            if type(png) is not bytes:
+                raise ValueError("image data must be bytes")
+            img = Image.open(io.BytesIO(png), formats=["PNG"])
+            img.load()
+            return img
+        mode, size, raw = obj["mode"], obj["size"], data(obj["raw"])
+        if (type(mode) is not str or type(size) is not list or len(size) != 2
+                or not all(type(n) is int and n >= 0 for n in size) or type(raw) is not bytes):
+            raise ValueError("bad raw image")
+        if size[0] * size[1] > 8 * len(raw):  # more pixels than the data can hold
+            raise ValueError("image size does not match its data")
+        img = Image.frombytes(mode, tuple(size), raw)
+        if "palette" in obj:
+            pmode, pal = obj["palette"]
+            img.putpalette(data(pal), pmode)
+        return img
+    except ValueError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure of Pillow on damaged data
+        raise ValueError(f"bad image: {type(e).__name__}: {e}") from None
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+class Encoder:
+    """Encodes one state. With ``blobs`` (a list), large arrays/bytes are appended to it as flat
+    memoryviews and referenced by index; without, everything is inline base64."""
+
+    __slots__ = ("blobs", "enc")
+
+    def __init__(self, blobs: list | None):
+        self.blobs = blobs
+        other = self.encode_other
+
+        def enc(obj: Any, d: int) -> Any:
+            """The fast path, a closure: plain dicts and lists of JSON values (most of a state)."""
+            t = type(obj)
+            if t is dict:
+                if d > MAX_DEPTH:
+                    raise too_deep()
+                if TAG not in obj and all(type(k) is str for k in obj):
+                    d1 = d + 1
+                    return {k: v if type(v) in _PLAIN else enc(v, d1) for k, v in obj.items()}
+            elif t is list:
+                if d > MAX_DEPTH:
+                    raise too_deep()
+                d1 = d + 1
+                return [v if type(v) in _PLAIN else enc(v, d1) for v in obj]
+            return other(obj, d)
+
+        self.enc = enc
+
+    def binary(self, data: Any) -> dict:
+        """A ``bytes`` tag for bytes-like data: a blob reference or base64."""
+        view = memoryview(data)
+        view = view.cast("B") if view.c_contiguous else memoryview(view.tobytes())
+        if self.blobs is not None and view.nbytes >= BLOB_MIN:
+            self.blobs.append(view)
+            return {TAG: "bytes", "blob": len(self.blobs) - 1}
+        return {TAG: "bytes", "b64": base64.b64encode(view).decode()}
+
+    def encode_other(self, obj: Any, d: int) -> Any:  # ``d``: JSON depth of the value being produced
+        t = type(obj)
+        if t is str or t is int or t is bool or obj is None:
+            return obj
+        if t is float:
+            if math.isfinite(obj):
+                return obj
+            return {TAG: "float", "v": repr(obj)}
+        if d > MAX_DEPTH:
+            raise too_deep()
+        if t is dict or isinstance(obj, dict):
+            if all(type(k) is str for k in obj) and TAG not in obj:
+                enc, d1 = self.enc, d + 1
+                # plain JSON values (most of a state) are kept without a call
+                return {k: v if type(v) in _PLAIN else enc(v, d1) for k, v in obj.items()}
+            return {TAG: "dict", "items": [[self.enc(k, d + 3), self.enc(v, d + 3)] for k, v in obj.items()]}
+        if isinstance(obj, list):  # list, and the state's list types (shuffle buffers)
+            enc, d1 = self.enc, d + 1
+            return [v if type(v) in _PLAIN else enc(v, d1) for v in obj]
+        if t is tuple:
+            return {TAG: "tuple", "items": [self.enc(v, d + 2) for v in obj]}
+        if isinstance(obj, (bytes, bytearray, memoryview)) and not isinstance(obj, np.generic):
+            return self.binary(obj)
+        if isinstance(obj, np.ndarray):
+            if obj.dtype == object:
+                return {TAG: "ndarray_obj", "shape": list(obj.shape),
+                        "items": [self.enc(v, d + 2) for v in obj.ravel().tolist()]}
+            if obj.dtype.hasobject:
+                raise TypeError(f"cannot store a numpy array of dtype {obj.dtype} (it holds Python objects) in a state")
+            arr = obj if obj.flags.c_contiguous else np.ascontiguousarray(obj)
+            out = {TAG: "ndarray", "dtype": _dtype_to_json(arr.dtype), "shape": list(obj.shape)}
+            data = array_bytes(arr)
+            if self.blobs is not None and data.nbytes >= BLOB_MIN:
+                self.blobs.append(data)
+                out["blob"] = len(self.blobs) - 1
+            else:
+                out["b64"] = base64.b64encode(data).decode()
+            return out
+        if isinstance(obj, np.generic):
+            if obj.dtype.hasobject:
+                raise TypeError(f"cannot store a numpy scalar of dtype {obj.dtype} in a state")
+            return {TAG: "npscalar", "dtype": _dtype_to_json(obj.dtype), "b64": base64.b64encode(obj.tobytes()).decode()}
+        if isinstance(obj, bool):
+            return bool(obj)
+        if isinstance(obj, int):
+            return int(obj)
+        if isinstance(obj, float):
+            return self.enc(float(obj), d)
+        if isinstance(obj, str):
+            return str(obj)
+        if isinstance(obj, _dt.datetime):
+            return {TAG: "datetime", "v": obj.isoformat()}
+        if isinstance(obj, _dt.date):
+            return {TAG: "date", "v": obj.isoformat()}
+        if isinstance(obj, _dt.time):
+            return {TAG: "time", "v": obj.isoformat()}
+        if isinstance(obj, _dt.timedelta):
+            return {TAG: "timedelta", "v": [obj.days, obj.seconds, obj.microseconds]}
+        if isinstance(obj, decimal.Decimal):
+            return {TAG: "decimal", "v": str(obj)}
+        pil = _pil_image_class()
+        if pil is not None and isinstance(obj, pil):
+            return self.image(obj)
+        raise TypeError(
+            f"cannot store a value of type {type(obj).__name__} in a state; supported: JSON types, bytes, "
+            "tuples, numpy arrays/scalars, PIL images, datetime/date/time/timedelta, Decimal. Use "
+            "buffer_state='replay' or 'drop' on shuffle() for examples that hold other objects."
+        )
+
+    def image(self, img: Any) -> dict:
+        parts = _encode_image(img)
+        out: dict[str, Any] = {TAG: "image"}
+        for k, v in parts.items():
+            if k == "palette":
+                out[k] = [v[0], self.binary(v[1])]
+            else:
+                out[k] = self.binary(v) if type(v) is bytes else v
+        return out
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+class Decoder:
+    __slots__ = ("blobs", "dec")
+
+    def __init__(self, blobs: Any):
+        self.blobs = blobs
+        tagged = self.decode_tagged
+
+        def dec(obj: Any, d: int) -> Any:
+            """The fast path, a closure: untagged dicts and lists."""
+            t = type(obj)
+            if t is list:
+                if d > MAX_DEPTH:
+                    raise too_deep()
+                d1 = d + 1
+                return [dec(v, d1) if type(v) in _CONTAINERS else v for v in obj]
+            if t is not dict:
+                return obj
+            if d > MAX_DEPTH:
+                raise too_deep()
+            if TAG not in obj:
+                d1 = d + 1
+                return {k: dec(v, d1) if type(v) in _CONTAINERS else v for k, v in obj.items()}
+            return tagged(obj, d)
+
+        self.dec = dec
+
+    def binary(self, obj: Any) -> bytes:
+        if "blob" in obj:
+            if self.blobs is None:
+                raise ValueError("refers to a binary blob, but this is a JSON text state")
+            return self.blobs.bytes(obj["blob"])
+        return base64.b64decode(obj["b64"], validate=True)
+
+    def decode_tagged(self, obj: dict, d: int) -> Any:
+        tag = obj[TAG]
+        try:
+            if tag == "float":
+                return float(obj["v"])
+            if tag == "dict":
+                return {self.dec(k, d + 3) if not isinstance(k, list) else tuple(self.dec(k, d + 3)): self.dec(v, d + 3)
+                        for k, v in obj["items"]}
+            if tag == "tuple":
+                return tuple(self.dec(v, d + 2) for v in obj["items"])
+            if tag == "bytes":
+                return self.binary(obj)
+            if tag == "ndarray":
+                dtype = _dtype_from_json(obj["dtype"])
+                shape = obj["shape"]
+                if "blob" in obj:
+                    if self.blobs is None:
+                        raise ValueError("refers to a binary blob, but this is a JSON text state")
+                    return self.blobs.array(obj["blob"], dtype, shape)
+                raw = base64.b64decode(obj["b64"], validate=True)
+                check_shape(shape, dtype, len(raw))
+                arr = np.empty(shape, dtype)
+                if raw:
+                    array_bytes(arr)[:] = raw
+                return arr
+            if tag == "ndarray_obj":
+                items = [self.dec(v, d + 2) for v in obj["items"]]
+                arr = np.empty(len(items), dtype=object)
+                arr[:] = items
+                return arr.reshape(obj["shape"])
+            if tag == "npscalar":
+                dtype = _dtype_from_json(obj["dtype"])
+                raw = base64.b64decode(obj["b64"], validate=True)
+                if len(raw) != dtype.itemsize:
+                    raise ValueError(f"{len(raw)} bytes cannot hold a scalar of {dtype}")
+                arr = np.empty(1, dtype)
+                if raw:
+                    array_bytes(arr)[:] = raw  # bytewise: padding bytes of structured dtypes included
+                return arr[0]
+            if tag == "image":
+                return _decode_image(obj, self.binary_of)
+            if tag == "datetime":
+                return _dt.datetime.fromisoformat(obj["v"])
+            if tag == "date":
+                return _dt.date.fromisoformat(obj["v"])
+            if tag == "time":
+                return _dt.time.fromisoformat(obj["v"])
+            if tag == "timedelta":
+                days, s, us = obj["v"]
+                return _dt.timedelta(days=days, seconds=s, microseconds=us)
+            if tag == "decimal":
+                return decimal.Decimal(obj["v"])
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError, MemoryError, decimal.InvalidOperation) as e:
+            raise ValueError(f"state holds a malformed encoded value of kind '{tag}': {e}") from None
+        raise ValueError(f"state holds an encoded value of unknown kind '{tag}'")
+
+    def binary_of(self, obj: Any) -> bytes:
+        if type(obj) is not dict or obj.get(TAG) != "bytes":
+            raise ValueError("expected encoded bytes")
+        return self.binary(obj)
+
+
+def encode(state: Any, blobs: list | None) -> Any:
+    if not isinstance(state, (dict, list)):
+        raise TypeError(f"expected a state (a dict) or a list of states, got {type(state).__name__}")
+    if isinstance(state, dict):
+        state = {k: v for k, v in state.items() if k != "checksum"}
+    try:
+        encoder = Encoder(blobs)
+        try:
+            return encoder.enc(state, 1)
+        finally:
+            encoder.blobs = None  # the closure is a reference cycle: let it not hold the blobs
+    except RecursionError:
+        raise too_deep() from None
+
+
+def decode(value: Any, blobs: Any) -> Any:
+    try:
+        decoder = Decoder(blobs)
+        try:
+            return decoder.dec(value, 1)
+        finally:
+            decoder.blobs = None  # the closure is a reference cycle: let it not hold the file
+    except RecursionError:
+        raise too_deep() from None

@@ -1,0 +1,405 @@
+"""Saving and loading states: the two file formats, atomic writes, checksums.
+
+The codec (``state_codec.py``) turns a state into a JSON document, handing out large arrays and
+bytes as raw *blobs*. This module stores the result:
+
+* **JSON text** (:func:`dumps_state`, and :func:`save_state` when the state holds no large
+  values): one JSON object, binary values in base64, with a ``"checksum"`` entry - the SHA-256
+  of the rest of the object in canonical form. A list of states is wrapped as
+  ``{"__ri__": "root", "value": [...], "checksum": ...}``.
+* **Binary state file** (:func:`save_state` when the state holds arrays or bytes of at least
+  ``BLOB_MIN`` bytes, typically the examples of a shuffle buffer): the same JSON document, with
+  every large value replaced by a reference to a raw blob stored after it::
+
+      header   64 bytes: MAGIC, format version (u32), flags (u32), JSON length (u64),
+               data length (u64), SHA-256 of the JSON (32 bytes)         - little endian
+      JSON     {"blobs": [[offset, nbytes, checksum hex], ...], "hash": "xxh3_128", "value": <encoded state>}
+      data     the blobs, each at an offset that is a multiple of 64 (zero padding between)
+
+  The JSON is checked against the header's SHA-256 and every blob against its own checksum
+  (xxh3-128 from the ``xxhash`` package that HF ``datasets`` installs - it runs at memory
+  speed; SHA-256 where ``xxhash`` is missing; the file names the one it used), so a truncated
+  or damaged file is refused with a ``ValueError``. The blobs are the arrays' own bytes:
+  writing costs one pass over them (hashing) plus the write; loading reads each blob straight
+  into the memory of a new (writable) array.
+
+:func:`load_state` and :func:`loads_state` read both formats. Files are written atomically
+(a temporary file, ``fsync``, rename): a crash leaves the previous file or the new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from typing import Any, Callable
+
+import numpy as np
+
+from .state_codec import TAG, array_bytes, check_shape, decode, encode, too_deep
+
+try:  # installed with HF datasets; ~10x faster than SHA-256, so hashing the blobs costs little
+    import xxhash as _xxhash
+except ImportError:  # pragma: no cover
+    _xxhash = None
+
+#: first bytes of a binary state file (``\x93`` is never the first byte of UTF-8 JSON text)
+MAGIC = b"\x93RISTATE"
+FILE_VERSION = 1
+#: blobs start at multiples of this many bytes
+ALIGN = 64
+_HEADER = struct.Struct("<8sIIQQ32s")
+assert _HEADER.size == 64
+#: the checksum of each blob in the binary state files this library writes
+BLOB_HASH = "xxh3_128" if _xxhash is not None else "sha256"
+
+
+def blob_hasher(name: Any) -> Callable[[Any], str]:
+    """The hex digest function of a blob checksum named in a binary state file."""
+    if name == "sha256":
+        return lambda data: hashlib.sha256(data).hexdigest()
+    if name == "xxh3_128":
+        if _xxhash is None:
+            raise ValueError("its blobs are checksummed with xxh3_128: install the xxhash package to load it")
+        return _xxhash.xxh3_128_hexdigest
+    raise ValueError(f"unknown blob checksum {name!r}")
+
+
+def align(n: int) -> int:
+    """``n`` rounded up to a multiple of :data:`ALIGN`."""
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+class _Blobs:
+    """The blobs of a binary state file, read on demand and checked against their checksums."""
+
+    def __init__(self, table: Any, hash_name: Any, data_len: int, read: Callable[[int, memoryview], None],
+                 read_bytes: Callable[[int, int], bytes]):
+        self._hash = blob_hasher(hash_name)
+        if type(table) is not list:
+            raise ValueError("its blob table is damaged")
+        for entry in table:
+            if not (type(entry) is list and len(entry) == 3 and type(entry[0]) is int and type(entry[1]) is int
+                    and type(entry[2]) is str and 0 <= entry[0] and 0 <= entry[1]
+                    and entry[0] + entry[1] <= data_len):
+                raise ValueError("its blob table is damaged")
+        self.table = table
+        self._read = read
+        self._read_bytes = read_bytes
+
+    def entry(self, i: Any) -> tuple[int, int, str]:
+        if type(i) is not int or not 0 <= i < len(self.table):
+            raise ValueError(f"refers to blob {i!r}, which the file does not hold")
+        return tuple(self.table[i])  # type: ignore[return-value]
+
+    def _check(self, i: int, data: Any, digest: str) -> None:
+        if self._hash(data) != digest:
+            raise ValueError(f"blob {i} of the state file does not match its checksum: the file was damaged or edited")
+
+    def array(self, i: Any, dtype: np.dtype, shape: list) -> np.ndarray:
+        offset, nbytes, digest = self.entry(i)
+        check_shape(shape, dtype, nbytes)
+        arr = np.empty(shape, dtype)  # the blob is read straight into the new array's memory
+        view = array_bytes(arr)
+        if nbytes:
+            self._read(offset, view)
+        self._check(i, view, digest)
+        return arr
+
+    def bytes(self, i: Any) -> bytes:
+        offset, nbytes, digest = self.entry(i)
+        data = self._read_bytes(offset, nbytes)
+        self._check(i, data, digest)
+        return data
+
+
+# --------------------------------------------------------------------------- JSON text
+
+
+def _checksum(payload: Any) -> str:
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _text_document(payload: Any) -> dict:
+    """The top-level JSON object of a text state: the payload with its checksum."""
+    if type(payload) is not dict:  # a list of states: wrapped, so that the checksum has a place
+        payload = {TAG: "root", "value": payload}
+    payload["checksum"] = _checksum(payload)
+    return payload
+
+
+def dumps_state(state: Any, indent: int | None = None) -> str:
+    """Encode a state (as returned by ``state_dict()``), or a list of states (one per rank), to
+    JSON text with a checksum. Binary values are stored inline in base64 (see :func:`save_state`
+    for the compact binary file)."""
+    payload = encode(state, None)
+    try:
+        return json.dumps(_text_document(payload), indent=indent, allow_nan=False)
+    except RecursionError:
+        raise too_deep() from None
+
+
+def _loads_text(text: str | bytes) -> Any:
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"state is not valid JSON (truncated or damaged?): {e}") from None
+    except RecursionError:
+        raise too_deep() from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"state must be a JSON object, got {type(raw).__name__}")
+    if "checksum" in raw:
+        body = {k: v for k, v in raw.items() if k != "checksum"}
+        try:
+            expected = _checksum(body)
+        except ValueError as e:
+            raise ValueError(f"state holds values JSON does not allow: {e}") from None
+        except RecursionError:
+            raise too_deep() from None
+        if raw["checksum"] != expected:
+            raise ValueError("state checksum does not match its content: the state was damaged or edited")
+    body = {k: v for k, v in raw.items() if k != "checksum"}
+    if body.get(TAG) == "root" and set(body) == {TAG, "value"}:
+        return decode(body["value"], None)
+    return decode(body, None)
+
+
+# --------------------------------------------------------------------------- binary state files
+
+
+class EncodedState:
+    """A state encoded for saving, before anything is written.
+
+    ``document`` is the JSON document (UTF-8), ``blobs`` the raw large values it refers to (views
+    of the state's own arrays and bytes, not copies), ``digest`` the SHA-256 (hex) that
+    :func:`state_file_digest` returns for the written file: of the JSON text, or of the JSON
+    document of a binary file (which holds the checksum of every blob).
+    """
+
+    __slots__ = ("document", "blobs", "digest", "_table", "_header")
+
+    def __init__(self, state: Any):
+        blobs: list[memoryview] = []
+        payload = encode(state, blobs)
+        self.blobs = blobs
+        try:
+            if not blobs:
+                self.document = json.dumps(_text_document(payload), allow_nan=False).encode()
+                self.digest = hashlib.sha256(self.document).hexdigest()
+                self._header = b""
+                return
+            table, offset, digest = [], 0, blob_hasher(BLOB_HASH)
+            for b in blobs:
+                table.append([offset, b.nbytes, digest(b)])
+                offset = align(offset + b.nbytes)
+            data_len = table[-1][0] + table[-1][1]
+            self.document = json.dumps({"blobs": table, "hash": BLOB_HASH, "value": payload}, allow_nan=False,
+                                       separators=(",", ":")).encode()
+        except RecursionError:
+            raise too_deep() from None
+        sha = hashlib.sha256(self.document)
+        self.digest = sha.hexdigest()
+        self._header = _HEADER.pack(MAGIC, FILE_VERSION, 0, len(self.document), data_len, sha.digest())
+
+    @property
+    def binary(self) -> bool:
+        """Whether this is a binary state file (else JSON text)."""
+        return bool(self._header)
+
+    def chunks(self) -> list:
+        """The file's bytes, as a list of buffers to write in order."""
+        if not self._header:
+            return [self.document]
+        out: list = [self._header, self.document, bytes(align(64 + len(self.document)) - 64 - len(self.document))]
+        last = len(self.blobs) - 1
+        for i, b in enumerate(self.blobs):
+            out.append(b)
+            pad = align(b.nbytes) - b.nbytes
+            if pad and i != last:
+                out.append(bytes(pad))
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return sum(memoryview(c).nbytes for c in self.chunks())
+
+    def to_bytes(self) -> bytes:
+        return b"".join(self.chunks())
+
+    def write(self, path: str | os.PathLike) -> None:
+        """Write the file atomically (see :func:`write_atomic`)."""
+        _write_chunks(path, self.chunks())
+
+
+def encode_state(state: Any) -> EncodedState:
+    """Encode a state (or a list of states) for :meth:`EncodedState.write`: every value is
+    checked and encoded here, so an unsupported value raises before any file is touched."""
+    return EncodedState(state)
+
+
+def _write_chunks(path: str | os.PathLike, chunks: list) -> None:
+    path = os.fspath(path)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            for c in chunks:
+                f.write(c)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:  # make the rename itself durable
+        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str | os.PathLike, text: str | bytes) -> None:
+    """Write ``text`` (or bytes) to ``path`` so that a crash leaves either the old file or the new
+    one (a temporary file in the same folder, ``fsync``, rename); the temporary file is removed
+    if writing fails."""
+    _write_chunks(path, [text.encode("utf-8") if isinstance(text, str) else text])
+
+
+def _parse_header(head: bytes, size: int) -> tuple[int, int, bytes]:
+    """``(json_len, data_offset, json_sha256)`` of a binary state file of ``size`` bytes."""
+    if len(head) < _HEADER.size:
+        raise ValueError("binary state file is truncated (its header is incomplete)")
+    magic, version, _flags, json_len, data_len, sha = _HEADER.unpack(head[: _HEADER.size])
+    if magic != MAGIC:
+        raise ValueError("not a binary state file")
+    if version != FILE_VERSION:
+        raise ValueError(f"unsupported binary state file version {version}: this library reads version {FILE_VERSION}")
+    data_offset = align(_HEADER.size + json_len)
+    expected = data_offset + data_len
+    if size != expected:
+        what = "truncated" if size < expected else "damaged (it has extra bytes)"
+        raise ValueError(f"binary state file is {what}: {size} bytes, its header says {expected}")
+    return json_len, data_offset, sha
+
+
+def _parse_document(doc_bytes: bytes, sha: bytes) -> dict:
+    if hashlib.sha256(doc_bytes).digest() != sha:
+        raise ValueError("state checksum does not match its content: the state was damaged or edited")
+    try:
+        doc = json.loads(doc_bytes)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"binary state file holds invalid JSON: {e}") from None
+    except RecursionError:
+        raise too_deep() from None
+    if type(doc) is not dict or set(doc) != {"blobs", "hash", "value"}:
+        raise ValueError("binary state file holds an unexpected JSON document")
+    return doc
+
+
+def _loads_binary(data: bytes | bytearray | memoryview) -> Any:
+    view = memoryview(data).cast("B")
+    json_len, data_offset, sha = _parse_header(bytes(view[: _HEADER.size]), view.nbytes)
+    doc = _parse_document(bytes(view[_HEADER.size: _HEADER.size + json_len]), sha)
+
+    def read(offset: int, dest: memoryview) -> None:
+        start = data_offset + offset
+        dest[:] = view[start: start + dest.nbytes]
+
+    def read_bytes(offset: int, n: int) -> bytes:
+        return bytes(view[data_offset + offset: data_offset + offset + n])
+
+    return decode(doc["value"], _Blobs(doc["blobs"], doc["hash"], view.nbytes - data_offset, read, read_bytes))
+
+
+def _load_binary_file(f: Any, size: int) -> Any:
+    f.seek(0)
+    json_len, data_offset, sha = _parse_header(f.read(_HEADER.size), size)
+    doc = _parse_document(f.read(json_len), sha)
+
+    def read(offset: int, dest: memoryview) -> None:
+        f.seek(data_offset + offset)
+        got, n = 0, dest.nbytes
+        while got < n:
+            k = f.readinto(dest[got:])
+            if not k:
+                raise ValueError("binary state file is truncated")
+            got += k
+
+    def read_bytes(offset: int, n: int) -> bytes:
+        f.seek(data_offset + offset)
+        out = f.read(n)
+        if len(out) != n:
+            raise ValueError("binary state file is truncated")
+        return out
+
+    return decode(doc["value"], _Blobs(doc["blobs"], doc["hash"], size - data_offset, read, read_bytes))
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def loads_state(data: str | bytes | bytearray | memoryview) -> Any:
+    """Decode a state from JSON text written by :func:`dumps_state`, or from the bytes of a file
+    written by :func:`save_state` (either format), verifying its checksums."""
+    if isinstance(data, str):
+        return _loads_text(data)
+    if bytes(memoryview(data)[: len(MAGIC)]) == MAGIC:
+        return _loads_binary(data)
+    try:
+        text = bytes(data).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"state is neither a binary state file nor UTF-8 JSON text (not UTF-8: {e})") from None
+    return _loads_text(text)
+
+
+def save_state(state: Any, path: str | os.PathLike) -> None:
+    """Write a state (or a list of states, e.g. one per rank) to ``path`` atomically.
+
+    The file is JSON text (as :func:`dumps_state`) unless the state holds arrays or bytes of
+    ``BLOB_MIN`` (1 KiB) or more; then it is a binary state file that stores those values
+    raw (see the module docstring). Everything is encoded before the file is opened: a value
+    that cannot be saved raises ``TypeError``/``ValueError`` and leaves ``path`` untouched.
+    """
+    encode_state(state).write(path)
+
+
+def load_state(path: str | os.PathLike) -> Any:
+    """Read a state written by :func:`save_state` (JSON text or a binary state file)."""
+    p = os.fspath(path)
+    try:
+        with open(p, "rb") as f:
+            head = f.read(len(MAGIC))
+            if head == MAGIC:
+                return _load_binary_file(f, os.fstat(f.fileno()).st_size)
+            data = head + f.read()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"it is neither a binary state file nor UTF-8 JSON (not UTF-8: {e})") from None
+        return _loads_text(text)
+    except ValueError as e:
+        raise ValueError(f"cannot load state file {p!r}: {e}") from None
+
+
+def state_file_digest(path: str | os.PathLike) -> str:
+    """The SHA-256 (hex) identifying a state file's content without reading its blobs: of the
+    whole file for JSON text, of the JSON document (which holds every blob's checksum) for a
+    binary state file. Equal to :attr:`EncodedState.digest` of what was written."""
+    with open(path, "rb") as f:
+        head = f.read(_HEADER.size)
+        if head[: len(MAGIC)] == MAGIC:
+            json_len, _, _ = _parse_header(head, os.fstat(f.fileno()).st_size)
+            return hashlib.sha256(f.read(json_len)).hexdigest()
+        sha = hashlib.sha256(head)
+        while chunk := f.read(1 << 20):
+            sha.update(chunk)
+        return sha.hexdigest()

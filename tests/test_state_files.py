@@ -1,0 +1,659 @@
+"""Saving and loading states: the binary state file (JSON + raw blobs), exact numpy dtypes, PIL
+images, per-rank lists, nesting limits, atomic writes, and the Trainer callback's use of them."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+from datasets import Dataset
+
+import resumable_iterable as ri
+from resumable_iterable import state_files as sf
+from resumable_iterable.state_codec import MAX_DEPTH
+from resumable_iterable.cli import main as cli_main
+
+try:
+    from PIL import Image as PIL_Image
+except ImportError:  # pragma: no cover
+    PIL_Image = None
+needs_pil = pytest.mark.skipif(PIL_Image is None, reason="Pillow is not installed")
+needs_trainer = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("torch", "transformers", "accelerate", "torchdata")),
+    reason="needs torch, transformers, accelerate and torchdata")
+
+
+def big(i: int = 0, n: int = 4096) -> np.ndarray:
+    return np.arange(n, dtype=np.float32) + i
+
+
+def arrays_equal(a, b) -> bool:
+    return type(a) is type(b) and a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def consume(ds, k):
+    it = iter(ds)
+    for _ in range(k):
+        next(it)
+    return ds
+
+
+def gen_rows(n):
+    for i in range(n[0]):
+        yield {"id": i, "x": big(i), "blob": bytes([i % 256]) * 3000, "small": np.arange(3) + i}
+
+
+def big_pipeline(n=40, buffer=8):
+    return ri.IterableDataset.from_generator(gen_rows, gen_kwargs={"n": [n]}).shuffle(seed=3, buffer_size=buffer)
+
+
+def ids(ds):
+    return [ex["id"] for ex in ds]
+
+
+# --------------------------------------------------------------------------- the binary state file
+
+
+def test_large_values_are_stored_raw_and_resume_exactly(tmp_path):
+    full = ids(big_pipeline())
+    for k in (0, 1, 17, 39, 40):
+        ds = consume(big_pipeline(), k)
+        path = tmp_path / f"s{k}.ri"
+        ri.save_state(ds.state_dict(), path)
+        raw = path.read_bytes()
+        buffered = sum(len(c) for c in ds.state_dict()["state"]["buffer"])
+        if buffered:
+            assert raw.startswith(sf.MAGIC)
+            # each buffered example: 16 KB array + 3000 bytes, stored raw (no base64)
+            assert len(raw) <= 1.1 * buffered * (big().nbytes + 3000) + 4096
+        resumed = big_pipeline()
+        resumed.load_state(path)
+        assert full[:k] + ids(resumed) == full
+
+
+def test_loaded_arrays_are_writable_and_own_their_memory(tmp_path):
+    state = {"format": "demo", "a": big(), "b": big(1).reshape(64, 64), "bytes": b"\x01" * 5000}
+    ri.save_state(state, tmp_path / "s.ri")
+    for back in (ri.load_state(tmp_path / "s.ri"), ri.loads_state((tmp_path / "s.ri").read_bytes())):
+        assert arrays_equal(back["a"], state["a"]) and arrays_equal(back["b"], state["b"])
+        assert back["bytes"] == state["bytes"] and type(back["bytes"]) is bytes
+        for arr in (back["a"], back["b"]):
+            assert arr.flags.writeable and arr.flags.owndata and arr.flags.c_contiguous
+        assert not np.shares_memory(back["a"], back["b"])
+        back["a"][0] = 99  # writable: no copy needed by the user
+
+
+def test_non_contiguous_and_zero_size_arrays(tmp_path):
+    base = np.arange(20000, dtype=np.int64).reshape(100, 200)
+    state = {"t": base.T, "s": base[::3, 1::2], "e": np.zeros((0, 5), np.float32), "f": np.asfortranarray(base)}
+    ri.save_state(state, tmp_path / "s.ri")
+    back = ri.load_state(tmp_path / "s.ri")
+    for k in state:
+        assert back[k].dtype == state[k].dtype and np.array_equal(back[k], state[k])
+
+
+def test_small_states_stay_json_text(tmp_path):
+    state = {"format": "demo", "a": np.arange(3), "b": b"xy"}
+    ri.save_state(state, tmp_path / "s.json")
+    doc = json.loads((tmp_path / "s.json").read_text())
+    assert doc["checksum"].startswith("sha256:")
+    assert arrays_equal(ri.load_state(tmp_path / "s.json")["a"], state["a"])
+
+
+def _old_checksum(body):
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_files_in_the_former_json_format_still_load(tmp_path):
+    # written by the JSON-only codec: dtype as a string, base64 data, a top-level checksum
+    body = {"format": "demo", "arr": {"__ri__": "ndarray", "dtype": "<i4", "shape": [2, 2], "b64": "AQAAAAIAAAADAAAABAAAAA=="},
+            "big": {"__ri__": "ndarray", "dtype": ">f8", "shape": [300],
+                    "b64": __import__("base64").b64encode(np.arange(300, dtype=">f8").tobytes()).decode()},
+            "s": {"__ri__": "npscalar", "dtype": "<i2", "b64": "BwA="}, "b": {"__ri__": "bytes", "b64": "AP8="},
+            "t": {"__ri__": "tuple", "items": [1, {"__ri__": "float", "v": "nan"}]}}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(dict(body, checksum=_old_checksum(body)), indent=2))
+    for back in (ri.load_state(path), ri.loads_state(path.read_text()), ri.loads_state(path.read_bytes())):
+        assert arrays_equal(back["arr"], np.array([[1, 2], [3, 4]], np.int32))
+        assert back["big"].dtype == np.dtype(">f8") and np.array_equal(back["big"], np.arange(300))
+        assert back["s"] == np.int16(7) and back["b"] == b"\x00\xff" and back["t"][0] == 1
+
+
+def _damage_cases(raw: bytes, json_len: int):
+    data_offset = sf.align(64 + json_len)
+    yield "truncated header", raw[:40], "truncated"
+    yield "truncated JSON", raw[: 64 + json_len // 2], "truncated"
+    yield "truncated blob", raw[: data_offset + 100], "truncated"
+    yield "one byte short", raw[:-1], "truncated"
+    yield "extra bytes", raw + b"\x00", "extra bytes"
+    flip = bytearray(raw)
+    flip[64 + json_len // 2] ^= 0x01
+    yield "JSON byte flipped", bytes(flip), "checksum does not match"
+    flip = bytearray(raw)
+    flip[data_offset + 10] ^= 0x40
+    yield "blob byte flipped", bytes(flip), "blob 0 .* does not match its checksum"
+    flip = bytearray(raw)
+    flip[-3] ^= 0x01
+    yield "last blob byte flipped", bytes(flip), "does not match its checksum"
+    flip = bytearray(raw)
+    flip[9] = 7
+    yield "version", bytes(flip), "unsupported binary state file version"
+    flip = bytearray(raw)
+    flip[16:24] = struct.pack("<Q", 10**15)
+    yield "JSON length", bytes(flip), "truncated"
+
+
+def test_truncated_or_damaged_binary_files_are_refused(tmp_path):
+    ds = consume(big_pipeline(), 5)
+    path = tmp_path / "s.ri"
+    ds.save_state(path)
+    raw = path.read_bytes()
+    json_len = struct.unpack("<Q", raw[16:24])[0]
+    for name, data, message in _damage_cases(raw, json_len):
+        bad = tmp_path / "bad.ri"
+        bad.write_bytes(data)
+        with pytest.raises(ValueError, match=message):
+            big_pipeline().load_state(bad)
+        with pytest.raises(ValueError, match=message):
+            ri.loads_state(data)
+    # the CLI reports it in one line
+    bad.write_bytes(raw[:-1])
+    assert cli_main(["inspect", str(bad)]) == 1
+
+
+def test_random_damage_to_a_binary_file_is_refused_or_harmless(tmp_path):
+    import random
+
+    rng = random.Random(11)
+    full = ids(big_pipeline())
+    ds = consume(big_pipeline(), 6)
+    ds.save_state(tmp_path / "s.ri")
+    raw = (tmp_path / "s.ri").read_bytes()
+    outcomes = {"refused": 0, "harmless": 0}
+    cuts = sorted(rng.sample(range(len(raw)), 40)) + list(range(0, 200, 7))
+    for n in cuts:  # a file cut anywhere is refused
+        with pytest.raises(ValueError):
+            ri.loads_state(raw[:n])
+    for _ in range(60):
+        bad = bytearray(raw)
+        for _ in range(rng.randint(1, 3)):
+            bad[rng.randrange(len(bad))] ^= 1 << rng.randrange(8)
+        try:
+            state = ri.loads_state(bytes(bad))
+        except ValueError:
+            outcomes["refused"] += 1
+            continue
+        # only padding between blobs is not checksummed: the state is then the same
+        resumed = big_pipeline()
+        resumed.load_state_dict(state)
+        assert ids(resumed) == full[6:]
+        outcomes["harmless"] += 1
+    assert outcomes["refused"] > 40, outcomes
+
+
+def test_damaged_blob_table_and_references(tmp_path):
+    def container(doc: dict) -> bytes:
+        body = json.dumps(doc).encode()
+        head = struct.pack("<8sIIQQ32s", sf.MAGIC, 1, 0, len(body), 16, hashlib.sha256(body).digest())
+        return head + body + bytes(sf.align(64 + len(body)) - 64 - len(body)) + bytes(16)
+
+    h = sf.blob_hasher(sf.BLOB_HASH)(bytes(16))
+    ok = {"blobs": [[0, 16, h]], "hash": sf.BLOB_HASH, "value": {"a": {"__ri__": "ndarray", "dtype": "<i8", "shape": [2], "blob": 0}}}
+    assert arrays_equal(ri.loads_state(container(ok))["a"], np.zeros(2, np.int64))
+    bad_docs = [
+        (dict(ok, blobs=[[0, 17, h]]), "blob table is damaged"),
+        (dict(ok, blobs=[[-1, 16, h]]), "blob table is damaged"),
+        (dict(ok, blobs="x"), "blob table is damaged"),
+        (dict(ok, hash="md5"), "unknown blob checksum"),
+        (dict(ok, value={"a": {"__ri__": "ndarray", "dtype": "<i8", "shape": [3], "blob": 0}}), "do not hold an array of shape"),
+        (dict(ok, value={"a": {"__ri__": "ndarray", "dtype": "<i8", "shape": [2], "blob": 1}}), "does not hold"),
+        (dict(ok, value={"a": {"__ri__": "ndarray", "dtype": "|O", "shape": [2], "blob": 0}}), "malformed"),
+        (dict(ok, value={"a": {"__ri__": "bytes", "blob": True}}), "does not hold"),
+        ({"value": 1}, "unexpected JSON document"),
+    ]
+    for doc, message in bad_docs:
+        with pytest.raises(ValueError, match=message):
+            ri.loads_state(container(doc))
+    # a blob reference in JSON text is refused too
+    with pytest.raises(ValueError, match="binary blob"):
+        ri.loads_state(json.dumps({"a": {"__ri__": "bytes", "blob": 0}}))
+
+
+def test_save_is_atomic_and_encodes_before_writing(tmp_path, monkeypatch):
+    path = tmp_path / "s.ri"
+    ri.save_state({"format": "demo", "a": big()}, path)
+    before = path.read_bytes()
+    with pytest.raises(TypeError, match="cannot store a value of type object"):
+        ri.save_state({"format": "demo", "a": big(1), "bad": [object()]}, path)
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["s.ri"]
+
+    def failing_fsync(fd):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OSError, match="disk full"):
+        ri.save_state({"format": "demo", "a": big(2)}, path)
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["s.ri"]  # no temporary file left
+
+
+def test_digest_of_a_written_file(tmp_path):
+    for state in ({"format": "demo", "a": big()}, {"format": "demo", "a": 1}):
+        enc = sf.encode_state(state)
+        enc.write(tmp_path / "f")
+        assert sf.state_file_digest(tmp_path / "f") == enc.digest
+    # JSON text: the SHA-256 of the whole file, as the Trainer callback always recorded
+    assert sf.state_file_digest(tmp_path / "f") == hashlib.sha256((tmp_path / "f").read_bytes()).hexdigest()
+
+
+# --------------------------------------------------------------------------- numpy dtypes
+
+
+def _dtypes():
+    point = np.dtype([("x", "<f4"), ("y", ">i2"), ("tag", "S3")])
+    return [
+        point,
+        np.dtype([("id", "<i8"), ("p", point), ("v", "<f8", (2, 3)), ("u", "<U4")]),
+        np.dtype({"names": ["a", "b"], "formats": ["u1", "<f8"], "offsets": [0, 8], "itemsize": 24}),
+        np.dtype([("a", "u1"), ("b", "<i4")], align=True),
+        np.dtype({"names": ["a"], "formats": ["<i4"], "titles": ["the a"]}),
+        np.dtype(">i4"), np.dtype(">f8"), np.dtype("<M8[ns]"), np.dtype(">M8[D]"), np.dtype("<m8[us]"),
+        np.dtype("<U7"), np.dtype(">U3"), np.dtype("S5"), np.dtype("V6"), np.dtype("?"), np.dtype("<c16"),
+        np.dtype("<f2"),
+    ]
+
+
+def _sample(dt: np.dtype, n: int) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    raw = rng.integers(0, 256, n * dt.itemsize, dtype=np.uint8).tobytes()
+    arr = np.frombuffer(raw, dtype=dt).copy()
+    if dt.kind in "fc" or dt.fields is not None:
+        return arr  # compared bytewise, NaN payloads included
+    if dt.kind in "Mm":
+        return np.arange(n).astype(dt)
+    if dt.kind == "U":
+        return np.array([f"é{i}"[: dt.itemsize // 4] for i in range(n)], dtype=dt)
+    if dt.kind == "b":
+        return arr.view(np.uint8) % 2 == 1
+    return arr
+
+
+@pytest.mark.parametrize("dt", _dtypes(), ids=str)
+def test_dtypes_are_kept_exactly(tmp_path, dt):
+    for n in (3, 2000):  # inline base64 and a raw blob
+        arr = _sample(dt, n)
+        scalar = arr[1]
+        state = {"arr": arr, "scalar": scalar, "nd": arr[: n - n % 2].reshape(2, -1)}
+        ri.save_state(state, tmp_path / "s")
+        for back in (ri.load_state(tmp_path / "s"), ri.loads_state(ri.dumps_state(state))):
+            assert back["arr"].dtype == dt and back["arr"].dtype.str == dt.str
+            assert back["arr"].dtype.descr == dt.descr and back["arr"].dtype.itemsize == dt.itemsize
+            assert back["arr"].tobytes() == arr.tobytes() and back["nd"].shape == state["nd"].shape
+            # numpy scalars are native-endian, and a str_/bytes_ scalar is as long as its value
+            assert type(back["scalar"]) is type(scalar) and back["scalar"].dtype == scalar.dtype
+            assert back["scalar"].tobytes() == scalar.tobytes()
+            assert back["arr"].dtype.isalignedstruct == dt.isalignedstruct
+
+
+def _same(a, b) -> bool:
+    """Exact equality of decoded values: types, dtypes and bytes included (NaN == NaN)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    if isinstance(a, np.generic):
+        return a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and a != a:
+        return b != b
+    return a == b
+
+
+def test_random_values_round_trip_exactly_in_both_formats(tmp_path):
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import given
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+
+    dtypes = st.one_of(hnp.scalar_dtypes(), hnp.integer_dtypes(endianness="?"), hnp.floating_dtypes(endianness="?"),
+                       hnp.datetime64_dtypes(endianness="?"), hnp.byte_string_dtypes(), hnp.unicode_string_dtypes(endianness="?"),
+                       hnp.array_dtypes(subtype_strategy=hnp.scalar_dtypes(), min_size=1, max_size=3))
+    arrays = dtypes.flatmap(lambda dt: hnp.arrays(dt, hnp.array_shapes(min_dims=0, max_dims=2, max_side=40)))
+    leaves = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5),
+                       st.binary(max_size=2000), arrays)
+    values = st.recursive(leaves, lambda kids: st.one_of(
+        st.lists(kids, max_size=4), st.tuples(kids, kids),
+        st.dictionaries(st.one_of(st.text(max_size=3), st.integers()), kids, max_size=3)), max_leaves=12)
+
+    @hypothesis.settings(max_examples=60, deadline=None)
+    @given(values)
+    def check(value):
+        state = {"format": "x", "v": value}
+        ri.save_state(state, tmp_path / "s")
+        for back in (ri.load_state(tmp_path / "s"), ri.loads_state(ri.dumps_state(state))):
+            assert _same(back, state)
+
+    check()
+
+
+def test_object_arrays(tmp_path):
+    arr = np.empty(3, dtype=object)
+    arr[:] = [1, "a", (2, 3)]
+    back = ri.load_state(_saved(tmp_path, {"o": arr}))["o"]
+    assert back.dtype == object and back.tolist() == [1, "a", (2, 3)]
+    with pytest.raises(TypeError, match="holds Python objects"):
+        ri.save_state({"o": np.zeros(2, dtype=[("a", "O"), ("b", "<i4")])}, tmp_path / "x")
+
+
+@pytest.mark.parametrize("dtype,shape", [("V0", [2**62]), ("S0", [2**62]), ("<U0", [2**62]), ("<i8", [2**200]),
+                                         ("<i8", "x"), ("<i8", [1, -1])])
+def test_shapes_that_do_not_fit_their_data_are_refused(dtype, shape):
+    raw = {"a": {"__ri__": "ndarray", "dtype": dtype, "shape": shape, "b64": ""}}
+    with pytest.raises(ValueError, match="malformed encoded value of kind 'ndarray'"):
+        ri.loads_state(json.dumps(raw))
+
+
+def _saved(tmp_path, state):
+    ri.save_state(state, tmp_path / "s")
+    return tmp_path / "s"
+
+
+@pytest.mark.parametrize("dtype", [
+    "O", "|O", "object", [1], {"names": ["a"], "formats": ["O"], "offsets": [0], "itemsize": 8},
+    {"names": ["a"], "formats": ["<i4"], "offsets": [-1], "itemsize": 8}, {"names": "ab"},
+    {"subdtype": "<i4", "shape": [-1]}, "__import__('os').system('true')", 5,
+])
+def test_bad_dtypes_are_refused(dtype):
+    text = ri.dumps_state({"format": "x"})
+    raw = json.loads(text)
+    del raw["checksum"]
+    raw["a"] = {"__ri__": "ndarray", "dtype": dtype, "shape": [1], "b64": "AAAAAAAAAAA="}
+    with pytest.raises(ValueError, match="malformed encoded value"):
+        ri.loads_state(json.dumps(raw))
+
+
+# --------------------------------------------------------------------------- PIL images
+
+
+def _image(mode: str, size=(13, 7), seed=0):
+    rng = np.random.default_rng(seed)
+    if mode == "P":
+        img = PIL_Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8), "RGB").quantize(37)
+        return img
+    if mode == "I;16":
+        return PIL_Image.frombytes(mode, size, rng.integers(0, 256, size[0] * size[1] * 2, dtype=np.uint8).tobytes())
+    probe = PIL_Image.new(mode, (1, 1))
+    nbytes = len(probe.tobytes())
+    img = PIL_Image.frombytes(mode, size, rng.integers(0, 256, size[0] * size[1] * nbytes, dtype=np.uint8).tobytes())
+    if mode == "PA":
+        img.putpalette(list(range(256)) * 3)
+    return img
+
+
+def image_key(img):
+    return (img.mode, img.size, img.tobytes(), img.getpalette() if "P" in img.mode else None)
+
+
+@needs_pil
+@pytest.mark.parametrize("mode", ["1", "L", "LA", "P", "RGB", "RGBA", "I;16", "I", "F", "CMYK", "YCbCr", "RGBX", "PA", "HSV"])
+def test_pil_images_round_trip_losslessly(tmp_path, mode):
+    small, large = _image(mode), _image(mode, size=(300, 200), seed=1)
+    state = {"imgs": [small, large], "nested": {"t": (small,)}}
+    ri.save_state(state, tmp_path / "s")
+    for back in (ri.load_state(tmp_path / "s"), ri.loads_state(ri.dumps_state(state))):
+        for a, b in zip(state["imgs"] + [small], back["imgs"] + [back["nested"]["t"][0]]):
+            assert isinstance(b, PIL_Image.Image)
+            assert image_key(b) == image_key(a)
+
+
+@needs_pil
+def test_damaged_image_data_is_refused():
+    text = ri.dumps_state({"img": _image("RGB")})
+    raw = json.loads(text)
+    del raw["checksum"]
+    raw["img"]["png"] = {"__ri__": "bytes", "b64": "iVBORw0KGgoAAAANSUhEUgAA"}
+    with pytest.raises(ValueError, match="malformed encoded value of kind 'image'"):
+        ri.loads_state(json.dumps(raw))
+    raw["img"] = {"__ri__": "image", "mode": "RGB", "size": [10**6, 10**6], "raw": {"__ri__": "bytes", "b64": "AAAA"}}
+    with pytest.raises(ValueError, match="does not match its data"):
+        ri.loads_state(json.dumps(raw))
+
+
+@needs_pil
+def test_hf_image_column_in_a_shuffle_buffer_resumes_exactly(tmp_path):
+    from datasets import Features, Image, Value
+
+    rng = np.random.default_rng(0)
+    imgs = [PIL_Image.fromarray(rng.integers(0, 256, (20 + i % 5, 30, 3), dtype=np.uint8), "RGB") for i in range(30)]
+    imgs[3] = imgs[3].convert("L")
+    imgs[4] = imgs[4].convert("RGBA")
+    hf = Dataset.from_dict({"id": list(range(30)), "image": imgs}, features=Features({"id": Value("int64"), "image": Image()}))
+
+    def build():
+        return ri.to_iterable_dataset(hf, num_shards=3).shuffle(seed=5, buffer_size=8)
+
+    def key(ex):
+        return ex["id"], image_key(ex["image"])
+
+    full = [key(ex) for ex in build()]
+    assert isinstance(next(iter(build()))["image"], PIL_Image.Image)
+    for k in (0, 1, 9, 29, 30):
+        ds = build()
+        it = iter(ds)
+        head = [key(next(it)) for _ in range(k)]
+        path = tmp_path / f"s{k}"
+        ds.save_state(path)  # PIL images in the buffer: saved losslessly
+        resumed = build()
+        resumed.load_state(path)
+        assert head + [key(ex) for ex in resumed] == full
+
+
+# --------------------------------------------------------------------------- nesting limits
+
+
+@pytest.mark.parametrize("text", [
+    "[" * 100_000 + "]" * 100_000,
+    '{"a":' * 100_000 + "1" + "}" * 100_000,
+    '{"format": "x", "deep": ' + "[" * 5000 + "]" * 5000 + "}",
+    '{"format": "x", "deep": ' + "[" * (MAX_DEPTH + 5) + "]" * (MAX_DEPTH + 5) + "}",
+])
+def test_deeply_nested_documents_raise_value_error(tmp_path, text):
+    with pytest.raises(ValueError, match="nested|not valid JSON|must be a JSON object"):
+        ri.loads_state(text)
+    (tmp_path / "deep.json").write_text(text)
+    with pytest.raises(ValueError):
+        ri.load_state(tmp_path / "deep.json")
+    # with a checksum entry: computing the checksum must not blow up either
+    if text.startswith("{"):
+        with pytest.raises(ValueError):
+            ri.loads_state('{"checksum": "sha256:00", ' + text[1:])
+
+
+def test_deeply_nested_binary_file_raises_value_error():
+    body = ('{"blobs":[],"hash":"sha256","value":' + "[" * 100_000 + "]" * 100_000 + "}").encode()
+    head = struct.pack("<8sIIQQ32s", sf.MAGIC, 1, 0, len(body), 0, hashlib.sha256(body).digest())
+    data = head + body + bytes(sf.align(64 + len(body)) - 64 - len(body))
+    with pytest.raises(ValueError, match="nested"):
+        ri.loads_state(data)
+
+
+def test_deeply_nested_states_cannot_be_saved(tmp_path):
+    deep: list = []
+    node = deep
+    for _ in range(100_000):
+        node.append([])
+        node = node[0]
+    loop: list = []
+    loop.append(loop)
+    deep_dict: dict = {}
+    d = deep_dict
+    for _ in range(MAX_DEPTH + 1):
+        d[1] = {}  # non-string keys: tagged dicts, three JSON levels each
+        d = d[1]
+    for state in ({"format": "x", "deep": deep}, {"format": "x", "loop": loop}, {"format": "x", "d": deep_dict}):
+        with pytest.raises(ValueError, match="nested more than"):
+            ri.dumps_state(state)
+        with pytest.raises(ValueError, match="nested more than"):
+            ri.save_state(state, tmp_path / "s")
+        assert not os.listdir(tmp_path)
+
+
+def test_nesting_below_the_limit_round_trips(tmp_path):
+    value: list = [1]
+    for _ in range(MAX_DEPTH - 5):
+        value = [value]
+    state = {"format": "x", "v": value}
+    assert ri.loads_state(ri.dumps_state(state)) == state
+    ri.save_state(state, tmp_path / "s")
+    assert ri.load_state(tmp_path / "s") == state
+
+
+# --------------------------------------------------------------------------- lists of per-rank states
+
+
+def _rank_states(with_arrays: bool):
+    states = []
+    for rank in range(2):
+        src = big_pipeline() if with_arrays else ri.to_iterable_dataset(
+            Dataset.from_dict({"id": list(range(100))}), num_shards=4).shuffle(seed=1, buffer_size=8)
+        ds = ri.split_dataset_by_node(src, rank=rank, world_size=2)
+        states.append(consume(ds, 3 + rank).state_dict())
+    return states
+
+
+@pytest.mark.parametrize("with_arrays", [False, True])
+def test_a_list_of_per_rank_states_saves_loads_and_inspects(tmp_path, capsys, with_arrays):
+    states = _rank_states(with_arrays)
+    path = tmp_path / "ranks"
+    ri.save_state(states, path)
+    assert path.read_bytes().startswith(sf.MAGIC) == with_arrays
+    back = ri.load_state(path)
+    assert isinstance(back, list) and len(back) == 2
+    for rank, (a, b) in enumerate(zip(states, back)):
+        src = big_pipeline() if with_arrays else ri.to_iterable_dataset(
+            Dataset.from_dict({"id": list(range(100))}), num_shards=4).shuffle(seed=1, buffer_size=8)
+        expected = ri.split_dataset_by_node(src, rank=rank, world_size=2)
+        resumed = ri.split_dataset_by_node(src, rank=rank, world_size=2)
+        consume_n = 3 + rank
+        resumed.load_state_dict(b)
+        assert ids(resumed) == ids(expected)[consume_n:]
+    text = ri.dumps_state(states)
+    assert [s["fingerprint"] for s in ri.loads_state(text)] == [s["fingerprint"] for s in states]
+    assert cli_main(["inspect", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [s["label"] for s in report["states"]] == ["rank 0 of 2", "rank 1 of 2"]
+
+
+def test_damaged_list_of_states_is_refused():
+    text = ri.dumps_state(_rank_states(False))
+    with pytest.raises(ValueError, match="checksum does not match"):
+        ri.loads_state(text.replace('"offset": ', '"offset": 1', 1))
+    with pytest.raises(TypeError, match="a list of states"):
+        ri.dumps_state("not a state")
+
+
+# --------------------------------------------------------------------------- Trainer callback
+
+
+class _Opaque:
+    pass
+
+
+def _collate(batch):
+    import torch
+
+    return {"ids": torch.tensor([ex["ids"] for ex in batch])}
+
+
+def _recorder():
+    """A tiny model that records the ids it is fed."""
+    import torch
+
+    class Recorder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(1, 1)
+            self.seen: list[int] = []
+
+        def forward(self, ids, **_):
+            self.seen.extend(ids.tolist())
+            return {"loss": (self.lin(ids.float().unsqueeze(-1)) ** 2).mean()}
+
+    return Recorder()
+
+
+def _trainer(out, ds, **kw):
+    import transformers
+
+    from resumable_iterable.integrations.transformers import ResumableDataCallback
+
+    args = transformers.TrainingArguments(
+        output_dir=str(out), max_steps=kw.pop("max_steps", 8), per_device_train_batch_size=4,
+        save_steps=kw.pop("save_steps", 1000), dataloader_num_workers=0, report_to="none", use_cpu=True,
+        logging_strategy="no", remove_unused_columns=False, disable_tqdm=True, **kw)
+    model = _recorder()
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=ds, data_collator=_collate)
+    ResumableDataCallback.attach(trainer)
+    return trainer, model
+
+
+def _array_rows(fn=lambda ex: {"vec": np.full(512, ex["ids"], np.float32)}):
+    import torch  # noqa: F401 - as in a training script: torch is imported before the dataset is built
+
+    hf = Dataset.from_dict({"ids": list(range(40))})
+    return ri.to_iterable_dataset(hf, num_shards=4).map(fn).shuffle(seed=7, buffer_size=8)
+
+
+@pytest.mark.torch
+@needs_trainer
+def test_trainer_refuses_an_unsavable_state_before_writing_the_checkpoint(tmp_path):
+    ds = _array_rows(lambda ex: {"obj": _Opaque()})  # buffered examples hold an object no state can store
+    trainer, model = _trainer(tmp_path / "run", ds, save_steps=3)
+    with pytest.raises(TypeError, match=r"ResumableDataCallback: cannot save the data state of step 3 .*_Opaque"):
+        trainer.train()
+    assert len(model.seen) == 3 * 4
+    # the error came before the Trainer wrote anything of checkpoint-3: no folder, no partial file
+    assert not (tmp_path / "run" / "checkpoint-3").exists()
+    leftovers = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path) for f in fs]
+    assert leftovers == []
+
+
+@pytest.mark.torch
+@needs_trainer
+def test_trainer_saves_large_buffered_arrays_in_a_binary_file_and_resumes_exactly(tmp_path):
+    import transformers
+
+    from resumable_iterable.integrations.transformers import STATE_FILE
+
+    a, model_a = _trainer(tmp_path / "a", _array_rows())
+    a.train()
+
+    class Crash(Exception):
+        pass
+
+    class CrashAfterSave(transformers.TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            raise Crash()
+
+    b, model_b = _trainer(tmp_path / "run", _array_rows(), save_steps=5)
+    b.add_callback(CrashAfterSave())
+    with pytest.raises(Crash):
+        b.train()
+    ckpt = tmp_path / "run" / "checkpoint-5"
+    path = ckpt / STATE_FILE
+    assert path.read_bytes().startswith(sf.MAGIC)  # 8 buffered 2 KB arrays: stored raw
+    recorded = json.loads((ckpt / "trainer_state.json").read_text())["stateful_callbacks"]["ResumableDataCallback"]
+    assert recorded["attributes"]["data_state_sha256"] == sf.state_file_digest(path)
+    assert cli_main(["inspect", str(path)]) == 0
+
+    c, model_c = _trainer(tmp_path / "run", _array_rows())
+    c.train(resume_from_checkpoint=str(ckpt))
+    assert model_b.seen[:20] + model_c.seen == model_a.seen
