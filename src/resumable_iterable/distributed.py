@@ -37,8 +37,10 @@ def split_dataset_by_node(dataset, rank: int, world_size: int):
         raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
     if type(rank) is not int or not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, {world_size}), got {rank!r}")
-    return type(dataset)(dataset._node, features=dataset._features, column_names=dataset._column_names,
+    part = type(dataset)(dataset._node, features=dataset._features, column_names=dataset._column_names,
                          _split=(*dataset._split, ("rank", rank, world_size)), _epoch=dataset._epoch)
+    part._format = dataset._format  # like HF, the part keeps the dataset's format
+    return part
 
 
 def _worker_info():

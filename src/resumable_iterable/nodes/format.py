@@ -1,0 +1,148 @@
+"""Output formats (``with_format``): examples and batches as numpy arrays, torch tensors, Arrow
+tables, pandas DataFrames... formatted by HF ``datasets``' own formatters, so the values and
+types are the ones ``datasets.IterableDataset.with_format`` yields.
+
+A format is presentation only: it is applied on top of the node tree a dataset iterates and
+owns no state, so it changes neither the state layout nor the pipeline fingerprint.
+
+Like HF, the input decides the path:
+
+* an **Arrow-backed** pipeline (an Arrow source under column operations only, see
+  ``arrow_batches.py``) is formatted from Arrow tables: ``format_row`` on one-row tables for
+  examples, ``format_batch`` on column-wise batch tables for batches (no per-example dicts);
+* any other pipeline yields Python examples, formatted with ``recursive_tensorize`` (numpy,
+  torch, ...) or converted to an Arrow table first (arrow, pandas, polars).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Iterator
+
+from .arrow_batches import ArrowBatchesNode, arrow_chain, chain_features
+from .base import Node
+from .batch import BatchNode
+from .map import rows_to_batch
+
+
+def check_format(type: str | None, format_kwargs: dict) -> str | None:
+    """The canonical name of format ``type`` (``None`` for Python objects); ``ValueError`` if it is
+    unknown or its library is not installed, ``TypeError`` if the keyword arguments do not fit it."""
+    from datasets.formatting import get_format_type_from_alias, get_formatter
+
+    if type is not None and not isinstance(type, str):
+        raise TypeError(f"format type must be a string or None, got {type!r}")
+    name = get_format_type_from_alias(type)
+    if name == "custom":
+        raise ValueError("with_format('custom') is not supported; use map() to transform the examples")
+    try:
+        get_formatter(name, **format_kwargs)
+    except TypeError as e:
+        raise TypeError(f"with_format({type!r}): bad format arguments {sorted(format_kwargs)}: {e}") from None
+    return name
+
+
+def _formatter(name: str, format_kwargs: dict, features: Any = None):
+    from datasets.formatting import get_formatter
+
+    return get_formatter(name, features=features, **format_kwargs)
+
+
+class FormatNode(Node):
+    """Formats what ``child`` yields. ``source`` says what that is: Python examples, formatted one by
+    one (``"rows"``) or grouped into batches of ``batch_size`` first (``"batches"``), one-row Arrow
+    tables (``"table_rows"``) or Arrow batch tables (``"table_batches"``). No state of its own;
+    ``child`` is iterated as is (not copied), and a batch is assembled inside one ``next()``, so
+    between yields the child's state counts every example of the yielded batch."""
+
+    kind = "format"
+    SOURCES = ("rows", "batches", "table_rows", "table_batches")
+
+    def __init__(self, child: Node, format_type: str, format_kwargs: dict | None = None,
+                 source: str = "rows", features: Any = None, batch_size: int = 1, drop_last_batch: bool = False):
+        if source not in self.SOURCES:
+            raise ValueError(f"unknown input {source!r}; expected one of {self.SOURCES}")
+        if type(batch_size) is not int or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        self.format_type = format_type
+        self.format_kwargs = dict(format_kwargs or {})
+        self.source = source
+        self.features = features
+        self.batch_size = batch_size
+        self.drop_last_batch = bool(drop_last_batch)
+        super().__init__([child])
+
+    def params(self) -> dict:
+        return {"type": self.format_type, "source": self.source, "batch_size": self.batch_size,
+                "drop_last_batch": self.drop_last_batch}
+
+    def _batches(self) -> Iterator[list]:
+        it = iter(self.children[0])
+        size = self.batch_size
+        while True:
+            rows = list(itertools.islice(it, size))
+            if not rows or (self.drop_last_batch and len(rows) < size):
+                return
+            yield rows
+
+    def _iter(self) -> Iterator[Any]:
+        from datasets.formatting import TableFormatter, TensorFormatter
+
+        child = self.children[0]
+        source = self.source
+        if source in ("table_rows", "table_batches"):
+            formatter = _formatter(self.format_type, self.format_kwargs, self.features)
+            fmt = formatter.format_row if source == "table_rows" else formatter.format_batch
+            for table in child:
+                yield fmt(table)
+            return
+        formatter = _formatter(self.format_type, self.format_kwargs)
+        if isinstance(formatter, TensorFormatter):
+            tensorize = formatter.recursive_tensorize
+            if source == "rows":
+                for x in child:
+                    yield tensorize(x)
+            else:  # like HF: each example is formatted, then the batch of formatted examples
+                for rows in self._batches():
+                    yield tensorize(rows_to_batch([tensorize(x) for x in rows]))
+        elif isinstance(formatter, TableFormatter):
+            import pyarrow as pa
+            from datasets.features.features import cast_to_python_objects
+
+            if source == "rows":
+                fmt = formatter.format_row
+                for x in child:
+                    yield fmt(pa.Table.from_pylist(cast_to_python_objects([x], only_1d_for_numpy=True)))
+            else:
+                fmt = formatter.format_batch
+                for rows in self._batches():
+                    yield fmt(pa.Table.from_pylist(cast_to_python_objects(rows, only_1d_for_numpy=True)))
+        elif source == "rows":  # python objects: nothing to do
+            yield from child
+        else:
+            for rows in self._batches():
+                yield rows_to_batch(rows)
+
+
+def present(node: Node, fmt: tuple | None, batch: tuple | None = None) -> Node:
+    """The node to iterate for the live pipeline ``node`` shown in format ``fmt`` (``(type, kwargs)``
+    or ``None``), grouped into batches when ``batch`` is ``(batch_size, drop_last_batch)``.
+
+    A ``node`` that is itself a :class:`BatchNode` (``.batch()``) is formatted batch by batch. Where
+    the rows come from an Arrow-backed pipeline the batches are built column-wise
+    (:class:`ArrowBatchesNode`); otherwise rows are batched and then formatted.
+    """
+    if batch is None and isinstance(node, BatchNode):
+        node, batch = node.children[0], (node.batch_size, node.drop_last_batch)
+    if fmt is None or fmt[0] is None:
+        return node if batch is None else BatchNode(node, *batch)
+    name, kwargs = fmt
+    chain = arrow_chain(node)
+    if chain is not None:
+        features = chain_features(*chain)
+        if batch is None:
+            return FormatNode(ArrowBatchesNode(node, 1), name, kwargs, "table_rows", features)
+        return FormatNode(ArrowBatchesNode(node, *batch), name, kwargs, "table_batches", features)
+    if batch is None:
+        return FormatNode(node, name, kwargs, "rows")
+    return FormatNode(node, name, kwargs, "batches", batch_size=batch[0], drop_last_batch=batch[1])
