@@ -1,0 +1,105 @@
+"""Formatted batches through ``torchdata.stateful_dataloader.StatefulDataLoader`` (2 workers, batches
+of 32), side by side in one run:
+
+* **column-wise** - ``ri.to_iterable_dataset(hf).with_format("numpy").batch(32)`` handed to the
+  loader with ``batch_size=None``: each batch is a slice of the Arrow table turned into numpy
+  arrays, no Python dict per example;
+* **per-example dicts** - ``ri.to_iterable_dataset(hf)`` with the loader's ``batch_size=32``: the
+  loader's ``default_collate`` builds every batch from 32 Python dicts;
+* **HF** - ``hf.to_iterable_dataset().with_format("numpy")`` with ``batch_size=32`` (HF's usual
+  way), and HF's own ``with_format("numpy").batch(32)`` with ``batch_size=None``.
+
+The loader takes every worker's ``state_dict()`` after every batch, so state capture is timed too.
+The rows are ``{"id": int64, "label": int64, "x": 16 float32}`` (a small feature vector).
+
+    python benchmarks/bench_formatted.py [--rows N] [--repeats R] [--quick]
+"""
+
+from __future__ import annotations
+
+from common import NUM_SHARDS, Result, arg_parser, print_section, time_iteration
+
+BATCH_SIZE = 32
+WORKERS = 2
+N_ROWS = 200_000
+# examples timed per variant: the per-example paths are slow, so they are timed on a prefix
+LIMITS = {"column-wise": 200_000, "per-example": 32_000, "hf-rows": 16_000, "hf-batch": 32_000}
+TARGET = 5.0  # column-wise >= 5x per-example dicts
+
+
+def make_dataset(n: int):
+    """A HF map-style ``Dataset`` of ``n`` rows ``{"id", "label", "x": 16 float32}``."""
+    import numpy as np
+    from datasets import Dataset, Features, List, Value
+
+    rng = np.random.default_rng(0)
+    features = Features({"id": Value("int64"), "label": Value("int64"), "x": List(Value("float32"), length=16)})
+    return Dataset.from_dict({"id": np.arange(n), "label": rng.integers(0, 10, n),
+                              "x": rng.random((n, 16), dtype=np.float32)}, features=features)
+
+
+def loader_rate(make_ds, batch_size: int | None, limit: int, repeats: int = 1) -> tuple[float, int]:
+    """Examples per second through a ``StatefulDataLoader`` (best of ``repeats``), counting the examples
+    of up to ``limit // BATCH_SIZE`` batches; ``batch_size=None`` when the dataset yields batches."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    batches = max(1, limit // BATCH_SIZE)
+    best, examples = float("inf"), 0
+    for _ in range(repeats):
+        counted = [0]
+
+        def stream():
+            for b in StatefulDataLoader(make_ds(), batch_size=batch_size, num_workers=WORKERS):
+                counted[0] += len(b["id"])
+                yield b
+
+        dt, _ = time_iteration(stream, limit=batches, repeats=1)
+        if dt < best:
+            best, examples = dt, counted[0]
+    return examples / best, examples
+
+
+def run(n_rows: int = N_ROWS, repeats: int = 1, scale: float = 1.0, hf_ds=None) -> list[Result]:
+    import torch  # noqa: F401 - import first: our IterableDataset then derives from torch's
+
+    import resumable_iterable as ri
+
+    hf = hf_ds if hf_ds is not None else make_dataset(n_rows)
+    shards = min(NUM_SHARDS, len(hf))
+    limit = {k: max(BATCH_SIZE, min(len(hf), int(v * scale))) for k, v in LIMITS.items()}
+
+    col, n_col = loader_rate(lambda: ri.to_iterable_dataset(hf, num_shards=shards).with_format("numpy").batch(BATCH_SIZE),
+                             None, limit["column-wise"], repeats)
+    rows, n_rows_ = loader_rate(lambda: ri.to_iterable_dataset(hf, num_shards=shards), BATCH_SIZE,
+                                limit["per-example"], repeats)
+    hf_rows, n_hf = loader_rate(lambda: hf.to_iterable_dataset(num_shards=shards).with_format("numpy"), BATCH_SIZE,
+                                limit["hf-rows"], repeats)
+    hf_batch, n_hfb = loader_rate(lambda: hf.to_iterable_dataset(num_shards=shards).with_format("numpy").batch(BATCH_SIZE),
+                                  None, limit["hf-batch"], repeats)
+    ratio = col / rows
+    return [
+        Result("column-wise numpy batches vs per-example dicts + collate", col, rows, "ex/s",
+               target=f">= {TARGET:.0f}x per-example dicts", check=f"{ratio:.1f}x", met=ratio >= TARGET,
+               ref_label="ours, per-example dicts",
+               note=f"{n_col} vs {n_rows_} examples; with_format('numpy').batch(32), loader batch_size=None"),
+        Result("column-wise numpy batches vs HF with_format('numpy') + collate", col, hf_rows, "ex/s",
+               note=f"HF: {n_hf} examples, numpy rows collated by the loader (batch_size=32)"),
+        Result("column-wise numpy batches vs HF with_format('numpy').batch(32)", col, hf_batch, "ex/s",
+               note=f"HF: {n_hfb} examples, loader batch_size=None"),
+        Result("per-example dicts + collate vs HF with_format('numpy') + collate", rows, hf_rows, "ex/s"),
+    ]
+
+
+def main() -> None:
+    ap = arg_parser(__doc__, repeats=1)
+    ap.set_defaults(rows=N_ROWS)
+    ap.add_argument("--quick", action="store_true", help="tiny sizes: check that it runs")
+    args = ap.parse_args()
+    n = 4_000 if args.quick else args.rows
+    results = run(n_rows=n, repeats=args.repeats, scale=0.02 if args.quick else 1.0)
+    print_section(f"formatted batches through StatefulDataLoader ({WORKERS} workers, batch {BATCH_SIZE}), "
+                  f"{n} rows in {NUM_SHARDS} shards", results)
+
+
+if __name__ == "__main__":
+    main()
