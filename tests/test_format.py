@@ -24,7 +24,7 @@ from harness import assert_resumes_exactly, json_roundtrip
 from resumable_iterable.nodes.arrow import ArrowSource
 from resumable_iterable.nodes.arrow_batches import ArrowBatchesNode
 from resumable_iterable.nodes.columns import ColumnsNode
-from resumable_iterable.nodes.format import FormatNode, present
+from resumable_iterable.nodes.format import FormatNode, fast_tensor_batch, present
 
 torch = pytest.importorskip("torch")
 
@@ -54,9 +54,11 @@ def same(a, b, where="value") -> None:
             for i, (x, y) in enumerate(zip(a.ravel(), b.ravel())):
                 same(x, y, f"{where}[{i}]")
         else:
-            assert np.array_equal(a, b), f"{where}: {a} != {b}"
+            assert np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"), f"{where}: {a} != {b}"
     elif isinstance(a, torch.Tensor):
-        assert (a.dtype, a.shape) == (b.dtype, b.shape) and torch.equal(a, b), f"{where}: {a} != {b}"
+        assert (a.dtype, a.shape) == (b.dtype, b.shape), f"{where}: {a} != {b}"
+        assert torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)), \
+            f"{where}: {a} != {b}"
     elif isinstance(a, pa.Table):
         assert a.equals(b), f"{where}: {a} != {b}"
     elif isinstance(a, pd.DataFrame):
@@ -311,3 +313,58 @@ def test_stateful_dataloader_two_workers_resumes_exactly():
         resumed = StatefulDataLoader(build(), batch_size=None, num_workers=2)
         resumed.load_state_dict(state)
         assert head + ids(resumed) == full, k
+
+
+# ---------------------------------------------------------------------- the fast numpy / torch batch path
+
+
+def typed_dataset():
+    """Every column type the column-wise numpy/torch formatting computes itself, and some it leaves to HF."""
+    n = 11
+    cols = {
+        "i8": pa.array(np.arange(n, dtype=np.int8)), "u16": pa.array(np.arange(n, dtype=np.uint16)),
+        "u32": pa.array(np.arange(n, dtype=np.uint32)), "i32": pa.array(np.arange(n, dtype=np.int32)),
+        "f16": pa.array(np.arange(n, dtype=np.float16)), "f32": pa.array(np.arange(n, dtype=np.float32) / 3),
+        "f64": pa.array(np.arange(n) / 7), "b": pa.array([i % 2 == 0 for i in range(n)]),
+        "s": pa.array([f"t{i}" * (i % 3) for i in range(n)]),
+        "fixed": pa.array([[i, i + 1, i + 2] for i in range(n)], pa.list_(pa.float32(), 3)),
+        "equal": pa.array([[i, -i] for i in range(n)], pa.list_(pa.int64())),
+        "large": pa.array([[i, 1] for i in range(n)], pa.large_list(pa.int16())),
+    }
+    fallback = {  # HF's formatter handles these (object arrays, nulls, NaN, nested)
+        "ragged": pa.array([list(range(i % 3)) for i in range(n)], pa.list_(pa.int64())),
+        "nulls": pa.array([None if i == 5 else i for i in range(n)], pa.int64()),
+        "nan": pa.array([float("nan") if i == 3 else i / 2 for i in range(n)]),
+        "nested": pa.array([{"a": i} for i in range(n)]),
+    }
+    return pa.table(cols), fallback
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch"])
+def test_fast_batches_equal_hf_for_every_column_type(fmt):
+    table, fallback = typed_dataset()
+    cases = [table] + [table.append_column(name, col) for name, col in fallback.items()]
+    for t in cases:
+        hf = Dataset(t)
+        for bs in (4, 11):
+            same(list(ri.to_iterable_dataset(hf, num_shards=2).with_format(fmt).iter(bs)),
+                 list(hf.to_iterable_dataset(num_shards=2).with_format(fmt).iter(bs)), f"{t.column_names[-1]} bs={bs}")
+
+
+def test_fast_batches_are_writable_copies_and_take_format_kwargs():
+    table, _ = typed_dataset()
+    ds = ri.IterableDataset.from_arrow_table(table)
+    b = next(ds.with_format("numpy").iter(4))
+    b["i32"][0] = 99  # a copy, like HF's: never a read-only view of Arrow memory
+    assert b["i32"].flags.writeable and b["fixed"].shape == (4, 3)
+    assert next(ds.with_format("numpy").iter(4))["i32"][0] == 0
+    ours = next(ds.with_format("torch", dtype=torch.float64).iter(4))
+    assert ours["i32"].dtype == torch.float64 and ours["b"].dtype == torch.float64
+
+
+def test_fast_path_covers_the_simple_columns_and_leaves_the_rest_to_hf():
+    table, fallback = typed_dataset()
+    for fmt in ("numpy", "torch"):
+        assert fast_tensor_batch(table, fmt, {}) is not None
+        for name, col in fallback.items():
+            assert fast_tensor_batch(table.append_column(name, col), fmt, {}) is None, name
