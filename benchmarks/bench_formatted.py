@@ -38,6 +38,29 @@ def make_dataset(n: int):
                               "x": rng.random((n, 16), dtype=np.float32)}, features=features)
 
 
+def ready_batches(n_batches: int):
+    """The loader's own ceiling here: a torch ``IterableDataset`` yielding ready-made batches of tensors
+    shaped like this data (cloned, as a fresh batch would be), split among workers."""
+    import torch
+    import torch.utils.data
+
+    class Ready(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            info = torch.utils.data.get_worker_info()
+            k, n = (info.id, info.num_workers) if info is not None else (0, 1)
+            batch = {"id": torch.arange(BATCH_SIZE), "label": torch.arange(BATCH_SIZE), "x": torch.rand(BATCH_SIZE, 16)}
+            for _ in range(k, n_batches, n):
+                yield {c: v.clone() for c, v in batch.items()}
+
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state):
+            pass
+
+    return Ready()
+
+
 def loader_rate(make_ds, batch_size: int | None, limit: int, repeats: int = 1) -> tuple[float, int]:
     """Examples per second through a ``StatefulDataLoader`` (best of ``repeats``), counting the examples
     of up to ``limit // BATCH_SIZE`` batches; ``batch_size=None`` when the dataset yields batches."""
@@ -68,6 +91,8 @@ def run(n_rows: int = N_ROWS, repeats: int = 1, scale: float = 1.0, hf_ds=None) 
     shards = min(NUM_SHARDS, len(hf))
     limit = {k: max(BATCH_SIZE, min(len(hf), int(v * scale))) for k, v in LIMITS.items()}
 
+    ceiling, n_ready = loader_rate(lambda: ready_batches(limit["column-wise"] // BATCH_SIZE), None,
+                                   limit["column-wise"], repeats)
     col, n_col = loader_rate(lambda: ri.to_iterable_dataset(hf, num_shards=shards).with_format("numpy").batch(BATCH_SIZE),
                              None, limit["column-wise"], repeats)
     rows, n_rows_ = loader_rate(lambda: ri.to_iterable_dataset(hf, num_shards=shards), BATCH_SIZE,
@@ -78,6 +103,8 @@ def run(n_rows: int = N_ROWS, repeats: int = 1, scale: float = 1.0, hf_ds=None) 
                                   None, limit["hf-batch"], repeats)
     ratio = col / rows
     return [
+        Result("loader alone (ready-made tensor batches)", ceiling, None, "ex/s",
+               note=f"the ceiling of the loader itself with batch_size=None: {n_ready} examples"),
         Result("column-wise numpy batches vs per-example dicts + collate", col, rows, "ex/s",
                target=f">= {TARGET:.0f}x per-example dicts", check=f"{ratio:.1f}x", met=ratio >= TARGET,
                ref_label="ours, per-example dicts",
