@@ -24,7 +24,8 @@ from harness import assert_resumes_exactly, json_roundtrip
 from resumable_iterable.nodes.arrow import ArrowSource
 from resumable_iterable.nodes.arrow_batches import ArrowBatchesNode
 from resumable_iterable.nodes.columns import ColumnsNode
-from resumable_iterable.nodes.format import FormatNode, fast_tensor_batch, present
+from resumable_iterable.nodes import format as format_module
+from resumable_iterable.nodes.format import FormatNode, fast_tensor_batch, fast_tensor_rows, present
 
 torch = pytest.importorskip("torch")
 
@@ -64,7 +65,8 @@ def same(a, b, where="value") -> None:
     elif isinstance(a, pd.DataFrame):
         pd.testing.assert_frame_equal(a, b)
     else:
-        assert a == b and getattr(a, "dtype", None) == getattr(b, "dtype", None), f"{where}: {a!r} != {b!r}"
+        nan = isinstance(a, (float, np.floating)) and np.isnan(a) and np.isnan(b)
+        assert (a == b or nan) and getattr(a, "dtype", None) == getattr(b, "dtype", None), f"{where}: {a!r} != {b!r}"
 
 
 def to_py(x):
@@ -351,6 +353,23 @@ def test_fast_batches_equal_hf_for_every_column_type(fmt):
                  list(hf.to_iterable_dataset(num_shards=2).with_format(fmt).iter(bs)), f"{t.column_names[-1]} bs={bs}")
 
 
+@pytest.mark.parametrize("fmt", ["numpy", "torch"])
+def test_fast_rows_equal_hf_for_every_column_type(fmt, monkeypatch):
+    monkeypatch.setattr(format_module, "ROW_CHUNK", 4)  # chunks that end inside shards too
+    table, fallback = typed_dataset()
+    for t in [table] + [table.append_column(name, col) for name, col in fallback.items()]:
+        hf = Dataset(t)
+        same(list(ri.to_iterable_dataset(hf, num_shards=2).with_format(fmt)),
+             list(hf.to_iterable_dataset(num_shards=2).with_format(fmt)), t.column_names[-1])
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch", "pandas"])
+def test_formatted_rows_resume_exactly_across_chunks(fmt, monkeypatch):
+    monkeypatch.setattr(format_module, "ROW_CHUNK", 3)
+    table, _ = typed_dataset()
+    assert_resumes_exactly(lambda: Presented(ri.to_iterable_dataset(Dataset(table), num_shards=2).with_format(fmt)))
+
+
 def test_fast_batches_are_writable_copies_and_take_format_kwargs():
     table, _ = typed_dataset()
     ds = ri.IterableDataset.from_arrow_table(table)
@@ -366,5 +385,8 @@ def test_fast_path_covers_the_simple_columns_and_leaves_the_rest_to_hf():
     table, fallback = typed_dataset()
     for fmt in ("numpy", "torch"):
         assert fast_tensor_batch(table, fmt, {}) is not None
+        assert fast_tensor_rows(table, fmt, {}) is not None
         for name, col in fallback.items():
             assert fast_tensor_batch(table.append_column(name, col), fmt, {}) is None, name
+            if name != "ragged" and name != "nan":  # one row is never ragged; HF keeps NaN scalars as they are
+                assert fast_tensor_rows(table.append_column(name, col), fmt, {}) is None, name

@@ -16,7 +16,7 @@ of the batch: it loads into the same pipeline iterated row by row, batched or fo
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
@@ -78,12 +78,18 @@ def chain_features(source: Node, ops: list[ColumnsNode]) -> Any:
 
 class ArrowBatchesNode(Node):
     """Yields ``pyarrow.Table`` batches of ``batch_size`` rows (the last one may be shorter unless
-    ``drop_last_batch``); ``child`` is a live :func:`arrow_chain` pipeline (not copied)."""
+    ``drop_last_batch``); ``child`` is a live :func:`arrow_chain` pipeline (not copied).
+
+    With ``per_row`` (a function: table of up to ``batch_size`` rows of one shard -> one item per
+    row), it yields the items one by one instead, and the state advances row by row: formatted
+    *examples* converted a chunk at a time.
+    """
 
     kind = "arrow_batches"
     read_rows = 4096  # rows taken at a time from a source with an indices mapping (HF select/shuffle)
 
-    def __init__(self, child: Node, batch_size: int, drop_last_batch: bool = False):
+    def __init__(self, child: Node, batch_size: int, drop_last_batch: bool = False,
+                 per_row: Callable[[pa.Table], list] | None = None):
         if type(batch_size) is not int or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         chain = arrow_chain(child)
@@ -92,6 +98,7 @@ class ArrowBatchesNode(Node):
         self.source, self.ops = chain
         self.batch_size = batch_size
         self.drop_last_batch = bool(drop_last_batch)
+        self.per_row = per_row
         super().__init__([child])
 
     def params(self) -> dict:
@@ -117,7 +124,28 @@ class ArrowBatchesNode(Node):
             if batch.num_rows:
                 yield pa.Table.from_batches([batch])
 
-    def _iter(self) -> Iterator[pa.Table]:
+    def _iter(self) -> Iterator[Any]:
+        return self._iter_batches() if self.per_row is None else self._iter_rows()
+
+    def _iter_rows(self) -> Iterator[Any]:
+        src, ops, size, per_row = self.source, self.ops, self.batch_size, self.per_row
+        st = src._state_dict
+        order = src.shard_order()
+        end = src.end()
+        pos, off = st["shard_pos"], st["offset"]
+        while pos < end:
+            for table in self._shard_tables(order[pos], off):
+                table = apply_column_ops(table, ops)
+                for i in range(0, table.num_rows, size):
+                    for item in per_row(table.slice(i, size)):
+                        off += 1
+                        st["shard_pos"], st["offset"] = pos, off  # as the row path, before each yield
+                        yield item
+            pos += 1
+            off = 0
+        st["shard_pos"], st["offset"] = end, 0
+
+    def _iter_batches(self) -> Iterator[pa.Table]:
         src, ops, size = self.source, self.ops, self.batch_size
         st = src._state_dict
         order = src.shard_order()

@@ -118,6 +118,82 @@ def fast_tensor_batch(table: pa.Table, format_type: str, format_kwargs: dict) ->
     return out
 
 
+def _row_values(col: pa.ChunkedArray, format_type: str, kwargs: dict) -> list | None:
+    """One column of a chunk as the values HF's ``format_row`` gives, row by row, or ``None``."""
+    t = col.type
+    if col.null_count:
+        return None
+    torch_ = format_type == "torch"
+    if torch_:
+        import torch
+    if _numeric(t):
+        values = col.to_numpy()
+        if pa.types.is_boolean(t):  # not a numpy number: HF makes a 0-d array / tensor of it
+            return [torch.tensor(v, **kwargs) for v in values] if torch_ else [np.asarray(v, **kwargs) for v in values]
+        if not torch_:  # numpy scalars of the column's dtype, never cast (HF leaves scalars as they are)
+            return list(values)
+        if values.dtype in (np.uint16, np.uint32):
+            values = values.astype(np.int64)
+        opts = {"dtype": torch.int64 if values.dtype.kind in "iu" else torch.float32, **kwargs}
+        return [torch.tensor(v, **opts) for v in values]
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        strings = col.to_pylist()
+        return strings if torch_ else [np.str_(x) for x in strings]
+    if (pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)) and _numeric(t.value_type):
+        arr = col.combine_chunks()
+        flat = arr.flatten()
+        if flat.null_count:
+            return None
+        values = np.array(flat.to_numpy(zero_copy_only=False))
+        if pa.types.is_fixed_size_list(t):
+            k = t.list_size
+            cuts = range(0, len(arr) * k + 1, k)
+        else:
+            offsets = np.asarray(arr.offsets)
+            cuts = (offsets - offsets[0]).tolist()
+        kind = values.dtype.kind
+        if torch_:
+            if values.dtype in (np.uint16, np.uint32):
+                values = values.astype(np.int64)
+            opts = {**({"dtype": torch.int64} if kind in "iu" else {"dtype": torch.float32} if kind == "f" else {}),
+                    **kwargs}
+            return [torch.tensor(values[a:b], **opts) for a, b in zip(cuts, cuts[1:])]
+        opts = {**({"dtype": np.int64} if kind in "iu" else {"dtype": np.float32} if kind == "f" else {}), **kwargs}
+        return [np.asarray(values[a:b], **opts) for a, b in zip(cuts, cuts[1:])]
+    return None
+
+
+def fast_tensor_rows(table: pa.Table, format_type: str, format_kwargs: dict) -> list[dict] | None:
+    """``format_row`` of HF's numpy / torch formatter for each row of a table of simple columns, else ``None``."""
+    names, columns = table.column_names, []
+    for col in table.columns:
+        values = _row_values(col, format_type, format_kwargs)
+        if values is None:
+            return None
+        columns.append(values)
+    return [dict(zip(names, row)) for row in zip(*columns)] if columns else [{} for _ in range(table.num_rows)]
+
+
+class RowFormatter:
+    """Formats the rows of an Arrow table chunk (for :class:`ArrowBatchesNode`'s ``per_row``): the fast
+    numpy / torch conversion where it applies, else HF's ``format_row`` on each one-row slice."""
+
+    def __init__(self, format_type: str, format_kwargs: dict, features: Any):
+        self.format_type, self.format_kwargs, self.features = format_type, format_kwargs, features
+        self.fast = format_type in ("numpy", "torch") and not _needs_decoding(features)
+        self._format_row = None
+
+    def __call__(self, table: pa.Table) -> list:
+        if self.fast:
+            rows = fast_tensor_rows(table, self.format_type, self.format_kwargs)
+            if rows is not None:
+                return rows
+        if self._format_row is None:
+            self._format_row = _formatter(self.format_type, self.format_kwargs, self.features).format_row
+        fmt = self._format_row
+        return [fmt(table.slice(i, 1)) for i in range(table.num_rows)]
+
+
 def _needs_decoding(features: Any) -> bool:
     if features is None:
         return False
@@ -134,13 +210,14 @@ def _formatter(name: str, format_kwargs: dict, features: Any = None):
 
 class FormatNode(Node):
     """Formats what ``child`` yields. ``source`` says what that is: Python examples, formatted one by
-    one (``"rows"``) or grouped into batches of ``batch_size`` first (``"batches"``), one-row Arrow
-    tables (``"table_rows"``) or Arrow batch tables (``"table_batches"``). No state of its own;
+    one (``"rows"``) or grouped into batches of ``batch_size`` first (``"batches"``), or Arrow batch
+    tables (``"table_batches"``; formatted examples of an Arrow source are made by
+    :class:`ArrowBatchesNode` with a :class:`RowFormatter`). No state of its own;
     ``child`` is iterated as is (not copied), and a batch is assembled inside one ``next()``, so
     between yields the child's state counts every example of the yielded batch."""
 
     kind = "format"
-    SOURCES = ("rows", "batches", "table_rows", "table_batches")
+    SOURCES = ("rows", "batches", "table_batches")
 
     def __init__(self, child: Node, format_type: str, format_kwargs: dict | None = None,
                  source: str = "rows", features: Any = None, batch_size: int = 1, drop_last_batch: bool = False):
@@ -174,14 +251,8 @@ class FormatNode(Node):
 
         child = self.children[0]
         source = self.source
-        if source in ("table_rows", "table_batches"):
-            formatter = _formatter(self.format_type, self.format_kwargs, self.features)
-            if source == "table_rows":
-                fmt = formatter.format_row
-                for table in child:
-                    yield fmt(table)
-                return
-            fmt = formatter.format_batch
+        if source == "table_batches":
+            fmt = _formatter(self.format_type, self.format_kwargs, self.features).format_batch
             if self.format_type in ("numpy", "torch") and not _needs_decoding(self.features):
                 name, kwargs = self.format_type, self.format_kwargs
                 for table in child:
@@ -219,6 +290,9 @@ class FormatNode(Node):
                 yield rows_to_batch(rows)
 
 
+ROW_CHUNK = 256  # rows of an Arrow source formatted at a time when iterating formatted examples
+
+
 def present(node: Node, fmt: tuple | None, batch: tuple | None = None) -> Node:
     """The node to iterate for the live pipeline ``node`` shown in format ``fmt`` (``(type, kwargs)``
     or ``None``), grouped into batches when ``batch`` is ``(batch_size, drop_last_batch)``.
@@ -236,7 +310,7 @@ def present(node: Node, fmt: tuple | None, batch: tuple | None = None) -> Node:
     if chain is not None:
         features = chain_features(*chain)
         if batch is None:
-            return FormatNode(ArrowBatchesNode(node, 1), name, kwargs, "table_rows", features)
+            return ArrowBatchesNode(node, ROW_CHUNK, per_row=RowFormatter(name, kwargs, features))
         return FormatNode(ArrowBatchesNode(node, *batch), name, kwargs, "table_batches", features)
     if batch is None:
         return FormatNode(node, name, kwargs, "rows")
