@@ -8,8 +8,11 @@ owns no state, so it changes neither the state layout nor the pipeline fingerpri
 Like HF, the input decides the path:
 
 * an **Arrow-backed** pipeline (an Arrow source under column operations only, see
-  ``arrow_batches.py``) is formatted from Arrow tables: ``format_row`` on one-row tables for
-  examples, ``format_batch`` on column-wise batch tables for batches (no per-example dicts);
+  ``arrow_batches.py``) is formatted from Arrow tables, as HF's ``format_batch`` / ``format_row``
+  do, without a Python dict per example. For numpy and torch and the common column types
+  (numbers, booleans, strings, equal-length lists of numbers) the arrays are computed here from
+  the Arrow columns, with the dtypes and copies HF's formatters produce; any other column is
+  left to HF's formatter;
 * any other pipeline yields Python examples, formatted with ``recursive_tensorize`` (numpy,
   torch, ...) or converted to an Arrow table first (arrow, pandas, polars).
 """
@@ -272,7 +275,6 @@ class FormatNode(Node):
                 for rows in self._batches():
                     yield tensorize(rows_to_batch([tensorize(x) for x in rows]))
         elif isinstance(formatter, TableFormatter):
-            import pyarrow as pa
             from datasets.features.features import cast_to_python_objects
 
             if source == "rows":
