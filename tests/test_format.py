@@ -390,3 +390,31 @@ def test_fast_path_covers_the_simple_columns_and_leaves_the_rest_to_hf():
             assert fast_tensor_batch(table.append_column(name, col), fmt, {}) is None, name
             if name != "ragged" and name != "nan":  # one row is never ragged; HF keeps NaN scalars as they are
                 assert fast_tensor_rows(table.append_column(name, col), fmt, {}) is None, name
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "arrow"])
+def test_batches_split_by_rank_with_a_step_are_still_formatted_as_batches(fmt):
+    """3 shards over 2 ranks: each rank keeps every other batch (a step over the batch pipeline)."""
+    ds = arrow_ds(fmt, shards=3).select_columns(["i", "f", "v"]).batch(4)
+    whole = list(ds)
+    parts = [list(ri.split_dataset_by_node(ds, rank=r, world_size=2)) for r in range(2)]
+    same(parts[0] + parts[1], whole[0::2] + whole[1::2])
+
+
+def test_elastic_resume_keeps_formatted_batches():
+    """A loader state saved with 2 workers, resumed with 1 (an elastic plan): every example once, and
+    the batches keep their format and dtypes."""
+    pytest.importorskip("torchdata")
+
+    def build():
+        return ri.to_iterable_dataset(HF, num_shards=4).select_columns(["i", "f"]).with_format("numpy").batch(2)
+
+    loader = ri.StatefulDataLoader(build(), batch_size=None, num_workers=2)
+    it = iter(loader)
+    head = [next(it) for _ in range(3)]
+    state = json.loads(json.dumps(loader.state_dict()))
+    resumed = ri.StatefulDataLoader(build(), batch_size=None, num_workers=1)
+    resumed.load_state_dict(state)
+    tail = list(resumed)
+    assert sorted(i for b in head + tail for i in b["i"].tolist()) == list(range(13))
+    assert all(b["f"].dtype == torch.float32 and b["i"].dtype == torch.int64 for b in head + tail)

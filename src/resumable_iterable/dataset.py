@@ -262,7 +262,9 @@ class IterableDataset(_Base):
             return iter(node)
         from .nodes.format import present
 
-        return iter(present(node, self._format, batch))
+        # a pipeline ending in batch() may be wrapped when it is split by rank or resumed elastically:
+        # its items are still batches
+        return iter(present(node, self._format, batch, batched=isinstance(self._node, BatchNode)))
 
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> IterableDataset:
         """The part of this dataset made of shard group ``index`` out of ``num_shards``."""

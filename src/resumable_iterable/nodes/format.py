@@ -213,14 +213,15 @@ def _formatter(name: str, format_kwargs: dict, features: Any = None):
 
 class FormatNode(Node):
     """Formats what ``child`` yields. ``source`` says what that is: Python examples, formatted one by
-    one (``"rows"``) or grouped into batches of ``batch_size`` first (``"batches"``), or Arrow batch
-    tables (``"table_batches"``; formatted examples of an Arrow source are made by
-    :class:`ArrowBatchesNode` with a :class:`RowFormatter`). No state of its own;
+    one (``"rows"``) or grouped into batches of ``batch_size`` first (``"batches"``), Arrow batch
+    tables (``"table_batches"``) or Python batches ``{column: [values]}`` (``"batch_dicts"``,
+    formatted like Arrow batch tables). Formatted examples of an Arrow source are made by
+    :class:`ArrowBatchesNode` with a :class:`RowFormatter`. No state of its own;
     ``child`` is iterated as is (not copied), and a batch is assembled inside one ``next()``, so
     between yields the child's state counts every example of the yielded batch."""
 
     kind = "format"
-    SOURCES = ("rows", "batches", "table_batches")
+    SOURCES = ("rows", "batches", "table_batches", "batch_dicts")
 
     def __init__(self, child: Node, format_type: str, format_kwargs: dict | None = None,
                  source: str = "rows", features: Any = None, batch_size: int = 1, drop_last_batch: bool = False):
@@ -254,7 +255,11 @@ class FormatNode(Node):
 
         child = self.children[0]
         source = self.source
-        if source == "table_batches":
+        if source in ("table_batches", "batch_dicts"):
+            if source == "batch_dicts":
+                from datasets.features.features import cast_to_python_objects
+
+                child = (pa.Table.from_pydict(cast_to_python_objects(b, only_1d_for_numpy=True)) for b in child)
             fmt = _formatter(self.format_type, self.format_kwargs, self.features).format_batch
             if self.format_type in ("numpy", "torch") and not _needs_decoding(self.features):
                 name, kwargs = self.format_type, self.format_kwargs
@@ -295,19 +300,23 @@ class FormatNode(Node):
 ROW_CHUNK = 256  # rows of an Arrow source formatted at a time when iterating formatted examples
 
 
-def present(node: Node, fmt: tuple | None, batch: tuple | None = None) -> Node:
+def present(node: Node, fmt: tuple | None, batch: tuple | None = None, batched: bool = False) -> Node:
     """The node to iterate for the live pipeline ``node`` shown in format ``fmt`` (``(type, kwargs)``
     or ``None``), grouped into batches when ``batch`` is ``(batch_size, drop_last_batch)``.
 
     A ``node`` that is itself a :class:`BatchNode` (``.batch()``) is formatted batch by batch. Where
     the rows come from an Arrow-backed pipeline the batches are built column-wise
-    (:class:`ArrowBatchesNode`); otherwise rows are batched and then formatted.
+    (:class:`ArrowBatchesNode`); otherwise rows are batched and then formatted. ``batched`` says
+    that ``node`` yields batches though it is not a :class:`BatchNode` (a ``.batch()`` pipeline
+    split by rank or resumed elastically): they are formatted as batches too.
     """
     if batch is None and isinstance(node, BatchNode):
         node, batch = node.children[0], (node.batch_size, node.drop_last_batch)
     if fmt is None or fmt[0] is None:
         return node if batch is None else BatchNode(node, *batch)
     name, kwargs = fmt
+    if batch is None and batched:
+        return FormatNode(node, name, kwargs, "batch_dicts")
     chain = arrow_chain(node)
     if chain is not None:
         features = chain_features(*chain)
