@@ -264,7 +264,7 @@ class IterableDataset(_Base):
 
         # a pipeline ending in batch() may be wrapped when it is split by rank or resumed elastically:
         # its items are still batches
-        return iter(present(node, self._format, batch, batched=isinstance(self._node, BatchNode)))
+        return iter(present(node, self._format, batch, template=self._node))
 
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> IterableDataset:
         """The part of this dataset made of shard group ``index`` out of ``num_shards``."""

@@ -76,6 +76,15 @@ def chain_features(source: Node, ops: list[ColumnsNode]) -> Any:
     return features
 
 
+def chain_schema(node: Node) -> pa.Schema | None:
+    """The Arrow schema of what an :func:`arrow_chain` pipeline yields, when known without reading
+    (an in-memory / memory-mapped table source); else ``None``."""
+    chain = arrow_chain(node)
+    if chain is None or not isinstance(chain[0], ArrowSource):
+        return None
+    return apply_column_ops(chain[0].table.schema.empty_table(), chain[1]).schema
+
+
 class ArrowBatchesNode(Node):
     """Yields ``pyarrow.Table`` batches of ``batch_size`` rows (the last one may be shorter unless
     ``drop_last_batch``); ``child`` is a live :func:`arrow_chain` pipeline (not copied).

@@ -25,7 +25,7 @@ from typing import Any, Iterator
 import numpy as np
 import pyarrow as pa
 
-from .arrow_batches import ArrowBatchesNode, arrow_chain, chain_features
+from .arrow_batches import ArrowBatchesNode, arrow_chain, chain_features, chain_schema
 from .base import Node
 from .batch import BatchNode
 from .map import rows_to_batch
@@ -224,7 +224,8 @@ class FormatNode(Node):
     SOURCES = ("rows", "batches", "table_batches", "batch_dicts")
 
     def __init__(self, child: Node, format_type: str, format_kwargs: dict | None = None,
-                 source: str = "rows", features: Any = None, batch_size: int = 1, drop_last_batch: bool = False):
+                 source: str = "rows", features: Any = None, batch_size: int = 1, drop_last_batch: bool = False,
+                 schema: pa.Schema | None = None):
         if source not in self.SOURCES:
             raise ValueError(f"unknown input {source!r}; expected one of {self.SOURCES}")
         if type(batch_size) is not int or batch_size < 1:
@@ -235,11 +236,23 @@ class FormatNode(Node):
         self.features = features
         self.batch_size = batch_size
         self.drop_last_batch = bool(drop_last_batch)
+        self.schema = schema
         super().__init__([child])
 
     def params(self) -> dict:
         return {"type": self.format_type, "source": self.source, "batch_size": self.batch_size,
                 "drop_last_batch": self.drop_last_batch}
+
+    def _to_table(self, batch: dict) -> pa.Table:
+        from datasets.features.features import cast_to_python_objects
+
+        batch = cast_to_python_objects(batch, only_1d_for_numpy=True)
+        if self.schema is not None:
+            try:  # the types the column-wise path has for these columns
+                return pa.Table.from_pydict(batch, schema=self.schema)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, ValueError):
+                pass
+        return pa.Table.from_pydict(batch)
 
     def _batches(self) -> Iterator[list]:
         it = iter(self.children[0])
@@ -257,9 +270,7 @@ class FormatNode(Node):
         source = self.source
         if source in ("table_batches", "batch_dicts"):
             if source == "batch_dicts":
-                from datasets.features.features import cast_to_python_objects
-
-                child = (pa.Table.from_pydict(cast_to_python_objects(b, only_1d_for_numpy=True)) for b in child)
+                child = (self._to_table(b) for b in child)
             fmt = _formatter(self.format_type, self.format_kwargs, self.features).format_batch
             if self.format_type in ("numpy", "torch") and not _needs_decoding(self.features):
                 name, kwargs = self.format_type, self.format_kwargs
@@ -300,23 +311,27 @@ class FormatNode(Node):
 ROW_CHUNK = 256  # rows of an Arrow source formatted at a time when iterating formatted examples
 
 
-def present(node: Node, fmt: tuple | None, batch: tuple | None = None, batched: bool = False) -> Node:
+def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template: Node | None = None) -> Node:
     """The node to iterate for the live pipeline ``node`` shown in format ``fmt`` (``(type, kwargs)``
     or ``None``), grouped into batches when ``batch`` is ``(batch_size, drop_last_batch)``.
 
     A ``node`` that is itself a :class:`BatchNode` (``.batch()``) is formatted batch by batch. Where
     the rows come from an Arrow-backed pipeline the batches are built column-wise
-    (:class:`ArrowBatchesNode`); otherwise rows are batched and then formatted. ``batched`` says
-    that ``node`` yields batches though it is not a :class:`BatchNode` (a ``.batch()`` pipeline
-    split by rank or resumed elastically): they are formatted as batches too.
+    (:class:`ArrowBatchesNode`); otherwise rows are batched and then formatted. If the dataset's
+    unsplit pipeline ``template`` is a :class:`BatchNode` but ``node`` is not (a ``.batch()``
+    pipeline split by rank with a step, or resumed elastically), ``node`` still yields batches:
+    they are formatted as batches, with the column types of the column-wise path where known.
     """
     if batch is None and isinstance(node, BatchNode):
         node, batch = node.children[0], (node.batch_size, node.drop_last_batch)
     if fmt is None or fmt[0] is None:
         return node if batch is None else BatchNode(node, *batch)
     name, kwargs = fmt
-    if batch is None and batched:
-        return FormatNode(node, name, kwargs, "batch_dicts")
+    if batch is None and isinstance(template, BatchNode):
+        rows = template.children[0]
+        chain = arrow_chain(rows)
+        return FormatNode(node, name, kwargs, "batch_dicts", features=chain_features(*chain) if chain else None,
+                          schema=chain_schema(rows))
     chain = arrow_chain(node)
     if chain is not None:
         features = chain_features(*chain)
