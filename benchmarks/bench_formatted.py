@@ -7,7 +7,9 @@ of 32), side by side in one run:
 * **per-example dicts** - ``ri.to_iterable_dataset(hf)`` with the loader's ``batch_size=32``: the
   loader's ``default_collate`` builds every batch from 32 Python dicts;
 * **HF** - ``hf.to_iterable_dataset().with_format("numpy")`` with ``batch_size=32`` (HF's usual
-  way), and HF's own ``with_format("numpy").batch(32)`` with ``batch_size=None``.
+  way), and HF's own ``with_format("numpy").batch(32)`` with ``batch_size=None``;
+* and, without a loader, formatted examples (``with_format("numpy" | "torch")``, no batching) in one
+  process, ours and HF's.
 
 The loader takes every worker's ``state_dict()`` after every batch, so state capture is timed too.
 The rows are ``{"id": int64, "label": int64, "x": 16 float32}`` (a small feature vector).
@@ -102,6 +104,13 @@ def run(n_rows: int = N_ROWS, repeats: int = 1, scale: float = 1.0, hf_ds=None) 
     hf_batch, n_hfb = loader_rate(lambda: hf.to_iterable_dataset(num_shards=shards).with_format("numpy").batch(BATCH_SIZE),
                                   None, limit["hf-batch"], repeats)
     ratio = col / rows
+    in_process = []
+    for fmt in ("numpy", "torch"):  # formatted examples, no loader
+        n_ours, n_hf = limit["column-wise"], limit["hf-rows"] // 4
+        dt, got = time_iteration(lambda: ri.to_iterable_dataset(hf, num_shards=shards).with_format(fmt), n_ours, repeats)
+        hdt, hgot = time_iteration(lambda: hf.to_iterable_dataset(num_shards=shards).with_format(fmt), n_hf, repeats)
+        in_process.append(Result(f"with_format('{fmt}') examples, one process", got / dt, hgot / hdt, "ex/s",
+                                 note=f"ours: {got} examples, HF: {hgot}"))
     return [
         Result("loader alone (ready-made tensor batches)", ceiling, None, "ex/s",
                note=f"the ceiling of the loader itself with batch_size=None: {n_ready} examples"),
@@ -114,6 +123,7 @@ def run(n_rows: int = N_ROWS, repeats: int = 1, scale: float = 1.0, hf_ds=None) 
         Result("column-wise numpy batches vs HF with_format('numpy').batch(32)", col, hf_batch, "ex/s",
                note=f"HF: {n_hfb} examples, loader batch_size=None"),
         Result("per-example dicts + collate vs HF with_format('numpy') + collate", rows, hf_rows, "ex/s"),
+        *in_process,
     ]
 
 
