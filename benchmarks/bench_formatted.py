@@ -106,9 +106,10 @@ def run(n_rows: int = N_ROWS, repeats: int = 1, scale: float = 1.0, hf_ds=None) 
     ratio = col / rows
     in_process = []
     for fmt in ("numpy", "torch"):  # formatted examples, no loader
-        n_ours, n_hf = limit["column-wise"], limit["hf-rows"] // 4
-        dt, got = time_iteration(lambda: ri.to_iterable_dataset(hf, num_shards=shards).with_format(fmt), n_ours, repeats)
-        hdt, hgot = time_iteration(lambda: hf.to_iterable_dataset(num_shards=shards).with_format(fmt), n_hf, repeats)
+        dt, got = time_iteration(lambda: ri.to_iterable_dataset(hf, num_shards=shards).with_format(fmt),
+                                 limit["column-wise"], repeats)
+        hdt, hgot = time_iteration(lambda: hf.to_iterable_dataset(num_shards=shards).with_format(fmt),
+                                   limit["hf-rows"] // 4, repeats)
         in_process.append(Result(f"with_format('{fmt}') examples, one process", got / dt, hgot / hdt, "ex/s",
                                  note=f"ours: {got} examples, HF: {hgot}"))
     return [
