@@ -87,6 +87,15 @@ def test_dataloader_runs(data):
     _check(bench_dataloader.run(hf_ds=data[0], hf_ds_b=data[1], scale=0.005, names=["plain iteration"]))
 
 
+def test_formatted_runs():
+    pytest.importorskip("torchdata")
+    import bench_formatted
+
+    results = bench_formatted.run(hf_ds=bench_formatted.make_dataset(600), scale=0.002)
+    _check(results)
+    assert results[1].met is not None  # the column-wise vs per-example target is checked
+
+
 def test_run_all_markdown():
     import run_all
 

@@ -185,7 +185,9 @@ class IterableDataset(_Base):
     def _derive(self, node: Node, features: Any = None, column_names: Any = "keep") -> IterableDataset:
         if column_names == "keep":
             column_names = self._column_names if features is None else None
-        return type(self)(node, features=features, column_names=column_names, _split=self._split, _epoch=self._epoch)
+        new = type(self)(node, features=features, column_names=column_names, _split=self._split, _epoch=self._epoch)
+        new._format = self._format
+        return new
 
     def map(self, function: Callable | None = None, with_indices: bool = False, input_columns: Any = None,
             batched: bool = False, batch_size: int | None = 1000, drop_last_batch: bool = False,
@@ -390,6 +392,51 @@ class IterableDataset(_Base):
         consumer after the examples read before them) and at interpreter exit."""
         return self._derive(PrefetchNode(self._node.clone(), n), features=self._features)
 
+    # ------------------------------------------------------------------ formats and batched iteration
+    _format: tuple | None = None  # (format type, format kwargs) set by with_format; presentation only
+
+    def with_format(self, type: str | None = None, **format_kwargs: Any) -> IterableDataset:
+        """The same dataset yielding examples (and batches) in format ``type``, as HF ``with_format``:
+        ``None``/``"python"``, ``"numpy"``/``"np"``, ``"torch"``/``"pt"``, ``"arrow"``/``"pa"``,
+        ``"pandas"``/``"pd"`` (also ``"polars"``, ``"tensorflow"``, ``"jax"`` when installed).
+        ``format_kwargs`` go to the formatter (e.g. ``dtype=torch.float16`` for torch).
+
+        A format is presentation only: states, fingerprints and resumption are the same in every
+        format. Functions given to ``map``/``filter`` always receive Python objects.
+        """
+        from .nodes.format import check_format
+
+        name = check_format(type, format_kwargs)
+        new = self._derive(self._node, features=self._features)
+        new._format = (name, dict(format_kwargs)) if name is not None else None
+        return new
+
+    @property
+    def format(self) -> dict:
+        """The output format: ``{"type": None | "numpy" | "torch" | ..., "format_kwargs": {...}}``."""
+        name, kwargs = self._format if self._format is not None else (None, {})
+        return {"type": name, "format_kwargs": dict(kwargs)}
+
+    def iter(self, batch_size: int, drop_last_batch: bool = False) -> Iterator[Any]:
+        """Iterate in batches of ``batch_size`` examples, in this dataset's format (HF ``iter``).
+
+        Resumable like ``__iter__``: ``state_dict()`` taken between batches continues right after
+        the last yielded batch, whether the next pass uses ``iter`` with the same ``batch_size`` or
+        plain iteration. Arrow-backed datasets with a tensor or table format build the batches
+        column-wise from Arrow slices, without a Python dict per example.
+        """
+        batch_size = as_int(batch_size, "batch_size", lo=1)
+        return self._present(self._pass_node(), (batch_size, bool(drop_last_batch)))
+
+    def _present(self, node: Node, batch: tuple | None = None) -> Iterator[Any]:
+        if self._format is None and batch is None:
+            return iter(node)
+        from .nodes.format import present
+
+        # a pipeline ending in batch() may be wrapped when it is split by rank or resumed elastically:
+        # its items are still batches
+        return iter(present(node, self._format, batch, template=self._node))
+
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> IterableDataset:
         """The part of this dataset made of shard group ``index`` out of ``num_shards``."""
         num_shards = as_int(num_shards, "num_shards", lo=1)  # index: checked by the sources
@@ -434,7 +481,11 @@ class IterableDataset(_Base):
         """The template pipeline this process iterates: split by rank, then by DataLoader worker."""
         return split_for_process(self._node, self._split)
 
-    def __iter__(self) -> Iterator[dict]:
+    def __iter__(self) -> Iterator[Any]:
+        return self._present(self._pass_node())
+
+    def _pass_node(self) -> Node:
+        """The live node tree of the pass about to start: a loaded state not iterated yet, or a fresh one."""
         worker = current_worker()
         _resume.resolve_pending(self, worker)
         if self._pending and self._active is not None:
@@ -444,7 +495,7 @@ class IterableDataset(_Base):
         else:
             node, epoch = _resume.fresh_node(self, worker)
             self._active, self._active_ctx, self._active_epoch = node, worker, epoch
-        return iter(node)
+        return node
 
     def _current_node(self) -> Node:
         worker = current_worker()

@@ -40,8 +40,10 @@ def split_dataset_by_node(dataset, rank: int, world_size: int):
         return hf_split(dataset, rank=rank, world_size=world_size)
     world_size = as_int(world_size, "world_size", lo=1)
     rank = as_int(rank, "rank", hi=world_size - 1)
-    return type(dataset)(dataset._node, features=dataset._features, column_names=dataset._column_names,
+    part = type(dataset)(dataset._node, features=dataset._features, column_names=dataset._column_names,
                          _split=(*dataset._split, ("rank", rank, world_size)), _epoch=dataset._epoch)
+    part._format = dataset._format  # like HF, the part keeps the dataset's format
+    return part
 
 
 def _worker_info():

@@ -138,6 +138,10 @@ class FileSource(SourceNode):
         self._check_offset(shard_id, offset, table.num_rows)
         yield from table.slice(offset).to_batches(max_chunksize=self.batch_rows)
 
+    def record_batches(self, shard_id: int, offset: int) -> Iterator[pa.RecordBatch]:
+        """Record batches of a shard from row ``offset`` on (read by the column-wise batch path)."""
+        return self._batches(shard_id, offset)
+
     def _check_offset(self, shard_id: int, offset: int, rows: int) -> None:
         if offset > rows:
             raise ValueError(

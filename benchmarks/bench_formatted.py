@@ -1,0 +1,143 @@
+"""Formatted batches through ``torchdata.stateful_dataloader.StatefulDataLoader`` (2 workers, batches
+of 32), side by side in one run:
+
+* **column-wise** - ``ri.to_iterable_dataset(hf).with_format("numpy").batch(32)`` handed to the
+  loader with ``batch_size=None``: each batch is a slice of the Arrow table turned into numpy
+  arrays, no Python dict per example;
+* **per-example dicts** - ``ri.to_iterable_dataset(hf)`` with the loader's ``batch_size=32``: the
+  loader's ``default_collate`` builds every batch from 32 Python dicts;
+* **HF** - ``hf.to_iterable_dataset().with_format("numpy")`` with ``batch_size=32`` (HF's usual
+  way), and HF's own ``with_format("numpy").batch(32)`` with ``batch_size=None``;
+* and, without a loader, formatted examples (``with_format("numpy" | "torch")``, no batching) in one
+  process, ours and HF's.
+
+The loader takes every worker's ``state_dict()`` after every batch, so state capture is timed too.
+The rows are ``{"id": int64, "label": int64, "x": 16 float32}`` (a small feature vector).
+
+    python benchmarks/bench_formatted.py [--rows N] [--repeats R] [--quick]
+"""
+
+from __future__ import annotations
+
+from common import NUM_SHARDS, Result, arg_parser, print_section, time_iteration
+
+BATCH_SIZE = 32
+WORKERS = 2
+N_ROWS = 200_000
+# examples timed per variant: the per-example paths are slow, so they are timed on a prefix
+LIMITS = {"column-wise": 200_000, "per-example": 32_000, "hf-rows": 16_000, "hf-batch": 32_000}
+TARGET = 5.0  # column-wise >= 5x per-example dicts
+
+
+def make_dataset(n: int):
+    """A HF map-style ``Dataset`` of ``n`` rows ``{"id", "label", "x": 16 float32}``."""
+    import numpy as np
+    from datasets import Dataset, Features, List, Value
+
+    rng = np.random.default_rng(0)
+    features = Features({"id": Value("int64"), "label": Value("int64"), "x": List(Value("float32"), length=16)})
+    return Dataset.from_dict({"id": np.arange(n), "label": rng.integers(0, 10, n),
+                              "x": rng.random((n, 16), dtype=np.float32)}, features=features)
+
+
+def ready_batches(n_batches: int):
+    """The loader's own ceiling here: a torch ``IterableDataset`` yielding ready-made batches of tensors
+    shaped like this data (cloned, as a fresh batch would be), split among workers."""
+    import torch
+    import torch.utils.data
+
+    class Ready(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            info = torch.utils.data.get_worker_info()
+            k, n = (info.id, info.num_workers) if info is not None else (0, 1)
+            batch = {"id": torch.arange(BATCH_SIZE), "label": torch.arange(BATCH_SIZE), "x": torch.rand(BATCH_SIZE, 16)}
+            for _ in range(k, n_batches, n):
+                yield {c: v.clone() for c, v in batch.items()}
+
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state):
+            pass
+
+    return Ready()
+
+
+def loader_rate(make_ds, batch_size: int | None, limit: int, repeats: int = 1) -> tuple[float, int]:
+    """Examples per second through a ``StatefulDataLoader`` (best of ``repeats``), counting the examples
+    of up to ``limit // BATCH_SIZE`` batches; ``batch_size=None`` when the dataset yields batches."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    batches = max(1, limit // BATCH_SIZE)
+    best, examples = float("inf"), 0
+    for _ in range(repeats):
+        counted = [0]
+
+        def stream():
+            for b in StatefulDataLoader(make_ds(), batch_size=batch_size, num_workers=WORKERS):
+                counted[0] += len(b["id"])
+                yield b
+
+        dt, _ = time_iteration(stream, limit=batches, repeats=1)
+        if dt < best:
+            best, examples = dt, counted[0]
+    return examples / best, examples
+
+
+def run(n_rows: int = N_ROWS, repeats: int = 1, scale: float = 1.0, hf_ds=None) -> list[Result]:
+    import torch  # noqa: F401 - import first: our IterableDataset then derives from torch's
+
+    import resumable_iterable as ri
+
+    hf = hf_ds if hf_ds is not None else make_dataset(n_rows)
+    shards = min(NUM_SHARDS, len(hf))
+    limit = {k: max(BATCH_SIZE, min(len(hf), int(v * scale))) for k, v in LIMITS.items()}
+
+    ceiling, n_ready = loader_rate(lambda: ready_batches(limit["column-wise"] // BATCH_SIZE), None,
+                                   limit["column-wise"], repeats)
+    col, n_col = loader_rate(lambda: ri.to_iterable_dataset(hf, num_shards=shards).with_format("numpy").batch(BATCH_SIZE),
+                             None, limit["column-wise"], repeats)
+    rows, n_rows_ = loader_rate(lambda: ri.to_iterable_dataset(hf, num_shards=shards), BATCH_SIZE,
+                                limit["per-example"], repeats)
+    hf_rows, n_hf = loader_rate(lambda: hf.to_iterable_dataset(num_shards=shards).with_format("numpy"), BATCH_SIZE,
+                                limit["hf-rows"], repeats)
+    hf_batch, n_hfb = loader_rate(lambda: hf.to_iterable_dataset(num_shards=shards).with_format("numpy").batch(BATCH_SIZE),
+                                  None, limit["hf-batch"], repeats)
+    ratio = col / rows
+    in_process = []
+    for fmt in ("numpy", "torch"):  # formatted examples, no loader
+        dt, got = time_iteration(lambda: ri.to_iterable_dataset(hf, num_shards=shards).with_format(fmt),
+                                 limit["column-wise"], repeats)
+        hdt, hgot = time_iteration(lambda: hf.to_iterable_dataset(num_shards=shards).with_format(fmt),
+                                   limit["hf-rows"] // 4, repeats)
+        in_process.append(Result(f"with_format('{fmt}') examples, one process", got / dt, hgot / hdt, "ex/s",
+                                 note=f"ours: {got} examples, HF: {hgot}"))
+    return [
+        Result("loader alone (ready-made tensor batches)", ceiling, None, "ex/s",
+               note=f"the ceiling of the loader itself with batch_size=None: {n_ready} examples"),
+        Result("column-wise numpy batches vs per-example dicts + collate", col, rows, "ex/s",
+               target=f">= {TARGET:.0f}x per-example dicts", check=f"{ratio:.1f}x", met=ratio >= TARGET,
+               ref_label="ours, per-example dicts",
+               note=f"{n_col} vs {n_rows_} examples; with_format('numpy').batch(32), loader batch_size=None"),
+        Result("column-wise numpy batches vs HF with_format('numpy') + collate", col, hf_rows, "ex/s",
+               note=f"HF: {n_hf} examples, numpy rows collated by the loader (batch_size=32)"),
+        Result("column-wise numpy batches vs HF with_format('numpy').batch(32)", col, hf_batch, "ex/s",
+               note=f"HF: {n_hfb} examples, loader batch_size=None"),
+        Result("per-example dicts + collate vs HF with_format('numpy') + collate", rows, hf_rows, "ex/s"),
+        *in_process,
+    ]
+
+
+def main() -> None:
+    ap = arg_parser(__doc__, repeats=1)
+    ap.set_defaults(rows=N_ROWS)
+    ap.add_argument("--quick", action="store_true", help="tiny sizes: check that it runs")
+    args = ap.parse_args()
+    n = 4_000 if args.quick else args.rows
+    results = run(n_rows=n, repeats=args.repeats, scale=0.02 if args.quick else 1.0)
+    print_section(f"formatted batches through StatefulDataLoader ({WORKERS} workers, batch {BATCH_SIZE}), "
+                  f"{n} rows in {NUM_SHARDS} shards", results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,343 @@
+"""Output formats (``with_format``): examples and batches as numpy arrays, torch tensors, Arrow
+tables, pandas DataFrames... formatted by HF ``datasets``' own formatters, so the values and
+types are the ones ``datasets.IterableDataset.with_format`` yields.
+
+A format is presentation only: it is applied on top of the node tree a dataset iterates and
+owns no state, so it changes neither the state layout nor the pipeline fingerprint.
+
+Like HF, the input decides the path:
+
+* an **Arrow-backed** pipeline (an Arrow source under column operations only, see
+  ``arrow_batches.py``) is formatted from Arrow tables, as HF's ``format_batch`` / ``format_row``
+  do, without a Python dict per example. For numpy and torch and the common column types
+  (numbers, booleans, strings, equal-length lists of numbers) the arrays are computed here from
+  the Arrow columns, with the dtypes and copies HF's formatters produce; any other column is
+  left to HF's formatter;
+* any other pipeline yields Python examples, formatted with ``recursive_tensorize`` (numpy,
+  torch, ...) or converted to an Arrow table first (arrow, pandas, polars).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from .arrow_batches import ArrowBatchesNode, arrow_chain, chain_features, chain_schema
+from .base import Node
+from .batch import BatchNode
+from .map import rows_to_batch
+
+
+def check_format(type: str | None, format_kwargs: dict) -> str | None:
+    """The canonical name of format ``type`` (``None`` for Python objects); ``ValueError`` if it is
+    unknown or its library is not installed, ``TypeError`` if the keyword arguments do not fit it."""
+    from datasets.formatting import get_format_type_from_alias, get_formatter
+
+    if type is not None and not isinstance(type, str):
+        raise TypeError(f"format type must be a string or None, got {type!r}")
+    name = get_format_type_from_alias(type)
+    if name == "custom":
+        raise ValueError("with_format('custom') is not supported; use map() to transform the examples")
+    try:
+        get_formatter(name, **format_kwargs)
+    except TypeError as e:
+        raise TypeError(f"with_format({type!r}): bad format arguments {sorted(format_kwargs)}: {e}") from None
+    return name
+
+
+# ---------------------------------------------------------------------- column-wise numpy / torch batches
+# HF's ``format_batch`` costs about a millisecond per batch whatever its size (it walks every value
+# through generic helpers, and starts a progress bar per call). For the column types below the
+# result is computed directly from the Arrow column - the same arrays, dtypes and copies HF returns
+# (the tests compare both). Any other column (nulls, NaN, nested, ragged lists, binary, extension
+# types, features to decode) sends the whole batch to HF's formatter.
+
+_NUMERIC = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean)
+
+
+def _numeric(t: pa.DataType) -> bool:
+    return any(f(t) for f in _NUMERIC) and not pa.types.is_uint64(t)
+
+
+def _column_to_numpy(col: pa.ChunkedArray) -> Any:
+    """The column as HF's numpy extraction builds it (a fresh array), or ``None`` if not a simple case."""
+    t = col.type
+    if col.null_count:
+        return None
+    if _numeric(t):
+        out = np.array(col.to_numpy())
+        if pa.types.is_floating(t) and np.isnan(out).any():
+            return None  # HF returns an object array there
+        return out
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "str"
+    if (pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)) and _numeric(t.value_type):
+        arr = col.combine_chunks()
+        flat = arr.flatten()
+        if flat.null_count:
+            return None
+        n = len(arr)
+        if pa.types.is_fixed_size_list(t):
+            k = t.list_size
+        else:
+            offsets = np.asarray(arr.offsets)
+            lengths = np.diff(offsets)
+            if n == 0 or (lengths != lengths[0]).any():
+                return None  # ragged: HF returns an object array of arrays
+            k = int(lengths[0])
+        out = np.array(flat.to_numpy(zero_copy_only=False)).reshape(n, k)
+        if pa.types.is_floating(t.value_type) and np.isnan(out).any():
+            return None
+        return out
+    return None
+
+
+def fast_tensor_batch(table: pa.Table, format_type: str, format_kwargs: dict) -> dict | None:
+    """``format_batch`` of HF's numpy / torch formatter for tables of simple columns, else ``None``."""
+    out = {}
+    for name, col in zip(table.column_names, table.columns):
+        values = _column_to_numpy(col)
+        if values is None:
+            return None
+        if isinstance(values, str):  # strings: a '<U' array (numpy) or a list (torch), as HF
+            strings = col.to_pylist()
+            out[name] = np.array(strings) if format_type == "numpy" else strings
+            continue
+        if format_type == "numpy":
+            kind = values.dtype.kind
+            default = {"dtype": np.int64} if kind in "iu" else {"dtype": np.float32} if kind == "f" else {}
+            out[name] = np.asarray(values, **{**default, **format_kwargs})
+        else:
+            import torch
+
+            kind = values.dtype.kind
+            if values.dtype in (np.uint16, np.uint32):
+                values = values.astype(np.int64)
+            default = {"dtype": torch.int64} if kind in "iu" else {"dtype": torch.float32} if kind == "f" else {}
+            out[name] = torch.tensor(values, **{**default, **format_kwargs})
+    return out
+
+
+def _row_values(col: pa.ChunkedArray, format_type: str, kwargs: dict) -> list | None:
+    """One column of a chunk as the values HF's ``format_row`` gives, row by row, or ``None``."""
+    t = col.type
+    if col.null_count:
+        return None
+    torch_ = format_type == "torch"
+    if torch_:
+        import torch
+    if _numeric(t):
+        values = col.to_numpy()
+        if pa.types.is_boolean(t):  # not a numpy number: HF makes a 0-d array / tensor of it
+            return [torch.tensor(v, **kwargs) for v in values] if torch_ else [np.asarray(v, **kwargs) for v in values]
+        if not torch_:  # numpy scalars of the column's dtype, never cast (HF leaves scalars as they are)
+            return list(values)
+        if values.dtype in (np.uint16, np.uint32):
+            values = values.astype(np.int64)
+        opts = {"dtype": torch.int64 if values.dtype.kind in "iu" else torch.float32, **kwargs}
+        return [torch.tensor(v, **opts) for v in values]
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        strings = col.to_pylist()
+        return strings if torch_ else [np.str_(x) for x in strings]
+    if (pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)) and _numeric(t.value_type):
+        arr = col.combine_chunks()
+        flat = arr.flatten()
+        if flat.null_count:
+            return None
+        values = np.array(flat.to_numpy(zero_copy_only=False))
+        if pa.types.is_fixed_size_list(t):
+            k = t.list_size
+            cuts = range(0, len(arr) * k + 1, k)
+        else:
+            offsets = np.asarray(arr.offsets)
+            cuts = (offsets - offsets[0]).tolist()
+        kind = values.dtype.kind
+        if torch_:
+            if values.dtype in (np.uint16, np.uint32):
+                values = values.astype(np.int64)
+            opts = {**({"dtype": torch.int64} if kind in "iu" else {"dtype": torch.float32} if kind == "f" else {}),
+                    **kwargs}
+            return [torch.tensor(values[a:b], **opts) for a, b in zip(cuts, cuts[1:])]
+        opts = {**({"dtype": np.int64} if kind in "iu" else {"dtype": np.float32} if kind == "f" else {}), **kwargs}
+        return [np.asarray(values[a:b], **opts) for a, b in zip(cuts, cuts[1:])]
+    return None
+
+
+def fast_tensor_rows(table: pa.Table, format_type: str, format_kwargs: dict) -> list[dict] | None:
+    """``format_row`` of HF's numpy / torch formatter for each row of a table of simple columns, else ``None``."""
+    names, columns = table.column_names, []
+    for col in table.columns:
+        values = _row_values(col, format_type, format_kwargs)
+        if values is None:
+            return None
+        columns.append(values)
+    return [dict(zip(names, row)) for row in zip(*columns)] if columns else [{} for _ in range(table.num_rows)]
+
+
+class RowFormatter:
+    """Formats the rows of an Arrow table chunk (for :class:`ArrowBatchesNode`'s ``per_row``): the fast
+    numpy / torch conversion where it applies, else HF's ``format_row`` on each one-row slice."""
+
+    def __init__(self, format_type: str, format_kwargs: dict, features: Any):
+        self.format_type, self.format_kwargs, self.features = format_type, format_kwargs, features
+        self.fast = format_type in ("numpy", "torch") and not _needs_decoding(features)
+        self._format_row = None
+
+    def __call__(self, table: pa.Table) -> list:
+        if self.fast:
+            rows = fast_tensor_rows(table, self.format_type, self.format_kwargs)
+            if rows is not None:
+                return rows
+        if self._format_row is None:
+            self._format_row = _formatter(self.format_type, self.format_kwargs, self.features).format_row
+        fmt = self._format_row
+        return [fmt(table.slice(i, 1)) for i in range(table.num_rows)]
+
+
+def _needs_decoding(features: Any) -> bool:
+    if features is None:
+        return False
+    from datasets.features.features import require_decoding
+
+    return any(require_decoding(f) for f in features.values())
+
+
+def _formatter(name: str, format_kwargs: dict, features: Any = None):
+    from datasets.formatting import get_formatter
+
+    return get_formatter(name, features=features, **format_kwargs)
+
+
+class FormatNode(Node):
+    """Formats what ``child`` yields. ``source`` says what that is: Python examples, formatted one by
+    one (``"rows"``) or grouped into batches of ``batch_size`` first (``"batches"``), Arrow batch
+    tables (``"table_batches"``) or Python batches ``{column: [values]}`` (``"batch_dicts"``,
+    formatted like Arrow batch tables). Formatted examples of an Arrow source are made by
+    :class:`ArrowBatchesNode` with a :class:`RowFormatter`. No state of its own;
+    ``child`` is iterated as is (not copied), and a batch is assembled inside one ``next()``, so
+    between yields the child's state counts every example of the yielded batch."""
+
+    kind = "format"
+    SOURCES = ("rows", "batches", "table_batches", "batch_dicts")
+
+    def __init__(self, child: Node, format_type: str, format_kwargs: dict | None = None,
+                 source: str = "rows", features: Any = None, batch_size: int = 1, drop_last_batch: bool = False,
+                 schema: pa.Schema | None = None):
+        if source not in self.SOURCES:
+            raise ValueError(f"unknown input {source!r}; expected one of {self.SOURCES}")
+        if type(batch_size) is not int or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        self.format_type = format_type
+        self.format_kwargs = dict(format_kwargs or {})
+        self.source = source
+        self.features = features
+        self.batch_size = batch_size
+        self.drop_last_batch = bool(drop_last_batch)
+        self.schema = schema
+        super().__init__([child])
+
+    def params(self) -> dict:
+        return {"type": self.format_type, "source": self.source, "batch_size": self.batch_size,
+                "drop_last_batch": self.drop_last_batch}
+
+    def _to_table(self, batch: dict) -> pa.Table:
+        from datasets.features.features import cast_to_python_objects
+
+        batch = cast_to_python_objects(batch, only_1d_for_numpy=True)
+        if self.schema is not None:
+            try:  # the types the column-wise path has for these columns
+                return pa.Table.from_pydict(batch, schema=self.schema)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, ValueError):
+                pass
+        return pa.Table.from_pydict(batch)
+
+    def _batches(self) -> Iterator[list]:
+        it = iter(self.children[0])
+        size = self.batch_size
+        while True:
+            rows = list(itertools.islice(it, size))
+            if not rows or (self.drop_last_batch and len(rows) < size):
+                return
+            yield rows
+
+    def _iter(self) -> Iterator[Any]:
+        from datasets.formatting import TableFormatter, TensorFormatter
+
+        child = self.children[0]
+        source = self.source
+        if source in ("table_batches", "batch_dicts"):
+            if source == "batch_dicts":
+                child = (self._to_table(b) for b in child)
+            fmt = _formatter(self.format_type, self.format_kwargs, self.features).format_batch
+            if self.format_type in ("numpy", "torch") and not _needs_decoding(self.features):
+                name, kwargs = self.format_type, self.format_kwargs
+                for table in child:
+                    batch = fast_tensor_batch(table, name, kwargs)
+                    yield fmt(table) if batch is None else batch
+            else:
+                for table in child:
+                    yield fmt(table)
+            return
+        formatter = _formatter(self.format_type, self.format_kwargs)
+        if isinstance(formatter, TensorFormatter):
+            tensorize = formatter.recursive_tensorize
+            if source == "rows":
+                for x in child:
+                    yield tensorize(x)
+            else:  # like HF: each example is formatted, then the batch of formatted examples
+                for rows in self._batches():
+                    yield tensorize(rows_to_batch([tensorize(x) for x in rows]))
+        elif isinstance(formatter, TableFormatter):
+            from datasets.features.features import cast_to_python_objects
+
+            if source == "rows":
+                fmt = formatter.format_row
+                for x in child:
+                    yield fmt(pa.Table.from_pylist(cast_to_python_objects([x], only_1d_for_numpy=True)))
+            else:
+                fmt = formatter.format_batch
+                for rows in self._batches():
+                    yield fmt(pa.Table.from_pylist(cast_to_python_objects(rows, only_1d_for_numpy=True)))
+        elif source == "rows":  # python objects: nothing to do
+            yield from child
+        else:
+            for rows in self._batches():
+                yield rows_to_batch(rows)
+
+
+ROW_CHUNK = 256  # rows of an Arrow source formatted at a time when iterating formatted examples
+
+
+def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template: Node | None = None) -> Node:
+    """The node to iterate for the live pipeline ``node`` shown in format ``fmt`` (``(type, kwargs)``
+    or ``None``), grouped into batches when ``batch`` is ``(batch_size, drop_last_batch)``.
+
+    A ``node`` that is itself a :class:`BatchNode` (``.batch()``) is formatted batch by batch. Where
+    the rows come from an Arrow-backed pipeline the batches are built column-wise
+    (:class:`ArrowBatchesNode`); otherwise rows are batched and then formatted. If the dataset's
+    unsplit pipeline ``template`` is a :class:`BatchNode` but ``node`` is not (a ``.batch()``
+    pipeline split by rank with a step, or resumed elastically), ``node`` still yields batches:
+    they are formatted as batches, with the column types of the column-wise path where known.
+    """
+    if batch is None and isinstance(node, BatchNode):
+        node, batch = node.children[0], (node.batch_size, node.drop_last_batch)
+    if fmt is None or fmt[0] is None:
+        return node if batch is None else BatchNode(node, *batch)
+    name, kwargs = fmt
+    if batch is None and isinstance(template, BatchNode):
+        rows = template.children[0]
+        chain = arrow_chain(rows)
+        return FormatNode(node, name, kwargs, "batch_dicts", features=chain_features(*chain) if chain else None,
+                          schema=chain_schema(rows))
+    chain = arrow_chain(node)
+    if chain is not None:
+        features = chain_features(*chain)
+        if batch is None:
+            return ArrowBatchesNode(node, ROW_CHUNK, per_row=RowFormatter(name, kwargs, features))
+        return FormatNode(ArrowBatchesNode(node, *batch), name, kwargs, "table_batches", features)
+    if batch is None:
+        return FormatNode(node, name, kwargs, "rows")
+    return FormatNode(node, name, kwargs, "batches", batch_size=batch[0], drop_last_batch=batch[1])

@@ -1,0 +1,420 @@
+"""``with_format`` / ``iter(batch_size)`` / column-wise Arrow batches.
+
+* outputs equal HF ``datasets``' for every format, per example and per batch, on Arrow-backed
+  sources (formatted from Arrow) and Python sources (formatted from Python examples);
+* every-cut-point exactness (JSON round trip) of formatted rows, ``iter`` batches and ``batch``;
+* a format is presentation only: same states and fingerprints with and without it;
+* through torch ``DataLoader`` / torchdata ``StatefulDataLoader`` with 2 workers (``batch_size=None``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from datasets import Dataset
+from datasets import IterableDataset as HFIterable
+
+import resumable_iterable as ri
+from harness import assert_resumes_exactly, json_roundtrip
+from resumable_iterable.nodes.arrow import ArrowSource
+from resumable_iterable.nodes.arrow_batches import ArrowBatchesNode
+from resumable_iterable.nodes.columns import ColumnsNode
+from resumable_iterable.nodes import format as format_module
+from resumable_iterable.nodes.format import FormatNode, fast_tensor_batch, fast_tensor_rows, present
+
+torch = pytest.importorskip("torch")
+
+FORMATS = [None, "python", "numpy", "np", "torch", "pt", "arrow", "pa", "pandas", "pd"]
+ROWS = [{"i": i, "f": i + 0.5, "s": "abcdefghijklm"[i % 13] * (i % 3 + 1), "v": [i, -i],
+         "r": list(range(i % 4)), "d": {"a": i, "b": str(i)}} for i in range(13)]
+HF = Dataset.from_list(ROWS)
+# HF's arrow format over Python examples cannot concatenate one-row tables whose schemas differ
+# (an empty list is typed list<null>): keep those lists non-empty where HF formats Python rows
+PY_ROWS = [{**r, "r": r["r"] or [7]} for r in ROWS]
+
+
+def same(a, b, where="value") -> None:
+    """``a`` and ``b`` have the same types and values, recursively (numpy, torch, Arrow, pandas)."""
+    assert type(a) is type(b), f"{where}: {type(a).__name__} != {type(b).__name__}"
+    if isinstance(a, dict):
+        assert list(a) == list(b), f"{where}: keys {list(a)} != {list(b)}"
+        for k in a:
+            same(a[k], b[k], f"{where}[{k!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), f"{where}: lengths differ"
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, f"{where}[{i}]")
+    elif isinstance(a, np.ndarray):
+        assert (a.dtype, a.shape) == (b.dtype, b.shape), f"{where}: {a.dtype}{a.shape} != {b.dtype}{b.shape}"
+        if a.dtype == object:
+            for i, (x, y) in enumerate(zip(a.ravel(), b.ravel())):
+                same(x, y, f"{where}[{i}]")
+        else:
+            assert np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"), f"{where}: {a} != {b}"
+    elif isinstance(a, torch.Tensor):
+        assert (a.dtype, a.shape) == (b.dtype, b.shape), f"{where}: {a} != {b}"
+        assert torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)), \
+            f"{where}: {a} != {b}"
+    elif isinstance(a, pa.Table):
+        assert a.equals(b), f"{where}: {a} != {b}"
+    elif isinstance(a, pd.DataFrame):
+        pd.testing.assert_frame_equal(a, b)
+    else:
+        nan = isinstance(a, (float, np.floating)) and np.isnan(a) and np.isnan(b)
+        assert (a == b or nan) and getattr(a, "dtype", None) == getattr(b, "dtype", None), f"{where}: {a!r} != {b!r}"
+
+
+def to_py(x):
+    """Formatted values as comparable Python data (for the exactness harness)."""
+    if isinstance(x, dict):
+        return {k: to_py(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [to_py(v) for v in x]
+    if isinstance(x, torch.Tensor):
+        return ("tensor", str(x.dtype), x.tolist())
+    if isinstance(x, np.ndarray):
+        return ("ndarray", str(x.dtype), [to_py(v) for v in x] if x.dtype == object else x.tolist())
+    if isinstance(x, np.generic):
+        return ("np", str(x.dtype), x.item())
+    if isinstance(x, pa.Table):
+        return ("table", str(x.schema), x.to_pydict())
+    if isinstance(x, pd.DataFrame):
+        return ("frame", x.to_dict("list"))
+    return x
+
+
+class Presented:
+    """A dataset iterated through ``iter(batch_size)`` (or plainly), with values made comparable."""
+
+    def __init__(self, ds, batch_size=None, drop_last_batch=False):
+        self.ds, self.batch_size, self.drop = ds, batch_size, drop_last_batch
+
+    def __iter__(self):
+        it = iter(self.ds) if self.batch_size is None else self.ds.iter(self.batch_size, drop_last_batch=self.drop)
+        return (to_py(x) for x in it)
+
+    def state_dict(self):
+        return self.ds.state_dict()
+
+    def load_state_dict(self, state):
+        self.ds.load_state_dict(state)
+
+
+def gen(rows):
+    for r in rows:
+        yield dict(r)
+
+
+# ---------------------------------------------------------------------- parity with HF datasets
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_arrow_source_rows_and_batches_equal_hf(fmt):
+    ours = ri.to_iterable_dataset(HF, num_shards=3).with_format(fmt)
+    theirs = HF.to_iterable_dataset(num_shards=3).with_format(fmt)
+    same(list(ours), list(theirs), f"{fmt} rows")
+    for bs, drop in [(4, False), (4, True), (13, False), (20, False)]:
+        same(list(ours.iter(bs, drop_last_batch=drop)), list(theirs.iter(bs, drop_last_batch=drop)), f"{fmt} iter({bs})")
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch", "arrow", "pandas"])
+def test_python_source_rows_and_batches_equal_hf(fmt):
+    ours = ri.IterableDataset.from_generator(gen, gen_kwargs={"rows": PY_ROWS}).with_format(fmt)
+    theirs = HFIterable.from_generator(gen, gen_kwargs={"rows": PY_ROWS}).with_format(fmt)
+    same(list(ours), list(theirs), f"{fmt} rows")
+    same(list(ours.iter(5)), list(theirs.iter(5)), f"{fmt} iter(5)")
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch", "arrow"])
+def test_column_operations_and_indices_equal_hf(fmt):
+    """Column operations and an indices mapping (HF ``select``/``shuffle``) on the column-wise path.
+    HF keeps ``select_columns`` on Arrow (same types); it renames / removes columns through a Python
+    ``map``, so there only the values are compared (ours stay on Arrow: the types of the other rows)."""
+    hf = HF.shuffle(seed=1).select(range(11))
+    ours = ri.to_iterable_dataset(hf, num_shards=2).select_columns(["i", "v", "s"]).with_format(fmt)
+    theirs = hf.to_iterable_dataset(num_shards=2).select_columns(["i", "v", "s"]).with_format(fmt)
+    same(list(ours), list(theirs), "rows")
+    same(list(ours.iter(3)), list(theirs.iter(3)), "iter(3)")
+    ours = ours.rename_column("s", "text").remove_columns("v")
+    theirs = hf.to_iterable_dataset(num_shards=2).rename_column("s", "text").select_columns(["i", "text"])
+    if fmt != "arrow":  # (HF's own rename fails on arrow-formatted tables)
+        def values(b):
+            return {k: v.tolist() if hasattr(v, "tolist") else v for k, v in b.items()}
+
+        assert [values(b) for b in ours.iter(3)] == [values(b) for b in theirs.with_format(fmt).iter(3)]
+    plain = list(ri.to_iterable_dataset(hf, num_shards=2).select_columns(["i", "s"]).with_format(fmt))
+    same(list(ours), [{"i": r["i"], "text": r["s"]} if isinstance(r, dict) else r.rename_columns(["i", "text"])
+                      for r in plain])
+
+
+def test_parquet_files_are_formatted_column_wise_like_hf(tmp_path):
+    paths = []
+    for k in range(3):
+        p = str(tmp_path / f"part{k}.parquet")
+        pq.write_table(pa.Table.from_pylist(ROWS[k * 5:(k + 1) * 5]), p, row_group_size=2)
+        paths.append(p)
+    ours = ri.IterableDataset.from_parquet(paths).with_format("numpy")
+    theirs = Dataset.from_list(ROWS).to_iterable_dataset().with_format("numpy")
+    same(list(ours.iter(4)), list(theirs.iter(4)))
+    same(list(ours), list(theirs))
+
+
+def test_batch_then_format_equals_iter():
+    """``with_format(f).batch(n)`` (or ``batch(n).with_format(f)``) yields what ``iter(n)`` yields."""
+    ds = ri.to_iterable_dataset(HF, num_shards=2)
+    want = list(ds.with_format("torch").iter(4, drop_last_batch=True))
+    same(list(ds.with_format("torch").batch(4, drop_last_batch=True)), want)
+    same(list(ds.batch(4, drop_last_batch=True).with_format("torch")), want)
+
+
+# ---------------------------------------------------------------------- exactness at every cut point
+
+
+def arrow_ds(fmt, shards=3):
+    return ri.to_iterable_dataset(HF, num_shards=shards).with_format(fmt)
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch", "arrow", "pandas"])
+def test_formatted_rows_resume_exactly(fmt):
+    assert_resumes_exactly(lambda: Presented(arrow_ds(fmt)))
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch", "arrow", "pandas", None])
+@pytest.mark.parametrize("bs,drop", [(4, False), (5, True), (1, False)])
+def test_iter_batches_resume_exactly(fmt, bs, drop):
+    assert_resumes_exactly(lambda: Presented(arrow_ds(fmt), bs, drop))
+
+
+def test_column_wise_batches_resume_exactly_with_indices_columns_and_files(tmp_path):
+    hf = HF.shuffle(seed=2)
+    assert_resumes_exactly(lambda: Presented(
+        ri.to_iterable_dataset(hf, num_shards=2).rename_column("i", "id").select_columns(["id", "v"]).with_format("numpy"), 3))
+    paths = []
+    for k in range(3):
+        p = str(tmp_path / f"p{k}.parquet")
+        pq.write_table(pa.Table.from_pylist(ROWS[k * 4:(k + 1) * 4 + (k == 2)]), p, row_group_size=3)
+        paths.append(p)
+    assert_resumes_exactly(lambda: Presented(ri.IterableDataset.from_parquet(paths).with_format("torch").batch(5)))
+    assert_resumes_exactly(lambda: Presented(ri.IterableDataset.from_parquet(paths).with_format("arrow"), 3))
+
+
+def test_python_path_resumes_exactly():
+    """Pipelines that are not Arrow-backed (map, shuffle, generator) are batched row by row, then formatted."""
+    assert_resumes_exactly(lambda: Presented(
+        ri.IterableDataset.from_generator(gen, gen_kwargs={"rows": ROWS}).shuffle(seed=0, buffer_size=4)
+        .map(lambda ex: {"i2": ex["i"] * 2}).with_format("numpy"), 4))
+    assert_resumes_exactly(lambda: Presented(arrow_ds("torch").map(lambda ex: {"i2": ex["i"] * 2}).batch(3)))
+
+
+# ---------------------------------------------------------------------- presentation only
+
+
+def test_format_does_not_change_states_or_fingerprints():
+    """The column-wise path leaves the row pipeline's state exactly where ``batch`` leaves it, and
+    a state loads across formats and between ``iter(n)`` and plain iteration."""
+    plain, formatted = ri.to_iterable_dataset(HF, num_shards=3).batch(4), arrow_ds("numpy").batch(4)
+    a, b = iter(plain), iter(formatted)
+    for _ in range(3):
+        next(a), next(b)
+        assert plain.state_dict() == formatted.state_dict()
+    ds = arrow_ds("torch")
+    it = ds.iter(4)
+    next(it), next(it)
+    state = json_roundtrip(ds.state_dict())
+    rows = ri.to_iterable_dataset(HF, num_shards=3)  # no format, plain iteration
+    rows.load_state_dict(state)
+    assert [r["i"] for r in rows] == list(range(8, 13))
+
+
+def test_format_is_kept_by_chaining_and_split_by_node():
+    ds = arrow_ds("np")
+    assert ds.format == {"type": "numpy", "format_kwargs": {}}
+    assert arrow_ds(None).format["type"] is None and arrow_ds("python").format["type"] is None
+    for derived in (ds.shuffle(seed=0, buffer_size=3), ds.map(lambda ex: ex), ds.take(3), ds.select_columns("i"),
+                    ri.split_dataset_by_node(ds, rank=0, world_size=3)):
+        assert derived.format["type"] == "numpy"
+        assert isinstance(next(iter(derived))["i"], (np.ndarray, np.generic))
+    assert ds.with_format(None).format["type"] is None
+    assert type(next(iter(ds.with_format(None)))["i"]) is int
+
+
+def test_format_kwargs_reach_the_formatter():
+    ds = arrow_ds("torch", shards=1)
+    b = next(ds.with_format("torch", dtype=torch.float64).iter(4))
+    assert b["i"].dtype == torch.float64
+
+
+def test_bad_format_and_batch_size():
+    ds = arrow_ds(None)
+    with pytest.raises(ValueError, match="bogus"):
+        ds.with_format("bogus")
+    with pytest.raises(ValueError):
+        ds.with_format("custom")
+    with pytest.raises(TypeError):
+        ds.with_format(3)
+    for bad in (0, -1, 2.0, None):
+        with pytest.raises(ValueError, match="batch_size"):
+            ds.iter(bad)
+
+
+def test_column_wise_path_is_chosen_only_for_arrow_chains():
+    table = pa.Table.from_pylist(ROWS)
+    node = ColumnsNode(ArrowSource(table, num_shards=2), "select", ["i"])
+    chosen = present(node, ("numpy", {}), (4, False))
+    assert isinstance(chosen, FormatNode) and isinstance(chosen.children[0], ArrowBatchesNode)
+    assert chosen.children[0].children[0] is node  # drives the live pipeline, not a copy
+    other = present(ri.IterableDataset.from_generator(gen, gen_kwargs={"rows": ROWS})._node, ("numpy", {}), (4, False))
+    assert isinstance(other, FormatNode) and not isinstance(other.children[0], ArrowBatchesNode)
+
+
+def test_missing_column_on_the_column_wise_path_names_it():
+    ds = ri.IterableDataset.from_arrow_table(pa.Table.from_pylist(ROWS))
+    bad = ri.IterableDataset(ColumnsNode(ds._node.clone(), "select", ["nope"])).with_format("numpy")
+    with pytest.raises(KeyError, match="nope"):
+        next(bad.iter(2))
+
+
+# ---------------------------------------------------------------------- torch DataLoader
+
+
+pytestmark = [pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
+              pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning")]
+
+
+def test_dataloader_two_workers_formatted_batches():
+    from torch.utils.data import DataLoader
+
+    ds = ri.to_iterable_dataset(HF, num_shards=4).select_columns(["i", "f", "v"]).with_format("torch").batch(3)
+    batches = list(DataLoader(ds, batch_size=None, num_workers=2))
+    assert all(isinstance(b["i"], torch.Tensor) and b["f"].dtype == torch.float32 for b in batches)
+    assert sorted(i for b in batches for i in b["i"].tolist()) == list(range(13))
+
+
+def test_stateful_dataloader_two_workers_resumes_exactly():
+    pytest.importorskip("torchdata")
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def build():
+        return ri.to_iterable_dataset(HF, num_shards=4).with_format("numpy").batch(2)
+
+    def ids(loader):
+        return [b["i"].tolist() for b in loader]
+
+    full = ids(StatefulDataLoader(build(), batch_size=None, num_workers=2))
+    assert sorted(i for b in full for i in b) == list(range(13))
+    for k in (1, 4):
+        loader = StatefulDataLoader(build(), batch_size=None, num_workers=2)
+        it = iter(loader)
+        head = [next(it)["i"].tolist() for _ in range(k)]
+        state = json.loads(json.dumps(loader.state_dict()))
+        resumed = StatefulDataLoader(build(), batch_size=None, num_workers=2)
+        resumed.load_state_dict(state)
+        assert head + ids(resumed) == full, k
+
+
+# ---------------------------------------------------------------------- the fast numpy / torch batch path
+
+
+def typed_dataset():
+    """Every column type the column-wise numpy/torch formatting computes itself, and some it leaves to HF."""
+    n = 11
+    cols = {
+        "i8": pa.array(np.arange(n, dtype=np.int8)), "u16": pa.array(np.arange(n, dtype=np.uint16)),
+        "u32": pa.array(np.arange(n, dtype=np.uint32)), "i32": pa.array(np.arange(n, dtype=np.int32)),
+        "f16": pa.array(np.arange(n, dtype=np.float16)), "f32": pa.array(np.arange(n, dtype=np.float32) / 3),
+        "f64": pa.array(np.arange(n) / 7), "b": pa.array([i % 2 == 0 for i in range(n)]),
+        "s": pa.array([f"t{i}" * (i % 3) for i in range(n)]),
+        "fixed": pa.array([[i, i + 1, i + 2] for i in range(n)], pa.list_(pa.float32(), 3)),
+        "equal": pa.array([[i, -i] for i in range(n)], pa.list_(pa.int64())),
+        "large": pa.array([[i, 1] for i in range(n)], pa.large_list(pa.int16())),
+    }
+    fallback = {  # HF's formatter handles these (object arrays, nulls, NaN, nested)
+        "ragged": pa.array([list(range(i % 3)) for i in range(n)], pa.list_(pa.int64())),
+        "nulls": pa.array([None if i == 5 else i for i in range(n)], pa.int64()),
+        "nan": pa.array([float("nan") if i == 3 else i / 2 for i in range(n)]),
+        "nested": pa.array([{"a": i} for i in range(n)]),
+    }
+    return pa.table(cols), fallback
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch"])
+def test_fast_batches_equal_hf_for_every_column_type(fmt):
+    table, fallback = typed_dataset()
+    cases = [table] + [table.append_column(name, col) for name, col in fallback.items()]
+    for t in cases:
+        hf = Dataset(t)
+        for bs in (4, 11):
+            same(list(ri.to_iterable_dataset(hf, num_shards=2).with_format(fmt).iter(bs)),
+                 list(hf.to_iterable_dataset(num_shards=2).with_format(fmt).iter(bs)), f"{t.column_names[-1]} bs={bs}")
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch"])
+def test_fast_rows_equal_hf_for_every_column_type(fmt, monkeypatch):
+    monkeypatch.setattr(format_module, "ROW_CHUNK", 4)  # chunks that end inside shards too
+    table, fallback = typed_dataset()
+    for t in [table] + [table.append_column(name, col) for name, col in fallback.items()]:
+        hf = Dataset(t)
+        same(list(ri.to_iterable_dataset(hf, num_shards=2).with_format(fmt)),
+             list(hf.to_iterable_dataset(num_shards=2).with_format(fmt)), t.column_names[-1])
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch", "pandas"])
+def test_formatted_rows_resume_exactly_across_chunks(fmt, monkeypatch):
+    monkeypatch.setattr(format_module, "ROW_CHUNK", 3)
+    table, _ = typed_dataset()
+    assert_resumes_exactly(lambda: Presented(ri.to_iterable_dataset(Dataset(table), num_shards=2).with_format(fmt)))
+
+
+def test_fast_batches_are_writable_copies_and_take_format_kwargs():
+    table, _ = typed_dataset()
+    ds = ri.IterableDataset.from_arrow_table(table)
+    b = next(ds.with_format("numpy").iter(4))
+    b["i32"][0] = 99  # a copy, like HF's: never a read-only view of Arrow memory
+    assert b["i32"].flags.writeable and b["fixed"].shape == (4, 3)
+    assert next(ds.with_format("numpy").iter(4))["i32"][0] == 0
+    ours = next(ds.with_format("torch", dtype=torch.float64).iter(4))
+    assert ours["i32"].dtype == torch.float64 and ours["b"].dtype == torch.float64
+
+
+def test_fast_path_covers_the_simple_columns_and_leaves_the_rest_to_hf():
+    table, fallback = typed_dataset()
+    for fmt in ("numpy", "torch"):
+        assert fast_tensor_batch(table, fmt, {}) is not None
+        assert fast_tensor_rows(table, fmt, {}) is not None
+        for name, col in fallback.items():
+            assert fast_tensor_batch(table.append_column(name, col), fmt, {}) is None, name
+            if name != "ragged" and name != "nan":  # one row is never ragged; HF keeps NaN scalars as they are
+                assert fast_tensor_rows(table.append_column(name, col), fmt, {}) is None, name
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch", "arrow", "pandas"])
+def test_batches_split_by_rank_with_a_step_are_still_formatted_as_batches(fmt):
+    """3 shards over 2 ranks: each rank keeps every other batch (a step over the batch pipeline)."""
+    ds = ri.to_iterable_dataset(Dataset(typed_dataset()[0]), num_shards=3).with_format(fmt).batch(4)
+    whole = list(ds)
+    parts = [list(ri.split_dataset_by_node(ds, rank=r, world_size=2)) for r in range(2)]
+    same(parts[0] + parts[1], whole[0::2] + whole[1::2])
+
+
+def test_elastic_resume_keeps_formatted_batches():
+    """A loader state saved with 2 workers, resumed with 1 (an elastic plan): every example once, and
+    the batches keep their format and dtypes."""
+    pytest.importorskip("torchdata")
+
+    def build():
+        return ri.to_iterable_dataset(HF, num_shards=4).select_columns(["i", "f"]).with_format("numpy").batch(2)
+
+    loader = ri.StatefulDataLoader(build(), batch_size=None, num_workers=2)
+    it = iter(loader)
+    head = [next(it) for _ in range(3)]
+    state = json.loads(json.dumps(loader.state_dict()))
+    resumed = ri.StatefulDataLoader(build(), batch_size=None, num_workers=1)
+    resumed.load_state_dict(state)
+    tail = list(resumed)
+    assert sorted(i for b in head + tail for i in b["i"].tolist()) == list(range(13))
+    assert all(b["f"].dtype == torch.float32 and b["i"].dtype == torch.int64 for b in head + tail)
