@@ -64,8 +64,8 @@ PICKLE_SET_EPOCH = "pickle/deepcopy set_epoch"
 DRAIN_ORDER = ("deliberate difference: when the input ends, our shuffle buffer is permuted with its own (seed, epoch) "
                "stream and popped from the end (so a state taken while draining needs no RNG position); HF "
                "shuffles it with the running generator. Until then the order is HF's")
-ERROR_TEXT = ("deliberate difference: our error message words it differently (the ValueError is raised "
-              "before anything is yielded)")
+ERROR_TEXT = ("deliberate difference: our error message words it differently ('batched map function returned 3 rows "
+              "for 6 input rows, so the input columns [...] cannot be kept: add them to remove_columns or return them')")
 FEATURES_ENCODE = "missing API: declared features encode/cast the examples while iterating"
 FROM_DICT = "missing API: IterableDataset.from_dict / from_list"
 FROM_FILE = "missing API: IterableDataset.from_file"
