@@ -53,11 +53,6 @@ WITH_FORMAT = "with_format / iter(batch_size)"
 ASYNC = "async map/filter"
 TAKE_SKIP_PER_RANK = "take/skip once per worker/rank"
 SHUFFLE_CONCAT = "shuffle blocks under take/skip; shuffle of concat inputs"
-FEATURES_INFERRED = "missing API: features / column_names inferred from the data (HF peeks at the first example)"
-FEATURES_AFTER_BATCH = "missing API: features known after batch"
-FEATURES_FROM_ARROW = "missing API: features of Arrow files (from_arrow)"
-FILL_NONE = ("missing API: concatenate_datasets / interleave_datasets fill the columns a dataset lacks with None "
-             "(HF aligns the datasets' features first)")
 BATCHED_REMOVE_COLUMNS = "batched map remove_columns"
 PER_WORKER_RNG = "per-worker RNG streams"
 PICKLE_SET_EPOCH = "pickle/deepcopy set_epoch"
@@ -1133,7 +1128,6 @@ def test_vertically_concatenated_examples_iterable():
     assert_resumes(build)
 
 
-@xfail(FILL_NONE)
 def test_vertically_concatenated_examples_iterable_with_different_columns():
     # upstream's private iterable yields the rows unfilled; through the public concatenate_datasets HF
     # fills the missing columns with None (test_concatenate_datasets_with_different_columns), so that is
@@ -1309,8 +1303,7 @@ def test_iterable_dataset_to_pandas_casts_when_schema_mismatch():
     assert len(batches) == 2
 
 
-@pytest.mark.parametrize("constructor", [pytest.param("from_file", marks=xfail(FROM_FILE)),
-                                         pytest.param("from_arrow", marks=xfail(FEATURES_FROM_ARROW))])
+@pytest.mark.parametrize("constructor", [pytest.param("from_file", marks=xfail(FROM_FILE)), "from_arrow"])
 def test_iterable_dataset_from_file(dataset, arrow_file, constructor):
     # constructor="from_arrow" is our name for reading Arrow files
     dataset_from_file = getattr(ri.IterableDataset, constructor)(arrow_file)
@@ -1910,14 +1903,12 @@ def test_concatenate_datasets():
     assert list(concatenated_dataset) == list(dataset1) + list(dataset2)
 
 
-@xfail(FEATURES_INFERRED)
 def test_concatenate_datasets_resolves_features():
     concatenated_dataset = ri.concatenate_datasets([examples_ds(label=10), examples_ds(label=5)])
     assert concatenated_dataset.features is not None
     assert sorted(concatenated_dataset.features) == ["id", "label"]
 
 
-@xfail(FILL_NONE)
 def test_concatenate_datasets_with_different_columns():
     dataset1 = examples_ds(label=10)
     dataset2 = examples_ds()
@@ -1931,7 +1922,6 @@ def test_concatenate_datasets_with_different_columns():
     assert list(concatenated_dataset) == extended_dataset2_list + list(dataset1)
 
 
-@xfail(FEATURES_INFERRED)
 def test_concatenate_datasets_axis_1():
     dataset1 = examples_ds(label1=10)
     dataset2 = examples_ds(label2=5)
@@ -1941,7 +1931,6 @@ def test_concatenate_datasets_axis_1():
     assert list(concatenated_dataset) == [{**x, **y} for x, y in zip(dataset1, dataset2)]
 
 
-@xfail(FEATURES_INFERRED)
 def test_concatenate_datasets_axis_1_resolves_features():
     dataset1 = examples_ds(label1=10)
     dataset2 = examples_ds(label2=5).remove_columns("id")
@@ -1983,7 +1972,7 @@ def test_concatenate_datasets_with_format(dataset, format_type):
     assert type(_first(concatenated_dataset)) is type(_first(formatted_dataset))
 
 
-@pytest.mark.parametrize("part", ["stopping", pytest.param("fill_and_features", marks=xfail(FILL_NONE))])
+@pytest.mark.parametrize("part", ["stopping", "fill_and_features"])
 @pytest.mark.parametrize("d3_format", [None, pytest.param("python", marks=xfail(WITH_FORMAT))])
 @pytest.mark.parametrize(
     "probas, seed, expected_length, stopping_strategy",
@@ -2061,7 +2050,6 @@ def test_interleave_datasets(dataset, probas, seed, expected_length, stopping_st
             assert from_d2 >= DEFAULT_N_EXAMPLES and from_d1_d3 >= 2 * DEFAULT_N_EXAMPLES
 
 
-@xfail(FEATURES_INFERRED)
 def test_interleave_datasets_with_features(dataset):
     features = Features({"id": Value("int64"), "label": ClassLabel(names=["negative", "positive"])})
     dataset_with_features = examples_ds(features=features, label=0)
@@ -2355,7 +2343,6 @@ def test_iterable_dataset_batch(num_shards, source):
 
 
 
-@xfail(FEATURES_AFTER_BATCH)
 @pytest.mark.parametrize("num_shards", [1, 3])
 def test_iterable_dataset_batch_with_features(num_shards):
     # the last part of upstream's test_iterable_dataset_batch: batch() of a dataset with known features
