@@ -191,3 +191,19 @@ def test_json_files_and_missing_files_have_no_features(tmp_path):
     assert missing.features is None
     with pytest.raises(ValueError, match="cannot read data file"):
         list(missing)
+
+
+# ---------------------------------------------------------------------------- from_dict / from_list
+
+
+def test_from_dict_and_from_list():
+    features = Features({"a": Value("int32"), "b": Value("string")})
+    data = {"a": [1, 2, 3, 4], "b": ["w", "x", "y", "z"]}
+    rows = [{"a": a, "b": b} for a, b in zip(data["a"], data["b"])]
+    for ds in (ri.IterableDataset.from_dict(data, features=features, num_shards=2),
+               ri.IterableDataset.from_list(rows, features=features, num_shards=2)):
+        assert ds.features == features
+        assert ds.num_shards == 2
+        assert list(ds) == rows
+    assert_resumes_exactly(lambda: ri.IterableDataset.from_dict(data, num_shards=2).shuffle(seed=0, buffer_size=2))
+    assert ri.IterableDataset.from_list(rows).features == Features({"a": Value("int64"), "b": Value("string")})

@@ -334,6 +334,22 @@ class IterableDataset(_Base):
         self.load_state_dict(_state.load_state(path))
 
     # ------------------------------------------------------------------ features, as HF datasets knows them
+    @classmethod
+    def from_dict(cls, mapping: dict, features: Any = None, num_shards: int = 1) -> IterableDataset:
+        """Columns ``{name: values}`` held in memory (as a ``datasets.Dataset``), read in ``num_shards``
+        contiguous shards; as HF ``IterableDataset.from_dict``."""
+        from datasets import Dataset
+
+        return cls.from_hf(Dataset.from_dict(mapping, features=features), num_shards=num_shards)
+
+    @classmethod
+    def from_list(cls, mapping: list[dict], features: Any = None, num_shards: int = 1) -> IterableDataset:
+        """Rows ``[{name: value}, ...]`` held in memory, read in ``num_shards`` contiguous shards; as HF
+        ``IterableDataset.from_list`` (the first row's keys are the columns)."""
+        from datasets import Dataset
+
+        return cls.from_hf(Dataset.from_list(mapping, features=features), num_shards=num_shards)
+
     def resolve_features(self, n: int = 5) -> IterableDataset:
         """This dataset with ``features`` (and ``column_names``) known.
 

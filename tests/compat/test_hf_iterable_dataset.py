@@ -62,7 +62,6 @@ DRAIN_ORDER = ("deliberate difference: when the input ends, our shuffle buffer i
 ERROR_TEXT = ("deliberate difference: our error message words it differently ('batched map function returned 3 rows "
               "for 6 input rows, so the input columns [...] cannot be kept: add them to remove_columns or return them')")
 FEATURES_ENCODE = "missing API: declared features encode/cast the examples while iterating"
-FROM_DICT = "missing API: IterableDataset.from_dict / from_list"
 FROM_FILE = "missing API: IterableDataset.from_file"
 BATCH_BY_COLUMN = "missing API: batch(by_column=...)"
 MAX_BUFFER_INPUT_SHARDS = "missing API: shuffle(max_buffer_input_shards=...)"
@@ -1408,7 +1407,7 @@ def test_iterable_dataset_shuffle_with_multiple_workers_different_rng():
         assert len(set(values)) != 1, "Make sure not all values are identical"
 
 
-@xfail(FROM_DICT)
+@xfail(f"{MAX_BUFFER_INPUT_SHARDS}; {GETITEM}")
 def test_iterable_dataset_shuffle_buffer_uses_multiple_input_shards():
     ds = ri.IterableDataset.from_dict({"i": range(100)}, num_shards=10)
 
@@ -2310,7 +2309,7 @@ def _from_dict(source, data, num_shards=1):
     return ri.to_iterable_dataset(Dataset.from_dict(data), num_shards=num_shards)
 
 
-_SOURCES = [pytest.param("from_dict", marks=xfail(FROM_DICT)), "hf"]
+_SOURCES = ["from_dict", "hf"]
 
 
 @pytest.mark.parametrize("source", _SOURCES)
