@@ -8,6 +8,7 @@ from .dataset import IterableDataset
 from .nodes.base import resolve_seed
 from .nodes.concat import ConcatNode
 from .nodes.interleave import InterleaveNode
+from .nodes.map import MapNode
 
 
 def _check(datasets: list, what: str) -> list[IterableDataset]:
@@ -23,12 +24,13 @@ def _check(datasets: list, what: str) -> list[IterableDataset]:
     return datasets
 
 
-def _merged_features(datasets: list[IterableDataset]) -> Any:
-    feats = [d.features for d in datasets]
-    if any(f is None for f in feats):
+def _merged_features(features: list) -> Any:
+    """The union of the datasets' features, in order of appearance (the first type of a column wins,
+    as in HF ``datasets``), or ``None`` if any is unknown."""
+    if any(f is None for f in features):
         return None
-    merged = feats[0].copy()
-    for f in feats[1:]:
+    merged = features[0].copy()
+    for f in features[1:]:
         for k, v in f.items():
             merged.setdefault(k, v)
     return merged
@@ -40,29 +42,68 @@ def _common_column_names(datasets: list[IterableDataset]) -> list[str] | None:
     return names if all(d.column_names == names for d in datasets[1:]) else None
 
 
+def _fill_missing_columns(example: dict, columns: list[str]) -> dict:
+    """``None`` for each of ``columns`` the example lacks (HF fills the columns a dataset lacks so)."""
+    return {c: None for c in columns if c not in example}
+
+
+def _aligned_nodes(datasets: list[IterableDataset], merged: Any) -> list:
+    """The datasets' pipelines, each one lacking columns of ``merged`` followed by a map adding them
+    as ``None``, so that every example of the combination has every column."""
+    nodes = []
+    for d in datasets:
+        node = d._node.clone()
+        if merged is not None:
+            missing = [c for c in merged if c not in d.features]
+            if missing:
+                node = MapNode(node, _fill_missing_columns, fn_kwargs={"columns": missing})
+        nodes.append(node)
+    return nodes
+
+
 def interleave_datasets(datasets: list[IterableDataset], probabilities: list[float] | None = None,
                         seed: int | None = None, stopping_strategy: str = "first_exhausted") -> IterableDataset:
-    """Alternate between datasets: in turn, or at random with ``probabilities`` (seeded by ``seed``)."""
-    datasets = _check(datasets, "interleave_datasets")
+    """Alternate between datasets: in turn, or at random with ``probabilities`` (seeded by ``seed``).
+
+    As in HF ``datasets``, the features of a dataset that has none are inferred from its first
+    examples (:meth:`IterableDataset.resolve_features`); when every dataset's are known, the result
+    has their union and the columns a dataset lacks are yielded as ``None``.
+    """
+    datasets = [d.resolve_features() for d in _check(datasets, "interleave_datasets")]
     if seed is not None:
         seed = resolve_seed(seed)  # any integer type, stored as a plain int
-    node = InterleaveNode([d._node.clone() for d in datasets], probabilities=probabilities, seed=seed,
+    merged = _merged_features([d.features for d in datasets])
+    node = InterleaveNode(_aligned_nodes(datasets, merged), probabilities=probabilities, seed=seed,
                           stopping_strategy=stopping_strategy)
     first = datasets[0]
-    return IterableDataset(node, features=_merged_features(datasets), column_names=_common_column_names(datasets),
+    return IterableDataset(node, features=merged, column_names=None if merged is not None else _common_column_names(datasets),
                            _split=first._split, _epoch=first._epoch)
 
 
 def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0) -> IterableDataset:
-    """One dataset after the other (``axis=0``) or their columns side by side (``axis=1``)."""
+    """One dataset after the other (``axis=0``) or their columns side by side (``axis=1``).
+
+    As in HF ``datasets``, the features of a dataset that has none are inferred from its first
+    examples (:meth:`IterableDataset.resolve_features`). With ``axis=0``, when every dataset's are
+    known the columns a dataset lacks are yielded as ``None``; with ``axis=1``, a column name found
+    in two datasets raises ``ValueError`` here, before anything is read further.
+    """
     datasets = _check(datasets, "concatenate_datasets")
-    node = ConcatNode([d._node.clone() for d in datasets], axis=axis)
+    if axis not in (0, 1):
+        raise ValueError(f"concatenate_datasets: axis must be 0 or 1, got {axis!r}")
+    datasets = [d.resolve_features() for d in datasets]
+    merged = _merged_features([d.features for d in datasets])
     names = None
     if axis == 0:
-        names = _common_column_names(datasets)
-    elif all(d.column_names is not None for d in datasets):
-        names = [c for d in datasets for c in d.column_names]
-        if len(set(names)) != len(names):
-            raise ValueError(f"concatenate_datasets(axis=1): duplicated column names in {names}")
-    return IterableDataset(node, features=_merged_features(datasets) if axis == 0 else None, column_names=names,
+        node = ConcatNode(_aligned_nodes(datasets, merged), axis=0)
+        names = None if merged is not None else _common_column_names(datasets)
+    else:
+        if all(d.column_names is not None for d in datasets):
+            names = [c for d in datasets for c in d.column_names]
+            if len(set(names)) != len(names):
+                duplicated = sorted({c for c in names if names.count(c) > 1})
+                raise ValueError(f"concatenate_datasets(axis=1): column(s) {duplicated} are in more than one "
+                                 f"dataset (columns: {names}); remove or rename them first")
+        node = ConcatNode([d._node.clone() for d in datasets], axis=1)
+    return IterableDataset(node, features=merged, column_names=None if merged is not None else names,
                            _split=datasets[0]._split, _epoch=datasets[0]._epoch)

@@ -129,7 +129,8 @@ class IterableDataset(_Base):
     def from_arrow_table(cls, table: Any, num_shards: int = 1) -> IterableDataset:
         """A ``pyarrow.Table`` read in ``num_shards`` contiguous shards."""
         num_shards = as_int(num_shards, "num_shards", lo=1)
-        return cls(ArrowSource(table, num_shards=num_shards), column_names=table.column_names)
+        return cls(ArrowSource(table, num_shards=num_shards), features=cls._features_of_schema(table.schema),
+                   column_names=table.column_names)
 
     @classmethod
     def from_generator(cls, generator: Callable[..., Iterator[dict]], gen_kwargs: dict | None = None,
@@ -163,7 +164,7 @@ class IterableDataset(_Base):
             if len(found) != 1 or None in found:
                 raise ValueError(f"cannot tell the format of {paths[:3]}...; pass format= one of {FORMATS}")
             format = found.pop()
-        return cls(FileSource(paths, format, reader_kwargs=reader_kwargs))
+        return cls(FileSource(paths, format, reader_kwargs=reader_kwargs), features=cls._file_features(paths[0], format))
 
     @classmethod
     def from_parquet(cls, paths: str | list[str]) -> IterableDataset:
@@ -363,10 +364,11 @@ class IterableDataset(_Base):
         ``by_column``, one batch per run of successive examples with equal values in that column
         (or columns); ``drop_last_batch`` then drops the final run."""
         if by_column is not None:
-            return self._derive(GroupNode(self._node.clone(), by_column, drop_last_batch), features=None)
+            return self._derive(GroupNode(self._node.clone(), by_column, drop_last_batch),
+                                features=self._batched_features())
         if batch_size is None:
             raise ValueError("batch() needs batch_size or by_column")
-        return self._derive(BatchNode(self._node.clone(), batch_size, drop_last_batch), features=None)
+        return self._derive(BatchNode(self._node.clone(), batch_size, drop_last_batch), features=self._batched_features())
 
     def pack(self, seq_len: int, columns: str | list[str] = ("input_ids",), separator: Any = None,
              drop_last: bool = False, mode: str = "concat", position_ids: bool = False,
@@ -557,6 +559,85 @@ class IterableDataset(_Base):
     def load_state(self, path: str | os.PathLike) -> None:
         """Load a state file written by :meth:`save_state`."""
         self.load_state_dict(_state.load_state(path))
+
+    # ------------------------------------------------------------------ features, as HF datasets knows them
+    def resolve_features(self, n: int = 5) -> IterableDataset:
+        """This dataset with ``features`` (and ``column_names``) known.
+
+        Returns ``self`` when the features are known already; otherwise a dataset over the same
+        pipeline whose features are inferred from its first ``n`` examples, read from a fresh copy
+        of the pipeline (this dataset's iteration and state are untouched). This is what HF
+        ``datasets`` does before ``interleave_datasets`` / ``concatenate_datasets``. If those
+        examples cannot be read or typed in this process, ``self`` is returned unchanged.
+        """
+        if self._features is not None:
+            return self
+        features = self._infer_features(self._node.clone(), n)
+        if features is None:
+            return self
+        return self._derive(self._node.clone(), features=features)
+
+    @staticmethod
+    def _infer_features(node: Node, n: int) -> Any:
+        import logging
+
+        it = iter(node)
+        try:
+            head = [ex for _, ex in zip(range(n), it)]
+            if not head or not all(isinstance(ex, dict) for ex in head):
+                return None
+            import pyarrow as pa
+
+            columns = dict.fromkeys(c for ex in head for c in ex)  # in order of appearance, as HF
+            table = pa.Table.from_pydict({c: [ex.get(c) for ex in head] for c in columns})
+            return IterableDataset._features_of_schema(table.schema)
+        except Exception as e:  # noqa: BLE001 - features are informative: a pipeline that cannot be peeked at still works
+            logging.getLogger("resumable_iterable").debug("cannot infer the features from the first examples: %r", e)
+            return None
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+
+    @staticmethod
+    def _features_of_schema(schema: Any) -> Any:
+        """HF ``Features`` of a pyarrow schema (HF's own metadata in the schema is honoured)."""
+        from datasets import Features
+
+        return Features.from_arrow_schema(schema)
+
+    @staticmethod
+    def _file_features(path: str, format: str) -> Any:
+        """The features in the schema of an Arrow / Parquet file; ``None`` for JSON / CSV (a schema
+        needs parsing) or a file that cannot be opened now (reading it reports the error)."""
+        import pyarrow as pa
+
+        try:
+            if format == "parquet":
+                import pyarrow.parquet as pq
+
+                return IterableDataset._features_of_schema(pq.read_schema(path))
+            if format == "arrow":
+                with pa.memory_map(path, "r") as source:
+                    try:
+                        schema = pa.ipc.open_file(source).schema
+                    except pa.ArrowInvalid:
+                        source.seek(0)
+                        schema = pa.ipc.open_stream(source).schema
+                return IterableDataset._features_of_schema(schema)
+        except (OSError, pa.ArrowException):
+            return None
+        return None
+
+    def _batched_features(self) -> Any:
+        """The features of ``batch()``'s output: each column a list of this dataset's values."""
+        if self._features is None:
+            return None
+        try:
+            from datasets import List
+        except ImportError:  # datasets < 4
+            from datasets import Sequence as List
+        return self._features.__class__({c: List(f) for c, f in self._features.items()})
 
     # ------------------------------------------------------------------ pickling (DataLoader workers)
     def __getstate__(self) -> dict:

@@ -1,0 +1,209 @@
+"""Features and column names known where HF ``datasets`` knows them: after ``interleave_datasets`` /
+``concatenate_datasets`` (inferred from the first examples, missing columns filled with ``None``),
+``batch``, the Arrow sources; ``concatenate_datasets(axis=1)`` refuses duplicated columns when called."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from datasets import ClassLabel, Dataset, Features, List, Value
+
+import resumable_iterable as ri
+from harness import assert_resumes_exactly
+
+
+def gen(n, **extra):
+    for i in range(n):
+        yield {"id": i, **extra}
+
+
+def source(n=6, **extra):
+    return ri.IterableDataset.from_generator(gen, gen_kwargs={"n": n, **extra})
+
+
+# ---------------------------------------------------------------------------- map (as HF: the features argument)
+
+
+def test_map_features_are_the_features_argument():
+    ds = source(label="a")
+    assert ds.features is None and ds.column_names is None
+    mapped = ds.map(lambda x: {"y": x["id"]})
+    assert mapped.features is None and mapped.column_names is None  # HF does not infer after map either
+    features = Features({"id": Value("int64"), "label": Value("string"), "y": Value("int64")})
+    mapped = ds.map(lambda x: {"y": x["id"]}, features=features)
+    assert mapped.features == features
+    assert mapped.column_names == ["id", "label", "y"]
+
+
+# ---------------------------------------------------------------------------- resolve_features
+
+
+def test_resolve_features_infers_from_the_first_examples_without_touching_the_dataset():
+    ds = source(label="a")
+    it = iter(ds)
+    head = [next(it), next(it)]
+    state = ds.state_dict()
+    resolved = ds.resolve_features()
+    assert resolved.features == Features({"id": Value("int64"), "label": Value("string")})
+    assert resolved.column_names == ["id", "label"]
+    assert ds.features is None  # the dataset itself is unchanged
+    assert ds.state_dict() == state
+    assert head + list(it) == list(source(label="a"))  # its iteration goes on undisturbed
+    assert list(resolved) == list(source(label="a"))
+
+
+def test_resolve_features_keeps_known_features_and_orders_columns_by_appearance():
+    known = source().map(lambda x: x, features=Features({"id": Value("int32")}))
+    assert known.resolve_features() is known
+
+    def uneven():
+        yield from [{"a": 1}, {"c": 1}, {"b": 1}]
+
+    resolved = ri.IterableDataset.from_generator(uneven).resolve_features()
+    assert resolved.column_names == ["a", "c", "b"]
+
+
+def test_resolve_features_of_an_unreadable_pipeline_leaves_them_unknown():
+    def only_in_workers():
+        from torch.utils.data import get_worker_info
+
+        yield {"worker": get_worker_info().id}  # AttributeError in the main process
+
+    ds = ri.IterableDataset.from_generator(only_in_workers)
+    assert ds.resolve_features() is ds
+    assert ri.IterableDataset.from_generator(lambda: iter([])).resolve_features().features is None
+    # combining still works: the features stay unknown
+    assert ri.concatenate_datasets([ds, source()]).features is None
+
+
+# ---------------------------------------------------------------------------- interleave / concatenate
+
+
+def test_concatenate_infers_features_and_fills_missing_columns_with_none():
+    cat = ri.concatenate_datasets([source(2, label=10), source(2)])
+    assert cat.features == Features({"id": Value("int64"), "label": Value("int64")})
+    assert cat.column_names == ["id", "label"]
+    assert list(cat) == [{"id": 0, "label": 10}, {"id": 1, "label": 10}, {"id": 0, "label": None},
+                         {"id": 1, "label": None}]
+
+
+def test_interleave_infers_features_and_fills_missing_columns_with_none():
+    features = Features({"id": Value("int64"), "label": ClassLabel(names=["neg", "pos"])})
+    with_features = source(3, label=1).map(lambda x: x, features=features)
+    mix = ri.interleave_datasets([source(3), with_features])
+    assert mix.features == features  # the declared type wins over nothing
+    assert list(mix) == [{"id": 0, "label": None}, {"id": 0, "label": 1}, {"id": 1, "label": None},
+                         {"id": 1, "label": 1}, {"id": 2, "label": None}]
+
+
+def test_filled_columns_do_not_overwrite_values_found_later():
+    def late_label():
+        yield {"id": 0}
+        yield {"id": 1, "label": 7}
+
+    cat = ri.concatenate_datasets([ri.IterableDataset.from_generator(late_label).resolve_features(n=1),
+                                   source(1, label=3)])
+    assert list(cat) == [{"id": 0, "label": None}, {"id": 1, "label": 7}, {"id": 0, "label": 3}]
+
+
+@pytest.mark.parametrize("kind", ["concatenate", "interleave"])
+def test_filled_columns_resume_exactly(kind):
+    def build():
+        parts = [source(5, label=1), source(4, other="x").shuffle(seed=3, buffer_size=2), source(3)]
+        if kind == "concatenate":
+            return ri.concatenate_datasets(parts)
+        return ri.interleave_datasets(parts, probabilities=[0.5, 0.3, 0.2], seed=1, stopping_strategy="all_exhausted")
+
+    full = assert_resumes_exactly(build)
+    assert all(set(x) == {"id", "label", "other"} for x in full)
+
+
+def test_filled_columns_through_dataloader_workers():
+    from torch.utils.data import DataLoader
+
+    a = ri.IterableDataset.from_generator(gen, gen_kwargs={"n": 3, "label": [1, 2]})
+    b = ri.IterableDataset.from_generator(gen, gen_kwargs={"n": 3, "other": ["x", "y"]})
+    cat = ri.concatenate_datasets([a, b])
+    out = list(DataLoader(cat, batch_size=None, num_workers=2))
+    assert sorted(map(str, out)) == sorted(map(str, cat))
+    assert all(set(x) == {"id", "label", "other"} for x in out)
+
+
+def test_concatenate_axis_1_duplicated_columns_raise_when_called():
+    with pytest.raises(ValueError, match=r"\['id'\] are in more than one dataset"):
+        ri.concatenate_datasets([source(3, a=1), source(3, b=2)], axis=1)
+    cat = ri.concatenate_datasets([source(3, a=1), source(3, b=2).remove_columns("id")], axis=1)
+    assert sorted(cat.features) == ["a", "b", "id"]
+    assert list(cat) == [{"id": i, "a": 1, "b": 2} for i in range(3)]
+
+
+def test_concatenate_bad_axis_raises_before_reading_anything():
+    read = []
+
+    def spy():
+        read.append(1)
+        yield {"id": 0}
+
+    with pytest.raises(ValueError, match="axis must be 0 or 1"):
+        ri.concatenate_datasets([ri.IterableDataset.from_generator(spy)], axis=2)
+    assert read == []
+
+
+# ---------------------------------------------------------------------------- batch
+
+
+def test_batch_features_are_lists_of_the_features():
+    hf = Dataset.from_dict({"id": [0, 1, 2], "label": [0, 1, 0]},
+                           features=Features({"id": Value("int32"), "label": ClassLabel(names=["a", "b"])}))
+    batched = ri.to_iterable_dataset(hf).batch(2)
+    assert batched.features == Features({"id": List(Value("int32")), "label": List(ClassLabel(names=["a", "b"]))})
+    assert batched.column_names == ["id", "label"]
+    assert list(batched) == [{"id": [0, 1], "label": [0, 1]}, {"id": [2], "label": [0]}]
+    assert source().batch(2).features is None
+
+
+# ---------------------------------------------------------------------------- Arrow sources
+
+
+def test_arrow_table_and_files_have_features(tmp_path):
+    features = Features({"x": Value("int32"), "label": ClassLabel(names=["a", "b"])})
+    hf = Dataset.from_dict({"x": [1, 2, 3], "label": [0, 1, 0]}, features=features)
+    arrow = str(tmp_path / "data.arrow")
+    hf.map(lambda x: x, cache_file_name=arrow)  # an HF Arrow cache file (stream format, HF metadata)
+    parquet = str(tmp_path / "data.parquet")
+    hf.to_parquet(parquet)
+    for ds in (ri.IterableDataset.from_arrow(arrow), ri.IterableDataset.from_parquet(parquet),
+               ri.IterableDataset.from_arrow_table(hf.data.table)):
+        assert ds.features == features  # the ClassLabel survives through HF's schema metadata
+        assert ds.column_names == ["x", "label"]
+        assert list(ds) == [{"x": 1, "label": 0}, {"x": 2, "label": 1}, {"x": 3, "label": 0}]
+    plain = str(tmp_path / "plain.parquet")
+    pq.write_table(pa.table({"s": ["u", "v"]}), plain)
+    assert ri.IterableDataset.from_parquet(plain).features == Features({"s": Value("string")})
+
+
+def test_json_files_and_missing_files_have_no_features(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"a": 1}\n')
+    assert ri.IterableDataset.from_json(str(path)).features is None
+    missing = ri.IterableDataset.from_parquet(str(tmp_path / "missing.parquet"))
+    assert missing.features is None
+    with pytest.raises(ValueError, match="cannot read data file"):
+        list(missing)
+
+
+# ---------------------------------------------------------------------------- from_dict / from_list
+
+
+def test_from_dict_and_from_list():
+    features = Features({"a": Value("int32"), "b": Value("string")})
+    data = {"a": [1, 2, 3, 4], "b": ["w", "x", "y", "z"]}
+    rows = [{"a": a, "b": b} for a, b in zip(data["a"], data["b"])]
+    for ds in (ri.IterableDataset.from_dict(data, features=features, num_shards=2),
+               ri.IterableDataset.from_list(rows, features=features, num_shards=2)):
+        assert ds.features == features
+        assert ds.num_shards == 2
+        assert list(ds) == rows
+    assert_resumes_exactly(lambda: ri.IterableDataset.from_dict(data, num_shards=2).shuffle(seed=0, buffer_size=2))
+    assert ri.IterableDataset.from_list(rows).features == Features({"a": Value("int64"), "b": Value("string")})
