@@ -4,15 +4,18 @@
   it are finished, the ones after untouched.
 * ``axis=1`` - each output row merges the next row of every input (column names must not
   clash). As in HF, it goes on until every input is exhausted; the columns of an exhausted
-  input are then ``None``. State ``{"node", "exhausted", "columns", "children"}`` - the
-  columns seen from each input, so a resumed run fills the same ``None`` columns.
+  input are then ``None``. State ``{"node", "exhausted", "columns", "pending", "children"}`` -
+  the columns seen from each input, so a resumed run fills the same ``None`` columns, and
+  ``pending``: empty between yields; when an input raised part-way through a row, the parts of
+  that row already read from the inputs before it (so a state taken then completes that row).
 """
 
 from __future__ import annotations
 
 from typing import Iterator
 
-from .base import Node, check_int
+from ..state import ExampleList, copy_example
+from .base import Node, check_examples, check_int
 
 
 class ConcatNode(Node):
@@ -33,7 +36,7 @@ class ConcatNode(Node):
         if self.axis == 0:
             return {"index": 0}
         n = len(self.children)
-        return {"exhausted": [False] * n, "columns": [None] * n}
+        return {"exhausted": [False] * n, "columns": [None] * n, "pending": ExampleList([None] * n)}
 
     def _validate_own(self, state: dict, where: str) -> None:
         n = len(self.children)
@@ -46,6 +49,15 @@ class ConcatNode(Node):
         if not isinstance(cols, list) or len(cols) != n or not all(
                 c is None or (isinstance(c, list) and all(isinstance(x, str) for x in c)) for c in cols):
             raise ValueError(f"{where}: 'columns' must be a list of {n} column-name lists or nulls")
+        pending = state["pending"]
+        check_examples(pending, where, "pending")
+        if len(pending) != n or not all(p is None or isinstance(p, dict) for p in pending):
+            raise ValueError(f"{where}: 'pending' must hold {n} examples or nulls")
+
+    def _load_own(self, state: dict) -> None:
+        super()._load_own(state)
+        if self.axis == 1:
+            self._state_dict["pending"] = ExampleList(self._state_dict["pending"])
 
     def _iter(self) -> Iterator[dict]:
         st = self._state_dict
@@ -54,7 +66,11 @@ class ConcatNode(Node):
                 yield from self.children[st["index"]]
                 st["index"] += 1
             return
-        exhausted, columns = st["exhausted"], st["columns"]
+        exhausted, columns, pending = st["exhausted"], st["columns"], st["pending"]
+        n = len(self.children)
+        nothing = [None] * n
+        if pending != nothing:  # parts of a row held in a state: a copy of that state may share them
+            pending[:] = [None if p is None else copy_example(p) for p in pending]
         its = [iter(c) for c in self.children]
         while True:
             merged: dict = {}
@@ -64,12 +80,15 @@ class ConcatNode(Node):
                     for c in columns[i] or ():
                         merged.setdefault(c, None)
                     continue
-                ex = next(it, None)
+                ex = pending[i]
                 if ex is None:
-                    exhausted[i] = True
-                    for c in columns[i] or ():
-                        merged.setdefault(c, None)
-                    continue
+                    ex = next(it, None)  # if it raises, the parts read before stay in `pending`
+                    if ex is None:
+                        exhausted[i] = True
+                        for c in columns[i] or ():
+                            merged.setdefault(c, None)
+                        continue
+                    pending[i] = ex
                 if columns[i] is None:
                     columns[i] = list(ex)
                     clash = [c for c in ex if any(c in (columns[j] or ()) for j in range(len(its)) if j != i)]
@@ -77,6 +96,7 @@ class ConcatNode(Node):
                         raise ValueError(f"concatenate_datasets(axis=1): column(s) {clash} appear in several datasets")
                 got = True
                 merged.update(ex)
+            pending[:] = nothing
             if not got:
                 return
             yield merged

@@ -11,7 +11,14 @@ Stopping strategies (as in HF ``datasets``):
 To know that an input is exhausted right after its last example (HF's semantics), the node reads
 one example ahead from the input it just used. **That peeked example belongs in the state**:
 it is stored in ``peeked`` (copied shallowly, like a shuffle buffer), and the input's own state
-already counts it as consumed.
+already counts it as consumed. ``peeked`` is an :class:`~resumable_iterable.state.ExampleChunks`
+whose items are single examples: every state copy clears its ``owned`` flags, so a peeked
+example that a state copy may share is yielded as a copy (the user's functions may edit the
+yielded example in place; the state taken earlier must not change).
+
+If an input raises (a ``map`` function or a generator that failed), the input index just drawn
+is given back (``cycle`` / ``rng_pos`` step back) and an example already read for that turn is
+kept in ``peeked``: a state taken after the error resumes with that very turn.
 
 State: ``{"node", "rng", "rng_pos", "cycle", "exhausted", "peeked", "peeked_pos", "children"}``
 - with ``probabilities``, input indices are drawn in blocks from ``rng`` (state at the block's
@@ -26,7 +33,7 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
-from ..state import ExampleList
+from ..state import ExampleChunks, copy_example
 from .base import Node, check_examples, check_int, check_rng, resolve_seed, rng_from_seed, rng_from_state
 
 STRATEGIES = ("first_exhausted", "all_exhausted", "all_exhausted_without_replacement")
@@ -61,7 +68,7 @@ class InterleaveNode(Node):
     def _own_state(self) -> dict:
         n = len(self.children)
         rng = rng_from_seed(self.seed).bit_generator.state if self.probabilities is not None else None
-        return {"rng": rng, "rng_pos": 0, "cycle": 0, "exhausted": [False] * n, "peeked": ExampleList([None] * n),
+        return {"rng": rng, "rng_pos": 0, "cycle": 0, "exhausted": [False] * n, "peeked": ExampleChunks([None] * n),
                 "peeked_pos": [None] * n}
 
     def _validate_own(self, state: dict, where: str) -> None:
@@ -93,7 +100,14 @@ class InterleaveNode(Node):
 
     def _load_own(self, state: dict) -> None:
         super()._load_own(state)
-        self._state_dict["peeked"] = ExampleList(self._state_dict["peeked"])
+        self._state_dict["peeked"] = ExampleChunks(self._state_dict["peeked"])  # not owned: the state shares them
+
+    def _give_back(self, st: dict, i: int) -> None:
+        """Undo drawing input ``i`` (its input raised): the resumed run draws it again."""
+        if self.probabilities is None:
+            st["cycle"] = i
+        else:
+            st["rng_pos"] -= 1  # >= 1 here: a fresh block's state is stored with its first draw
 
     def _indices(self, st: dict) -> Iterator[int]:
         n = len(self.children)
@@ -129,6 +143,7 @@ class InterleaveNode(Node):
         st = self._state_dict
         kids = self.children
         exhausted, peeked = st["exhausted"], st["peeked"]
+        owned = peeked.owned  # cleared by every state copy: a peeked example it shares is yielded as a copy
         stop = all if self.stopping_strategy != "first_exhausted" else any
         replace = self.stopping_strategy != "all_exhausted_without_replacement"
         its = [iter(c) for c in kids]
@@ -138,9 +153,14 @@ class InterleaveNode(Node):
             if exhausted[i] and not replace:
                 continue
             ex = peeked[i]
-            if ex is None:
-                ex = next(its[i], None)
-            nxt = next(its[i], None) if ex is not None else None
+            shared = ex is not None and not owned[i]
+            try:
+                if ex is None:
+                    ex = next(its[i], None)
+                nxt = next(its[i], None) if ex is not None else None
+            except BaseException:
+                self._failed_turn(st, i, ex, shared)
+                raise
             if nxt is None:
                 exhausted[i] = True
                 peeked[i] = None
@@ -149,8 +169,17 @@ class InterleaveNode(Node):
                     its[i] = iter(kids[i])
             else:
                 peeked[i] = nxt
+                owned[i] = 1
             if ex is not None:
-                yield ex
+                yield copy_example(ex) if shared else ex
+
+    def _failed_turn(self, st: dict, i: int, ex: dict | None, shared: bool) -> None:
+        """Input ``i`` raised during its turn: keep the example already read for the turn (if
+        any) and give the turn back, so that a state taken now resumes with this very turn."""
+        peeked = st["peeked"]
+        peeked[i] = ex
+        peeked.owned[i] = 0 if shared or ex is None else 1
+        self._give_back(st, i)
 
     def _iter_traced(self) -> Iterator[dict]:
         """``_iter_plain`` that also records where each yielded and peeked example came from
@@ -173,18 +202,24 @@ class InterleaveNode(Node):
         stop = all if self.stopping_strategy != "first_exhausted" else any
         replace = self.stopping_strategy != "all_exhausted_without_replacement"
         its = [iter(c) for c in kids]
+        owned = peeked.owned
         for i in self._indices(st):
             if stop(exhausted):
                 return
             if exhausted[i] and not replace:
                 continue
             ex = peeked[i]
-            if ex is None:
-                ex = next(its[i], None)
-                pos = provs[i]() if ex is not None else None
-            else:
-                pos = ppos[i]
-            nxt = next(its[i], None) if ex is not None else None
+            shared = ex is not None and not owned[i]
+            pos = ppos[i]
+            try:
+                if ex is None:
+                    ex = next(its[i], None)
+                    pos = provs[i]() if ex is not None else None
+                nxt = next(its[i], None) if ex is not None else None
+            except BaseException:
+                ppos[i] = pos
+                self._failed_turn(st, i, ex, shared)
+                raise
             if nxt is None:
                 exhausted[i] = True
                 peeked[i] = None
@@ -194,10 +229,11 @@ class InterleaveNode(Node):
                     its[i] = iter(kids[i])
             else:
                 peeked[i] = nxt
+                owned[i] = 1
                 ppos[i] = provs[i]()
             if ex is not None:
                 self._ri_last = [i, *pos]
-                yield ex
+                yield copy_example(ex) if shared else ex
 
     def position(self) -> dict | None:
         return None
