@@ -118,6 +118,11 @@ COMPOSITIONS = {
     "shuffle": (lambda a: a.shuffle(seed=3, buffer_size=4), True),
     "shuffle_replay": (lambda a: a.shuffle(seed=3, buffer_size=4, buffer_state="replay"), False),
     "skip_take": (lambda a: a.skip(2).take(9), False),
+    "replay_shuffle_of_interleave": (lambda a: ri.interleave_datasets(
+        [a, other()], probabilities=P, seed=8, stopping_strategy="all_exhausted").shuffle(
+        seed=2, buffer_size=3, buffer_state="replay"), False),
+    "replay_shuffle_of_concat1": (lambda a: ri.concatenate_datasets([renamed(other()), a], axis=1).shuffle(
+        seed=2, buffer_size=3, buffer_state="replay"), False),
     "batch_of_interleave": (lambda a: ri.interleave_datasets(
         [a, other()], probabilities=P, seed=6, stopping_strategy="all_exhausted").batch(3), False),
     "batch_of_shuffled_interleave": (lambda a: ri.interleave_datasets(

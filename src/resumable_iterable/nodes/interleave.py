@@ -153,14 +153,21 @@ class InterleaveNode(Node):
             if exhausted[i] and not replace:
                 continue
             ex = peeked[i]
-            shared = ex is not None and not owned[i]
-            try:
-                if ex is None:
+            if ex is None:
+                try:
                     ex = next(its[i], None)
-                nxt = next(its[i], None) if ex is not None else None
-            except BaseException:
-                self._failed_turn(st, i, ex, shared)
-                raise
+                    nxt = next(its[i], None) if ex is not None else None
+                except BaseException:
+                    self._failed_turn(st, i, ex)
+                    raise
+            else:
+                if not owned[i]:  # a state copy may share it (peeked[i] keeps the original)
+                    ex = copy_example(ex)
+                try:
+                    nxt = next(its[i], None)
+                except BaseException:
+                    self._give_back(st, i)
+                    raise
             if nxt is None:
                 exhausted[i] = True
                 peeked[i] = None
@@ -171,14 +178,14 @@ class InterleaveNode(Node):
                 peeked[i] = nxt
                 owned[i] = 1
             if ex is not None:
-                yield copy_example(ex) if shared else ex
+                yield ex
 
-    def _failed_turn(self, st: dict, i: int, ex: dict | None, shared: bool) -> None:
-        """Input ``i`` raised during its turn: keep the example already read for the turn (if
-        any) and give the turn back, so that a state taken now resumes with this very turn."""
+    def _failed_turn(self, st: dict, i: int, ex: dict | None) -> None:
+        """Input ``i`` raised during its turn, after ``ex`` (or nothing) was read for it: keep
+        ``ex`` and give the turn back, so that a state taken now resumes with this very turn."""
         peeked = st["peeked"]
         peeked[i] = ex
-        peeked.owned[i] = 0 if shared or ex is None else 1
+        peeked.owned[i] = 1  # read just now: no state copy has seen it
         self._give_back(st, i)
 
     def _iter_traced(self) -> Iterator[dict]:
@@ -209,17 +216,25 @@ class InterleaveNode(Node):
             if exhausted[i] and not replace:
                 continue
             ex = peeked[i]
-            shared = ex is not None and not owned[i]
-            pos = ppos[i]
-            try:
-                if ex is None:
+            if ex is None:
+                pos = None
+                try:
                     ex = next(its[i], None)
                     pos = provs[i]() if ex is not None else None
-                nxt = next(its[i], None) if ex is not None else None
-            except BaseException:
-                ppos[i] = pos
-                self._failed_turn(st, i, ex, shared)
-                raise
+                    nxt = next(its[i], None) if ex is not None else None
+                except BaseException:
+                    ppos[i] = pos
+                    self._failed_turn(st, i, ex)
+                    raise
+            else:
+                pos = ppos[i]
+                if not owned[i]:
+                    ex = copy_example(ex)
+                try:
+                    nxt = next(its[i], None)
+                except BaseException:
+                    self._give_back(st, i)
+                    raise
             if nxt is None:
                 exhausted[i] = True
                 peeked[i] = None
@@ -233,7 +248,7 @@ class InterleaveNode(Node):
                 ppos[i] = provs[i]()
             if ex is not None:
                 self._ri_last = [i, *pos]
-                yield copy_example(ex) if shared else ex
+                yield ex
 
     def position(self) -> dict | None:
         return None
