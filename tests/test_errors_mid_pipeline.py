@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -491,3 +492,43 @@ def test_async_map_under_a_dataloader_worker():
     loader = torch.utils.data.DataLoader(other().map(slow_double), batch_size=None, num_workers=1)
     assert [x["y"] for x in loader] == [x["id"] * 2 for x in other()]
 
+
+
+# ---------------------------------------------------------------------- through a StatefulDataLoader
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_stateful_dataloader_state_after_an_error_resumes_exactly(num_workers):
+    """What a trainer does: the loader raises, the trainer saves ``loader.state_dict()``, the job
+    restarts with the bug fixed and loads it. In one process the loader's state is the dataset's
+    state at that moment, so batches are made by ``ds.batch()`` (torch's own batching drops the
+    rows of a batch it was collecting when the dataset raised); with workers the loader keeps the
+    state each worker sent with its last batch, so the loader may batch itself."""
+    pytest.importorskip("torch")
+    tdl = pytest.importorskip("torchdata.stateful_dataloader")
+
+    def pipeline(fault):
+        ds = ri.interleave_datasets([faulty(Fault(), fault), other(n=6)], probabilities=P, seed=9,
+                                    stopping_strategy="all_exhausted").map(scribble)
+        return ds.batch(3) if num_workers == 0 else ds
+
+    def loader(ds):
+        if num_workers == 0:
+            return tdl.StatefulDataLoader(ds, batch_size=None, collate_fn=lambda b: b["id"])
+        return tdl.StatefulDataLoader(ds, batch_size=3, num_workers=num_workers,
+                                      collate_fn=lambda b: [ex["id"] for ex in b])
+
+    def ids(batches):
+        return [i for b in batches for i in b]
+
+    full = ids(loader(pipeline(Fault())))
+    for k in (0, 5) if num_workers else (0, 4, 9, 13):
+        ld = loader(pipeline(Fault(k)))
+        got = []
+        with pytest.raises(Boom):
+            for b in ld:
+                got.append(b)
+        state = pickle.loads(pickle.dumps(ld.state_dict()))  # as torch.save would keep it
+        resumed = loader(pipeline(Fault()))
+        resumed.load_state_dict(state)
+        assert ids(got) + ids(resumed) == full, f"fault at {k}"
