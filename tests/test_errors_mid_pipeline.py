@@ -561,3 +561,12 @@ def test_stateful_dataloader_state_after_an_error_resumes_exactly(num_workers):
         resumed = loader(pipeline(Fault()))
         resumed.load_state_dict(state)
         assert ids(got) + ids(resumed) == full, f"fault at {k}"
+
+
+def test_async_map_below_a_replay_shuffle_is_re_derived_on_resume():
+    """Resuming a replay-mode shuffle re-runs the function on the buffered rows outside any
+    iteration of the map: the async function is awaited there too."""
+    full = assert_resumes_exactly(
+        lambda: other(n_shards=3, n=6).map(slow_double).shuffle(seed=4, buffer_size=5, buffer_state="replay"),
+        roundtrip=codec_roundtrip, max_cuts=6)
+    assert sorted(x["y"] for x in full) == sorted(x["id"] * 2 for x in other(n_shards=3, n=6))
