@@ -570,3 +570,27 @@ def test_async_map_below_a_replay_shuffle_is_re_derived_on_resume():
         lambda: other(n_shards=3, n=6).map(slow_double).shuffle(seed=4, buffer_size=5, buffer_state="replay"),
         roundtrip=codec_roundtrip, max_cuts=6)
     assert sorted(x["y"] for x in full) == sorted(x["id"] * 2 for x in other(n_shards=3, n=6))
+
+
+class Interrupt(Fault):
+    """Ctrl-C at the ``at``-th hit: a ``KeyboardInterrupt`` is not an ``Exception``."""
+
+    def hit(self) -> None:
+        try:
+            super().hit()
+        except Boom:
+            raise KeyboardInterrupt from None
+
+
+@pytest.mark.parametrize("name", ["plain", "batch", "interleave_p_all", "concat1_second", "batched_map_of_concat"])
+def test_a_state_saved_on_ctrl_c_continues_exactly(name):
+    counters = {k: Fault() for k in KINDS}
+    full = [normalize(x) for x in build(name, counters)]
+    for kind in KINDS:
+        for k in range(0, counters[kind].hits, 3):
+            ds = build(name, {kind: Interrupt(k)})
+            head = []
+            with pytest.raises(KeyboardInterrupt):
+                for x in ds:
+                    head.append(normalize(x))
+            check_state_after_error(name, full, ds, head, f"Ctrl-C in the {kind} at hit {k}")

@@ -238,7 +238,7 @@ class MapNode(Node):
         ex, index = copy_example(st["retry"][0]), st["index"]  # a state copy may share the stored one
         try:
             out = self._apply_one(ex, index)
-        except Exception as e:
+        except BaseException as e:
             add_context(e, self._describe(f"example #{index} (retried from the state)"))
             raise
         st["retry"] = ExampleList()
@@ -254,7 +254,7 @@ class MapNode(Node):
             st["index"] = index + 1
             try:
                 out = apply(ex, index)
-            except Exception as e:
+            except BaseException as e:  # KeyboardInterrupt too: a state saved then keeps the example
                 self._failed(e, ex, index)
                 raise
             if out is not None:
@@ -274,7 +274,7 @@ class MapNode(Node):
                 out = fn(inp)
                 if out is not None and out is not inp and type(out) is not dict and not isinstance(out, Mapping):
                     raise TypeError(f"{self.kind} function must return a dict or None, got {type(out).__name__}")
-            except Exception as e:
+            except BaseException as e:
                 self._failed(e, ex, index)
                 raise
             if remove:
@@ -305,7 +305,7 @@ class MapNode(Node):
                 return
             try:
                 outputs = self._apply_batch(rows, st["index"])
-            except Exception as e:
+            except BaseException as e:
                 child.load(snapshot)  # the batch is not consumed: a state taken now retries it
                 add_context(e, self._describe(f"the batch of examples #{st['index']}..#{st['index'] + len(rows) - 1}"))
                 raise
