@@ -594,3 +594,18 @@ def test_a_state_saved_on_ctrl_c_continues_exactly(name):
                 for x in ds:
                     head.append(normalize(x))
             check_state_after_error(name, full, ds, head, f"Ctrl-C in the {kind} at hit {k}")
+
+
+@pytest.mark.parametrize("name", ["batch", "interleave_p_all", "concat1_second", "batched_map_of_concat", "repeat"])
+def test_iterating_again_without_loading_starts_a_new_pass(name):
+    """As after any partial iteration (and as in HF): a new ``for`` loop over the dataset is a new
+    pass; to continue, load the state taken after the error (done in every test above)."""
+    full = [normalize(x) for x in build(name)]
+    ds = build(name, {"map": Fault(7)})
+    head, raised = run_until_error(ds)
+    assert raised and head == full[:len(head)]
+    assert [normalize(x) for x in ds] == full
+    state = ds.state_dict()  # taken after that full pass: nothing left
+    resumed = build(name)
+    resumed.load_state_dict(codec_roundtrip(state))
+    assert list(resumed) == []
