@@ -15,6 +15,7 @@ Also here: batched ``map`` with ``remove_columns`` and a function returning its 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import pickle
 
@@ -609,3 +610,75 @@ def test_iterating_again_without_loading_starts_a_new_pass(name):
     resumed = build(name)
     resumed.load_state_dict(codec_roundtrip(state))
     assert list(resumed) == []
+
+
+# ---------------------------------------------------------------------- random pipelines, failing sources
+
+
+@contextlib.contextmanager
+def failing_sources(fault: Fault):
+    """Every source of the pipelines built inside raises through ``fault``: before each example is
+    pulled from a source (of any kind: HF, Arrow, generator, Parquet), ``fault.hit()`` - as a
+    generator or a file read failing at that row."""
+    from resumable_iterable.nodes.source import SourceNode
+
+    inherited = SourceNode.__iter__
+
+    def iterate(self):
+        inner = inherited(self)
+
+        def pull():
+            while True:
+                fault.hit()
+                try:
+                    ex = next(inner)
+                except StopIteration:
+                    return
+                yield ex
+
+        return pull()
+
+    SourceNode.__iter__ = iterate
+    try:
+        yield
+    finally:
+        del SourceNode.__iter__  # back to Node.__iter__
+
+
+def test_random_pipelines_with_a_failing_source_resume_exactly(capsys):
+    """The random pipelines of ``test_properties.py`` (every node kind, nested combinators), a
+    source failing at random positions: the state taken after the exception resumes exactly."""
+    from hypothesis import given
+    from hypothesis import strategies as hst
+
+    from test_properties import build as build_recipe
+    from test_properties import pipelines
+
+    stats = {"pipelines": 0, "faults": 0, "examples": 0}
+
+    @given(recipe=pipelines(), data=hst.data())
+    def prop(recipe, data):
+        counter = Fault()
+        with failing_sources(counter):
+            full = [normalize(x) for x in build_recipe(recipe)]
+        stats["pipelines"] += 1
+        stats["examples"] += len(full)
+        if not counter.hits:  # no source is ever read (take(0) and the like)
+            return
+        ks = data.draw(hst.lists(hst.integers(0, counter.hits - 1), min_size=1, max_size=4, unique=True))
+        for k in ks:
+            with failing_sources(Fault(k)):
+                ds = build_recipe(recipe)
+                head, raised = run_until_error(ds)
+                state = codec_roundtrip(ds.state_dict())
+            assert raised and head == full[:len(head)]
+            resumed = build_recipe(recipe)
+            resumed.load_state_dict(state)
+            tail = [normalize(x) for x in resumed]
+            assert head + tail == full, f"source failing at pull {k}: {len(head)} + {len(tail)} != {len(full)}"
+            stats["faults"] += 1
+
+    prop()
+    with capsys.disabled():
+        print(f"\n[errors] random pipelines: {stats['pipelines']} composed, {stats['examples']} examples, "
+              f"{stats['faults']} source failures resumed")
