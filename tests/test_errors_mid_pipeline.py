@@ -149,6 +149,10 @@ COMPOSITIONS = {
         seed=2, buffer_size=3, buffer_state="replay"), False),
     "replay_shuffle_of_concat1": (lambda a: ri.concatenate_datasets([renamed(other()), a], axis=1).shuffle(
         seed=2, buffer_size=3, buffer_state="replay"), False),
+    # the row part read from the interleave is held while `a` raises: its position must survive the resume
+    "replay_shuffle_of_concat1_of_interleave": (lambda a: ri.concatenate_datasets(
+        [renamed(ri.interleave_datasets([other(), other(2000)], probabilities=P, seed=5)), a], axis=1).shuffle(
+        seed=2, buffer_size=3, buffer_state="replay"), False),
     "batch_of_interleave": (lambda a: ri.interleave_datasets(
         [a, other()], probabilities=P, seed=6, stopping_strategy="all_exhausted").batch(3), False),
     "batch_of_shuffled_interleave": (lambda a: ri.interleave_datasets(
@@ -166,7 +170,8 @@ COMPOSITIONS = {
 
 
 # a replay-mode shuffle cannot re-derive rows through a batched map: these run without it
-REPLAY = {"shuffle_replay", "replay_shuffle_of_interleave", "replay_shuffle_of_concat1"}
+REPLAY = {"shuffle_replay", "replay_shuffle_of_interleave", "replay_shuffle_of_concat1",
+          "replay_shuffle_of_concat1_of_interleave"}
 
 
 def build(name: str, faults: dict | None = None) -> ri.IterableDataset:
@@ -682,3 +687,27 @@ def test_random_pipelines_with_a_failing_source_resume_exactly(capsys):
     with capsys.disabled():
         print(f"\n[errors] random pipelines: {stats['pipelines']} composed, {stats['examples']} examples, "
               f"{stats['faults']} source failures resumed")
+
+
+def test_a_map_retrying_an_interleaved_example_under_a_replay_shuffle():
+    """The map holds the interleave's example it raised on; resumed, the replay-mode shuffle above
+    asks where that example came from: the interleave keeps it in its state (``last_pos``)."""
+
+    def pipeline(fault):
+        def f(ex):
+            fault.hit()
+            return {"y": ex["id"] % 7}
+
+        mixed = ri.interleave_datasets([other(), other(2000, n=3)], probabilities=P, seed=3,
+                                       stopping_strategy="all_exhausted")
+        return mixed.map(f).shuffle(seed=1, buffer_size=4, buffer_state="replay")
+
+    counter = Fault()
+    full = [normalize(x) for x in pipeline(counter)]
+    for k in range(counter.hits):
+        ds = pipeline(Fault(k))
+        head, raised = run_until_error(ds)
+        assert raised
+        resumed = pipeline(Fault())
+        resumed.load_state_dict(codec_roundtrip(ds.state_dict()))
+        assert head + [normalize(x) for x in resumed] == full, f"fault at {k}"

@@ -20,12 +20,15 @@ If an input raises (a ``map`` function or a generator that failed), the input in
 is given back (``cycle`` / ``rng_pos`` step back) and an example already read for that turn is
 kept in ``peeked``: a state taken after the error resumes with that very turn.
 
-State: ``{"node", "rng", "rng_pos", "cycle", "exhausted", "peeked", "peeked_pos", "children"}``
+State: ``{"node", "rng", "rng_pos", "cycle", "exhausted", "peeked", "peeked_pos", "last_pos", "children"}``
 - with ``probabilities``, input indices are drawn in blocks from ``rng`` (state at the block's
 start) and ``rng_pos`` counts the ones used; without, ``cycle`` is the next input in turn.
 ``peeked_pos`` is only filled below a replay-mode shuffle (see ``nodes/replay.py``): where each
 peeked example came from, since the input's own state then describes it and not the example
-yielded before it. Elsewhere it stays all null and the loop does no tracking.
+yielded before it; ``last_pos`` likewise records where the last example yielded came from
+(``[input, *position]``), which a node above may still hold when a state is taken (a ``map``
+retrying it, a row of ``concatenate_datasets(axis=1)`` in progress after an error). Elsewhere
+both stay null and the loop does no tracking.
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ class InterleaveNode(Node):
         n = len(self.children)
         rng = rng_from_seed(self.seed).bit_generator.state if self.probabilities is not None else None
         return {"rng": rng, "rng_pos": 0, "cycle": 0, "exhausted": [False] * n, "peeked": ExampleChunks([None] * n),
-                "peeked_pos": [None] * n}
+                "peeked_pos": [None] * n, "last_pos": None}
 
     def _validate_own(self, state: dict, where: str) -> None:
         n = len(self.children)
@@ -88,6 +91,13 @@ class InterleaveNode(Node):
         pp = state["peeked_pos"]
         if not isinstance(pp, list) or len(pp) != n:
             raise ValueError(f"{where}: 'peeked_pos' must be a list of {n} positions or nulls")
+        last = state["last_pos"]
+        if last is not None:
+            from .replay import check_provenance
+
+            if not isinstance(last, list) or not last or type(last[0]) is not int or not 0 <= last[0] < n:
+                raise ValueError(f"{where}: 'last_pos' must be null or [input, *position] with an input in [0, {n})")
+            check_provenance(self.children[last[0]], last[1:], f"{where}.last_pos")
         if any(p is not None for p in pp):
             from .replay import check_provenance
 
@@ -101,6 +111,15 @@ class InterleaveNode(Node):
     def _load_own(self, state: dict) -> None:
         super()._load_own(state)
         self._state_dict["peeked"] = ExampleChunks(self._state_dict["peeked"])  # not owned: the state shares them
+
+    @property
+    def _ri_last(self) -> list | None:
+        """Where the last example yielded came from (only tracked below a replay-mode shuffle)."""
+        return self._state_dict["last_pos"]
+
+    @_ri_last.setter
+    def _ri_last(self, pos: list | None) -> None:
+        self._state_dict["last_pos"] = pos
 
     def _give_back(self, st: dict, i: int) -> None:
         """Undo drawing input ``i`` (its input raised): the resumed run draws it again."""
