@@ -711,3 +711,25 @@ def test_a_map_retrying_an_interleaved_example_under_a_replay_shuffle():
         resumed = pipeline(Fault())
         resumed.load_state_dict(codec_roundtrip(ds.state_dict()))
         assert head + [normalize(x) for x in resumed] == full, f"fault at {k}"
+
+
+def test_a_map_retrying_the_output_of_a_nested_replay_shuffle():
+    """Same with a nested replay-mode shuffle: it keeps where its last example came from (``last``)."""
+
+    def pipeline(fault):
+        def f(ex):
+            fault.hit()
+            return {"y": ex["id"] % 7}
+
+        inner = other(n_shards=3, n=5).shuffle(seed=2, buffer_size=3, buffer_state="replay")
+        return inner.map(f).shuffle(seed=1, buffer_size=4, buffer_state="replay")
+
+    counter = Fault()
+    full = [normalize(x) for x in pipeline(counter)]
+    for k in range(counter.hits):
+        ds = pipeline(Fault(k))
+        head, raised = run_until_error(ds)
+        assert raised
+        resumed = pipeline(Fault())
+        resumed.load_state_dict(codec_roundtrip(ds.state_dict()))
+        assert head + [normalize(x) for x in resumed] == full, f"fault at {k}"
