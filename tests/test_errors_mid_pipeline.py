@@ -622,13 +622,16 @@ def test_iterating_again_without_loading_starts_a_new_pass(name):
 
 
 @contextlib.contextmanager
-def failing_sources(fault: Fault):
-    """Every source of the pipelines built inside raises through ``fault``: before each example is
-    pulled from a source (of any kind: HF, Arrow, generator, Parquet), ``fault.hit()`` - as a
-    generator or a file read failing at that row."""
+def failing_sources(fault: Fault, every_node: bool = False):
+    """Every source (or every node) of the pipelines iterated inside raises through ``fault``:
+    before each example is pulled from a source (of any kind: HF, Arrow, generator, Parquet),
+    ``fault.hit()`` - as a generator or a file read failing at that row. With ``every_node``, the
+    pulls from every node count: whatever raises below any node."""
+    from resumable_iterable.nodes.base import Node
     from resumable_iterable.nodes.source import SourceNode
 
-    inherited = SourceNode.__iter__
+    cls = Node if every_node else SourceNode
+    inherited = Node.__iter__
 
     def iterate(self):
         inner = inherited(self)
@@ -644,16 +647,20 @@ def failing_sources(fault: Fault):
 
         return pull()
 
-    SourceNode.__iter__ = iterate
+    cls.__iter__ = iterate
     try:
         yield
     finally:
-        del SourceNode.__iter__  # back to Node.__iter__
+        cls.__iter__ = inherited
+        if cls is SourceNode:
+            del SourceNode.__iter__  # inherited again
 
 
-def test_random_pipelines_with_a_failing_source_resume_exactly(capsys):
+@pytest.mark.parametrize("every_node", [False, True], ids=["failing_source", "failing_any_node"])
+def test_random_pipelines_with_a_failing_source_resume_exactly(capsys, every_node):
     """The random pipelines of ``test_properties.py`` (every node kind, nested combinators), a
-    source failing at random positions: the state taken after the exception resumes exactly."""
+    source (or any node) failing at random positions: the state taken after the exception
+    resumes exactly."""
     from hypothesis import given
     from hypothesis import strategies as hst
 
@@ -665,7 +672,7 @@ def test_random_pipelines_with_a_failing_source_resume_exactly(capsys):
     @given(recipe=pipelines(), data=hst.data())
     def prop(recipe, data):
         counter = Fault()
-        with failing_sources(counter):
+        with failing_sources(counter, every_node):
             full = [normalize(x) for x in build_recipe(recipe)]
         stats["pipelines"] += 1
         stats["examples"] += len(full)
@@ -673,7 +680,7 @@ def test_random_pipelines_with_a_failing_source_resume_exactly(capsys):
             return
         ks = data.draw(hst.lists(hst.integers(0, counter.hits - 1), min_size=1, max_size=4, unique=True))
         for k in ks:
-            with failing_sources(Fault(k)):
+            with failing_sources(Fault(k), every_node):
                 ds = build_recipe(recipe)
                 head, raised = run_until_error(ds)
                 state = codec_roundtrip(ds.state_dict())
@@ -687,7 +694,7 @@ def test_random_pipelines_with_a_failing_source_resume_exactly(capsys):
     prop()
     with capsys.disabled():
         print(f"\n[errors] random pipelines: {stats['pipelines']} composed, {stats['examples']} examples, "
-              f"{stats['faults']} source failures resumed")
+              f"{stats['faults']} {'node' if every_node else 'source'} failures resumed")
 
 
 def test_a_map_retrying_an_interleaved_example_under_a_replay_shuffle():
