@@ -68,35 +68,46 @@ class ConcatNode(Node):
             return
         exhausted, columns, pending = st["exhausted"], st["columns"], st["pending"]
         n = len(self.children)
-        nothing = [None] * n
-        if pending != nothing:  # parts of a row held in a state: a copy of that state may share them
-            pending[:] = [None if p is None else copy_example(p) for p in pending]
+        row: list = [None] * n  # this row's part from each input
+        held = None
+        if any(p is not None for p in pending):  # parts kept in a state (a state copy may share them)
+            held = [None if p is None else copy_example(p) for p in pending]
         its = [iter(c) for c in self.children]
         while True:
             merged: dict = {}
             got = False
-            for i, it in enumerate(its):
-                if exhausted[i]:
-                    for c in columns[i] or ():
-                        merged.setdefault(c, None)
-                    continue
-                ex = pending[i]
-                if ex is None:
-                    ex = next(it, None)  # if it raises, the parts read before stay in `pending`
-                    if ex is None:
-                        exhausted[i] = True
+            i = 0
+            try:
+                for i, it in enumerate(its):
+                    if exhausted[i]:
                         for c in columns[i] or ():
                             merged.setdefault(c, None)
                         continue
-                    pending[i] = ex
-                if columns[i] is None:
-                    columns[i] = list(ex)
-                    clash = [c for c in ex if any(c in (columns[j] or ()) for j in range(len(its)) if j != i)]
-                    if clash:
-                        raise ValueError(f"concatenate_datasets(axis=1): column(s) {clash} appear in several datasets")
-                got = True
-                merged.update(ex)
-            pending[:] = nothing
+                    if held is not None and held[i] is not None:
+                        ex = held[i]
+                    else:
+                        ex = next(it, None)
+                        if ex is None:
+                            exhausted[i] = True
+                            for c in columns[i] or ():
+                                merged.setdefault(c, None)
+                            continue
+                    row[i] = ex
+                    if columns[i] is None:
+                        columns[i] = list(ex)
+                        clash = [c for c in ex if any(c in (columns[j] or ()) for j in range(len(its)) if j != i)]
+                        if clash:
+                            raise ValueError(f"concatenate_datasets(axis=1): column(s) {clash} appear in several "
+                                             "datasets")
+                    got = True
+                    merged.update(ex)
+            except BaseException:
+                # input i raised: keep the parts already read for this row from the inputs before it
+                pending[:] = [None if exhausted[j] or j >= i else row[j] for j in range(n)]
+                raise
+            if held is not None:
+                held = None
+                pending[:] = [None] * n
             if not got:
                 return
             yield merged
