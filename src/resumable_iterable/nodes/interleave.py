@@ -179,14 +179,21 @@ class InterleaveNode(Node):
                 except BaseException:
                     self._failed_turn(st, i, ex)
                     raise
-            else:
-                if not owned[i]:  # a state copy may share it (peeked[i] keeps the original)
-                    ex = copy_example(ex)
+                owned[i] = 1  # what is peeked now is read now: no state copy has seen it
+            elif owned[i]:
                 try:
                     nxt = next(its[i], None)
                 except BaseException:
                     self._give_back(st, i)
                     raise
+            else:  # a state copy may share it: yield a copy (peeked[i] keeps the original)
+                ex = copy_example(ex)
+                try:
+                    nxt = next(its[i], None)
+                except BaseException:
+                    self._give_back(st, i)
+                    raise
+                owned[i] = 1
             if nxt is None:
                 exhausted[i] = True
                 peeked[i] = None
@@ -195,7 +202,6 @@ class InterleaveNode(Node):
                     its[i] = iter(kids[i])
             else:
                 peeked[i] = nxt
-                owned[i] = 1
             if ex is not None:
                 yield ex
 
