@@ -21,9 +21,14 @@ runs code: the decoder only rebuilds the few tagged value types listed in ``stat
 
 from __future__ import annotations
 
+import copy
+import datetime as _dt
+import decimal
 import hashlib
 import json
 from typing import Any, Iterator
+
+import numpy as np
 
 
 FORMAT = "resumable_iterable.state"
@@ -177,3 +182,36 @@ def check_envelope(state: Any) -> None:
         raise ValueError(f"state 'epoch' must be an integer in [0, 2**63 - 1], got {type(epoch).__name__} {epoch!r}")
     if not isinstance(state["state"], dict):
         raise ValueError("state 'state' entry must be an object")
+
+
+# --------------------------------------------------------------------------- copying held examples
+
+_SHARED_AS_IS = frozenset((str, int, float, bool, bytes, complex, type(None), decimal.Decimal, _dt.datetime,
+                           _dt.date, _dt.time, _dt.timedelta))
+
+
+def copy_example(obj: Any) -> Any:
+    """A copy of an example that shares nothing mutable with it: dicts, lists, tuples, sets,
+    bytearrays and numpy arrays are copied (recursively), immutable values are shared, anything
+    else is deep-copied.
+
+    Nodes that keep examples in their state (a batch's partial rows, an interleave's peeked
+    examples, a map's failed input) yield such a copy when a state copy may share the example:
+    the user's functions may then edit it in place without changing a state taken earlier.
+    """
+    t = type(obj)
+    if t in _SHARED_AS_IS or isinstance(obj, np.generic):
+        return obj
+    if t is dict:
+        return {k: copy_example(v) for k, v in obj.items()}
+    if t is list:
+        return [copy_example(v) for v in obj]
+    if t is tuple:
+        return tuple(copy_example(v) for v in obj)
+    if t is np.ndarray and not obj.dtype.hasobject:
+        return obj.copy()
+    if t is set:
+        return {copy_example(v) for v in obj}
+    if t is bytearray:
+        return bytearray(obj)
+    return copy.deepcopy(obj)

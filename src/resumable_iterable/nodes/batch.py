@@ -1,7 +1,12 @@
 """``batch(batch_size, drop_last_batch)``: group examples into ``{column: [values]}`` dicts.
 
-No state of its own: a batch is assembled inside one ``next()`` call, so between yields the
-child's state already counts every example of the yielded batch.
+State: ``{"node", "rows", "children"}`` - ``rows`` holds the examples read for a batch not yet
+yielded. Between yields it is empty: a batch is assembled inside one ``next()`` call, so the
+child's state already counts every example of the yielded batch. It only holds rows when the
+input raised part-way through a batch (a ``map`` function or a generator that failed): a state
+taken then keeps those rows, so the resumed pipeline completes the very same batch. Rows held in
+a state (loaded, or kept after such an error) are copied when the batch is built, since a state
+copy shares them and the user's functions may edit the yielded batch in place.
 """
 
 from __future__ import annotations
@@ -9,7 +14,8 @@ from __future__ import annotations
 import itertools
 from typing import Iterator
 
-from .base import Node, as_int
+from ..state import ExampleList, copy_example
+from .base import Node, as_int, check_examples
 from .map import rows_to_batch
 
 
@@ -24,11 +30,34 @@ class BatchNode(Node):
     def params(self) -> dict:
         return {"batch_size": self.batch_size, "drop_last_batch": self.drop_last_batch}
 
+    def _own_state(self) -> dict:
+        return {"rows": ExampleList()}
+
+    def _validate_own(self, state: dict, where: str) -> None:
+        rows = state["rows"]
+        check_examples(rows, where, "rows")
+        if len(rows) >= self.batch_size or not all(isinstance(r, dict) for r in rows):
+            raise ValueError(f"{where}: 'rows' must hold fewer than batch_size={self.batch_size} examples "
+                             "(objects) of a batch in progress")
+
+    def _load_own(self, state: dict) -> None:
+        super()._load_own(state)
+        self._state_dict["rows"] = ExampleList(self._state_dict["rows"])
+
     def _iter(self) -> Iterator[dict]:
+        rows = self._state_dict["rows"]
+        if rows:  # held in a state: a copy of that state may share them
+            rows[:] = [copy_example(r) for r in rows]
         it = iter(self.children[0])
         size = self.batch_size
+        islice = itertools.islice
         while True:
-            rows = list(itertools.islice(it, size))
-            if not rows or (self.drop_last_batch and len(rows) < size):
+            # read into the state itself: if the input raises part-way, the rows read so far stay
+            # there (list.extend keeps what it appended before the error)
+            rows.extend(islice(it, size - len(rows)))
+            if len(rows) < size and (not rows or self.drop_last_batch):
+                rows.clear()
                 return
-            yield rows_to_batch(rows)
+            batch = rows_to_batch(rows)
+            rows.clear()
+            yield batch

@@ -42,7 +42,7 @@ class FilterNode(MapNode):
             st["index"] = index + 1
             try:
                 keep = fn(dict(ex))
-            except Exception as e:
+            except BaseException as e:
                 self._failed(e, ex, index)
                 raise
             if keep:

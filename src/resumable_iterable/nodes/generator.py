@@ -56,7 +56,7 @@ class GeneratorSource(SourceNode):
             for ex in it:
                 st["offset"] += 1
                 yield ex
-        except Exception as e:  # noqa: BLE001 - add where it happened, keep the type
+        except BaseException as e:  # noqa: BLE001 - add where it happened, keep the type
             if not isinstance(e, GeneratorExit):
                 add_context(e, f"raised by generator shard {shard_id} after {st['offset']} examples")
             raise

@@ -11,14 +11,24 @@ Stopping strategies (as in HF ``datasets``):
 To know that an input is exhausted right after its last example (HF's semantics), the node reads
 one example ahead from the input it just used. **That peeked example belongs in the state**:
 it is stored in ``peeked`` (copied shallowly, like a shuffle buffer), and the input's own state
-already counts it as consumed.
+already counts it as consumed. ``peeked`` is an :class:`~resumable_iterable.state.ExampleChunks`
+whose items are single examples: every state copy clears its ``owned`` flags, so a peeked
+example that a state copy may share is yielded as a copy (the user's functions may edit the
+yielded example in place; the state taken earlier must not change).
 
-State: ``{"node", "rng", "rng_pos", "cycle", "exhausted", "peeked", "peeked_pos", "children"}``
+If an input raises (a ``map`` function or a generator that failed), the input index just drawn
+is given back (``cycle`` / ``rng_pos`` step back) and an example already read for that turn is
+kept in ``peeked``: a state taken after the error resumes with that very turn.
+
+State: ``{"node", "rng", "rng_pos", "cycle", "exhausted", "peeked", "peeked_pos", "last_pos", "children"}``
 - with ``probabilities``, input indices are drawn in blocks from ``rng`` (state at the block's
 start) and ``rng_pos`` counts the ones used; without, ``cycle`` is the next input in turn.
 ``peeked_pos`` is only filled below a replay-mode shuffle (see ``nodes/replay.py``): where each
 peeked example came from, since the input's own state then describes it and not the example
-yielded before it. Elsewhere it stays all null and the loop does no tracking.
+yielded before it; ``last_pos`` likewise records where the last example yielded came from
+(``[input, *position]``), which a node above may still hold when a state is taken (a ``map``
+retrying it, a row of ``concatenate_datasets(axis=1)`` in progress after an error). Elsewhere
+both stay null and the loop does no tracking.
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
-from ..state import ExampleList
+from ..state import ExampleChunks, copy_example
 from .base import Node, check_examples, check_int, check_rng, resolve_seed, rng_from_seed, rng_from_state, split_seed
 
 STRATEGIES = ("first_exhausted", "all_exhausted", "all_exhausted_without_replacement")
@@ -61,8 +71,8 @@ class InterleaveNode(Node):
     def _own_state(self) -> dict:
         n = len(self.children)
         rng = rng_from_seed(self.seed).bit_generator.state if self.probabilities is not None else None
-        return {"rng": rng, "rng_pos": 0, "cycle": 0, "exhausted": [False] * n, "peeked": ExampleList([None] * n),
-                "peeked_pos": [None] * n}
+        return {"rng": rng, "rng_pos": 0, "cycle": 0, "exhausted": [False] * n, "peeked": ExampleChunks([None] * n),
+                "peeked_pos": [None] * n, "last_pos": None}
 
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> Node:
         # each DataLoader worker / rank draws its own sequence of inputs (HF issue 7567)
@@ -89,6 +99,13 @@ class InterleaveNode(Node):
         pp = state["peeked_pos"]
         if not isinstance(pp, list) or len(pp) != n:
             raise ValueError(f"{where}: 'peeked_pos' must be a list of {n} positions or nulls")
+        last = state["last_pos"]
+        if last is not None:
+            from .replay import check_provenance
+
+            if not isinstance(last, list) or not last or type(last[0]) is not int or not 0 <= last[0] < n:
+                raise ValueError(f"{where}: 'last_pos' must be null or [input, *position] with an input in [0, {n})")
+            check_provenance(self.children[last[0]], last[1:], f"{where}.last_pos")
         if any(p is not None for p in pp):
             from .replay import check_provenance
 
@@ -101,7 +118,23 @@ class InterleaveNode(Node):
 
     def _load_own(self, state: dict) -> None:
         super()._load_own(state)
-        self._state_dict["peeked"] = ExampleList(self._state_dict["peeked"])
+        self._state_dict["peeked"] = ExampleChunks(self._state_dict["peeked"])  # not owned: the state shares them
+
+    @property
+    def _ri_last(self) -> list | None:
+        """Where the last example yielded came from (only tracked below a replay-mode shuffle)."""
+        return self._state_dict["last_pos"]
+
+    @_ri_last.setter
+    def _ri_last(self, pos: list | None) -> None:
+        self._state_dict["last_pos"] = pos
+
+    def _give_back(self, st: dict, i: int) -> None:
+        """Undo drawing input ``i`` (its input raised): the resumed run draws it again."""
+        if self.probabilities is None:
+            st["cycle"] = i
+        else:
+            st["rng_pos"] -= 1  # >= 1 here: a fresh block's state is stored with its first draw
 
     def _indices(self, st: dict) -> Iterator[int]:
         n = len(self.children)
@@ -137,6 +170,7 @@ class InterleaveNode(Node):
         st = self._state_dict
         kids = self.children
         exhausted, peeked = st["exhausted"], st["peeked"]
+        owned = peeked.owned  # cleared by every state copy: a peeked example it shares is yielded as a copy
         stop = all if self.stopping_strategy != "first_exhausted" else any
         replace = self.stopping_strategy != "all_exhausted_without_replacement"
         its = [iter(c) for c in kids]
@@ -147,8 +181,27 @@ class InterleaveNode(Node):
                 continue
             ex = peeked[i]
             if ex is None:
-                ex = next(its[i], None)
-            nxt = next(its[i], None) if ex is not None else None
+                try:
+                    ex = next(its[i], None)
+                    nxt = next(its[i], None) if ex is not None else None
+                except BaseException:
+                    self._failed_turn(st, i, ex)
+                    raise
+                owned[i] = 1  # what is peeked now is read now: no state copy has seen it
+            elif owned[i]:
+                try:
+                    nxt = next(its[i], None)
+                except BaseException:
+                    self._give_back(st, i)
+                    raise
+            else:  # a state copy may share it: yield a copy (peeked[i] keeps the original)
+                ex = copy_example(ex)
+                try:
+                    nxt = next(its[i], None)
+                except BaseException:
+                    self._give_back(st, i)
+                    raise
+                owned[i] = 1
             if nxt is None:
                 exhausted[i] = True
                 peeked[i] = None
@@ -159,6 +212,14 @@ class InterleaveNode(Node):
                 peeked[i] = nxt
             if ex is not None:
                 yield ex
+
+    def _failed_turn(self, st: dict, i: int, ex: dict | None) -> None:
+        """Input ``i`` raised during its turn, after ``ex`` (or nothing) was read for it: keep
+        ``ex`` and give the turn back, so that a state taken now resumes with this very turn."""
+        peeked = st["peeked"]
+        peeked[i] = ex
+        peeked.owned[i] = 1  # read just now: no state copy has seen it
+        self._give_back(st, i)
 
     def _iter_traced(self) -> Iterator[dict]:
         """``_iter_plain`` that also records where each yielded and peeked example came from
@@ -181,6 +242,7 @@ class InterleaveNode(Node):
         stop = all if self.stopping_strategy != "first_exhausted" else any
         replace = self.stopping_strategy != "all_exhausted_without_replacement"
         its = [iter(c) for c in kids]
+        owned = peeked.owned
         for i in self._indices(st):
             if stop(exhausted):
                 return
@@ -188,11 +250,24 @@ class InterleaveNode(Node):
                 continue
             ex = peeked[i]
             if ex is None:
-                ex = next(its[i], None)
-                pos = provs[i]() if ex is not None else None
+                pos = None
+                try:
+                    ex = next(its[i], None)
+                    pos = provs[i]() if ex is not None else None
+                    nxt = next(its[i], None) if ex is not None else None
+                except BaseException:
+                    ppos[i] = pos
+                    self._failed_turn(st, i, ex)
+                    raise
             else:
                 pos = ppos[i]
-            nxt = next(its[i], None) if ex is not None else None
+                if not owned[i]:
+                    ex = copy_example(ex)
+                try:
+                    nxt = next(its[i], None)
+                except BaseException:
+                    self._give_back(st, i)
+                    raise
             if nxt is None:
                 exhausted[i] = True
                 peeked[i] = None
@@ -202,6 +277,7 @@ class InterleaveNode(Node):
                     its[i] = iter(kids[i])
             else:
                 peeked[i] = nxt
+                owned[i] = 1
                 ppos[i] = provs[i]()
             if ex is not None:
                 self._ri_last = [i, *pos]

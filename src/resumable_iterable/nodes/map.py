@@ -12,19 +12,32 @@ State: ``{"node", "index", "prev", "skip", "retry", "children"}``
 * ``retry`` - *per-example mode*: empty, or the one input example the function raised on.
   A state taken after such an error processes that example again first when it is loaded,
   instead of skipping it (in batched mode the batch is simply not consumed: ``prev`` rewinds it).
+  The retried example is copied first (a state copy shares it).
+
+Errors raised *below* the node (a generator, or another function, failing while a batch is being
+read) rewind the child to the start of the batch as well, so no row read for it is lost.
 
 The function receives a shallow copy of the example (or a fresh batch dict), so in-place edits
-never reach examples still referenced by a shuffle buffer or a saved state.
+never reach examples still referenced by a shuffle buffer or a saved state. With
+``remove_columns``, as in HF, the removed columns are gone from the output unless the function
+returned them in a new dict (a function that edits and returns its input loses them too).
+
+``async def`` functions (per example or batched; ``map`` and ``filter``) are awaited one call at
+a time on an event loop the iteration owns (on a helper thread when the caller already runs a
+loop), so the state stays exact: every input counted as consumed has its output yielded or held.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import itertools
+import threading
 from collections.abc import Mapping
 from operator import itemgetter
 from typing import Any, Callable, Iterator
 
-from ..state import ExampleList
+from ..state import ExampleList, copy_example
 from .base import Node, add_context, check_int
 
 
@@ -95,6 +108,8 @@ class MapNode(Node):
         self.remove_columns = [remove_columns] if isinstance(remove_columns, str) else list(remove_columns or [])
         self.fn_kwargs = dict(fn_kwargs or {})
         self.drop_last_batch = bool(drop_last_batch)
+        self.is_async = is_async_function(function)
+        self._runner: AsyncRunner | None = None  # set while an async function is being iterated
         super().__init__([child])
 
     def params(self) -> dict:
@@ -138,7 +153,16 @@ class MapNode(Node):
             args = [arg]
         if self.with_indices:
             args.append(index)
-        return self.function(*args, **self.fn_kwargs)
+        if not self.is_async:
+            return self.function(*args, **self.fn_kwargs)
+        runner = self._runner
+        if runner is not None:
+            return runner.run(self.function(*args, **self.fn_kwargs))
+        runner = AsyncRunner()  # called outside an iteration (e.g. re-deriving replayed examples)
+        try:
+            return runner.run(self.function(*args, **self.fn_kwargs))
+        finally:
+            runner.close()
 
     def _apply_one(self, ex: dict, index: int) -> Any:
         """Output example, or ``None`` to drop it (filter)."""
@@ -157,12 +181,15 @@ class MapNode(Node):
 
     def _apply_batch(self, rows: list[dict], index: int) -> list[dict]:
         batch = rows_to_batch(rows)
-        out = self._call(dict(batch), list(range(index, index + len(rows))))
+        arg = dict(batch)
+        out = self._call(arg, list(range(index, index + len(rows))))
         if out is None:
-            out = batch
+            out = arg
         elif not isinstance(out, Mapping):
             raise TypeError(f"batched {self.kind} function must return a dict of lists or None, "
                             f"got {type(out).__name__}")
+        if out is arg and self.remove_columns:  # it edited and returned its input: removed columns go (as in HF)
+            out = {c: v for c, v in out.items() if c not in self.remove_columns}
         kept = {c: v for c, v in batch.items() if c not in self.remove_columns and c not in out}
         lengths = {c: len(v) for c, v in out.items()}
         if len(set(lengths.values())) > 1:
@@ -177,11 +204,22 @@ class MapNode(Node):
 
     # ------------------------------------------------------------------ iteration
     def _iter(self) -> Iterator[dict]:
+        if self.is_async:
+            return self._iter_async()
         return self._iter_batched() if self.batched else self._iter_examples()
 
+    def _iter_async(self) -> Iterator[dict]:
+        """The same loops, each call of the async function awaited on this iteration's event loop."""
+        runner = self._runner = AsyncRunner()
+        try:
+            yield from (self._iter_batched() if self.batched else self._iter_examples())
+        finally:
+            self._runner = None
+            runner.close()
+
     def _iter_examples(self) -> Iterator[dict]:
-        loop = (self._iter_examples_general if self.input_columns is not None or self.with_indices or self.fn_kwargs
-                else self._iter_examples_plain)
+        general = self.input_columns is not None or self.with_indices or self.fn_kwargs or self.is_async
+        loop = self._iter_examples_general if general else self._iter_examples_plain
         if self._state_dict["retry"]:
             return itertools.chain(self._iter_retry(), loop())
         return loop()
@@ -197,10 +235,10 @@ class MapNode(Node):
     def _iter_retry(self) -> Iterator[dict]:
         """First, the example the function raised on when the loaded state was taken."""
         st = self._state_dict
-        ex, index = st["retry"][0], st["index"]
+        ex, index = copy_example(st["retry"][0]), st["index"]  # a state copy may share the stored one
         try:
             out = self._apply_one(ex, index)
-        except Exception as e:
+        except BaseException as e:
             add_context(e, self._describe(f"example #{index} (retried from the state)"))
             raise
         st["retry"] = ExampleList()
@@ -216,7 +254,7 @@ class MapNode(Node):
             st["index"] = index + 1
             try:
                 out = apply(ex, index)
-            except Exception as e:
+            except BaseException as e:  # KeyboardInterrupt too: a state saved then keeps the example
                 self._failed(e, ex, index)
                 raise
             if out is not None:
@@ -236,7 +274,7 @@ class MapNode(Node):
                 out = fn(inp)
                 if out is not None and out is not inp and type(out) is not dict and not isinstance(out, Mapping):
                     raise TypeError(f"{self.kind} function must return a dict or None, got {type(out).__name__}")
-            except Exception as e:
+            except BaseException as e:
                 self._failed(e, ex, index)
                 raise
             if remove:
@@ -257,13 +295,17 @@ class MapNode(Node):
         size = self.batch_size
         while True:
             snapshot = child.state_dict()
-            rows = list(itertools.islice(it, size)) if size else list(it)
+            try:
+                rows = list(itertools.islice(it, size)) if size else list(it)
+            except BaseException:
+                child.load(snapshot)  # the input raised part-way: a state taken now re-reads the whole batch
+                raise
             if not rows or (self.drop_last_batch and size and len(rows) < size):
                 st["prev"], st["skip"] = None, 0
                 return
             try:
                 outputs = self._apply_batch(rows, st["index"])
-            except Exception as e:
+            except BaseException as e:
                 child.load(snapshot)  # the batch is not consumed: a state taken now retries it
                 add_context(e, self._describe(f"the batch of examples #{st['index']}..#{st['index'] + len(rows) - 1}"))
                 raise
@@ -278,3 +320,45 @@ class MapNode(Node):
 
 def _identity(x: Any, *args: Any, **kwargs: Any) -> Any:
     return x
+
+
+def is_async_function(function: Any) -> bool:
+    """``async def`` function (or a callable object whose ``__call__`` is one), as HF detects them."""
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(getattr(function, "__call__", None))
+
+
+class AsyncRunner:
+    """Runs coroutines one at a time to completion on an event loop of its own.
+
+    When the calling thread already runs an event loop (a notebook, an async training loop), a
+    second loop cannot run there, so the loop runs on a helper thread and the caller waits."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def run(self, coro: Any) -> Any:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.new_event_loop()
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:
+                self._thread = threading.Thread(target=loop.run_forever, name="resumable_iterable-async",
+                                                daemon=True)
+                self._thread.start()
+        if self._thread is None:
+            return loop.run_until_complete(coro)
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    def close(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        if self._thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            self._thread.join()
+            self._thread = None
+        loop.close()

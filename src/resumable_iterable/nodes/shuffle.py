@@ -19,7 +19,8 @@ State: ``{"node", "seed", "epoch", "rng", "rng_pos", "buffer", "draining", "chil
   - ``"replay"`` (exact, small): where each buffered example came from - a short list of
     integers per example (see ``nodes/replay.py``) - plus ``digest``, a checksum of those
     positions. The examples themselves live beside the state; a resumed pipeline re-reads
-    them from the sources before yielding anything.
+    them from the sources before yielding anything. ``last`` is where the last example yielded
+    came from (a node above may still hold it after an error: a ``map`` retrying it).
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ class ShuffleNode(Node):
 
             require_replay_support(child)
         self._live = None  # replay mode: (provenance buffer, examples, slot hashes) beside the state
-        self._ri_last = None  # replay mode: provenance of the last example yielded
         seed = resolve_seed(seed)
         self.seed = seed
         self.buffer_size = buffer_size
@@ -82,6 +82,7 @@ class ShuffleNode(Node):
               "rng_pos": 0, "buffer": buffer, "draining": False}
         if self.buffer_state == "replay":
             st["digest"] = 0
+            st["last"] = None  # where the last example yielded came from: a node above may still hold it
         return st
 
     def _after_reset(self) -> None:
@@ -133,9 +134,21 @@ class ShuffleNode(Node):
         child = self.children[0]
         for i, prov in enumerate(state["buffer"]):
             check_provenance(child, prov, f"{where}.buffer[{i}]")
+        if state["last"] is not None:
+            check_provenance(child, state["last"], f"{where}.last")
         if buffer_digest(state["buffer"]) != state["digest"]:
             raise ValueError(f"{where}: the buffered positions do not match their digest: the state was edited "
                              "or damaged")
+
+    @property
+    def _ri_last(self) -> list | None:
+        """Replay mode: where the last example yielded came from (kept in the state, since a node
+        above may still hold that example when a state is taken: a map retrying it after an error)."""
+        return self._state_dict.get("last")
+
+    @_ri_last.setter
+    def _ri_last(self, pos: list | None) -> None:
+        self._state_dict["last"] = pos
 
     def _load_own(self, state: dict) -> None:
         super()._load_own(state)
