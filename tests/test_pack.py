@@ -156,3 +156,40 @@ def test_loader_resumes_with_another_batch_size(workers, before, after):
     assert sorted(head + tail) == sorted(full) == list(range(len(DOCS)))
     if workers == 0:
         assert head + tail == full
+
+
+@pytest.mark.parametrize("before,after", [(4, 3), (3, 8), (5, 1)])
+def test_dataset_batch_resumes_with_another_batch_size(before, after):
+    """A state saved with ``batch(B)`` loads into the same pipeline with ``batch(B')``, also when the
+    state holds the rows of a batch interrupted by an error."""
+    from harness import codec_roundtrip as rt
+
+    def build(size, fail_at=None):
+        state = {"armed": fail_at is not None}
+
+        def f(ex):
+            if state["armed"] and ex["doc"] == fail_at:
+                state["armed"] = False
+                raise RuntimeError("boom")
+            return {}
+        return docs().select_columns(["doc"]).shuffle(seed=1, buffer_size=4).map(f).batch(size)
+
+    flat = [i for b in build(before) for i in b["doc"]]
+    for cut in (0, 2, 5):
+        ds = build(before)
+        it = iter(ds)
+        head = [i for _ in range(cut) for i in next(it)["doc"]]
+        resumed = build(after)
+        resumed.load_state_dict(rt(ds.state_dict()))
+        batches = [b["doc"] for b in resumed]
+        assert all(len(b) == after for b in batches[:-1])
+        assert head + [i for b in batches for i in b] == flat
+    # a state taken after an error holds the rows of the unfinished batch
+    ds = build(before, fail_at=flat[before + 1])
+    got = []
+    with pytest.raises(RuntimeError):
+        for b in ds:
+            got += b["doc"]
+    resumed = build(after)
+    resumed.load_state_dict(rt(ds.state_dict()))
+    assert got + [i for b in resumed for i in b["doc"]] == flat

@@ -7,6 +7,10 @@ input raised part-way through a batch (a ``map`` function or a generator that fa
 taken then keeps those rows, so the resumed pipeline completes the very same batch. Rows held in
 a state (loaded, or kept after such an error) are copied when the batch is built, since a state
 copy shares them and the user's functions may edit the yielded batch in place.
+
+The batch size is not part of the pipeline's shape: a state saved with ``batch(B)`` loads into
+the same pipeline built with ``batch(B')``. The next batch then starts right after the last
+example of the last batch yielded (no example lost or repeated); only the grouping changes.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ class BatchNode(Node):
         super().__init__([child])
 
     def params(self) -> dict:
-        return {"batch_size": self.batch_size, "drop_last_batch": self.drop_last_batch}
+        # batch_size is not part of the pipeline's shape: a state saved with batch size B loads into
+        # the same pipeline with batch size B' (its rows in progress, if any, start the next batch)
+        return {"drop_last_batch": self.drop_last_batch}
 
     def _own_state(self) -> dict:
         return {"rows": ExampleList()}
@@ -36,9 +42,8 @@ class BatchNode(Node):
     def _validate_own(self, state: dict, where: str) -> None:
         rows = state["rows"]
         check_examples(rows, where, "rows")
-        if len(rows) >= self.batch_size or not all(isinstance(r, dict) for r in rows):
-            raise ValueError(f"{where}: 'rows' must hold fewer than batch_size={self.batch_size} examples "
-                             "(objects) of a batch in progress")
+        if not all(isinstance(r, dict) for r in rows):
+            raise ValueError(f"{where}: 'rows' must hold the examples (objects) of a batch in progress")
 
     def _load_own(self, state: dict) -> None:
         super()._load_own(state)
@@ -54,7 +59,12 @@ class BatchNode(Node):
         while True:
             # read into the state itself: if the input raises part-way, the rows read so far stay
             # there (list.extend keeps what it appended before the error)
-            rows.extend(islice(it, size - len(rows)))
+            rows.extend(islice(it, max(size - len(rows), 0)))
+            if len(rows) > size:  # a state saved with a larger batch size held more rows
+                batch = rows_to_batch(rows[:size])
+                del rows[:size]
+                yield batch
+                continue
             if len(rows) < size and (not rows or self.drop_last_batch):
                 rows.clear()
                 return
