@@ -65,11 +65,13 @@ def interleave_datasets(datasets: list[IterableDataset], probabilities: list[flo
                         seed: int | None = None, stopping_strategy: str = "first_exhausted") -> IterableDataset:
     """Alternate between datasets: in turn, or at random with ``probabilities`` (seeded by ``seed``).
 
-    As in HF ``datasets``, the features of a dataset that has none are inferred from its first
-    examples (:meth:`IterableDataset.resolve_features`); when every dataset's are known, the result
-    has their union and the columns a dataset lacks are yielded as ``None``.
+    When every dataset's features are known (sources with a schema, ``cast``, ``features=``, or
+    :meth:`IterableDataset.resolve_features`), the result has their union and the columns a
+    dataset lacks are yielded as ``None``. Unlike HF ``datasets``, building the pipeline never
+    reads examples (which would run the user's functions): call ``resolve_features()`` on a
+    dataset whose features are unknown to get HF's behaviour.
     """
-    datasets = [d.resolve_features() for d in _check(datasets, "interleave_datasets")]
+    datasets = _check(datasets, "interleave_datasets")
     if seed is not None:
         seed = resolve_seed(seed)  # any integer type, stored as a plain int
     merged = _merged_features([d.features for d in datasets])
@@ -83,15 +85,15 @@ def interleave_datasets(datasets: list[IterableDataset], probabilities: list[flo
 def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0) -> IterableDataset:
     """One dataset after the other (``axis=0``) or their columns side by side (``axis=1``).
 
-    As in HF ``datasets``, the features of a dataset that has none are inferred from its first
-    examples (:meth:`IterableDataset.resolve_features`). With ``axis=0``, when every dataset's are
-    known the columns a dataset lacks are yielded as ``None``; with ``axis=1``, a column name found
-    in two datasets raises ``ValueError`` here, before anything is read further.
+    With ``axis=0``, when every dataset's features are known the columns a dataset lacks are
+    yielded as ``None``; with ``axis=1``, a column name found in two datasets raises
+    ``ValueError`` here, when the column names are known. As for :func:`interleave_datasets`,
+    building the pipeline reads no example (HF infers unknown features from the first examples:
+    call :meth:`IterableDataset.resolve_features` for that).
     """
     datasets = _check(datasets, "concatenate_datasets")
     if axis not in (0, 1):
         raise ValueError(f"concatenate_datasets: axis must be 0 or 1, got {axis!r}")
-    datasets = [d.resolve_features() for d in datasets]
     merged = _merged_features([d.features for d in datasets])
     names = None
     if axis == 0:
