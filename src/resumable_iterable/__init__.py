@@ -6,7 +6,7 @@ from .distributed import split_dataset_by_node
 from .elastic import redistribute_states
 from .state import dumps_state, load_state, loads_state, save_state
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "IterableDataset",

@@ -3,7 +3,7 @@
 A pipeline's live state is a tree of plain dicts owned by its nodes (see ``nodes/base.py``).
 ``state_dict()`` wraps a copy of that tree in an *envelope*::
 
-    {"format": "resumable_iterable.state", "version": 1,
+    {"format": "resumable_iterable.state", "version": 2,
      "fingerprint": "<16 hex>", "pipeline": {<shape of the pipeline>},
      "epoch": 0, "state": {<the node tree>}}
 
@@ -32,7 +32,9 @@ import numpy as np
 
 
 FORMAT = "resumable_iterable.state"
-VERSION = 1
+#: version 2 (0.2): nodes keep what they hold after an error (batch rows, concat row parts,
+#: interleave positions), take/skip count per split, concat records its input order
+VERSION = 2
 #: an elastic-resume plan (see ``plan.py``): what a worker/rank loads when the worker count changed
 PLAN_FORMAT = "resumable_iterable.elastic_plan"
 #: the data-state file the Trainer callback writes into checkpoints (``integrations/transformers.py``)
@@ -169,7 +171,9 @@ def check_envelope(state: Any) -> None:
         )
     version = state.get("version")
     if type(version) is not int or version != VERSION:  # 1.0 and True compare equal to 1
-        raise ValueError(f"unsupported state version {version!r}: this library reads version {VERSION}")
+        older = (" (version 1 states were written by resumable_iterable 0.1, whose node states had other fields;"
+                 " resume them with that release)") if version == 1 else ""
+        raise ValueError(f"unsupported state version {version!r}: this library reads version {VERSION}{older}")
     for key in ("fingerprint", "pipeline", "state", "epoch"):
         if key not in state:
             raise ValueError(f"state is missing its '{key}' entry")
