@@ -322,11 +322,17 @@ def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template:
     pipeline split by rank with a step, or resumed elastically), ``node`` still yields batches:
     they are formatted as batches, with the column types of the column-wise path where known.
     """
-    if batch is None and isinstance(node, BatchNode):
+    live_batches = node if batch is None and isinstance(node, BatchNode) else None
+    if live_batches is not None:
         node, batch = node.children[0], (node.batch_size, node.drop_last_batch)
     if fmt is None or fmt[0] is None:
-        return node if batch is None else BatchNode(node, *batch)
+        return live_batches or (node if batch is None else BatchNode(node, *batch))
     name, kwargs = fmt
+    if live_batches is not None and arrow_chain(node) is None:
+        # rows batched by the pipeline's own batch node: iterate that node, whose state holds the
+        # rows of a batch interrupted by an error, and format its batches
+        return FormatNode(live_batches, name, kwargs, "batch_dicts",
+                          features=None, schema=chain_schema(node))
     if batch is None and isinstance(template, BatchNode):
         rows = template.children[0]
         chain = arrow_chain(rows)
