@@ -27,7 +27,8 @@ import sys
 from typing import Any, Sequence
 
 from .nodes.source import shard_order, split_positions
-from .state import FORMAT, PLAN_FORMAT, TRAINER_FORMAT, check_envelope, find_documents, fingerprint, loads_state
+from .state import (FORMAT, PLAN_FORMAT, TRAINER_FORMAT, check_envelope, find_documents, fingerprint,
+                    inline_buffers, loads_state)
 
 _SOURCE_FIELDS = {"shard_seed", "shard_pos", "offset"}
 _HIDDEN_FIELDS = {"node", "children", "rng", "buffer", "peeked", "prev", "digest", "retry"}
@@ -183,6 +184,7 @@ def analyse_node(shape: dict, state: dict, where: str) -> dict:
 
 def analyse_state(path: str, env: dict) -> dict:
     try:
+        env = inline_buffers(env)  # a state taken in a DataLoader worker
         check_envelope(env)
     except (TypeError, ValueError) as e:
         raise InspectError(f"state at {path}: {e}") from None

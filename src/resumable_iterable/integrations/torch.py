@@ -20,12 +20,17 @@ Importing this module needs ``torch``; :class:`StatefulDataLoader` also needs ``
 from __future__ import annotations
 
 import os
+import pickle
 from typing import Any
 
+from multiprocessing.reduction import ForkingPickler
+
+import numpy as np
 import torch
 import torch.utils.data
 
 from ..distributed import current_worker, split_for_process, warn_too_many_workers
+from ..state import JournalList, set_journal_packer
 
 # ============================================================================ shared epochs
 
@@ -130,6 +135,59 @@ def claim(claims: torch.Tensor, worker: int, num_workers: int) -> bool:
 
 def claimed(claims: torch.Tensor) -> bool:
     return int(claims[0]) != 0
+
+
+# ============================================================================ shuffle buffers sent by workers
+
+#: a journal list whose numpy arrays hold at least this many bytes goes through shared memory
+SHARED_MIN_BYTES = 1 << 16
+_ALIGN = 64
+
+
+class PackedList(JournalList):
+    """A segment of a shuffle buffer's journal (``state.ExampleChunks.journal``) in a DataLoader
+    worker, pickled when it is made: ``payload`` holds the pickle (protocol 5) and ``block`` a
+    shared-memory tensor with the examples' numpy arrays when they are large. What the main
+    process receives is therefore the examples as they were when the state was taken, even if
+    the consumer edits them in place afterwards - and large arrays do not go through the pipe."""
+
+    __slots__ = ("payload", "block")
+
+
+def pack_journal_list(items: list) -> PackedList:
+    out = PackedList(items)
+    raws: list = []
+    data = pickle.dumps(list(items), protocol=5, buffer_callback=lambda b: raws.append(b.raw()))
+    spans, total = [], 0
+    for r in raws:
+        spans.append((total, r.nbytes))
+        total += -(-r.nbytes // _ALIGN) * _ALIGN
+    if total < SHARED_MIN_BYTES:
+        out.payload = pickle.dumps(list(items), protocol=5) if raws else data  # arrays in-band
+        out.block = None
+        return out
+    block = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(total))
+    mem = block.numpy()
+    for (off, n), r in zip(spans, raws):
+        mem[off:off + n] = np.frombuffer(r, dtype=np.uint8)
+    out.payload, out.block = (data, spans), block
+    return out
+
+
+def _reduce_packed_list(p: PackedList):
+    return (_unpack_journal_list, (p.payload, p.block))
+
+
+def _unpack_journal_list(payload: Any, block: torch.Tensor | None) -> list:
+    if block is None:
+        return pickle.loads(payload)
+    data, spans = payload
+    mem = memoryview(block.numpy())  # the arrays are views of the block, which they keep alive
+    return pickle.loads(data, buffers=[mem[off:off + n] for off, n in spans])
+
+
+ForkingPickler.register(PackedList, _reduce_packed_list)
+set_journal_packer(pack_journal_list)
 
 
 # ============================================================================ StatefulDataLoader
