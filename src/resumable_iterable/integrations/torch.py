@@ -142,48 +142,99 @@ def claimed(claims: torch.Tensor) -> bool:
 #: a journal list whose numpy arrays hold at least this many bytes goes through shared memory
 SHARED_MIN_BYTES = 1 << 16
 _ALIGN = 64
+_HEADER = 64  # a block starts with an int64: how many times the main process has read it
+_POOL_MAX = 64
+
+
+class _Block:
+    """A shared-memory block a worker reuses: creating and first touching shared memory costs
+    several times a copy, so a block goes back to the worker's pool once the segment using it is
+    gone and the main process has read every message that carried it (it copies the arrays out,
+    then counts the read in the block's header)."""
+
+    __slots__ = ("tensor", "mem", "count", "sent", "pid")
+
+    def __init__(self, capacity: int):
+        self.tensor = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(_HEADER + capacity))
+        self.mem = self.tensor.numpy()
+        self.count = self.mem[:8].view(np.int64)  # written by the main process only
+        self.sent = 0
+        self.pid = os.getpid()
+
+    @property
+    def capacity(self) -> int:
+        return len(self.mem) - _HEADER
+
+
+_pool: list = []
+
+
+def _take_block(size: int) -> _Block:
+    pid = os.getpid()
+    for k, blk in enumerate(_pool):
+        if blk.pid == pid and size <= blk.capacity <= 4 * size and int(blk.count[0]) == blk.sent:
+            return _pool.pop(k)
+    return _Block(-(-(size * 3 // 2) // (1 << 20)) << 20)  # room for the next, larger segments
+
+
+def _give_back(blk: _Block) -> None:
+    if blk.pid == os.getpid():
+        _pool.append(blk)
+        if len(_pool) > _POOL_MAX:
+            _pool.pop(0)
 
 
 class PackedList(JournalList):
     """A segment of a shuffle buffer's journal (``state.ExampleChunks.journal``) in a DataLoader
     worker, pickled when it is made: ``payload`` holds the pickle (protocol 5) and ``block`` a
-    shared-memory tensor with the examples' numpy arrays when they are large. What the main
+    shared-memory block with the examples' numpy arrays when they are large. What the main
     process receives is therefore the examples as they were when the state was taken, even if
     the consumer edits them in place afterwards - and large arrays do not go through the pipe."""
 
     __slots__ = ("payload", "block")
 
+    def __del__(self):
+        blk = getattr(self, "block", None)
+        if blk is not None:
+            _give_back(blk)
+
 
 def pack_journal_list(items: list) -> PackedList:
     out = PackedList(items)
+    out.block = None
     raws: list = []
     data = pickle.dumps(list(items), protocol=5, buffer_callback=lambda b: raws.append(b.raw()))
     spans, total = [], 0
     for r in raws:
-        spans.append((total, r.nbytes))
+        spans.append((_HEADER + total, r.nbytes))
         total += -(-r.nbytes // _ALIGN) * _ALIGN
     if total < SHARED_MIN_BYTES:
         out.payload = pickle.dumps(list(items), protocol=5) if raws else data  # arrays in-band
-        out.block = None
         return out
-    block = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(total))
-    mem = block.numpy()
+    blk = _take_block(total)
+    mem = blk.mem
     for (off, n), r in zip(spans, raws):
         mem[off:off + n] = np.frombuffer(r, dtype=np.uint8)
-    out.payload, out.block = (data, spans), block
+    out.payload, out.block = (data, spans), blk
     return out
 
 
 def _reduce_packed_list(p: PackedList):
-    return (_unpack_journal_list, (p.payload, p.block))
+    blk = p.block
+    if blk is None:
+        return (_unpack_journal_list, (p.payload, None))
+    blk.sent += 1
+    return (_unpack_journal_list, (p.payload, blk.tensor))
 
 
 def _unpack_journal_list(payload: Any, block: torch.Tensor | None) -> list:
     if block is None:
         return pickle.loads(payload)
     data, spans = payload
-    mem = memoryview(block.numpy())  # the arrays are views of the block, which they keep alive
-    return pickle.loads(data, buffers=[mem[off:off + n] for off, n in spans])
+    mem = block.numpy()
+    items = pickle.loads(data, buffers=[bytearray(mem[off:off + n]) for off, n in spans])  # copied out
+    mem[:8].view(np.int64)[0] += 1  # read: the worker may reuse the block
+    return items
 
 
 ForkingPickler.register(PackedList, _reduce_packed_list)
