@@ -128,8 +128,8 @@ def run_text(n_rows: int = 200_000, limit: int = 32_000, buffer: int = 1000, bat
 
 def run(quick: bool = False, repeats: int = 3, hf_ds=None) -> list[Result]:
     if quick:
-        return (run_arrays(per_shard=40, limit=160, buffer=30, batch_size=8, repeats=1)
-                + run_text(n_rows=4_000, limit=1_000, buffer=100, repeats=1, hf_ds=hf_ds))
+        return (run_arrays(per_shard=8, limit=48, buffer=8, batch_size=8, repeats=1)
+                + run_text(n_rows=2_000, limit=320, buffer=50, repeats=1, hf_ds=hf_ds))
     return run_arrays(repeats=repeats) + run_text(repeats=repeats, hf_ds=hf_ds)
 
 

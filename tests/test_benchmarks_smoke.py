@@ -79,6 +79,15 @@ def test_dataloader_runs(data):
     _check(bench_dataloader.run(hf_ds=data[0], hf_ds_b=data[1], scale=0.005, names=["plain iteration"]))
 
 
+def test_loader_shuffle_runs(data):
+    pytest.importorskip("torchdata")
+    import bench_loader_shuffle
+
+    results = bench_loader_shuffle.run(quick=True, hf_ds=data[0])
+    _check(results)
+    assert sum(r.met is not None for r in results) == 3  # the three targets are checked
+
+
 def test_run_all_markdown():
     import run_all
 

@@ -27,6 +27,7 @@ import copy
 import datetime as _dt
 import decimal
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -67,6 +68,9 @@ class JournalList(list):
 
 
 _journal_packer: list = [None]
+#: segment numbers, unique in the process: a buffer made again (a new pass, a load) never reuses
+#: the key of a segment that a DataLoader's record of the worker's previous state still holds
+_segment_numbers = itertools.count(1)
 
 
 def set_journal_packer(pack: Any) -> None:
@@ -98,7 +102,7 @@ class ExampleChunks(list):
     of it (:func:`copy_example`): what the consumer does to it in place cannot reach that state.
     """
 
-    __slots__ = ("owned", "gen", "born", "pending", "slot_seg", "log", "seg_live", "seg_size", "seq")
+    __slots__ = ("owned", "gen", "born", "pending", "slot_seg", "log", "seg_live", "seg_size")
 
     def __init__(self, chunks: Any = ()):
         super().__init__(chunks)
@@ -110,7 +114,6 @@ class ExampleChunks(list):
         self.log: dict = {}  # journal: "<seq>" -> segment
         self.seg_live: dict = {}  # journal: seq -> entries still current
         self.seg_size: dict = {}
-        self.seq = 0
 
     def start(self) -> list:
         """``born`` for the node's loop; examples already present count as shared (a loaded state
@@ -132,7 +135,7 @@ class ExampleChunks(list):
         n = sum(map(len, self))
         pack = _journal_packer[0] or JournalList
         pending, slot_seg, seg_live = self.pending, self.slot_seg, self.seg_live
-        new = self.seq + 1
+        new = next(_segment_numbers)
         writes: dict = {}
         if slot_seg is None:  # the first journal, or after a reorder: every slot
             slot_seg = self.slot_seg = [new] * n
@@ -170,7 +173,6 @@ class ExampleChunks(list):
             for i, ex in writes.items():
                 seg.append(i)
                 seg.append(ex)
-            self.seq = new
             self.log[str(new)] = pack(seg)
             seg_live[new] = self.seg_size[new] = len(writes)
         if pack is JournalList:
@@ -269,14 +271,11 @@ def replay_journal(journal: Any, where: str) -> list:
         raise ValueError(f"{where}: 'log' must be an object")
     if type(size) is not int or size < 0:
         raise ValueError(f"{where}: 'size' must be a non-negative integer, got {size!r}")
-    seqs = []
     for k in log:
         if type(k) is not str or not k.isdigit():
             raise ValueError(f"{where}: 'log' keys must be decimal numbers, got {k!r}")
-        seqs.append(int(k))
     slots: dict = {}
-    for seq in sorted(seqs):
-        seg = log[str(seq)]
+    for seq, seg in sorted(log.items(), key=lambda kv: int(kv[0])):
         if not isinstance(seg, list) or len(seg) % 2:
             raise ValueError(f"{where}: log segment {seq} must be a list of slot, example pairs")
         for p in range(0, len(seg), 2):

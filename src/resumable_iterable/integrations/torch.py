@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import threading
 from typing import Any
 
 from multiprocessing.reduction import ForkingPickler
@@ -167,21 +168,24 @@ class _Block:
 
 
 _pool: list = []
+_pool_lock = threading.Lock()  # segments die in the loader's feeder thread too
 
 
 def _take_block(size: int) -> _Block:
     pid = os.getpid()
-    for k, blk in enumerate(_pool):
-        if blk.pid == pid and size <= blk.capacity <= 4 * size and int(blk.count[0]) == blk.sent:
-            return _pool.pop(k)
+    with _pool_lock:
+        for k, blk in enumerate(_pool):
+            if blk.pid == pid and size <= blk.capacity <= 4 * size and int(blk.count[0]) == blk.sent:
+                return _pool.pop(k)
     return _Block(-(-(size * 3 // 2) // (1 << 20)) << 20)  # room for the next, larger segments
 
 
 def _give_back(blk: _Block) -> None:
     if blk.pid == os.getpid():
-        _pool.append(blk)
-        if len(_pool) > _POOL_MAX:
-            _pool.pop(0)
+        with _pool_lock:
+            _pool.append(blk)
+            if len(_pool) > _POOL_MAX:
+                _pool.pop(0)
 
 
 class PackedList(JournalList):
@@ -196,7 +200,10 @@ class PackedList(JournalList):
     def __del__(self):
         blk = getattr(self, "block", None)
         if blk is not None:
-            _give_back(blk)
+            try:
+                _give_back(blk)
+            except Exception:  # pragma: no cover - interpreter shutdown
+                pass
 
 
 def pack_journal_list(items: list) -> PackedList:
