@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import pickle
 import threading
+import weakref
 from typing import Any
 
 from multiprocessing.reduction import ForkingPickler
@@ -150,8 +151,8 @@ _POOL_MAX = 64
 class _Block:
     """A shared-memory block a worker reuses: creating and first touching shared memory costs
     several times a copy, so a block goes back to the worker's pool once the segment using it is
-    gone and the main process has read every message that carried it (it copies the arrays out,
-    then counts the read in the block's header)."""
+    gone in the worker and, in the main process, every array rebuilt from every message that
+    carried it (the main process counts those in the block's header)."""
 
     __slots__ = ("tensor", "mem", "count", "sent", "pid")
 
@@ -234,13 +235,23 @@ def _reduce_packed_list(p: PackedList):
     return (_unpack_journal_list, (p.payload, blk.tensor))
 
 
+class _Owner(np.ndarray):
+    """The main process's view of a block: the arrays rebuilt from it are views of it (numpy stops
+    collapsing a view's base at a change of type), so it lives exactly as long as one of them."""
+
+
+def _count_read(count: np.ndarray) -> None:
+    count[0] += 1  # every array from this message is gone: the worker may reuse the block
+
+
 def _unpack_journal_list(payload: Any, block: torch.Tensor | None) -> list:
     if block is None:
         return pickle.loads(payload)
     data, spans = payload
     mem = block.numpy()
-    items = pickle.loads(data, buffers=[bytearray(mem[off:off + n]) for off, n in spans])  # copied out
-    mem[:8].view(np.int64)[0] += 1  # read: the worker may reuse the block
+    owner = mem.view(_Owner)
+    items = pickle.loads(data, buffers=[owner[off:off + n] for off, n in spans])
+    weakref.finalize(owner, _count_read, mem[:8].view(np.int64))
     return items
 
 
