@@ -275,3 +275,25 @@ def test_torchdata_loader_sends_large_arrays_through_shared_memory_and_resumes()
     again = make()
     again.load_state_dict(ri.loads_state(text))
     assert head + [b["id"].tolist() for b in again] == full
+
+
+def test_inspect_reads_the_buffers_of_worker_states(tmp_path, capsys):
+    import json
+
+    from data import src
+
+    from resumable_iterable.cli import main
+
+    dl = ri.StatefulDataLoader(src(4).shuffle(seed=1, buffer_size=10).batch(2), batch_size=None, num_workers=2)
+    it = iter(dl)
+    for _ in range(6):
+        next(it)
+    state = dl.state_dict()
+    worker = state["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset_state"]
+    assert isinstance(worker["buffers"]["0"]["log"], dict) and worker["state"]["children"][0]["buffer"] == "0"
+    path = tmp_path / "loader.json"
+    path.write_text(ri.dumps_state(state))
+    assert main(["inspect", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    fills = [s["tree"]["children"][0]["buffer"]["fill"] for s in report["states"]]
+    assert fills == [10, 10]

@@ -13,7 +13,10 @@ State: ``{"node", "seed", "epoch", "rng", "rng_pos", "buffer", "draining", "chil
 * ``buffer`` - what the state keeps of the buffer depends on ``buffer_state``:
 
   - ``"examples"`` (default, exact): the buffered examples themselves. ``state_dict()`` copies
-    the list shallowly: a new list holding the same example objects.
+    the list shallowly: a new list holding the same example objects (in a DataLoader worker, a
+    journal of the buffer's writes instead - see ``state.ExampleChunks``). An example a taken
+    state may share is yielded as a copy, so that a consumer editing it in place cannot change
+    that state.
   - ``"drop"`` (HF-compatible, lossy): nothing. A resumed pipeline refills the buffer from where
     the input stood, so the examples that were in the buffer are lost - as in HF ``datasets``.
   - ``"replay"`` (exact, small): where each buffered example came from - a short list of
