@@ -259,7 +259,7 @@ def test_loader_state_with_a_buffer_loads_with_torch_weights_only():
 def test_torchdata_loader_sends_large_arrays_through_shared_memory_and_resumes():
     def big_rows(shards):
         for s in shards:
-            for i in range(10):
+            for i in range(40):  # enough for the workers to reuse their shared-memory blocks
                 yield {"id": s * 100 + i, "x": np.full(40_000, s * 100 + i, dtype=np.float32)}
 
     def make():
@@ -269,7 +269,7 @@ def test_torchdata_loader_sends_large_arrays_through_shared_memory_and_resumes()
     full = [b["id"].tolist() for b in make()]
     dl = make()
     it = iter(dl)
-    head = [next(it)["id"].tolist() for _ in range(4)]
+    head = [next(it)["id"].tolist() for _ in range(25)]
     state = dl.state_dict()
     text = ri.dumps_state(state)
     again = make()

@@ -19,6 +19,7 @@ Importing this module needs ``torch``; :class:`StatefulDataLoader` also needs ``
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import threading
@@ -152,9 +153,13 @@ class _Block:
     """A shared-memory block a worker reuses: creating and first touching shared memory costs
     several times a copy, so a block goes back to the worker's pool once the segment using it is
     gone in the worker and, in the main process, every array rebuilt from every message that
-    carried it (the main process counts those in the block's header)."""
+    carried it (the main process counts those in the block's header).
 
-    __slots__ = ("tensor", "mem", "count", "sent", "pid")
+    Handing a block's handle to another process costs a socket round trip, so the main process
+    keeps the blocks it was handed (``_received``) and later messages name the block by ``key``;
+    the worker says when it lets a block go (``_forget``)."""
+
+    __slots__ = ("tensor", "mem", "count", "sent", "pid", "key", "announced")
 
     def __init__(self, capacity: int):
         self.tensor = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(_HEADER + capacity))
@@ -162,10 +167,24 @@ class _Block:
         self.count = self.mem[:8].view(np.int64)  # written by the main process only
         self.sent = 0
         self.pid = os.getpid()
+        self.key = (_process_token(), next(_block_numbers))
+        self.announced = False  # the main process holds the handle
 
     @property
     def capacity(self) -> int:
         return len(self.mem) - _HEADER
+
+
+_block_numbers = itertools.count()
+_token: list = [None, None]  # (pid, random token): keys never collide across processes
+_forget: list = []  # keys of blocks this worker let go, told to the main process with the next message
+_received: dict = {}  # main process: key -> block tensor
+
+
+def _process_token() -> int:
+    if _token[0] != os.getpid():
+        _token[:] = [os.getpid(), int.from_bytes(os.urandom(8), "little")]
+    return _token[1]
 
 
 _pool: list = []
@@ -186,7 +205,9 @@ def _give_back(blk: _Block) -> None:
         with _pool_lock:
             _pool.append(blk)
             if len(_pool) > _POOL_MAX:
-                _pool.pop(0)
+                old = _pool.pop(0)
+                if old.announced:
+                    _forget.append(old.key)
 
 
 class PackedList(JournalList):
@@ -231,8 +252,13 @@ def _reduce_packed_list(p: PackedList):
     blk = p.block
     if blk is None:
         return (_unpack_journal_list, (p.payload, None))
-    blk.sent += 1
-    return (_unpack_journal_list, (p.payload, blk.tensor))
+    with _pool_lock:
+        blk.sent += 1
+        handle = None if blk.announced else blk.tensor
+        blk.announced = True
+        forget = _forget[:]
+        _forget.clear()
+    return (_unpack_journal_list, (p.payload, (blk.key, handle, forget)))
 
 
 class _Owner(np.ndarray):
@@ -244,11 +270,21 @@ def _count_read(count: np.ndarray) -> None:
     count[0] += 1  # every array from this message is gone: the worker may reuse the block
 
 
-def _unpack_journal_list(payload: Any, block: torch.Tensor | None) -> list:
+def _unpack_journal_list(payload: Any, block: tuple | None) -> list:
     if block is None:
         return pickle.loads(payload)
+    key, handle, forget = block
+    for k in forget:
+        _received.pop(k, None)
+    if handle is not None:
+        _received[key] = handle
+    try:
+        tensor = _received[key]
+    except KeyError:
+        raise RuntimeError("a DataLoader worker's shuffle buffer names a shared-memory block this process "
+                           "was never handed (were messages from the worker lost?)") from None
     data, spans = payload
-    mem = block.numpy()
+    mem = tensor.numpy()
     owner = mem.view(_Owner)
     items = pickle.loads(data, buffers=[owner[off:off + n] for off, n in spans])
     weakref.finalize(owner, _count_read, mem[:8].view(np.int64))
