@@ -297,3 +297,23 @@ def test_inspect_reads_the_buffers_of_worker_states(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     fills = [s["tree"]["children"][0]["buffer"]["fill"] for s in report["states"]]
     assert fills == [10, 10]
+
+
+def test_main_process_forgets_the_blocks_of_workers_that_exited():
+    import resumable_iterable.integrations.torch as ri_torch
+
+    def big_rows(shards):
+        for s in shards:
+            for i in range(12):
+                yield {"id": s * 100 + i, "x": np.full(40_000, i, dtype=np.float32)}
+
+    def epoch():
+        ds = ri.IterableDataset.from_generator(big_rows, gen_kwargs={"shards": [0, 1]})
+        return [b["id"].tolist() for b in TorchdataLoader(ds.shuffle(seed=2, buffer_size=5), batch_size=2,
+                                                          num_workers=2)]
+
+    epoch()
+    first = {k[0] for k in ri_torch._received}
+    assert first  # the buffers went through shared memory
+    epoch()  # new workers hand over new blocks: those of the exited ones are dropped
+    assert not first & {k[0] for k in ri_torch._received}

@@ -167,7 +167,7 @@ class _Block:
         self.count = self.mem[:8].view(np.int64)  # written by the main process only
         self.sent = 0
         self.pid = os.getpid()
-        self.key = (_process_token(), next(_block_numbers))
+        self.key = (self.pid, _process_token(), next(_block_numbers))
         self.announced = False  # the main process holds the handle
 
     @property
@@ -176,7 +176,7 @@ class _Block:
 
 
 _block_numbers = itertools.count()
-_token: list = [None, None]  # (pid, random token): keys never collide across processes
+_token: list = [None, None]  # (pid, random token): keys never collide, even if a pid is reused
 _forget: list = []  # keys of blocks this worker let go, told to the main process with the next message
 _received: dict = {}  # main process: key -> block tensor
 
@@ -261,6 +261,24 @@ def _reduce_packed_list(p: PackedList):
     return (_unpack_journal_list, (p.payload, (blk.key, handle, forget)))
 
 
+def _drop_blocks_of_dead_workers() -> None:
+    """Workers that exited (a finished epoch without persistent workers) say nothing: forget their
+    blocks when a new one is handed over (arrays still in use keep their block themselves)."""
+    alive: dict = {}
+    for key in list(_received):
+        pid = key[0]
+        if pid not in alive:
+            try:
+                os.kill(pid, 0)
+                alive[pid] = True
+            except ProcessLookupError:
+                alive[pid] = False
+            except OSError:
+                alive[pid] = True
+        if not alive[pid]:
+            del _received[key]
+
+
 class _Owner(np.ndarray):
     """The main process's view of a block: the arrays rebuilt from it are views of it (numpy stops
     collapsing a view's base at a change of type), so it lives exactly as long as one of them."""
@@ -277,6 +295,7 @@ def _unpack_journal_list(payload: Any, block: tuple | None) -> list:
     for k in forget:
         _received.pop(k, None)
     if handle is not None:
+        _drop_blocks_of_dead_workers()
         _received[key] = handle
     try:
         tensor = _received[key]
