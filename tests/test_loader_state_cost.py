@@ -172,13 +172,18 @@ def test_a_malformed_journal_is_refused(journal, message):
 
 
 def test_inline_buffers_refuses_unknown_or_unused_buffers():
-    env = {"state": {"node": "shuffle", "buffer": "0"}, "buffers": {"0": {"log": {}, "size": 0}, "1": {}}}
+    env = {"state": {"node": "shuffle", "buffer": "0"}, "buffers": {"0/size": 0, "1/size": 0}}
     with pytest.raises(ValueError, match="no node refers"):
         inline_buffers(env)
     with pytest.raises(ValueError, match="not a buffer"):
-        inline_buffers({"state": {"node": "shuffle", "buffer": "2"}, "buffers": {}})
-    assert inline_buffers({"state": {"node": "shuffle", "buffer": "0"}, "buffers": {"0": {"log": {}, "size": 0}}}) \
-        == {"state": {"node": "shuffle", "buffer": []}}
+        inline_buffers({"state": {"node": "shuffle", "buffer": "2"}, "buffers": {"0/size": 0}})
+    with pytest.raises(ValueError, match="neither"):
+        inline_buffers({"state": {"node": "shuffle", "buffer": "0"}, "buffers": {"0/x": 0}})
+    with pytest.raises(ValueError, match="'log' and 'size'"):
+        inline_buffers({"state": {"node": "shuffle", "buffer": "0"}, "buffers": {"0/3": [0, {}]}})
+    two = {"state": {"node": "shuffle", "buffer": "0"},
+           "buffers": {"0/size": 2, "0/3": [0, {"a": 1}, 1, {"a": 2}], "0/5": [1, {"a": 3}]}}
+    assert inline_buffers(two) == {"state": {"node": "shuffle", "buffer": [{"a": 1}, {"a": 3}]}}
 
 
 def worker_deltas(monkeypatch, ds, batches, batch_size):
@@ -290,7 +295,7 @@ def test_inspect_reads_the_buffers_of_worker_states(tmp_path, capsys):
         next(it)
     state = dl.state_dict()
     worker = state["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset_state"]
-    assert isinstance(worker["buffers"]["0"]["log"], dict) and worker["state"]["children"][0]["buffer"] == "0"
+    assert "0/size" in worker["buffers"] and worker["state"]["children"][0]["buffer"] == "0"
     path = tmp_path / "loader.json"
     path.write_text(ri.dumps_state(state))
     assert main(["inspect", str(path), "--json"]) == 0

@@ -214,7 +214,11 @@ def copy_state(obj: Any, buffers: dict | None = None) -> Any:
     if t is ExampleChunks:
         if buffers is not None:
             key = str(len(buffers))
-            buffers[key] = obj.journal()
+            journal = obj.journal()
+            # flat keys: torchdata flattens nested dicts to compare them, at a cost per level
+            buffers[f"{key}/size"] = journal["size"]
+            for seq, seg in journal["log"].items():
+                buffers[f"{key}/{seq}"] = seg
             return key
         new = list.copy(obj)
         owned = obj.owned
@@ -228,14 +232,25 @@ _CONTAINERS = frozenset((dict, list, ExampleList, ExampleChunks, DroppedChunks))
 
 
 def inline_buffers(state: Any) -> Any:
-    """The usual layout of a state taken in a DataLoader worker (``state_dict()`` there moves
-    each shuffle buffer's journal to ``state["buffers"]`` and leaves its key in the tree); any
-    other value is returned as it is. Raises ``ValueError`` naming a malformed journal."""
+    """The usual layout of a state taken in a DataLoader worker; any other value is returned as
+    it is. There ``state_dict()`` leaves in the node's ``buffer`` field a key ``k`` and puts the
+    buffer's journal (:meth:`ExampleChunks.journal`) in ``state["buffers"]`` as ``"k/size"`` (its
+    size) and ``"k/<seq>"`` (its segments). Raises ``ValueError`` naming a malformed journal."""
     if not isinstance(state, dict) or "buffers" not in state:
         return state
     buffers = state["buffers"]
     if not isinstance(buffers, dict):
         raise ValueError(f"state 'buffers' must be an object, got {type(buffers).__name__}")
+    journals: dict = {}
+    for name, value in buffers.items():
+        ref, _, part = name.partition("/") if type(name) is str else ("", "", "")
+        if not ref or not (part == "size" or part.isdigit()):
+            raise ValueError(f"state 'buffers' holds {name!r}, which is neither '<buffer>/size' nor '<buffer>/<segment>'")
+        j = journals.setdefault(ref, {"log": {}})
+        if part == "size":
+            j["size"] = value
+        else:
+            j["log"][part] = value
     used: set = set()
 
     def walk(node: Any, where: str) -> Any:
@@ -244,18 +259,18 @@ def inline_buffers(state: Any) -> Any:
         new = dict(node)
         ref = node.get("buffer")
         if type(ref) is str:
-            if ref not in buffers or ref in used:
+            if ref not in journals or ref in used:
                 raise ValueError(f"{where}: 'buffer' refers to {ref!r}, which is not a buffer of the state")
             used.add(ref)
-            new["buffer"] = replay_journal(buffers[ref], f"state 'buffers'[{ref!r}]")
+            new["buffer"] = replay_journal(journals[ref], f"state 'buffers' {ref!r}")
         kids = node.get("children")
         if isinstance(kids, list):
             new["children"] = [walk(k, f"{where}/{i}") for i, k in enumerate(kids)]
         return new
 
     tree = walk(state.get("state"), "state")
-    if used != set(buffers):
-        raise ValueError(f"state 'buffers' holds {sorted(set(buffers) - used)} that no node refers to")
+    if used != set(journals):
+        raise ValueError(f"state 'buffers' holds buffers {sorted(set(journals) - used)} that no node refers to")
     out = {k: v for k, v in state.items() if k != "buffers"}
     if "state" in state:
         out["state"] = tree
