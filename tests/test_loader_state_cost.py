@@ -322,3 +322,32 @@ def test_main_process_forgets_the_blocks_of_workers_that_exited():
     assert first  # the buffers went through shared memory
     epoch()  # new workers hand over new blocks: those of the exited ones are dropped
     assert not first & {k[0] for k in ri_torch._received}
+
+
+def test_every_buffer_layout_loads_and_resumes_exactly(monkeypatch):
+    """The in-process layout (chunks), the flat list written before chunking and a worker's
+    journal all describe the same buffer."""
+    def make():
+        return ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": [0, 1, 2, 3]}).shuffle(seed=4, buffer_size=9)
+
+    full = [key(e) for e in make()]
+    ds = make()
+    it = iter(ds)
+    for _ in range(17):
+        next(it)
+    chunked = ri.loads_state(ri.dumps_state(ds.state_dict()))
+    flat = copy.deepcopy(chunked)
+    flat["state"]["buffer"] = [ex for ch in flat["state"]["buffer"] for ex in ch]
+    monkeypatch.setattr(ri_dataset, "current_worker", lambda: (0, 1))  # the only worker of 1
+    in_worker = make()
+    it = iter(in_worker)
+    for _ in range(17):
+        next(it)
+    journal = ri.loads_state(ri.dumps_state(in_worker.state_dict()))
+    monkeypatch.undo()
+    assert "0/size" in journal["buffers"] and journal["state"]["buffer"] == "0"
+    assert [key(e) for e in inline_buffers(journal)["state"]["buffer"]] == [key(e) for e in flat["state"]["buffer"]]
+    for state in (chunked, flat, journal):
+        again = make()
+        again.load_state_dict(state)
+        assert [key(e) for e in again] == full[17:]
