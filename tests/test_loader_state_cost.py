@@ -96,7 +96,8 @@ def test_examples_are_copied_only_when_a_state_may_share_them():
         made[ex["id"]] = ex
         return ex
 
-    ds = ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": [0]}).map(remember).shuffle(seed=1, buffer_size=4)
+    ds = (ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": [0]})
+          .map(remember).shuffle(seed=1, buffer_size=4))
     it = iter(ds)
     first = [next(it) for _ in range(3)]  # no state taken: the buffer hands out its own examples
     assert all(e is made[e["id"]] for e in first)
@@ -328,7 +329,8 @@ def test_every_buffer_layout_loads_and_resumes_exactly(monkeypatch):
     """The in-process layout (chunks), the flat list written before chunking and a worker's
     journal all describe the same buffer."""
     def make():
-        return ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": [0, 1, 2, 3]}).shuffle(seed=4, buffer_size=9)
+        return (ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": [0, 1, 2, 3]})
+                .shuffle(seed=4, buffer_size=9))
 
     full = [key(e) for e in make()]
     ds = make()

@@ -245,7 +245,8 @@ def inline_buffers(state: Any) -> Any:
     for name, value in buffers.items():
         ref, _, part = name.partition("/") if type(name) is str else ("", "", "")
         if not ref or not (part == "size" or part.isdigit()):
-            raise ValueError(f"state 'buffers' holds {name!r}, which is neither '<buffer>/size' nor '<buffer>/<segment>'")
+            raise ValueError(f"state 'buffers' holds {name!r}, which is neither '<buffer>/size' nor "
+                             "'<buffer>/<segment>'")
         j = journals.setdefault(ref, {"log": {}})
         if part == "size":
             j["size"] = value
