@@ -68,6 +68,13 @@ class JournalList(list):
 
 
 _journal_packer: list = [None]
+#: whether this process has taken a journal (a DataLoader worker): only then do shuffle loops
+#: record their writes in ``pending``
+_journaling: list = [False]
+
+
+def journaling() -> bool:
+    return _journaling[0]
 #: segment numbers, unique in the process: a buffer made again (a new pass, a load) never reuses
 #: the key of a segment that a DataLoader's record of the worker's previous state still holds
 _segment_numbers = itertools.count(1)
@@ -95,14 +102,16 @@ class ExampleChunks(list):
       ``StatefulDataLoader`` (which sends only the values that changed since the worker's
       previous state) sends each example about once, not once per batch.
 
-    The node records each write of slot ``i`` in ``pending`` (slot -> example), the writes since
-    the last journal. ``born[i]`` is the copy generation in which slot ``i``'s example entered;
+    In a process that takes journals, the node records each write of slot ``i`` in ``pending``
+    (slot -> example), the writes since the last journal; ``recording`` says whether its running
+    loop does (a loop started before the process's first journal does not: its journals then
+    describe every slot). ``born[i]`` is the copy generation in which slot ``i``'s example entered;
     every copy that shares examples starts a new generation (``gen``). An example older than the
     current generation may be shared with a state already taken, so the node hands out a copy
     of it (:func:`copy_example`): what the consumer does to it in place cannot reach that state.
     """
 
-    __slots__ = ("owned", "gen", "born", "pending", "slot_seg", "log", "seg_live", "seg_size")
+    __slots__ = ("owned", "gen", "born", "pending", "recording", "slot_seg", "log", "seg_live", "seg_size")
 
     def __init__(self, chunks: Any = ()):
         super().__init__(chunks)
@@ -110,6 +119,7 @@ class ExampleChunks(list):
         self.gen = 0
         self.born: list | None = None  # built by start(): [-1] * n, every example counted as shared
         self.pending: dict = {}
+        self.recording = False
         self.slot_seg: list | None = None  # journal: the segment holding each slot's example
         self.log: dict = {}  # journal: "<seq>" -> segment
         self.seg_live: dict = {}  # journal: seq -> entries still current
@@ -132,6 +142,9 @@ class ExampleChunks(list):
         buffer is the last one written to slot ``i`` in ``seq`` order; slots from ``size`` on are
         gone. A segment, once made, is never changed; one whose entries are mostly overwritten is
         dropped and its current entries written again in the new segment."""
+        _journaling[0] = True
+        if not self.recording:
+            self.slot_seg = None  # the writes were not recorded: describe every slot
         n = sum(map(len, self))
         pack = _journal_packer[0] or JournalList
         pending, slot_seg, seg_live = self.pending, self.slot_seg, self.seg_live

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Iterator
 
 
-from ..state import CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList, copy_example
+from ..state import CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList, copy_example, journaling
 from .base import Node, check_bool, check_examples, check_int, check_rng, resolve_seed, rng_from_seed, rng_from_state
 
 BLOCK = 1024
@@ -158,6 +158,7 @@ class ShuffleNode(Node):
         buf = st["buffer"]
         owned = buf.owned
         born = buf.start()
+        record = buf.recording = journaling()  # a DataLoader worker: record writes for journals
         pending = buf.pending
         size = self.buffer_size
         mask = CHUNK - 1
@@ -177,7 +178,8 @@ class ShuffleNode(Node):
                             buf[k] = buf[k].copy()
                             owned[k] = 1
                         buf[k].append(ex)
-                    pending[n] = ex
+                    if record:
+                        pending[n] = ex
                     born.append(buf.gen)
                     n += 1
                     continue
@@ -196,7 +198,8 @@ class ShuffleNode(Node):
                 j = i & mask
                 out = ch[j]
                 ch[j] = ex
-                pending[i] = ex
+                if record:
+                    pending[i] = ex
                 gen = buf.gen
                 if born[i] != gen:
                     out = copy_example(out)
