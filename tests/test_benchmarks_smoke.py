@@ -96,6 +96,15 @@ def test_formatted_runs():
     assert results[1].met is not None  # the column-wise vs per-example target is checked
 
 
+def test_loader_shuffle_runs(data):
+    pytest.importorskip("torchdata")
+    import bench_loader_shuffle
+
+    results = bench_loader_shuffle.run(quick=True, hf_ds=data[0])
+    _check(results)
+    assert sum(r.met is not None for r in results) == 3  # the three targets are checked
+
+
 def test_run_all_markdown():
     import run_all
 

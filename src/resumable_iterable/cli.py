@@ -34,7 +34,7 @@ from .nodes.shuffle import BLOCK as SHUFFLE_BLOCK
 from .nodes.source import shard_order, split_positions
 from .plan import check_plan_envelope
 from .state import (FORMAT, MAX_EPOCH, PLAN_FORMAT, TRAINER_FORMAT, check_envelope, find_documents, fingerprint,
-                    loads_state)
+                    inline_buffers, loads_state)
 from .state_files import MAGIC
 
 _SOURCE_FIELDS = {"shard_seed", "shard_pos", "offset"}
@@ -196,6 +196,7 @@ def analyse_node(shape: dict, state: dict, where: str) -> dict:
 
 def analyse_state(path: str, env: dict) -> dict:
     try:
+        env = inline_buffers(env)  # a state taken in a DataLoader worker
         check_envelope(env)
     except (TypeError, ValueError) as e:
         raise InspectError(f"state at {path}: {e}") from None

@@ -527,9 +527,15 @@ class IterableDataset(_Base):
         split = self._split_cache
         if split is None or split[0] != ctx:  # a dataset's pipeline and rank split never change
             split = self._split_cache = (ctx, _resume.split_description(self, ctx))
-        return {"format": _state.FORMAT, "version": _state.VERSION, "fingerprint": fp,
-                "pipeline": _state.copy_state(shape), "epoch": epoch,
-                "state": _state.copy_state(node._state_dict), "split": _state.copy_state(split[1])}
+        # in a DataLoader worker, shuffle buffers go to "buffers" as journals that torchdata's
+        # StatefulDataLoader can send in parts (see ExampleChunks.journal)
+        buffers: dict | None = None if ctx is None else {}
+        state = {"format": _state.FORMAT, "version": _state.VERSION, "fingerprint": fp,
+                 "pipeline": _state.copy_state(shape), "epoch": epoch,
+                 "state": _state.copy_state(node._state_dict, buffers), "split": _state.copy_state(split[1])}
+        if buffers:
+            state["buffers"] = buffers
+        return state
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Continue the next iteration right after the last example yielded when ``state_dict`` was taken.

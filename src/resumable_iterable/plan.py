@@ -78,6 +78,7 @@ def state_segments(dataset_state: Any, where: str = "state") -> tuple[str, int, 
     if not isinstance(dataset_state, dict):
         raise ValueError(f"{where}: expected a resumable_iterable state, got {type(dataset_state).__name__} "
                          "(was the loader's dataset a resumable_iterable.IterableDataset?)")
+    dataset_state = _state.inline_buffers(dataset_state)
     _state.check_envelope(dataset_state)
     split = dataset_state.get("split")
     if split is None or "base" not in split:

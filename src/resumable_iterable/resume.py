@@ -35,6 +35,7 @@ def load_node(dataset: Any, state: Any, worker) -> tuple[Node, int]:
     base = _shape_of(dataset._node)[1]
     if is_plan(state):
         return build_plan_node(dataset._node, state, ranks, worker, base), state["epoch"]
+    state = _state.inline_buffers(state)
     _state.check_envelope(state)
     node = split_for_process(dataset._node, dataset._split, worker=worker).clone()
     shape, fp = _shape_of(node)

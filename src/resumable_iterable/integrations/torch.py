@@ -24,13 +24,21 @@ Importing this module needs ``torch``; :class:`StatefulDataLoader` also needs ``
 from __future__ import annotations
 
 import abc
+import itertools
 import os
+import pickle
+import threading
+import weakref
 from typing import Any
 
+from multiprocessing.reduction import ForkingPickler
+
+import numpy as np
 import torch
 import torch.utils.data
 
 from ..distributed import current_worker, split_for_process, warn_too_many_workers
+from ..state import JournalList, set_journal_packer
 
 # ============================================================================ shared epochs
 
@@ -182,6 +190,180 @@ def claim(claims: torch.Tensor, worker: int, num_workers: int) -> bool:
 
 def claimed(claims: torch.Tensor) -> bool:
     return int(claims[0]) != 0
+
+
+# ============================================================================ shuffle buffers sent by workers
+
+#: a journal list whose numpy arrays hold at least this many bytes goes through shared memory
+SHARED_MIN_BYTES = 1 << 16
+_ALIGN = 64
+_HEADER = 64  # a block starts with an int64: how many times the main process has read it
+_POOL_MAX = 64
+
+
+class _Block:
+    """A shared-memory block a worker reuses: creating and first touching shared memory costs
+    several times a copy, so a block goes back to the worker's pool once the segment using it is
+    gone in the worker and, in the main process, every array rebuilt from every message that
+    carried it (the main process counts those in the block's header).
+
+    Handing a block's handle to another process costs a socket round trip, so the main process
+    keeps the blocks it was handed (``_received``) and later messages name the block by ``key``;
+    the worker says when it lets a block go (``_forget``)."""
+
+    __slots__ = ("tensor", "mem", "count", "sent", "pid", "key", "announced")
+
+    def __init__(self, capacity: int):
+        self.tensor = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(_HEADER + capacity))
+        self.mem = self.tensor.numpy()
+        self.count = self.mem[:8].view(np.int64)  # written by the main process only
+        self.sent = 0
+        self.pid = os.getpid()
+        self.key = (self.pid, _process_token(), next(_block_numbers))
+        self.announced = False  # the main process holds the handle
+
+    @property
+    def capacity(self) -> int:
+        return len(self.mem) - _HEADER
+
+
+_block_numbers = itertools.count()
+_token: list = [None, None]  # (pid, random token): keys never collide, even if a pid is reused
+_forget: list = []  # keys of blocks this worker let go, told to the main process with the next message
+_received: dict = {}  # main process: key -> block tensor
+
+
+def _process_token() -> int:
+    if _token[0] != os.getpid():
+        _token[:] = [os.getpid(), int.from_bytes(os.urandom(8), "little")]
+    return _token[1]
+
+
+_pool: list = []
+_pool_lock = threading.Lock()  # segments die in the loader's feeder thread too
+
+
+def _take_block(size: int) -> _Block:
+    pid = os.getpid()
+    with _pool_lock:
+        for k, blk in enumerate(_pool):
+            if blk.pid == pid and size <= blk.capacity <= 4 * size and int(blk.count[0]) == blk.sent:
+                return _pool.pop(k)
+    return _Block(-(-(size * 3 // 2) // (1 << 20)) << 20)  # room for the next, larger segments
+
+
+def _give_back(blk: _Block) -> None:
+    if blk.pid == os.getpid():
+        with _pool_lock:
+            _pool.append(blk)
+            if len(_pool) > _POOL_MAX:
+                old = _pool.pop(0)
+                if old.announced:
+                    _forget.append(old.key)
+
+
+class PackedList(JournalList):
+    """A segment of a shuffle buffer's journal (``state.ExampleChunks.journal``) in a DataLoader
+    worker, pickled when it is made: ``payload`` holds the pickle (protocol 5) and ``block`` a
+    shared-memory block with the examples' numpy arrays when they are large. What the main
+    process receives is therefore the examples as they were when the state was taken, even if
+    the consumer edits them in place afterwards - and large arrays do not go through the pipe."""
+
+    __slots__ = ("payload", "block")
+
+    def __del__(self):
+        blk = getattr(self, "block", None)
+        if blk is not None:
+            try:
+                _give_back(blk)
+            except Exception:  # pragma: no cover - interpreter shutdown
+                pass
+
+
+def pack_journal_list(items: list) -> PackedList:
+    out = PackedList(items)
+    out.block = None
+    raws: list = []
+    data = pickle.dumps(list(items), protocol=5, buffer_callback=lambda b: raws.append(b.raw()))
+    spans, total = [], 0
+    for r in raws:
+        spans.append((_HEADER + total, r.nbytes))
+        total += -(-r.nbytes // _ALIGN) * _ALIGN
+    if total < SHARED_MIN_BYTES:
+        out.payload = pickle.dumps(list(items), protocol=5) if raws else data  # arrays in-band
+        return out
+    blk = _take_block(total)
+    mem = blk.mem
+    for (off, n), r in zip(spans, raws):
+        mem[off:off + n] = np.frombuffer(r, dtype=np.uint8)
+    out.payload, out.block = (data, spans), blk
+    return out
+
+
+def _reduce_packed_list(p: PackedList):
+    blk = p.block
+    if blk is None:
+        return (_unpack_journal_list, (p.payload, None))
+    with _pool_lock:
+        blk.sent += 1
+        handle = None if blk.announced else blk.tensor
+        blk.announced = True
+        forget = _forget[:]
+        _forget.clear()
+    return (_unpack_journal_list, (p.payload, (blk.key, handle, forget)))
+
+
+def _drop_blocks_of_dead_workers() -> None:
+    """Workers that exited (a finished epoch without persistent workers) say nothing: forget their
+    blocks when a new one is handed over (arrays still in use keep their block themselves)."""
+    alive: dict = {}
+    for key in list(_received):
+        pid = key[0]
+        if pid not in alive:
+            try:
+                os.kill(pid, 0)
+                alive[pid] = True
+            except ProcessLookupError:
+                alive[pid] = False
+            except OSError:
+                alive[pid] = True
+        if not alive[pid]:
+            del _received[key]
+
+
+class _Owner(np.ndarray):
+    """The main process's view of a block: the arrays rebuilt from it are views of it (numpy stops
+    collapsing a view's base at a change of type), so it lives exactly as long as one of them."""
+
+
+def _count_read(count: np.ndarray) -> None:
+    count[0] += 1  # every array from this message is gone: the worker may reuse the block
+
+
+def _unpack_journal_list(payload: Any, block: tuple | None) -> list:
+    if block is None:
+        return pickle.loads(payload)
+    key, handle, forget = block
+    for k in forget:
+        _received.pop(k, None)
+    if handle is not None:
+        _drop_blocks_of_dead_workers()
+        _received[key] = handle
+    try:
+        tensor = _received[key]
+    except KeyError:
+        raise RuntimeError("a DataLoader worker's shuffle buffer names a shared-memory block this process "
+                           "was never handed (were messages from the worker lost?)") from None
+    data, spans = payload
+    mem = tensor.numpy()
+    owner = mem.view(_Owner)
+    items = pickle.loads(data, buffers=[owner[off:off + n] for off, n in spans])
+    weakref.finalize(owner, _count_read, mem[:8].view(np.int64))
+    return items
+
+
+ForkingPickler.register(PackedList, _reduce_packed_list)
+set_journal_packer(pack_journal_list)
 
 
 # ============================================================================ StatefulDataLoader

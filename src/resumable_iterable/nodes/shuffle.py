@@ -13,7 +13,10 @@ State: ``{"node", "seed", "epoch", "rng", "rng_pos", "buffer", "draining", "chil
 * ``buffer`` - what the state keeps of the buffer depends on ``buffer_state``:
 
   - ``"examples"`` (default, exact): the buffered examples themselves. ``state_dict()`` copies
-    the list shallowly: a new list holding the same example objects.
+    the list shallowly: a new list holding the same example objects (in a DataLoader worker, a
+    journal of the buffer's writes instead - see ``state.ExampleChunks``). An example a taken
+    state may share is yielded as a copy, so that a consumer editing it in place cannot change
+    that state.
   - ``"drop"`` (HF-compatible, lossy): nothing. A resumed pipeline refills the buffer from where
     the input stood, so the examples that were in the buffer are lost - as in HF ``datasets``.
   - ``"replay"`` (exact, small): where each buffered example came from - a short list of
@@ -28,7 +31,7 @@ from __future__ import annotations
 from typing import Iterator
 
 
-from ..state import CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList
+from ..state import CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList, copy_example, journaling
 from .base import (Node, as_int, check_bool, check_epoch, check_examples, check_int, check_rng, resolve_seed,
                    rng_from_seed, rng_from_state, split_seed)
 
@@ -160,6 +163,7 @@ class ShuffleNode(Node):
             flat = _flatten(st["buffer"])
             st["buffer"] = cls(flat[k:k + CHUNK] for k in range(0, len(flat), CHUNK))
             st["buffer"].owned[:] = b"\x01" * len(st["buffer"])  # fresh chunks
+            # its examples count as shared with the loaded state (``born`` starts at -1)
         self.seed, self.epoch = st["seed"], st["epoch"]
 
     def _iter(self) -> Iterator[dict]:
@@ -171,17 +175,22 @@ class ShuffleNode(Node):
         """The buffer of examples (``"examples"`` and ``"drop"``), held in chunks: example ``i`` is
         ``buf[i >> CHUNK_BITS][i & mask]``; a chunk shared with a state copy is copied before it is
         written (see ``ExampleChunks``). Once full, each incoming example replaces the one at a
-        random index, which is yielded; when the input ends, the rest is permuted once and popped."""
+        random index, which is yielded; when the input ends, the rest is permuted once and popped.
+        An example that entered before the last state copy may be shared with that state: it is
+        yielded as a copy (``copy_example``), so that editing it in place cannot change the state."""
         st = self._state_dict
         buf = st["buffer"]
         owned = buf.owned
+        born = buf.start()
+        record = buf.recording = journaling()  # a DataLoader worker: record writes for journals
+        pending = buf.pending
         size = self.buffer_size
         mask = CHUNK - 1
         if not st["draining"]:
             rng = rng_from_state(st["rng"])
             block = rng.integers(0, size, size=BLOCK).tolist()
             pos = st["rng_pos"]
-            n = sum(map(len, buf))
+            n = len(born)
             for ex in self.children[0]:
                 if n < size:
                     if not buf or len(buf[-1]) == CHUNK:
@@ -193,6 +202,9 @@ class ShuffleNode(Node):
                             buf[k] = buf[k].copy()
                             owned[k] = 1
                         buf[k].append(ex)
+                    if record:
+                        pending[n] = ex
+                    born.append(buf.gen)
                     n += 1
                     continue
                 if pos == BLOCK:
@@ -210,12 +222,20 @@ class ShuffleNode(Node):
                 j = i & mask
                 out = ch[j]
                 ch[j] = ex
+                if record:
+                    pending[i] = ex
+                gen = buf.gen
+                if born[i] != gen:
+                    out = copy_example(out)
+                born[i] = gen
                 yield out
             flat = [ex for ch in buf for ex in ch]
             order = rng_from_seed(st["seed"], st["epoch"], 2).permutation(len(flat)).tolist()
             flat = [flat[i] for i in order]
+            born[:] = [born[i] for i in order]
             buf[:] = [flat[k:k + CHUNK] for k in range(0, len(flat), CHUNK)]
             owned[:] = b"\x01" * len(buf)
+            buf.reordered()
             st["draining"] = True
         while buf:
             k = len(buf) - 1
@@ -227,6 +247,8 @@ class ShuffleNode(Node):
             if not ch:
                 buf.pop()
                 owned.pop()
+            if born.pop() != buf.gen:
+                ex = copy_example(ex)
             yield ex
 
     def _live_buffer(self) -> tuple[list, list, list]:

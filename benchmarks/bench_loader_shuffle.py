@@ -1,0 +1,145 @@
+"""The exact shuffle buffer through ``torchdata.stateful_dataloader.StatefulDataLoader`` with workers.
+
+The loader asks every worker for its dataset's ``state_dict()`` after every batch and sends the
+leaves that changed since the previous one to the main process. Our exact shuffle
+(``buffer_state="examples"``, the default) keeps the buffered examples in its state; this script
+times it beside our lossy ``buffer_state="drop"`` and HF ``datasets``' (lossy) shuffle, in one run,
+on two kinds of examples:
+
+* 256 KB numpy examples (``{"id": int, "x": float32[65536]}``) from a generator in 8 shards,
+  ``shuffle(buffer 300)``, 2 workers, batches of 16;
+* small text rows (``{"id": int, "text": str}``, a 200 k-row ``Dataset`` in 8 shards),
+  ``shuffle(buffer 1000)``, 2 workers, batches of 32.
+
+Each figure is the best of ``--repeats`` runs (default 3), the three variants taking turns.
+
+    python benchmarks/bench_loader_shuffle.py [--quick] [--repeats R]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from common import NUM_SHARDS, Result, make_hf_dataset, print_section, time_iteration
+
+WORKERS = 2
+ARRAY_LEN = 65_536  # float32: 256 KB per example
+TARGETS = {"arrays_drop": 0.8, "arrays_hf": 1.0, "text_hf": 1.5}
+
+
+def array_rows(shards: list[int], per_shard: int):
+    """``per_shard`` examples of 256 KB per shard (a generator source for both libraries)."""
+    import numpy as np
+
+    for s in shards:
+        for k in range(per_shard):
+            i = s * per_shard + k
+            yield {"id": i, "x": np.full(ARRAY_LEN, i % 251, dtype=np.float32)}
+
+
+def loader_rate(make_ds, batch_size: int, limit: int) -> tuple[float, int]:
+    """Examples per second through a ``StatefulDataLoader`` with ``WORKERS`` workers over the
+    first ``limit // batch_size`` batches (the run includes starting the workers and filling the
+    shuffle buffers)."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    counted = [0]
+
+    def stream():
+        for b in StatefulDataLoader(make_ds(), batch_size=batch_size, num_workers=WORKERS):
+            counted[0] += len(b["id"])
+            yield b
+
+    dt, _ = time_iteration(stream, limit=max(1, limit // batch_size), repeats=1)
+    return counted[0] / dt, counted[0]
+
+
+def best_rates(makers: dict, batch_size: int, limit: int, repeats: int) -> dict:
+    """``{name: (ex/s, examples)}``, the best of ``repeats`` runs of each, the variants taking
+    turns so that a busy moment of the (shared) machine does not fall on one of them only."""
+    best: dict = {}
+    for _ in range(repeats):
+        for name, make in makers.items():
+            rate, n = loader_rate(make, batch_size, limit)
+            if rate > best.get(name, (0.0, 0))[0]:
+                best[name] = (rate, n)
+    return best
+
+
+def run_arrays(per_shard: int = 800, limit: int = 6_000, buffer: int = 300, batch_size: int = 16,
+               repeats: int = 3) -> list[Result]:
+    import torch  # noqa: F401 - import first: our IterableDataset then derives from torch's
+    import datasets
+
+    import resumable_iterable as ri
+
+    kwargs = {"shards": list(range(NUM_SHARDS)), "per_shard": per_shard}
+
+    def ours(buffer_state):
+        return lambda: ri.IterableDataset.from_generator(array_rows, gen_kwargs=kwargs).shuffle(
+            seed=42, buffer_size=buffer, buffer_state=buffer_state)
+
+    def hf():
+        return datasets.IterableDataset.from_generator(array_rows, gen_kwargs=kwargs).shuffle(
+            seed=42, buffer_size=buffer)
+
+    got = best_rates({"exact": ours("examples"), "drop": ours("drop"), "hf": hf}, batch_size, limit, repeats)
+    (exact, n), (drop, _), (hf_rate, _) = got["exact"], got["drop"], got["hf"]
+    what = f"256 KB arrays, buffer {buffer}, batch {batch_size}"
+    return [
+        Result(f"exact shuffle vs drop, {what}", exact, drop, "ex/s", ref_label="ours, drop",
+               target=f">= {TARGETS['arrays_drop']}x drop", check=f"{exact / drop:.2f}x",
+               met=exact >= TARGETS["arrays_drop"] * drop, note=f"{n} examples each"),
+        Result(f"exact shuffle vs HF, {what}", exact, hf_rate, "ex/s",
+               target=f">= {TARGETS['arrays_hf']}x HF", check=f"{exact / hf_rate:.2f}x",
+               met=exact >= TARGETS["arrays_hf"] * hf_rate, note="HF's shuffle loses its buffer on resume"),
+        Result(f"drop vs HF, {what}", drop, hf_rate, "ex/s", note="both lossy"),
+    ]
+
+
+def run_text(n_rows: int = 200_000, limit: int = 32_000, buffer: int = 1000, batch_size: int = 32,
+             repeats: int = 3, hf_ds=None) -> list[Result]:
+    import torch  # noqa: F401
+    import datasets  # noqa: F401
+
+    import resumable_iterable as ri
+
+    hf_ds = hf_ds if hf_ds is not None else make_hf_dataset(n_rows)
+    shards = min(NUM_SHARDS, len(hf_ds))
+
+    def ours(buffer_state):
+        return lambda: ri.to_iterable_dataset(hf_ds, num_shards=shards).shuffle(
+            seed=42, buffer_size=buffer, buffer_state=buffer_state)
+
+    def hf():
+        return hf_ds.to_iterable_dataset(num_shards=shards).shuffle(seed=42, buffer_size=buffer)
+
+    got = best_rates({"exact": ours("examples"), "drop": ours("drop"), "hf": hf}, batch_size, limit, repeats)
+    (exact, n), (drop, _), (hf_rate, _) = got["exact"], got["drop"], got["hf"]
+    what = f"text rows, buffer {buffer}, batch {batch_size}"
+    return [
+        Result(f"exact shuffle vs HF, {what}", exact, hf_rate, "ex/s",
+               target=f">= {TARGETS['text_hf']}x HF", check=f"{exact / hf_rate:.2f}x",
+               met=exact >= TARGETS["text_hf"] * hf_rate,
+               note=f"{n} examples each; HF's shuffle loses its buffer on resume"),
+        Result(f"exact shuffle vs drop, {what}", exact, drop, "ex/s", ref_label="ours, drop"),
+    ]
+
+
+def run(quick: bool = False, repeats: int = 3, hf_ds=None) -> list[Result]:
+    if quick:
+        return (run_arrays(per_shard=8, limit=48, buffer=8, batch_size=8, repeats=1)
+                + run_text(n_rows=2_000, limit=320, buffer=50, repeats=1, hf_ds=hf_ds))
+    return run_arrays(repeats=repeats) + run_text(repeats=repeats, hf_ds=hf_ds)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="tiny sizes: only checks that everything runs")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each variant, taking turns (best is kept)")
+    args = ap.parse_args()
+    print_section(f"shuffle through StatefulDataLoader ({WORKERS} workers)", run(args.quick, args.repeats))
+
+
+if __name__ == "__main__":
+    main()

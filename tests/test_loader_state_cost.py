@@ -1,0 +1,360 @@
+"""The exact shuffle buffer under torchdata's ``StatefulDataLoader``, and states that later edits
+of yielded examples cannot change.
+
+* In a DataLoader worker a shuffle buffer is described by a *journal* (``state.ExampleChunks
+  .journal``): numbered segments of writes that never change once made, so the loader (which
+  sends only the values that changed since the worker's previous state) sends O(batch) per batch.
+* A state taken earlier never changes afterwards, even when a ``map`` after the shuffle edits the
+  yielded examples in place (a list appended to, a numpy array incremented).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+from multiprocessing.reduction import ForkingPickler
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchdata")
+from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader  # noqa: E402
+from torchdata.stateful_dataloader.incremental_state import _IncrementalState  # noqa: E402
+
+import resumable_iterable as ri  # noqa: E402
+import resumable_iterable.dataset as ri_dataset  # noqa: E402
+from resumable_iterable.state import (ExampleChunks, copy_example, inline_buffers,  # noqa: E402
+                                      replay_journal)
+
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning")]
+
+
+def rows(shards, n=12):
+    for s in shards:
+        for i in range(n):
+            k = s * 100 + i
+            yield {"id": k, "tags": [k], "x": np.full(4, k, dtype=np.int64)}
+
+
+def edit_in_place(ex):
+    ex["tags"].append(-1)
+    ex["x"] += 1
+    return ex
+
+
+def build(buffer_size=7):
+    return (ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": [0, 1, 2, 3]})
+            .shuffle(seed=5, buffer_size=buffer_size)
+            .map(edit_in_place))
+
+
+def key(ex) -> tuple:
+    return ex["id"], tuple(ex["tags"]), tuple(np.asarray(ex["x"]).ravel().tolist())
+
+
+# ---------------------------------------------------------------------- in memory
+
+
+def test_a_taken_state_never_changes_when_a_later_map_edits_examples_in_place():
+    ds = build()
+    it = iter(ds)
+    taken = []
+    for _ in range(48):
+        state = ds.state_dict()
+        taken.append((state, ri.dumps_state(state)))  # its content at capture
+        ex = next(it)
+        assert ex["tags"][-1] == -1 and ex["x"][0] == ex["id"] + 1  # the map saw its own copy
+    for state, text in taken:
+        assert ri.dumps_state(state) == text
+    full = [key(e) for e in build()]
+    assert [key(e) for e in build()][:5] == full[:5]
+    for k in (0, 3, 7, 20, 47):  # resuming from any of them gives the exact tail
+        again = build()
+        again.load_state_dict(taken[k][0])
+        assert [key(e) for e in again] == full[k:]
+
+
+def test_a_loaded_state_is_not_changed_by_the_pipeline_that_loaded_it():
+    ds = build()
+    it = iter(ds)
+    for _ in range(10):
+        next(it)
+    state = ds.state_dict()
+    text = ri.dumps_state(state)
+    other = build()
+    other.load_state_dict(state)
+    list(other)
+    assert ri.dumps_state(state) == text
+
+
+def test_examples_are_copied_only_when_a_state_may_share_them():
+    made = {}
+
+    def remember(ex):
+        made[ex["id"]] = ex
+        return ex
+
+    ds = (ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": [0]})
+          .map(remember).shuffle(seed=1, buffer_size=4))
+    it = iter(ds)
+    first = [next(it) for _ in range(3)]  # no state taken: the buffer hands out its own examples
+    assert all(e is made[e["id"]] for e in first)
+    ds.state_dict()
+    later = [next(it) for _ in range(6)]
+    buffered_at_capture = later[:1]  # the next one out was in the buffer when the state was taken
+    assert all(e is not made[e["id"]] and key(e) == key(made[e["id"]]) for e in buffered_at_capture)
+    assert any(e is made[e["id"]] for e in later)  # examples that entered afterwards are not copied
+
+
+def test_copy_example_copies_containers_and_arrays_and_shares_immutables():
+    arr = np.arange(3)
+    obj = np.empty(2, dtype=object)
+    obj[:] = [[1], [2]]
+    ex = {"s": "a", "b": b"x", "t": (1, "y"), "l": [1, [2]], "d": {"a": [1]}, "x": arr, "o": obj,
+          "n": np.int32(3), "tl": ([1],)}
+    c = copy_example(ex)
+    assert c is not ex and c["s"] is ex["s"] and c["b"] is ex["b"] and c["t"] is ex["t"]
+    assert c["l"] == ex["l"] and c["l"] is not ex["l"] and c["l"][1] is not ex["l"][1]
+    assert c["d"] is not ex["d"] and c["d"]["a"] is not ex["d"]["a"]
+    assert c["x"] is not arr and np.array_equal(c["x"], arr)
+    assert c["o"] is not obj and c["o"][0] is not obj[0] and c["o"][0] == [1]
+    assert c["tl"] == ex["tl"] and c["tl"][0] is not ex["tl"][0]
+    c["x"] += 1
+    c["l"][1].append(3)
+    assert arr.tolist() == [0, 1, 2] and ex["l"] == [1, [2]]
+
+
+# ---------------------------------------------------------------------- the journal
+
+
+@pytest.mark.parametrize("recording", [True, False])
+def test_journal_replays_to_the_buffer_and_keeps_segments_unchanged(recording):
+    buf = ExampleChunks()
+    buf.recording = recording  # False: a loop started before the process took its first journal
+    live: list = []
+    rng = np.random.default_rng(0)
+    journals = []
+    for step in range(400):
+        if len(live) < 50:
+            i = len(live)
+            live.append({"v": step})
+            if not buf or len(buf[-1]) == 64:
+                buf.append([])
+                buf.owned.append(1)
+            buf[-1].append(live[i])
+        else:
+            i = int(rng.integers(50))
+            live[i] = {"v": step}
+            buf[i >> 6][i & 63] = live[i]
+        if recording:
+            buf.pending[i] = live[i]
+        if step % 7 == 6:
+            j = buf.journal()
+            journals.append((j, copy.deepcopy(j)))
+            assert replay_journal(j, "j") == live
+            assert len(j["log"]) <= 24
+    for j, at_capture in journals:  # a segment, once made, is never changed
+        assert j == at_capture
+    # each example is written about once: the segments hold little more than the buffer
+    total = sum(len(s) // 2 for s in journals[-1][0]["log"].values())
+    assert total <= 4 * 50
+    if recording:  # a journal adds the writes since the last one, not the whole buffer
+        assert len(journals[-1][0]["log"]) > 1
+
+
+@pytest.mark.parametrize("journal, message", [
+    ("x", "must be an object"),
+    ({"log": {}, "size": -1}, "non-negative"),
+    ({"log": {"a": []}, "size": 0}, "decimal"),
+    ({"log": {"1": [0]}, "size": 1}, "pairs"),
+    ({"log": {"1": [-1, {}]}, "size": 1}, "slot"),
+    ({"log": {"1": [0, {"a": 1}]}, "size": 2}, "no example for slot 1"),
+])
+def test_a_malformed_journal_is_refused(journal, message):
+    with pytest.raises(ValueError, match=message):
+        replay_journal(journal, "j")
+
+
+def test_inline_buffers_refuses_unknown_or_unused_buffers():
+    env = {"state": {"node": "shuffle", "buffer": "0"}, "buffers": {"0/size": 0, "1/size": 0}}
+    with pytest.raises(ValueError, match="no node refers"):
+        inline_buffers(env)
+    with pytest.raises(ValueError, match="not a buffer"):
+        inline_buffers({"state": {"node": "shuffle", "buffer": "2"}, "buffers": {"0/size": 0}})
+    with pytest.raises(ValueError, match="neither"):
+        inline_buffers({"state": {"node": "shuffle", "buffer": "0"}, "buffers": {"0/x": 0}})
+    with pytest.raises(ValueError, match="'log' and 'size'"):
+        inline_buffers({"state": {"node": "shuffle", "buffer": "0"}, "buffers": {"0/3": [0, {}]}})
+    two = {"state": {"node": "shuffle", "buffer": "0"},
+           "buffers": {"0/size": 2, "0/3": [0, {"a": 1}, 1, {"a": 2}], "0/5": [1, {"a": 3}]}}
+    assert inline_buffers(two) == {"state": {"node": "shuffle", "buffer": [{"a": 1}, {"a": 3}]}}
+
+
+def worker_deltas(monkeypatch, ds, batches, batch_size):
+    """Bytes the loader would send per batch from a worker iterating ``ds`` (the worker's
+    ``state_dict()`` diffed by torchdata, pickled as the DataLoader pickles it)."""
+    monkeypatch.setattr(ri_dataset, "current_worker", lambda: (0, 1))
+    it = iter(ds)
+    inc = _IncrementalState(ds.state_dict())
+    sizes = []
+    for _ in range(batches):
+        for _ in range(batch_size):
+            next(it)
+        sizes.append(len(ForkingPickler.dumps(inc.generate_delta(ds.state_dict()))))
+    return sizes
+
+
+def test_bytes_sent_per_batch_grow_with_the_batch_not_with_the_buffer(monkeypatch):
+    from data import HF
+
+    def per_batch(buffer_size):
+        big = ri.to_iterable_dataset(HF.select(list(range(60)) * 40), num_shards=4)
+        sizes = worker_deltas(monkeypatch, big.shuffle(seed=1, buffer_size=buffer_size), 150, 4)
+        return sum(sizes[100:]) / 50  # after the buffer filled and the journal settled
+
+    small, large = per_batch(50), per_batch(800)
+    row = len(pickle.dumps({"id": 10, "text": "t10"}))
+    assert small < 12 * 4 * row and large < 12 * 4 * row  # O(batch): a few rows per example
+    assert large < 3 * small and large < 800 * row / 10  # not O(buffer)
+
+
+# ---------------------------------------------------------------------- through StatefulDataLoader
+
+
+def collate_keys(batch):
+    return [key(e) for e in batch]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loader_resumes_exactly_from_every_state_despite_in_place_edits(workers):
+    def loader():
+        return ri.StatefulDataLoader(build(), batch_size=4, num_workers=workers, collate_fn=collate_keys)
+
+    dl = loader()
+    batches, states = [], [ri.dumps_state(dl.state_dict())]
+    live_states = []
+    for b in dl:
+        batches.append(b)
+        live_states.append((dl.state_dict(), ri.dumps_state(dl.state_dict())))
+        states.append(live_states[-1][1])
+    for state, text in live_states:  # taken states never change afterwards
+        assert ri.dumps_state(state) == text
+    flat = [k for b in batches for k in b]
+    assert sorted(k[0] for k in flat) == sorted(r["id"] for r in rows([0, 1, 2, 3]))
+    for cut in range(0, len(batches) + 1, 3):
+        again = loader()
+        again.load_state_dict(ri.loads_state(states[cut]))
+        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], cut
+
+
+def test_loader_state_with_a_buffer_loads_with_torch_weights_only():
+    from data import src
+
+    for workers in (0, 2):
+        dl = ri.StatefulDataLoader(src(4).shuffle(seed=1, buffer_size=10), batch_size=4, num_workers=workers)
+        it = iter(dl)
+        head = [next(it)["id"].tolist() for _ in range(3)]
+        f = io.BytesIO()
+        torch.save(dl.state_dict(), f)
+        f.seek(0)
+        state = torch.load(f, weights_only=True)
+        again = ri.StatefulDataLoader(src(4).shuffle(seed=1, buffer_size=10), batch_size=4, num_workers=workers)
+        again.load_state_dict(state)
+        full = [b["id"].tolist() for b in ri.StatefulDataLoader(src(4).shuffle(seed=1, buffer_size=10),
+                                                                batch_size=4, num_workers=workers)]
+        assert head + [b["id"].tolist() for b in again] == full, workers
+
+
+def test_torchdata_loader_sends_large_arrays_through_shared_memory_and_resumes():
+    def big_rows(shards):
+        for s in shards:
+            for i in range(40):  # enough for the workers to reuse their shared-memory blocks
+                yield {"id": s * 100 + i, "x": np.full(40_000, s * 100 + i, dtype=np.float32)}
+
+    def make():
+        ds = ri.IterableDataset.from_generator(big_rows, gen_kwargs={"shards": [0, 1, 2, 3]})
+        return TorchdataLoader(ds.shuffle(seed=2, buffer_size=6), batch_size=3, num_workers=2)
+
+    full = [b["id"].tolist() for b in make()]
+    dl = make()
+    it = iter(dl)
+    head = [next(it)["id"].tolist() for _ in range(25)]
+    state = dl.state_dict()
+    text = ri.dumps_state(state)
+    again = make()
+    again.load_state_dict(ri.loads_state(text))
+    assert head + [b["id"].tolist() for b in again] == full
+
+
+def test_inspect_reads_the_buffers_of_worker_states(tmp_path, capsys):
+    import json
+
+    from data import src
+
+    from resumable_iterable.cli import main
+
+    dl = ri.StatefulDataLoader(src(4).shuffle(seed=1, buffer_size=10).batch(2), batch_size=None, num_workers=2)
+    it = iter(dl)
+    for _ in range(6):
+        next(it)
+    state = dl.state_dict()
+    worker = state["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset_state"]
+    assert "0/size" in worker["buffers"] and worker["state"]["children"][0]["buffer"] == "0"
+    path = tmp_path / "loader.json"
+    path.write_text(ri.dumps_state(state))
+    assert main(["inspect", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    fills = [s["tree"]["children"][0]["buffer"]["fill"] for s in report["states"]]
+    assert fills == [10, 10]
+
+
+def test_main_process_forgets_the_blocks_of_workers_that_exited():
+    import resumable_iterable.integrations.torch as ri_torch
+
+    def big_rows(shards):
+        for s in shards:
+            for i in range(12):
+                yield {"id": s * 100 + i, "x": np.full(40_000, i, dtype=np.float32)}
+
+    def epoch():
+        ds = ri.IterableDataset.from_generator(big_rows, gen_kwargs={"shards": [0, 1]})
+        return [b["id"].tolist() for b in TorchdataLoader(ds.shuffle(seed=2, buffer_size=5), batch_size=2,
+                                                          num_workers=2)]
+
+    epoch()
+    first = {k[0] for k in ri_torch._received}
+    assert first  # the buffers went through shared memory
+    epoch()  # new workers hand over new blocks: those of the exited ones are dropped
+    assert not first & {k[0] for k in ri_torch._received}
+
+
+def test_every_buffer_layout_loads_and_resumes_exactly(monkeypatch):
+    """The in-process layout (chunks), the flat list written before chunking and a worker's
+    journal all describe the same buffer."""
+    def make():
+        return (ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": [0, 1, 2, 3]})
+                .shuffle(seed=4, buffer_size=9))
+
+    full = [key(e) for e in make()]
+    ds = make()
+    it = iter(ds)
+    for _ in range(17):
+        next(it)
+    chunked = ri.loads_state(ri.dumps_state(ds.state_dict()))
+    flat = copy.deepcopy(chunked)
+    flat["state"]["buffer"] = [ex for ch in flat["state"]["buffer"] for ex in ch]
+    monkeypatch.setattr(ri_dataset, "current_worker", lambda: (0, 1))  # the only worker of 1
+    in_worker = make()
+    it = iter(in_worker)
+    for _ in range(17):
+        next(it)
+    journal = ri.loads_state(ri.dumps_state(in_worker.state_dict()))
+    monkeypatch.undo()
+    assert "0/size" in journal["buffers"] and journal["state"]["buffer"] == "0"
+    assert [key(e) for e in inline_buffers(journal)["state"]["buffer"]] == [key(e) for e in flat["state"]["buffer"]]
+    for state in (chunked, flat, journal):
+        again = make()
+        again.load_state_dict(state)
+        assert [key(e) for e in again] == full[17:]
