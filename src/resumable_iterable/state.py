@@ -58,6 +58,19 @@ CHUNK = 1 << CHUNK_BITS  # examples per chunk of a shuffle buffer (buffer_state=
 MAX_SEGMENTS = 24
 
 
+class HeldExamples(list):
+    """Examples a node holds one per position (``None`` where it holds none), e.g. the example
+    ``interleave_datasets`` read ahead from each input. :func:`copy_state` copies it shallowly and
+    clears ``owned`` (one flag per position), so the node knows which examples a state copy may
+    share and yields a copy of those (:func:`copy_example`)."""
+
+    __slots__ = ("owned",)
+
+    def __init__(self, items: Any = ()):
+        super().__init__(items)
+        self.owned = bytearray(len(self))
+
+
 class JournalList(list):
     """A list of a buffer journal (one segment), never changed once made. It pickles as a plain
     list."""
@@ -225,6 +238,10 @@ def copy_state(obj: Any, buffers: dict | None = None) -> Any:
         return list.copy(obj)
     if t is DroppedChunks:
         return []
+    if t is HeldExamples:
+        owned = obj.owned
+        owned[:] = bytes(len(owned))  # in place: the live node holds this bytearray
+        return list.copy(obj)
     if t is ExampleChunks:
         if buffers is not None:
             key = str(len(buffers))
@@ -242,7 +259,7 @@ def copy_state(obj: Any, buffers: dict | None = None) -> Any:
     return obj
 
 
-_CONTAINERS = frozenset((dict, list, ExampleList, ExampleChunks, DroppedChunks))
+_CONTAINERS = frozenset((dict, list, ExampleList, ExampleChunks, DroppedChunks, HeldExamples))
 
 
 def inline_buffers(state: Any) -> Any:

@@ -11,8 +11,8 @@ Stopping strategies (as in HF ``datasets``):
 To know that an input is exhausted right after its last example (HF's semantics), the node reads
 one example ahead from the input it just used. **That peeked example belongs in the state**:
 it is stored in ``peeked`` (copied shallowly, like a shuffle buffer), and the input's own state
-already counts it as consumed. ``peeked`` is an :class:`~resumable_iterable.state.ExampleChunks`
-whose items are single examples: every state copy clears its ``owned`` flags, so a peeked
+already counts it as consumed. ``peeked`` is a :class:`~resumable_iterable.state.HeldExamples`
+(one example or ``None`` per input): every state copy clears its ``owned`` flags, so a peeked
 example that a state copy may share is yielded as a copy (the user's functions may edit the
 yielded example in place; the state taken earlier must not change).
 
@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
-from ..state import ExampleChunks, copy_example
+from ..state import HeldExamples, copy_example
 from .base import Node, check_examples, check_int, check_rng, resolve_seed, rng_from_seed, rng_from_state, split_seed
 
 STRATEGIES = ("first_exhausted", "all_exhausted", "all_exhausted_without_replacement")
@@ -71,7 +71,7 @@ class InterleaveNode(Node):
     def _own_state(self) -> dict:
         n = len(self.children)
         rng = rng_from_seed(self.seed).bit_generator.state if self.probabilities is not None else None
-        return {"rng": rng, "rng_pos": 0, "cycle": 0, "exhausted": [False] * n, "peeked": ExampleChunks([None] * n),
+        return {"rng": rng, "rng_pos": 0, "cycle": 0, "exhausted": [False] * n, "peeked": HeldExamples([None] * n),
                 "peeked_pos": [None] * n, "last_pos": None}
 
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> Node:
@@ -118,7 +118,7 @@ class InterleaveNode(Node):
 
     def _load_own(self, state: dict) -> None:
         super()._load_own(state)
-        self._state_dict["peeked"] = ExampleChunks(self._state_dict["peeked"])  # not owned: the state shares them
+        self._state_dict["peeked"] = HeldExamples(self._state_dict["peeked"])  # not owned: the state shares them
 
     @property
     def _ri_last(self) -> list | None:
