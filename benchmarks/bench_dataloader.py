@@ -13,8 +13,9 @@ from common import (N_ROWS, NUM_SHARDS, PIPELINES, Result, arg_parser, make_hf_d
 
 NAMES = ["plain iteration", "per-example map", "shuffle(buffer 1000)", "shuffle(buffer 1000), buffer_state='drop'",
          "map+filter+interleave+shuffle"]
-# the loader pickles every worker's state_dict() after every batch: our exact state carries the
-# shuffle buffer (1000 examples), HF's leaves it out. This variant leaves it out too
+# the loader pickles every worker's state_dict() after every batch: our exact state sends the
+# shuffle buffer's changes since the last batch (each example about once; see
+# bench_loader_shuffle.py), HF's leaves the buffer out. This variant leaves it out too
 # (buffer_state="drop", lossy like HF) to compare the same work; HF runs its usual shuffle.
 VARIANTS = {
     "shuffle(buffer 1000), buffer_state='drop'": (
@@ -31,8 +32,8 @@ LIMITS = {
     "map+filter+interleave+shuffle": 12_000,
 }
 NOTES = {
-    "shuffle(buffer 1000)": "; our per-batch state carries the 1000 buffered examples (HF's does not)",
-    "map+filter+interleave+shuffle": "; our per-batch state carries the 1000 buffered examples (HF's does not)",
+    "shuffle(buffer 1000)": "; our per-batch state sends the buffer's changes (HF's leaves the buffer out)",
+    "map+filter+interleave+shuffle": "; our per-batch state sends the buffer's changes (HF's leaves the buffer out)",
     "shuffle(buffer 1000), buffer_state='drop'": "; HF runs its usual shuffle(buffer 1000)",
 }
 BATCH_SIZE = 32

@@ -19,7 +19,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_dataloader  # noqa: E402
+import bench_formatted  # noqa: E402
+import bench_loader_shuffle  # noqa: E402
 import bench_memory  # noqa: E402
+import bench_pack  # noqa: E402
 import bench_state  # noqa: E402
 import bench_throughput  # noqa: E402
 from common import N_ROWS, NUM_SHARDS, Result, environment, make_hf_dataset, print_section, table  # noqa: E402
@@ -49,6 +52,12 @@ def run_all(quick: bool = False, loader: bool = True, memory: bool = True) -> li
         section(f"StatefulDataLoader: {bench_dataloader.WORKERS} workers, batch_size={bench_dataloader.BATCH_SIZE}",
                 bench_dataloader.run(n_rows=n_rows, hf_ds=hf_ds, hf_ds_b=hf_ds_b, scale=0.02 if quick else 1.0,
                                      names=["plain iteration"] if quick else None))
+        section("exact shuffle through StatefulDataLoader (2 workers): 256 KB arrays and text rows",
+                bench_loader_shuffle.run(quick=quick))
+        section("formatted batches through StatefulDataLoader (2 workers, batch 32)",
+                bench_formatted.run(n_rows=n_rows, scale=0.002 if quick else 1.0))
+    section("packing into 2048-token chunks", bench_pack.run(500 if quick else 20_000, repeats=1 if quick else 5))
+    # benchmarks/bench_save_state.py writes several GB: run it on its own
     return sections
 
 

@@ -25,7 +25,8 @@ State: ``{"node", "carry", "docs", "start", "children"}``
   (their items are ints), so ``state_dict()`` costs one C-level list copy per column.
 * ``docs`` - where each document in ``carry`` starts (an index into ``carry``; the first may be
   negative: that document began in a chunk already yielded). Positions and document lengths
-  are derived from it, so nothing is stored per token besides the tokens.
+  are derived from it, so nothing is stored per token besides the tokens. Kept only when
+  ``position_ids`` or ``document_lengths`` is asked for (empty otherwise).
 * ``start`` - how many tokens at the front of ``carry`` were already yielded; the lists are
   compacted when the next document is appended, so cutting a long document costs no quadratic copying.
 """
@@ -102,7 +103,8 @@ class PackNode(Node):
         if type(start) is not int or not 0 <= start <= n:
             raise ValueError(f"{where}: 'start' must be an integer in [0, {n}], got {start!r}")
         if (not isinstance(docs, list) or not all(type(d) is int for d in docs) or docs != sorted(docs)
-                or any(d >= n for d in docs) or (n > start and (not docs or docs[0] > start))):
+                or any(d >= n for d in docs)
+                or ((self.position_ids or self.document_lengths) and n > start and (not docs or docs[0] > start))):
             raise ValueError(f"{where}: 'docs' must be the increasing start positions of the carried documents")
 
     # ------------------------------------------------------------------ iteration
@@ -148,13 +150,16 @@ class PackNode(Node):
         start = st["start"]
         carry = st["carry"]
         docs = st["docs"]
+        track = self.position_ids or self.document_lengths  # document starts are only needed for these
         if start:
             for c in self.columns:
                 del carry[c][:start]
-            k = bisect.bisect_right(docs, start) - 1  # the first document still carried
-            docs[:] = [d - start for d in docs[max(k, 0):]]
+            if track:
+                k = bisect.bisect_right(docs, start) - 1  # the first document still carried
+                docs[:] = [d - start for d in docs[max(k, 0):]]
             st["start"] = 0
-        docs.append(len(carry[self.columns[0]]))
+        if track:
+            docs.append(len(carry[self.columns[0]]))
         sep = self.separator
         for c, v in zip(self.columns, cols):
             lst = carry[c]
