@@ -99,3 +99,30 @@ def assert_resume_chain(build: Callable[[], Any], steps: list[int],
     ds.load_state_dict(state)
     seen += [normalize(x) for x in ds]
     assert seen == full, _first_difference(seen, full)
+
+
+def assert_loader_resumes_exactly(build: Callable[[], Any], *, workers: int, batch_size: int | None,
+                                  item: Callable[[Any], Any], cuts: Callable[[int], Iterable[int]]) -> list:
+    """The every-cut-point check through torchdata's ``StatefulDataLoader``: run it for ``k`` batches,
+    take the loader's state, resume it in a new loader over a freshly built dataset, and require
+    ``head + tail`` to equal the uninterrupted run (``item`` makes a batch comparable; ``cuts(n)``
+    picks the cut points for ``n`` batches). Returns the uninterrupted run."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def run(state=None, stop=None):
+        dl = StatefulDataLoader(build(), batch_size=batch_size, num_workers=workers)
+        if state is not None:
+            dl.load_state_dict(state)
+        out = []
+        for b in dl:
+            out.append(item(b))
+            if stop is not None and len(out) == stop:
+                return out, dl.state_dict()
+        return out, None
+
+    full, _ = run()
+    for k in cuts(len(full)):
+        head, state = run(stop=k)
+        tail, _ = run(state=state)
+        assert head + tail == full, f"cut after {k} of {len(full)} batches ({workers} workers)"
+    return full

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import resumable_iterable as ri
-from harness import assert_resumes_exactly, codec_roundtrip
+from harness import assert_loader_resumes_exactly, assert_resumes_exactly, codec_roundtrip
 
 RNG = np.random.default_rng(0)
 DOCS = [RNG.integers(1, 1000, size=int(n)).tolist() for n in RNG.integers(0, 23, size=40)]
@@ -108,27 +108,10 @@ def test_pack_resumes_at_every_cut(name):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_pack_through_stateful_dataloader(workers):
     pytest.importorskip("torch")
-    from torchdata.stateful_dataloader import StatefulDataLoader
-
-    def build():
-        return docs().shuffle(seed=5, buffer_size=5).pack(8, separator=0, position_ids=True)
-
-    def run(state=None, stop=None):
-        dl = StatefulDataLoader(build(), batch_size=None, num_workers=workers)
-        if state is not None:
-            dl.load_state_dict(state)
-        out = []
-        for chunk in dl:
-            out.append((chunk["input_ids"], chunk["position_ids"]))
-            if stop is not None and len(out) == stop:
-                return out, dl.state_dict()
-        return out, None
-
-    full, _ = run()
-    for k in (1, 3, len(full) - 1):
-        head, state = run(stop=k)
-        tail, _ = run(state=state)
-        assert head + tail == full
+    assert_loader_resumes_exactly(lambda: docs().shuffle(seed=5, buffer_size=5).pack(8, separator=0, position_ids=True),
+                                  workers=workers, batch_size=None,
+                                  item=lambda chunk: (chunk["input_ids"], chunk["position_ids"]),
+                                  cuts=lambda n: (1, 3, n - 1))
 
 
 @pytest.mark.parametrize("workers", [0, 2])

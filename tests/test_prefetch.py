@@ -14,7 +14,7 @@ import pytest
 
 import resumable_iterable as ri
 from data import gen_src, src
-from harness import assert_resume_chain, assert_resumes_exactly, codec_roundtrip
+from harness import assert_loader_resumes_exactly, assert_resume_chain, assert_resumes_exactly, codec_roundtrip
 
 
 def _threads() -> int:
@@ -100,27 +100,8 @@ def test_prefetch_error_reaches_the_consumer_after_earlier_examples_and_state_re
 @pytest.mark.parametrize("workers", [0, 2])
 def test_prefetch_through_stateful_dataloader(workers):
     pytest.importorskip("torch")
-    from torchdata.stateful_dataloader import StatefulDataLoader
-
-    def build():
-        return src().shuffle(seed=3, buffer_size=5).prefetch(4)
-
-    def run(state=None, stop=None):
-        dl = StatefulDataLoader(build(), batch_size=4, num_workers=workers)
-        if state is not None:
-            dl.load_state_dict(state)
-        out = []
-        for b in dl:
-            out.append(b["id"].tolist())
-            if stop is not None and len(out) == stop:
-                return out, dl.state_dict()
-        return out, None
-
-    full, _ = run()
-    for k in (1, 4, len(full) - 1):
-        head, state = run(stop=k)
-        tail, _ = run(state=state)
-        assert head + tail == full
+    assert_loader_resumes_exactly(lambda: src().shuffle(seed=3, buffer_size=5).prefetch(4), workers=workers,
+                                  batch_size=4, item=lambda b: b["id"].tolist(), cuts=lambda n: (1, 4, n - 1))
 
 
 def test_interpreter_exits_while_a_prefetch_thread_is_blocked():
