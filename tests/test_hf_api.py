@@ -1,6 +1,8 @@
-"""Features and column names known where HF ``datasets`` knows them: after ``interleave_datasets`` /
-``concatenate_datasets`` (inferred from the first examples, missing columns filled with ``None``),
-``batch``, the Arrow sources; ``concatenate_datasets(axis=1)`` refuses duplicated columns when called."""
+"""HF ``datasets`` API details: features and column names known where HF knows them (after
+``interleave_datasets`` / ``concatenate_datasets`` of datasets whose features are known or resolved
+with ``resolve_features()``, missing columns filled with ``None``; ``batch``; the Arrow sources;
+``concatenate_datasets(axis=1)`` refuses duplicated columns when called), ``num_shards`` after
+``split_dataset_by_node``, ``decode``, ``info``, the format of a concatenation."""
 
 from __future__ import annotations
 
@@ -20,6 +22,11 @@ def gen(n, **extra):
 
 def source(n=6, **extra):
     return ri.IterableDataset.from_generator(gen, gen_kwargs={"n": n, **extra})
+
+
+def resolved(n=6, **extra):
+    """A generator source with its features inferred (HF infers them when datasets are combined)."""
+    return source(n, **extra).resolve_features()
 
 
 # ---------------------------------------------------------------------------- map (as HF: the features argument)
@@ -81,7 +88,7 @@ def test_resolve_features_of_an_unreadable_pipeline_leaves_them_unknown():
 
 
 def test_concatenate_infers_features_and_fills_missing_columns_with_none():
-    cat = ri.concatenate_datasets([source(2, label=10), source(2)])
+    cat = ri.concatenate_datasets([resolved(2, label=10), resolved(2)])
     assert cat.features == Features({"id": Value("int64"), "label": Value("int64")})
     assert cat.column_names == ["id", "label"]
     assert list(cat) == [{"id": 0, "label": 10}, {"id": 1, "label": 10}, {"id": 0, "label": None},
@@ -91,7 +98,7 @@ def test_concatenate_infers_features_and_fills_missing_columns_with_none():
 def test_interleave_infers_features_and_fills_missing_columns_with_none():
     features = Features({"id": Value("int64"), "label": ClassLabel(names=["neg", "pos"])})
     with_features = source(3, label=1).map(lambda x: x, features=features)
-    mix = ri.interleave_datasets([source(3), with_features])
+    mix = ri.interleave_datasets([resolved(3), with_features])
     assert mix.features == features  # the declared type wins over nothing
     assert list(mix) == [{"id": 0, "label": None}, {"id": 0, "label": 1}, {"id": 1, "label": None},
                          {"id": 1, "label": 1}, {"id": 2, "label": None}]
@@ -103,14 +110,15 @@ def test_filled_columns_do_not_overwrite_values_found_later():
         yield {"id": 1, "label": 7}
 
     cat = ri.concatenate_datasets([ri.IterableDataset.from_generator(late_label).resolve_features(n=1),
-                                   source(1, label=3)])
+                                   resolved(1, label=3)])
     assert list(cat) == [{"id": 0, "label": None}, {"id": 1, "label": 7}, {"id": 0, "label": 3}]
 
 
 @pytest.mark.parametrize("kind", ["concatenate", "interleave"])
 def test_filled_columns_resume_exactly(kind):
     def build():
-        parts = [source(5, label=1), source(4, other="x").shuffle(seed=3, buffer_size=2), source(3)]
+        parts = [resolved(5, label=1), source(4, other="x").shuffle(seed=3, buffer_size=2).resolve_features(),
+                 resolved(3)]
         if kind == "concatenate":
             return ri.concatenate_datasets(parts)
         return ri.interleave_datasets(parts, probabilities=[0.5, 0.3, 0.2], seed=1, stopping_strategy="all_exhausted")
@@ -124,7 +132,7 @@ def test_filled_columns_through_dataloader_workers():
 
     a = ri.IterableDataset.from_generator(gen, gen_kwargs={"n": 3, "label": [1, 2]})
     b = ri.IterableDataset.from_generator(gen, gen_kwargs={"n": 3, "other": ["x", "y"]})
-    cat = ri.concatenate_datasets([a, b])
+    cat = ri.concatenate_datasets([a.resolve_features(), b.resolve_features()])
     out = list(DataLoader(cat, batch_size=None, num_workers=2))
     assert sorted(map(str, out)) == sorted(map(str, cat))
     assert all(set(x) == {"id", "label", "other"} for x in out)
@@ -132,10 +140,31 @@ def test_filled_columns_through_dataloader_workers():
 
 def test_concatenate_axis_1_duplicated_columns_raise_when_called():
     with pytest.raises(ValueError, match=r"\['id'\] are in more than one dataset"):
-        ri.concatenate_datasets([source(3, a=1), source(3, b=2)], axis=1)
-    cat = ri.concatenate_datasets([source(3, a=1), source(3, b=2).remove_columns("id")], axis=1)
+        ri.concatenate_datasets([resolved(3, a=1), resolved(3, b=2)], axis=1)
+    cat = ri.concatenate_datasets([resolved(3, a=1), resolved(3, b=2).remove_columns("id")], axis=1)
     assert sorted(cat.features) == ["a", "b", "id"]
     assert list(cat) == [{"id": i, "a": 1, "b": 2} for i in range(3)]
+
+
+@pytest.mark.parametrize("combine", ["concatenate", "concatenate_axis_1", "interleave"])
+def test_combining_unknown_features_reads_no_example(combine):
+    # building a pipeline never runs user code: unknown features stay unknown (resolve_features() infers them)
+    read = []
+
+    def spy(tag):
+        read.append(tag)
+        yield {tag: 0}
+
+    a = ri.IterableDataset.from_generator(spy, gen_kwargs={"tag": "a"})
+    b = ri.IterableDataset.from_generator(spy, gen_kwargs={"tag": "b"})
+    if combine == "interleave":
+        out = ri.interleave_datasets([a, b])
+    else:
+        out = ri.concatenate_datasets([a, b], axis=1 if combine == "concatenate_axis_1" else 0)
+    assert read == [] and out.features is None
+    expected = {"concatenate": [{"a": 0}, {"b": 0}], "concatenate_axis_1": [{"a": 0, "b": 0}],
+                "interleave": [{"a": 0}]}  # (interleave: "first_exhausted" stops when a is done, as HF)
+    assert list(out) == expected[combine]
 
 
 def test_concatenate_bad_axis_raises_before_reading_anything():

@@ -107,5 +107,9 @@ def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0) -> Iter
                 raise ValueError(f"concatenate_datasets(axis=1): column(s) {duplicated} are in more than one "
                                  f"dataset (columns: {names}); remove or rename them first")
         node = ConcatNode([d._node.clone() for d in datasets], axis=1)
-    return IterableDataset(node, features=merged, column_names=None if merged is not None else names,
-                           _split=datasets[0]._split, _epoch=datasets[0]._epoch)
+    out = IterableDataset(node, features=merged, column_names=None if merged is not None else names,
+                          _split=datasets[0]._split, _epoch=datasets[0]._epoch)
+    format_types = {d.format["type"] for d in datasets}
+    if len(format_types) == 1 and None not in format_types:  # as HF: a format every dataset has is kept
+        out._format = datasets[0]._format
+    return out

@@ -43,6 +43,7 @@ def split_dataset_by_node(dataset, rank: int, world_size: int):
     part = type(dataset)(dataset._node, features=dataset._features, column_names=dataset._column_names,
                          _split=(*dataset._split, ("rank", rank, world_size)), _epoch=dataset._epoch)
     part._format = dataset._format  # like HF, the part keeps the dataset's format
+    part._info = dataset._info  # and its info
     return part
 
 
