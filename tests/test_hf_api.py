@@ -6,10 +6,13 @@ with ``resolve_features()``, missing columns filled with ``None``; ``batch``; th
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from datasets import ClassLabel, Dataset, Features, List, Value
+from datasets import ClassLabel, Dataset, DatasetInfo, Features, List, Value
 
 import resumable_iterable as ri
 from harness import assert_resumes_exactly
@@ -236,3 +239,119 @@ def test_from_dict_and_from_list():
         assert list(ds) == rows
     assert_resumes_exactly(lambda: ri.IterableDataset.from_dict(data, num_shards=2).shuffle(seed=0, buffer_size=2))
     assert ri.IterableDataset.from_list(rows).features == Features({"a": Value("int64"), "b": Value("string")})
+
+
+# ---------------------------------------------------------------------------- num_shards after split_dataset_by_node
+
+
+def gen_shards(shards):
+    for shard in shards:
+        for i in range(3):
+            yield {"shard": shard, "i": i}
+
+
+@pytest.mark.parametrize("num_shards, world_size, expected", [(6, 3, 2), (6, 2, 3), (3, 3, 1), (5, 2, 5), (2, 4, 2)])
+def test_num_shards_after_split_dataset_by_node_counts_the_ranks_shards(num_shards, world_size, expected):
+    # as HF: a rank that takes whole shards has num_shards / world_size of them; one that keeps one
+    # example in world_size (shards not divisible) reads every shard
+    ds = ri.IterableDataset.from_generator(gen_shards, gen_kwargs={"shards": list(range(num_shards))})
+    parts = [ri.split_dataset_by_node(ds, rank, world_size) for rank in range(world_size)]
+    assert [p.num_shards for p in parts] == [expected] * world_size
+    assert [p.n_shards for p in parts] == [expected] * world_size
+    assert f"num_shards: {expected}" in repr(parts[0])
+    assert sorted(map(str, (x for p in parts for x in p))) == sorted(map(str, ds))
+    assert ds.num_shards == num_shards
+
+
+def test_num_shards_after_two_splits_and_shard_still_checks_the_whole_pipeline():
+    ds = ri.IterableDataset.from_generator(gen_shards, gen_kwargs={"shards": list(range(12))})
+    part = ri.split_dataset_by_node(ri.split_dataset_by_node(ds, 1, 2), 2, 3)
+    assert part.num_shards == 2
+    # shard(6) divides the 12 shards below the split (the rank's 4 would refuse 6 groups): 2 shards,
+    # which the rank split then reads one example in 3 of
+    assert ri.split_dataset_by_node(ds, 0, 3).shard(6, 0).num_shards == 2
+
+
+# ---------------------------------------------------------------------------- decode
+
+
+@dataclasses.dataclass
+class Decodable:
+    """A decodable feature whose ``decode`` is no ``__init__`` field (like upstream's test feature)."""
+
+    def __init__(self):
+        self.decode = True
+
+    def decode_example(self, value, token_per_repo_id=None):
+        return f"decoded {value}" if self.decode else value
+
+    def __call__(self):
+        return pa.string()
+
+
+def test_decode_false_true_toggles_decoding_of_declared_features():
+    rows = [{"i": str(i)} for i in range(4)]
+    ds = ri.IterableDataset.from_generator(lambda: iter(rows), features=Features({"i": Decodable()}))
+    assert list(ds) == [{"i": f"decoded {i}"} for i in range(4)]
+    off = ds.decode(False)
+    assert list(off) == rows  # not decoded twice or left decoded: the raw values
+    assert off.features["i"].decode is False and ds.features["i"].decode is True  # ds's features untouched
+    assert list(off.decode(True)) == [{"i": f"decoded {i}"} for i in range(4)]
+    assert list(off.decode(True).decode(False)) == rows
+    assert_resumes_exactly(lambda: ri.IterableDataset.from_generator(
+        lambda: iter(rows), features=Features({"i": Decodable()})).decode(False).shuffle(seed=1, buffer_size=2))
+
+
+def test_decode_false_gives_the_original_image_bytes():
+    PIL = pytest.importorskip("PIL.Image")
+    import io
+
+    from datasets import Image
+
+    buf = io.BytesIO()
+    PIL.new("RGB", (4, 3), (200, 10, 30)).save(buf, format="PNG", compress_level=1)
+    raw = buf.getvalue()
+    ds = ri.IterableDataset.from_generator(lambda: iter([{"img": {"bytes": raw, "path": None}}]),
+                                           features=Features({"img": Image()}))
+    assert next(iter(ds))["img"].size == (4, 3)
+    assert list(ds.decode(False)) == [{"img": {"bytes": raw, "path": None}}]
+
+
+# ---------------------------------------------------------------------------- info
+
+
+def test_info_of_a_hf_dataset_is_kept_by_derived_datasets():
+    info = DatasetInfo(description="desc", citation="@article{}", homepage="https://x", license="mit",
+                       size_in_bytes=42)
+    ds = ri.to_iterable_dataset(Dataset.from_dict({"id": list(range(4))}, info=info))
+    assert ds.info == info
+    derived = [ds.map(lambda x: x, features=ds.features), ds.shuffle(seed=0, buffer_size=2), ds.with_format("np"),
+               ri.split_dataset_by_node(ds, 1, 2), pickle.loads(pickle.dumps(ds))]
+    for d in derived:
+        assert (d.description, d.citation, d.homepage, d.license, d.size_in_bytes) == (
+            "desc", "@article{}", "https://x", "mit", 42)
+        assert d.info.features == d.features
+    assert ds.map(lambda x: {"y": 1}).info.features is None  # the dataset's own features
+    ds.info.description = "changed"  # a copy
+    assert ds.description == "desc"
+
+
+def test_info_of_other_sources_is_empty_with_the_features():
+    features = Features({"id": Value("int64")})
+    ds = ri.IterableDataset.from_generator(gen, gen_kwargs={"n": 2}, features=features)
+    assert ds.info == DatasetInfo(features=features)
+    assert ds.description == "" and ds.size_in_bytes is None
+    assert source().info.features is None
+
+
+# ---------------------------------------------------------------------------- format of a concatenation
+
+
+def test_concatenate_keeps_a_format_every_dataset_has():
+    a, b = source(2).with_format("arrow"), source(1, x=1).with_format("arrow")
+    cat = ri.concatenate_datasets([a, b])
+    assert cat.format["type"] == "arrow"
+    assert [t.to_pylist() for t in cat] == [[{"id": 0}], [{"id": 1}], [{"id": 0, "x": 1}]]
+    assert ri.concatenate_datasets([a, source(2)]).format["type"] is None  # as HF: mixed formats reset it
+    assert ri.concatenate_datasets([a, source(2).with_format("pandas")]).format["type"] is None
+    assert ri.interleave_datasets([a, b]).format["type"] is None  # HF's interleave keeps no format either
