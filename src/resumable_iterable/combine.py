@@ -89,7 +89,8 @@ def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0) -> Iter
     yielded as ``None``; with ``axis=1``, a column name found in two datasets raises
     ``ValueError`` here, when the column names are known. As for :func:`interleave_datasets`,
     building the pipeline reads no example (HF infers unknown features from the first examples:
-    call :meth:`IterableDataset.resolve_features` for that).
+    call :meth:`IterableDataset.resolve_features` for that). As in HF, the result keeps the format
+    (``with_format``) that every dataset has; none if they differ.
     """
     datasets = _check(datasets, "concatenate_datasets")
     if axis not in (0, 1):
