@@ -13,6 +13,8 @@ the upstream test. How the port was done (the full rules and the table of failin
 - Assertions on HF's exact RNG order become the property they test (same multiset, different from
   unshuffled, deterministic for a seed, different per epoch, probabilities respected statistically).
 - HF APIs we lack are kept as HF wrote them, so the test fails: ``xfail(strict=True)`` names the cause.
+  So do deliberate differences, with a twin case (``resolve=True``, ``explicit_10``, ``..._streams``)
+  that reaches HF's result the public way.
 """
 
 from __future__ import annotations
