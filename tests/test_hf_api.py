@@ -1,13 +1,18 @@
-"""Features and column names known where HF ``datasets`` knows them: after ``interleave_datasets`` /
-``concatenate_datasets`` (inferred from the first examples, missing columns filled with ``None``),
-``batch``, the Arrow sources; ``concatenate_datasets(axis=1)`` refuses duplicated columns when called."""
+"""HF ``datasets`` API details: features and column names known where HF knows them (after
+``interleave_datasets`` / ``concatenate_datasets`` of datasets whose features are known or resolved
+with ``resolve_features()``, missing columns filled with ``None``; ``batch``; the Arrow sources;
+``concatenate_datasets(axis=1)`` refuses duplicated columns when called), ``num_shards`` after
+``split_dataset_by_node``, ``decode``, ``info``, the format of a concatenation."""
 
 from __future__ import annotations
+
+import dataclasses
+import pickle
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from datasets import ClassLabel, Dataset, Features, List, Value
+from datasets import ClassLabel, Dataset, DatasetInfo, Features, List, Value
 
 import resumable_iterable as ri
 from harness import assert_resumes_exactly
@@ -20,6 +25,11 @@ def gen(n, **extra):
 
 def source(n=6, **extra):
     return ri.IterableDataset.from_generator(gen, gen_kwargs={"n": n, **extra})
+
+
+def resolved(n=6, **extra):
+    """A generator source with its features inferred (HF infers them when datasets are combined)."""
+    return source(n, **extra).resolve_features()
 
 
 # ---------------------------------------------------------------------------- map (as HF: the features argument)
@@ -81,7 +91,7 @@ def test_resolve_features_of_an_unreadable_pipeline_leaves_them_unknown():
 
 
 def test_concatenate_infers_features_and_fills_missing_columns_with_none():
-    cat = ri.concatenate_datasets([source(2, label=10), source(2)])
+    cat = ri.concatenate_datasets([resolved(2, label=10), resolved(2)])
     assert cat.features == Features({"id": Value("int64"), "label": Value("int64")})
     assert cat.column_names == ["id", "label"]
     assert list(cat) == [{"id": 0, "label": 10}, {"id": 1, "label": 10}, {"id": 0, "label": None},
@@ -91,7 +101,7 @@ def test_concatenate_infers_features_and_fills_missing_columns_with_none():
 def test_interleave_infers_features_and_fills_missing_columns_with_none():
     features = Features({"id": Value("int64"), "label": ClassLabel(names=["neg", "pos"])})
     with_features = source(3, label=1).map(lambda x: x, features=features)
-    mix = ri.interleave_datasets([source(3), with_features])
+    mix = ri.interleave_datasets([resolved(3), with_features])
     assert mix.features == features  # the declared type wins over nothing
     assert list(mix) == [{"id": 0, "label": None}, {"id": 0, "label": 1}, {"id": 1, "label": None},
                          {"id": 1, "label": 1}, {"id": 2, "label": None}]
@@ -103,14 +113,15 @@ def test_filled_columns_do_not_overwrite_values_found_later():
         yield {"id": 1, "label": 7}
 
     cat = ri.concatenate_datasets([ri.IterableDataset.from_generator(late_label).resolve_features(n=1),
-                                   source(1, label=3)])
+                                   resolved(1, label=3)])
     assert list(cat) == [{"id": 0, "label": None}, {"id": 1, "label": 7}, {"id": 0, "label": 3}]
 
 
 @pytest.mark.parametrize("kind", ["concatenate", "interleave"])
 def test_filled_columns_resume_exactly(kind):
     def build():
-        parts = [source(5, label=1), source(4, other="x").shuffle(seed=3, buffer_size=2), source(3)]
+        parts = [resolved(5, label=1), source(4, other="x").shuffle(seed=3, buffer_size=2).resolve_features(),
+                 resolved(3)]
         if kind == "concatenate":
             return ri.concatenate_datasets(parts)
         return ri.interleave_datasets(parts, probabilities=[0.5, 0.3, 0.2], seed=1, stopping_strategy="all_exhausted")
@@ -124,7 +135,7 @@ def test_filled_columns_through_dataloader_workers():
 
     a = ri.IterableDataset.from_generator(gen, gen_kwargs={"n": 3, "label": [1, 2]})
     b = ri.IterableDataset.from_generator(gen, gen_kwargs={"n": 3, "other": ["x", "y"]})
-    cat = ri.concatenate_datasets([a, b])
+    cat = ri.concatenate_datasets([a.resolve_features(), b.resolve_features()])
     out = list(DataLoader(cat, batch_size=None, num_workers=2))
     assert sorted(map(str, out)) == sorted(map(str, cat))
     assert all(set(x) == {"id", "label", "other"} for x in out)
@@ -132,10 +143,31 @@ def test_filled_columns_through_dataloader_workers():
 
 def test_concatenate_axis_1_duplicated_columns_raise_when_called():
     with pytest.raises(ValueError, match=r"\['id'\] are in more than one dataset"):
-        ri.concatenate_datasets([source(3, a=1), source(3, b=2)], axis=1)
-    cat = ri.concatenate_datasets([source(3, a=1), source(3, b=2).remove_columns("id")], axis=1)
+        ri.concatenate_datasets([resolved(3, a=1), resolved(3, b=2)], axis=1)
+    cat = ri.concatenate_datasets([resolved(3, a=1), resolved(3, b=2).remove_columns("id")], axis=1)
     assert sorted(cat.features) == ["a", "b", "id"]
     assert list(cat) == [{"id": i, "a": 1, "b": 2} for i in range(3)]
+
+
+@pytest.mark.parametrize("combine", ["concatenate", "concatenate_axis_1", "interleave"])
+def test_combining_unknown_features_reads_no_example(combine):
+    # building a pipeline never runs user code: unknown features stay unknown (resolve_features() infers them)
+    read = []
+
+    def spy(tag):
+        read.append(tag)
+        yield {tag: 0}
+
+    a = ri.IterableDataset.from_generator(spy, gen_kwargs={"tag": "a"})
+    b = ri.IterableDataset.from_generator(spy, gen_kwargs={"tag": "b"})
+    if combine == "interleave":
+        out = ri.interleave_datasets([a, b])
+    else:
+        out = ri.concatenate_datasets([a, b], axis=1 if combine == "concatenate_axis_1" else 0)
+    assert read == [] and out.features is None
+    expected = {"concatenate": [{"a": 0}, {"b": 0}], "concatenate_axis_1": [{"a": 0, "b": 0}],
+                "interleave": [{"a": 0}]}  # (interleave: "first_exhausted" stops when a is done, as HF)
+    assert list(out) == expected[combine]
 
 
 def test_concatenate_bad_axis_raises_before_reading_anything():
@@ -207,3 +239,119 @@ def test_from_dict_and_from_list():
         assert list(ds) == rows
     assert_resumes_exactly(lambda: ri.IterableDataset.from_dict(data, num_shards=2).shuffle(seed=0, buffer_size=2))
     assert ri.IterableDataset.from_list(rows).features == Features({"a": Value("int64"), "b": Value("string")})
+
+
+# ---------------------------------------------------------------------------- num_shards after split_dataset_by_node
+
+
+def gen_shards(shards):
+    for shard in shards:
+        for i in range(3):
+            yield {"shard": shard, "i": i}
+
+
+@pytest.mark.parametrize("num_shards, world_size, expected", [(6, 3, 2), (6, 2, 3), (3, 3, 1), (5, 2, 5), (2, 4, 2)])
+def test_num_shards_after_split_dataset_by_node_counts_the_ranks_shards(num_shards, world_size, expected):
+    # as HF: a rank that takes whole shards has num_shards / world_size of them; one that keeps one
+    # example in world_size (shards not divisible) reads every shard
+    ds = ri.IterableDataset.from_generator(gen_shards, gen_kwargs={"shards": list(range(num_shards))})
+    parts = [ri.split_dataset_by_node(ds, rank, world_size) for rank in range(world_size)]
+    assert [p.num_shards for p in parts] == [expected] * world_size
+    assert [p.n_shards for p in parts] == [expected] * world_size
+    assert f"num_shards: {expected}" in repr(parts[0])
+    assert sorted(map(str, (x for p in parts for x in p))) == sorted(map(str, ds))
+    assert ds.num_shards == num_shards
+
+
+def test_num_shards_after_two_splits_and_shard_still_checks_the_whole_pipeline():
+    ds = ri.IterableDataset.from_generator(gen_shards, gen_kwargs={"shards": list(range(12))})
+    part = ri.split_dataset_by_node(ri.split_dataset_by_node(ds, 1, 2), 2, 3)
+    assert part.num_shards == 2
+    # shard(6) divides the 12 shards below the split (the rank's 4 would refuse 6 groups): 2 shards,
+    # which the rank split then reads one example in 3 of
+    assert ri.split_dataset_by_node(ds, 0, 3).shard(6, 0).num_shards == 2
+
+
+# ---------------------------------------------------------------------------- decode
+
+
+@dataclasses.dataclass
+class Decodable:
+    """A decodable feature whose ``decode`` is no ``__init__`` field (like upstream's test feature)."""
+
+    def __init__(self):
+        self.decode = True
+
+    def decode_example(self, value, token_per_repo_id=None):
+        return f"decoded {value}" if self.decode else value
+
+    def __call__(self):
+        return pa.string()
+
+
+def test_decode_false_true_toggles_decoding_of_declared_features():
+    rows = [{"i": str(i)} for i in range(4)]
+    ds = ri.IterableDataset.from_generator(lambda: iter(rows), features=Features({"i": Decodable()}))
+    assert list(ds) == [{"i": f"decoded {i}"} for i in range(4)]
+    off = ds.decode(False)
+    assert list(off) == rows  # not decoded twice or left decoded: the raw values
+    assert off.features["i"].decode is False and ds.features["i"].decode is True  # ds's features untouched
+    assert list(off.decode(True)) == [{"i": f"decoded {i}"} for i in range(4)]
+    assert list(off.decode(True).decode(False)) == rows
+    assert_resumes_exactly(lambda: ri.IterableDataset.from_generator(
+        lambda: iter(rows), features=Features({"i": Decodable()})).decode(False).shuffle(seed=1, buffer_size=2))
+
+
+def test_decode_false_gives_the_original_image_bytes():
+    PIL = pytest.importorskip("PIL.Image")
+    import io
+
+    from datasets import Image
+
+    buf = io.BytesIO()
+    PIL.new("RGB", (4, 3), (200, 10, 30)).save(buf, format="PNG", compress_level=1)
+    raw = buf.getvalue()
+    ds = ri.IterableDataset.from_generator(lambda: iter([{"img": {"bytes": raw, "path": None}}]),
+                                           features=Features({"img": Image()}))
+    assert next(iter(ds))["img"].size == (4, 3)
+    assert list(ds.decode(False)) == [{"img": {"bytes": raw, "path": None}}]
+
+
+# ---------------------------------------------------------------------------- info
+
+
+def test_info_of_a_hf_dataset_is_kept_by_derived_datasets():
+    info = DatasetInfo(description="desc", citation="@article{}", homepage="https://x", license="mit",
+                       size_in_bytes=42)
+    ds = ri.to_iterable_dataset(Dataset.from_dict({"id": list(range(4))}, info=info))
+    assert ds.info == info
+    derived = [ds.map(lambda x: x, features=ds.features), ds.shuffle(seed=0, buffer_size=2), ds.with_format("np"),
+               ri.split_dataset_by_node(ds, 1, 2), pickle.loads(pickle.dumps(ds))]
+    for d in derived:
+        assert (d.description, d.citation, d.homepage, d.license, d.size_in_bytes) == (
+            "desc", "@article{}", "https://x", "mit", 42)
+        assert d.info.features == d.features
+    assert ds.map(lambda x: {"y": 1}).info.features is None  # the dataset's own features
+    ds.info.description = "changed"  # a copy
+    assert ds.description == "desc"
+
+
+def test_info_of_other_sources_is_empty_with_the_features():
+    features = Features({"id": Value("int64")})
+    ds = ri.IterableDataset.from_generator(gen, gen_kwargs={"n": 2}, features=features)
+    assert ds.info == DatasetInfo(features=features)
+    assert ds.description == "" and ds.size_in_bytes is None
+    assert source().info.features is None
+
+
+# ---------------------------------------------------------------------------- format of a concatenation
+
+
+def test_concatenate_keeps_a_format_every_dataset_has():
+    a, b = source(2).with_format("arrow"), source(1, x=1).with_format("arrow")
+    cat = ri.concatenate_datasets([a, b])
+    assert cat.format["type"] == "arrow"
+    assert [t.to_pylist() for t in cat] == [[{"id": 0}], [{"id": 1}], [{"id": 0, "x": 1}]]
+    assert ri.concatenate_datasets([a, source(2)]).format["type"] is None  # as HF: mixed formats reset it
+    assert ri.concatenate_datasets([a, source(2).with_format("pandas")]).format["type"] is None
+    assert ri.interleave_datasets([a, b]).format["type"] is None  # HF's interleave keeps no format either

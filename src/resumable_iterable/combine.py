@@ -89,7 +89,8 @@ def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0) -> Iter
     yielded as ``None``; with ``axis=1``, a column name found in two datasets raises
     ``ValueError`` here, when the column names are known. As for :func:`interleave_datasets`,
     building the pipeline reads no example (HF infers unknown features from the first examples:
-    call :meth:`IterableDataset.resolve_features` for that).
+    call :meth:`IterableDataset.resolve_features` for that). As in HF, the result keeps the format
+    (``with_format``) that every dataset has; none if they differ.
     """
     datasets = _check(datasets, "concatenate_datasets")
     if axis not in (0, 1):
@@ -107,5 +108,9 @@ def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0) -> Iter
                 raise ValueError(f"concatenate_datasets(axis=1): column(s) {duplicated} are in more than one "
                                  f"dataset (columns: {names}); remove or rename them first")
         node = ConcatNode([d._node.clone() for d in datasets], axis=1)
-    return IterableDataset(node, features=merged, column_names=None if merged is not None else names,
-                           _split=datasets[0]._split, _epoch=datasets[0]._epoch)
+    out = IterableDataset(node, features=merged, column_names=None if merged is not None else names,
+                          _split=datasets[0]._split, _epoch=datasets[0]._epoch)
+    format_types = {d.format["type"] for d in datasets}
+    if len(format_types) == 1 and None not in format_types:  # as HF: a format every dataset has is kept
+        out._format = datasets[0]._format
+    return out

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import sys
@@ -123,7 +124,9 @@ class IterableDataset(_Base):
         if not hasattr(dataset, "data") or not hasattr(dataset, "features"):
             raise TypeError(f"expected a datasets.Dataset, got {type(dataset).__name__}")
         num_shards = as_int(num_shards, "num_shards", lo=1)
-        return cls(ArrowSource.from_hf(dataset, num_shards=num_shards), features=dataset.features)
+        ds = cls(ArrowSource.from_hf(dataset, num_shards=num_shards), features=dataset.features)
+        ds._info = dataset.info.copy()
+        return ds
 
     @classmethod
     def from_arrow_table(cls, table: Any, num_shards: int = 1) -> IterableDataset:
@@ -188,6 +191,7 @@ class IterableDataset(_Base):
             column_names = self._column_names if features is None else None
         new = type(self)(node, features=features, column_names=column_names, _split=self._split, _epoch=self._epoch)
         new._format = self._format
+        new._info = self._info
         return new
 
     def map(self, function: Callable | None = None, with_indices: bool = False, input_columns: Any = None,
@@ -283,10 +287,16 @@ class IterableDataset(_Base):
 
         def set_decode(feature: Any) -> Any:
             if hasattr(feature, "decode") and hasattr(feature, "__dataclass_fields__"):
-                return dataclasses.replace(feature, decode=enable)
+                feature = copy.copy(feature)  # as HF: set on a copy, whether or not `decode` is an __init__ field
+                feature.decode = enable
             return feature
 
         features = Features({k: _map_feature(v, set_decode) for k, v in self._features.items()})
+        node = self._node
+        if isinstance(node, MapNode) and isinstance(node.function, ApplyFeatures):
+            # the examples below that map are not decoded yet: decode them the new way there (as HF,
+            # which applies its features once), not on top of the old decoding
+            return self._derive(node.children[0], features=self._features)._with_features(features)
         return self._with_features(features)
 
     def _with_features(self, features: Any) -> IterableDataset:
@@ -442,14 +452,18 @@ class IterableDataset(_Base):
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> IterableDataset:
         """The part of this dataset made of shard group ``index`` out of ``num_shards``."""
         num_shards = as_int(num_shards, "num_shards", lo=1)  # index: checked by the sources
-        if num_shards > self.num_shards:
-            raise ValueError(f"cannot split {self.num_shards} shards into {num_shards} groups")
+        if num_shards > self._node.num_shards:
+            raise ValueError(f"cannot split {self._node.num_shards} shards into {num_shards} groups")
         return self._derive(self._node.shard(num_shards, index, contiguous), features=self._features)
 
     # ------------------------------------------------------------------ properties
     @property
     def num_shards(self) -> int:
-        return self._node.num_shards
+        """The shards this dataset reads; after ``split_dataset_by_node`` the rank's (as HF)."""
+        n = self._node.num_shards
+        for _, _, world_size in self._split:  # a rank takes shards only when they divide evenly
+            n = n // world_size if n % world_size == 0 else n
+        return n
 
     @property
     def n_shards(self) -> int:
@@ -458,6 +472,24 @@ class IterableDataset(_Base):
     @property
     def features(self) -> Any:
         return self._features
+
+    _info: Any = None  # the datasets.DatasetInfo of a HF dataset source (from_hf), kept by derived datasets
+
+    @property
+    def info(self) -> Any:
+        """A ``datasets.DatasetInfo``, as HF's: a HF dataset source's description, citation, license...
+        (empty otherwise), with this dataset's features."""
+        from datasets import DatasetInfo
+
+        info = self._info.copy() if self._info is not None else DatasetInfo()
+        info.features = self._features
+        return info
+
+    description = property(lambda self: self.info.description, doc="``info.description``")
+    citation = property(lambda self: self.info.citation, doc="``info.citation``")
+    homepage = property(lambda self: self.info.homepage, doc="``info.homepage``")
+    license = property(lambda self: self.info.license, doc="``info.license``")
+    size_in_bytes = property(lambda self: self.info.size_in_bytes, doc="``info.size_in_bytes``")
 
     @property
     def column_names(self) -> list[str] | None:

@@ -30,7 +30,8 @@ def split_dataset_by_node(dataset, rank: int, world_size: int):
 
     If the number of shards is a multiple of ``world_size``, each rank reads a disjoint set of
     shards (shard ``i`` goes to rank ``i % world_size``); otherwise every rank reads all shards
-    and keeps one example in ``world_size`` (example ``j`` goes to rank ``j % world_size``).
+    and keeps one example in ``world_size`` (example ``j`` goes to rank ``j % world_size``); the
+    part's ``num_shards`` counts the shards it reads, as HF's.
     Either way each rank's part is resumable on its own, and
     :func:`resumable_iterable.redistribute_states` moves saved progress to another world size.
     """
@@ -43,6 +44,7 @@ def split_dataset_by_node(dataset, rank: int, world_size: int):
     part = type(dataset)(dataset._node, features=dataset._features, column_names=dataset._column_names,
                          _split=(*dataset._split, ("rank", rank, world_size)), _epoch=dataset._epoch)
     part._format = dataset._format  # like HF, the part keeps the dataset's format
+    part._info = dataset._info  # and its info
     return part
 
 

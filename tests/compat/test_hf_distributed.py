@@ -14,11 +14,6 @@ import resumable_iterable as ri
 
 pytestmark = pytest.mark.compat
 
-MAP_STYLE = ("deliberate difference: resumable_iterable has iterable datasets only; a map-style "
-             "datasets.Dataset is split by HF's own split_dataset_by_node (or wrapped with ri.to_iterable_dataset)")
-
-
-@pytest.mark.xfail(reason=MAP_STYLE, strict=True)
 def test_split_dataset_by_node_map_style():
     full_ds = Dataset.from_dict({"i": range(17)})
     full_size = len(full_ds)
@@ -44,10 +39,6 @@ def test_split_dataset_by_node_iterable():
     assert len({tuple(x.values()) for ds in datasets_per_rank for x in ds}) == full_size
 
 
-NUM_SHARDS_AFTER_SPLIT = "defect: num_shards after split_dataset_by_node still counts every shard, not the rank's"
-
-
-@pytest.mark.xfail(reason=NUM_SHARDS_AFTER_SPLIT, strict=True)
 @pytest.mark.parametrize("shards_per_node", [1, 2, 3])
 def test_split_dataset_by_node_iterable_sharded(shards_per_node):
     def gen(shards):
@@ -134,8 +125,7 @@ def _run_rank(rank, world_size, streaming, num_workers):
     assert local_size == expected_local_size, f"rank {rank}: local_size {local_size} != {expected_local_size}"
 
 
-@pytest.mark.parametrize("streaming", [pytest.param(False, marks=pytest.mark.xfail(reason=MAP_STYLE, strict=True)),
-                                       True])
+@pytest.mark.parametrize("streaming", [False, True])
 def test_torch_distributed_run(streaming):
     nproc_per_node = 2
     for rank in range(nproc_per_node):
