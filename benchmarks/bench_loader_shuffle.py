@@ -83,8 +83,10 @@ def run_arrays(per_shard: int = 800, limit: int = 6_000, buffer: int = 300, batc
         return datasets.IterableDataset.from_generator(array_rows, gen_kwargs=kwargs).shuffle(
             seed=42, buffer_size=buffer)
 
-    got = best_rates({"exact": ours("examples"), "drop": ours("drop"), "hf": hf}, batch_size, limit, repeats)
+    got = best_rates({"exact": ours("examples"), "drop": ours("drop"), "replay": ours("replay"), "hf": hf},
+                     batch_size, limit, repeats)
     (exact, n), (drop, _), (hf_rate, _) = got["exact"], got["drop"], got["hf"]
+    replay = got["replay"][0]
     what = f"256 KB arrays, buffer {buffer}, batch {batch_size}"
     return [
         Result(f"exact shuffle vs drop, {what}", exact, drop, "ex/s", ref_label="ours, drop",
@@ -94,6 +96,9 @@ def run_arrays(per_shard: int = 800, limit: int = 6_000, buffer: int = 300, batc
                target=f">= {TARGETS['arrays_hf']}x HF", check=f"{exact / hf_rate:.2f}x",
                met=exact >= TARGETS["arrays_hf"] * hf_rate, note="HF's shuffle loses its buffer on resume"),
         Result(f"drop vs HF, {what}", drop, hf_rate, "ex/s", note="both lossy"),
+        Result(f"replay shuffle vs HF, {what}", replay, hf_rate, "ex/s",
+               note="exact; the state holds where buffered examples came from, resume re-reads them"),
+        Result(f"replay shuffle vs drop, {what}", replay, drop, "ex/s", ref_label="ours, drop"),
     ]
 
 
@@ -114,8 +119,10 @@ def run_text(n_rows: int = 200_000, limit: int = 32_000, buffer: int = 1000, bat
     def hf():
         return hf_ds.to_iterable_dataset(num_shards=shards).shuffle(seed=42, buffer_size=buffer)
 
-    got = best_rates({"exact": ours("examples"), "drop": ours("drop"), "hf": hf}, batch_size, limit, repeats)
+    got = best_rates({"exact": ours("examples"), "drop": ours("drop"), "replay": ours("replay"), "hf": hf},
+                     batch_size, limit, repeats)
     (exact, n), (drop, _), (hf_rate, _) = got["exact"], got["drop"], got["hf"]
+    replay = got["replay"][0]
     what = f"text rows, buffer {buffer}, batch {batch_size}"
     return [
         Result(f"exact shuffle vs HF, {what}", exact, hf_rate, "ex/s",
@@ -123,6 +130,7 @@ def run_text(n_rows: int = 200_000, limit: int = 32_000, buffer: int = 1000, bat
                met=exact >= TARGETS["text_hf"] * hf_rate,
                note=f"{n} examples each; HF's shuffle loses its buffer on resume"),
         Result(f"exact shuffle vs drop, {what}", exact, drop, "ex/s", ref_label="ours, drop"),
+        Result(f"replay shuffle vs HF, {what}", replay, hf_rate, "ex/s", note="exact; positions only in the state"),
     ]
 
 

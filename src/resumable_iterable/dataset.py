@@ -178,6 +178,11 @@ class IterableDataset(_Base):
         return cls.from_files(paths, "arrow")
 
     @classmethod
+    def from_file(cls, filename: str | os.PathLike) -> IterableDataset:
+        """One Arrow file (as written by HF ``datasets``), as HF ``IterableDataset.from_file``."""
+        return cls.from_files(filename, "arrow")
+
+    @classmethod
     def from_json(cls, paths: str | list[str], **reader_kwargs: Any) -> IterableDataset:
         return cls.from_files(paths, "json", **reader_kwargs)
 
@@ -599,6 +604,30 @@ class IterableDataset(_Base):
         self.load_state_dict(_state.load_state(path))
 
     # ------------------------------------------------------------------ features, as HF datasets knows them
+    def to_pandas(self, batch_size: int | None = None, batched: bool = False) -> Any:
+        """All examples as one ``pandas.DataFrame`` (or, with ``batched=True``, an iterator of one
+        DataFrame per batch of ``batch_size``), typed with the dataset's features, as HF does.
+        Reads a fresh pass: this dataset's own iteration and state are untouched."""
+        from datasets.table import table_cast
+
+        features = self._features
+        tables = self.with_format("arrow").iter(batch_size or 1000)
+
+        def typed(table: Any) -> Any:
+            if features is not None and table.schema != features.arrow_schema:
+                table = table_cast(table, features.arrow_schema)
+            return table
+
+        if batched:
+            return (typed(t).to_pandas() for t in tables)
+        import pyarrow as pa
+
+        tables = [typed(t) for t in tables]
+        if not tables:
+            schema = features.arrow_schema if features is not None else pa.schema([])
+            return schema.empty_table().to_pandas()
+        return pa.concat_tables(tables).to_pandas()
+
     def resolve_features(self, n: int = 5) -> IterableDataset:
         """This dataset with ``features`` (and ``column_names``) known.
 

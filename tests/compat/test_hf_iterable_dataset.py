@@ -74,8 +74,6 @@ WORKER_DRAWS = ("deliberate difference: other random draws. HF's assertion (no r
 DECODE_THREADS = ("deliberate difference: decode(num_threads=n) decodes each example when it is yielded; HF decodes "
                   "up to 2*n examples ahead in a thread pool, so it has made 2 decode calls after one example (our "
                   "count is 1). decode(False) / decode(True) behave as HF's")
-FROM_FILE = "missing API: IterableDataset.from_file"
-TO_PANDAS = "missing API: to_pandas"
 PUSH_TO_HUB = "missing API: push_to_hub"
 
 
@@ -1284,7 +1282,6 @@ def test_iterable_dataset_from_generator_with_shards():
     assert dataset.num_shards == len(shard_names)
 
 
-@xfail(TO_PANDAS)
 def test_iterable_dataset_to_pandas_preserves_declared_features():
     features = Features({"col": Value("int32")})
     dataset = ri.to_iterable_dataset(Dataset.from_dict({"col": [0, None]}, features=features))
@@ -1300,7 +1297,6 @@ def test_iterable_dataset_to_pandas_preserves_declared_features():
     assert pd.isna(batches[1]["col"].iloc[0])
 
 
-@xfail(TO_PANDAS)
 def test_iterable_dataset_to_pandas_casts_when_schema_mismatch():
     # upstream also checks (by patching an internal) that the table is cast to the features: not ported
     features = Features({"col": Value("int32")})
@@ -1312,7 +1308,7 @@ def test_iterable_dataset_to_pandas_casts_when_schema_mismatch():
     assert len(batches) == 2
 
 
-@pytest.mark.parametrize("constructor", [pytest.param("from_file", marks=xfail(FROM_FILE)), "from_arrow"])
+@pytest.mark.parametrize("constructor", ["from_file", "from_arrow"])
 def test_iterable_dataset_from_file(dataset, arrow_file, constructor):
     # constructor="from_arrow" is our name for reading Arrow files
     dataset_from_file = getattr(ri.IterableDataset, constructor)(arrow_file)
