@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import os
 import sys
 from typing import Any, Callable, Iterator
@@ -13,6 +12,7 @@ from . import elastic as _elastic
 from . import resume as _resume
 from . import state as _state
 from .distributed import current_worker, split_for_process
+from .features import batched_features, decode_only_change, features_of_schema, file_features, infer_features, map_feature
 from .nodes.arrow import ArrowSource
 from .nodes.base import Node, as_epoch, as_int
 from .nodes.batch import BatchNode
@@ -132,7 +132,7 @@ class IterableDataset(_Base):
     def from_arrow_table(cls, table: Any, num_shards: int = 1) -> IterableDataset:
         """A ``pyarrow.Table`` read in ``num_shards`` contiguous shards."""
         num_shards = as_int(num_shards, "num_shards", lo=1)
-        return cls(ArrowSource(table, num_shards=num_shards), features=cls._features_of_schema(table.schema),
+        return cls(ArrowSource(table, num_shards=num_shards), features=features_of_schema(table.schema),
                    column_names=table.column_names)
 
     @classmethod
@@ -167,7 +167,7 @@ class IterableDataset(_Base):
             if len(found) != 1 or None in found:
                 raise ValueError(f"cannot tell the format of {paths[:3]}...; pass format= one of {FORMATS}")
             format = found.pop()
-        return cls(FileSource(paths, format, reader_kwargs=reader_kwargs), features=cls._file_features(paths[0], format))
+        return cls(FileSource(paths, format, reader_kwargs=reader_kwargs), features=file_features(paths[0], format))
 
     @classmethod
     def from_parquet(cls, paths: str | list[str]) -> IterableDataset:
@@ -296,7 +296,7 @@ class IterableDataset(_Base):
                 feature.decode = enable
             return feature
 
-        features = Features({k: _map_feature(v, set_decode) for k, v in self._features.items()})
+        features = Features({k: map_feature(v, set_decode) for k, v in self._features.items()})
         node = self._node
         if isinstance(node, MapNode) and isinstance(node.function, ApplyFeatures):
             # the examples below that map are not decoded yet: decode them the new way there (as HF,
@@ -309,7 +309,7 @@ class IterableDataset(_Base):
         if isinstance(node, ArrowSource) and sorted(features) == sorted(node.features or {}):
             # an in-memory/Arrow source decodes its own columns: give it the new features when only
             # the decoding of media columns changes, so no example is decoded and re-encoded
-            if _decode_only_change(node.features, features):
+            if decode_only_change(node.features, features):
                 return self._derive(node.with_features(features), features=features, column_names=list(features))
         return self._typed(features)
 
@@ -639,72 +639,14 @@ class IterableDataset(_Base):
         """
         if self._features is not None:
             return self
-        features = self._infer_features(self._node.clone(), n)
+        features = infer_features(self._node.clone(), n)
         if features is None:
             return self
         return self._derive(self._node.clone(), features=features)
 
-    @staticmethod
-    def _infer_features(node: Node, n: int) -> Any:
-        import logging
-
-        it = iter(node)
-        try:
-            head = [ex for _, ex in zip(range(n), it)]
-            if not head or not all(isinstance(ex, dict) for ex in head):
-                return None
-            import pyarrow as pa
-
-            columns = dict.fromkeys(c for ex in head for c in ex)  # in order of appearance, as HF
-            table = pa.Table.from_pydict({c: [ex.get(c) for ex in head] for c in columns})
-            return IterableDataset._features_of_schema(table.schema)
-        except Exception as e:  # noqa: BLE001 - features are informative: a pipeline that cannot be peeked at still works
-            logging.getLogger("resumable_iterable").debug("cannot infer the features from the first examples: %r", e)
-            return None
-        finally:
-            close = getattr(it, "close", None)
-            if close is not None:
-                close()
-
-    @staticmethod
-    def _features_of_schema(schema: Any) -> Any:
-        """HF ``Features`` of a pyarrow schema (HF's own metadata in the schema is honoured)."""
-        from datasets import Features
-
-        return Features.from_arrow_schema(schema)
-
-    @staticmethod
-    def _file_features(path: str, format: str) -> Any:
-        """The features in the schema of an Arrow / Parquet file; ``None`` for JSON / CSV (a schema
-        needs parsing) or a file that cannot be opened now (reading it reports the error)."""
-        import pyarrow as pa
-
-        try:
-            if format == "parquet":
-                import pyarrow.parquet as pq
-
-                return IterableDataset._features_of_schema(pq.read_schema(path))
-            if format == "arrow":
-                with pa.memory_map(path, "r") as source:
-                    try:
-                        schema = pa.ipc.open_file(source).schema
-                    except pa.ArrowInvalid:
-                        source.seek(0)
-                        schema = pa.ipc.open_stream(source).schema
-                return IterableDataset._features_of_schema(schema)
-        except (OSError, pa.ArrowException):
-            return None
-        return None
-
     def _batched_features(self) -> Any:
         """The features of ``batch()``'s output: each column a list of this dataset's values."""
-        if self._features is None:
-            return None
-        try:
-            from datasets import List
-        except ImportError:  # datasets < 4
-            from datasets import Sequence as List
-        return self._features.__class__({c: List(f) for c, f in self._features.items()})
+        return batched_features(self._features)
 
     # ------------------------------------------------------------------ pickling (DataLoader workers)
     def __getstate__(self) -> dict:
@@ -738,31 +680,6 @@ class IterableColumn:
 
     def __getitem__(self, column_name: str) -> IterableColumn:
         return IterableColumn(self, column_name)
-
-
-def _map_feature(feature: Any, fn: Callable[[Any], Any]) -> Any:
-    """``fn`` applied to every leaf feature of a (possibly nested) HF feature."""
-    if isinstance(feature, dict):
-        return type(feature)({k: _map_feature(v, fn) for k, v in feature.items()})
-    if isinstance(feature, (list, tuple)):
-        return type(feature)(_map_feature(v, fn) for v in feature)
-    inner = getattr(feature, "feature", None)
-    if inner is not None and hasattr(feature, "__dataclass_fields__"):  # List / Sequence / LargeList
-        return dataclasses.replace(feature, feature=_map_feature(inner, fn))
-    return fn(feature)
-
-
-def _decode_only_change(old: Any, new: Any) -> bool:
-    """Whether two HF features differ only in the ``decode`` flags of media features."""
-    def strip(feature: Any) -> Any:
-        if hasattr(feature, "decode") and hasattr(feature, "__dataclass_fields__"):
-            return dataclasses.replace(feature, decode=True)
-        return feature
-
-    try:
-        return {k: _map_feature(v, strip) for k, v in old.items()} == {k: _map_feature(v, strip) for k, v in new.items()}
-    except Exception:  # noqa: BLE001 - unusual features: take the general path
-        return False
 
 
 def to_iterable_dataset(dataset: Any, num_shards: int = 1) -> IterableDataset:

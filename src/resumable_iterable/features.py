@@ -1,0 +1,99 @@
+"""HF ``datasets`` features as the facade knows them: read from Arrow/Parquet schemas, inferred
+from a pipeline's first examples, mapped over nested features (``decode``), and those of
+``batch()``'s output. Pure helpers: nothing here iterates a pipeline the caller is using."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Callable
+
+from .nodes.base import Node
+
+
+def infer_features(node: Node, n: int) -> Any:
+    """HF ``Features`` inferred from the first ``n`` examples that ``node`` yields (it is iterated:
+    pass a fresh copy), or ``None`` when they cannot be read or typed."""
+    it = iter(node)
+    try:
+        head = [ex for _, ex in zip(range(n), it)]
+        if not head or not all(isinstance(ex, dict) for ex in head):
+            return None
+        import pyarrow as pa
+
+        columns = dict.fromkeys(c for ex in head for c in ex)  # in order of appearance, as HF
+        table = pa.Table.from_pydict({c: [ex.get(c) for ex in head] for c in columns})
+        return features_of_schema(table.schema)
+    except Exception as e:  # noqa: BLE001 - features are informative: a pipeline that cannot be peeked at still works
+        logging.getLogger("resumable_iterable").debug("cannot infer the features from the first examples: %r", e)
+        return None
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+
+
+def features_of_schema(schema: Any) -> Any:
+    """HF ``Features`` of a pyarrow schema (HF's own metadata in the schema is honoured)."""
+    from datasets import Features
+
+    return Features.from_arrow_schema(schema)
+
+
+def file_features(path: str, format: str) -> Any:
+    """The features in the schema of an Arrow / Parquet file; ``None`` for JSON / CSV (a schema
+    needs parsing) or a file that cannot be opened now (reading it reports the error)."""
+    import pyarrow as pa
+
+    try:
+        if format == "parquet":
+            import pyarrow.parquet as pq
+
+            return features_of_schema(pq.read_schema(path))
+        if format == "arrow":
+            with pa.memory_map(path, "r") as source:
+                try:
+                    schema = pa.ipc.open_file(source).schema
+                except pa.ArrowInvalid:
+                    source.seek(0)
+                    schema = pa.ipc.open_stream(source).schema
+            return features_of_schema(schema)
+    except (OSError, pa.ArrowException):
+        return None
+    return None
+
+
+def batched_features(features: Any) -> Any:
+    """The features of ``batch()``'s output: each column a list of the given features' values."""
+    if features is None:
+        return None
+    try:
+        from datasets import List
+    except ImportError:  # datasets < 4
+        from datasets import Sequence as List
+    return features.__class__({c: List(f) for c, f in features.items()})
+
+
+def map_feature(feature: Any, fn: Callable[[Any], Any]) -> Any:
+    """``fn`` applied to every leaf feature of a (possibly nested) HF feature."""
+    if isinstance(feature, dict):
+        return type(feature)({k: map_feature(v, fn) for k, v in feature.items()})
+    if isinstance(feature, (list, tuple)):
+        return type(feature)(map_feature(v, fn) for v in feature)
+    inner = getattr(feature, "feature", None)
+    if inner is not None and hasattr(feature, "__dataclass_fields__"):  # List / Sequence / LargeList
+        return dataclasses.replace(feature, feature=map_feature(inner, fn))
+    return fn(feature)
+
+
+def decode_only_change(old: Any, new: Any) -> bool:
+    """Whether two HF features differ only in the ``decode`` flags of media features."""
+    def strip(feature: Any) -> Any:
+        if hasattr(feature, "decode") and hasattr(feature, "__dataclass_fields__"):
+            return dataclasses.replace(feature, decode=True)
+        return feature
+
+    try:
+        return {k: map_feature(v, strip) for k, v in old.items()} == {k: map_feature(v, strip) for k, v in new.items()}
+    except Exception:  # noqa: BLE001 - unusual features: take the general path
+        return False
