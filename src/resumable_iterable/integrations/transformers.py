@@ -81,6 +81,28 @@ def _is_stateful(loader: Any) -> bool:
     return callable(getattr(base, "state_dict", None)) and callable(getattr(base, "load_state_dict", None))
 
 
+def _check_dispatch(loader: Any) -> None:
+    """Refuse a multi-process setting in which the saved position would be one batch ahead.
+
+    With several processes, accelerate hands an iterable dataset to a ``DataLoaderDispatcher``:
+    process 0 reads the batches of every process and sends each its part. Without
+    ``split_batches`` it reads ``num_processes`` batches per step, one step ahead, and the loader
+    state it reports is taken after the first of the next step's batches: a resume would skip that
+    batch (seen here: 2 examples lost per resume with 2 processes). With ``split_batches=True`` it
+    reads one batch per step and the reported state is exact.
+    """
+    if type(loader).__name__ != "DataLoaderDispatcher":
+        return
+    processes = getattr(getattr(loader, "state", None), "num_processes", 1)
+    if processes > 1 and not getattr(loader, "split_batches", False):
+        raise ValueError(
+            f"ResumableDataCallback: with {processes} processes accelerate dispatches the batches of this iterable "
+            "dataset from process 0 and, without split_batches, reports a loader state one batch ahead of what "
+            "was trained on, so a resume would skip a batch. Set TrainingArguments(accelerator_config="
+            "{'split_batches': True}) and give per_device_train_batch_size the global batch size (it is then "
+            "split among the processes): the saved state is then exact.")
+
+
 def _drop_iterator(loader: Any) -> None:
     """Make a torchdata ``StatefulDataLoader`` forget its current iterator (and stop its workers);
     loading an empty state is torchdata's documented way to do that."""
@@ -178,6 +200,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
                 "ResumableDataCallback.attach(trainer), pass the callback to Trainer(callbacks=[...]), or set "
                 "ignore_data_skip=True."
             )
+        _check_dispatch(loader)
         self._loader = loader
         self._trainer_state = state
         self._args = args
