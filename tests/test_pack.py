@@ -176,3 +176,56 @@ def test_dataset_batch_resumes_with_another_batch_size(before, after):
     resumed = build(after)
     resumed.load_state_dict(rt(ds.state_dict()))
     assert got + [i for b in resumed for i in b["doc"]] == flat
+
+
+def test_trainer_resumes_packed_prefetched_data_exactly(tmp_path):
+    """The pre-training recipe of docs/pretraining.md end to end: tokenized documents shuffled,
+    packed into fixed chunks and read ahead in a thread, fed to a transformers.Trainer that is
+    interrupted right after a checkpoint and resumed: the resumed run trains on exactly the chunks
+    the uninterrupted run did."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    from resumable_iterable.integrations.transformers import ResumableDataCallback
+
+    def corpus():
+        return (docs().select_columns(["input_ids"]).shuffle(seed=3, buffer_size=6)
+                .pack(8, separator=0, drop_last=True).prefetch(4))
+
+    class Recorder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 1)
+            self.seen: list = []
+
+        def forward(self, input_ids, **_):
+            self.seen.extend(input_ids.tolist())
+            return {"loss": self.lin(input_ids.float()).pow(2).mean()}
+
+    class Crash(Exception):
+        pass
+
+    class CrashAt(transformers.TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if state.global_step == 3:
+                raise Crash()
+
+    def trainer(out):
+        args = transformers.TrainingArguments(output_dir=str(out), max_steps=7, per_device_train_batch_size=4,
+                                              save_steps=3, report_to="none", use_cpu=True, logging_strategy="no",
+                                              remove_unused_columns=False, disable_tqdm=True)
+        model = Recorder()
+        t = transformers.Trainer(model=model, args=args, train_dataset=corpus())
+        ResumableDataCallback.attach(t)
+        return t, model
+
+    full_t, full = trainer(tmp_path / "full")
+    full_t.train()
+    cut_t, head = trainer(tmp_path / "cut")
+    cut_t.add_callback(CrashAt())
+    with pytest.raises(Crash):
+        cut_t.train()
+    resumed_t, tail = trainer(tmp_path / "cut")
+    resumed_t.train(resume_from_checkpoint=True)
+    assert len(full.seen) == 7 * 4
+    assert head.seen[:3 * 4] + tail.seen == full.seen
