@@ -229,3 +229,36 @@ def test_trainer_resumes_packed_prefetched_data_exactly(tmp_path):
     resumed_t.train(resume_from_checkpoint=True)
     assert len(full.seen) == 7 * 4
     assert head.seen[:3 * 4] + tail.seen == full.seen
+
+
+@pytest.mark.parametrize("saved,new", [(2, 1), (2, 3), (0, 2)])
+@pytest.mark.parametrize("kind", ["pack", "pack_greedy", "prefetch"])
+def test_elastic_resume_of_pack_and_prefetch(kind, saved, new):
+    """A ri.StatefulDataLoader state saved with W workers loads with W': the rest of the epoch
+    yields every remaining token chunk (or example) exactly once."""
+    pytest.importorskip("torch")
+
+    def build():
+        base = docs().select_columns(["input_ids", "doc"]).shuffle(seed=2, buffer_size=4)
+        if kind == "prefetch":
+            return base.select_columns(["doc"]).prefetch(3)
+        return base.pack(6, separator=0, mode="greedy" if kind == "pack_greedy" else "concat")
+
+    def key(b):
+        return tuple(b["doc"].tolist()) if kind == "prefetch" else tuple(b["input_ids"])
+
+    full = [key(b) for b in ri.StatefulDataLoader(build(), batch_size=None if kind != "prefetch" else 2,
+                                                  num_workers=saved)]
+    dl = ri.StatefulDataLoader(build(), batch_size=None if kind != "prefetch" else 2, num_workers=saved)
+    head = []
+    for b in dl:
+        head.append(key(b))
+        if len(head) == 4:
+            state = dl.state_dict()
+            break
+    dl2 = ri.StatefulDataLoader(build(), batch_size=None if kind != "prefetch" else 2, num_workers=new)
+    dl2.load_state_dict(state)
+    tail = [key(b) for b in dl2]
+    flat = sorted(x for k in head + tail for x in (k if kind == "prefetch" else [k]))
+    expected = sorted(x for k in full for x in (k if kind == "prefetch" else [k]))
+    assert flat == expected
