@@ -183,38 +183,22 @@ def test_trainer_resumes_packed_prefetched_data_exactly(tmp_path):
     packed into fixed chunks and read ahead in a thread, fed to a transformers.Trainer that is
     interrupted right after a checkpoint and resumed: the resumed run trains on exactly the chunks
     the uninterrupted run did."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
+    from trainer_support import Crash, CrashAfterSave, Recorder
+
     from resumable_iterable.integrations.transformers import ResumableDataCallback
 
     def corpus():
         return (docs().select_columns(["input_ids"]).shuffle(seed=3, buffer_size=6)
                 .pack(8, separator=0, drop_last=True).prefetch(4))
 
-    class Recorder(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = torch.nn.Linear(8, 1)
-            self.seen: list = []
-
-        def forward(self, input_ids, **_):
-            self.seen.extend(input_ids.tolist())
-            return {"loss": self.lin(input_ids.float()).pow(2).mean()}
-
-    class Crash(Exception):
-        pass
-
-    class CrashAt(transformers.TrainerCallback):
-        def on_save(self, args, state, control, **kwargs):
-            if state.global_step == 3:
-                raise Crash()
-
     def trainer(out):
         args = transformers.TrainingArguments(output_dir=str(out), max_steps=7, per_device_train_batch_size=4,
                                               save_steps=3, report_to="none", use_cpu=True, logging_strategy="no",
                                               remove_unused_columns=False, disable_tqdm=True)
-        model = Recorder()
+        model = Recorder(width=8)
         t = transformers.Trainer(model=model, args=args, train_dataset=corpus())
         ResumableDataCallback.attach(t)
         return t, model
@@ -222,7 +206,7 @@ def test_trainer_resumes_packed_prefetched_data_exactly(tmp_path):
     full_t, full = trainer(tmp_path / "full")
     full_t.train()
     cut_t, head = trainer(tmp_path / "cut")
-    cut_t.add_callback(CrashAt())
+    cut_t.add_callback(CrashAfterSave(3))
     with pytest.raises(Crash):
         cut_t.train()
     resumed_t, tail = trainer(tmp_path / "cut")

@@ -574,18 +574,7 @@ def _collate(batch):
 
 
 def _recorder():
-    """A tiny model that records the ids it is fed."""
-    import torch
-
-    class Recorder(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = torch.nn.Linear(1, 1)
-            self.seen: list[int] = []
-
-        def forward(self, ids, **_):
-            self.seen.extend(ids.tolist())
-            return {"loss": (self.lin(ids.float().unsqueeze(-1)) ** 2).mean()}
+    from trainer_support import Recorder
 
     return Recorder()
 

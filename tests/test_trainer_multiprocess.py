@@ -23,6 +23,7 @@ from datasets import Dataset  # noqa: E402
 
 import resumable_iterable as ri  # noqa: E402
 from resumable_iterable.integrations.transformers import ResumableDataCallback  # noqa: E402
+from trainer_support import Crash, CrashAfterSave, Recorder  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -35,27 +36,6 @@ ROWS, SHARDS, GLOBAL_BATCH, MAX_STEPS, CRASH_AT = 64, 4, 4, 12, 5
 def build():
     return ri.to_iterable_dataset(Dataset.from_dict({"ids": list(range(ROWS))}), num_shards=SHARDS).shuffle(
         seed=7, buffer_size=8)
-
-
-class Recorder(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = torch.nn.Linear(1, 1)
-        self.seen: list[int] = []
-
-    def forward(self, ids, **_):
-        self.seen.extend(ids.tolist())
-        return {"loss": (self.lin(ids.float().unsqueeze(-1)) ** 2).mean()}
-
-
-class Crash(Exception):
-    pass
-
-
-class CrashAfterSave(transformers.TrainerCallback):
-    def on_save(self, args, state, control, **kwargs):
-        if state.global_step == CRASH_AT:
-            raise Crash()
 
 
 def trainer(out, split_batches=True, save_steps=CRASH_AT):
@@ -84,7 +64,7 @@ def _job(rank, world, port, out, what):
         t.train()
         result["full"] = m.seen
         t, m = trainer(f"{out}/cut")
-        t.add_callback(CrashAfterSave())
+        t.add_callback(CrashAfterSave(CRASH_AT))
         try:
             t.train()
         except Crash:

@@ -19,6 +19,8 @@ pytest.importorskip("torchdata")
 from datasets import Dataset  # noqa: E402
 
 import resumable_iterable as ri  # noqa: E402
+from trainer_support import Crash, CrashAfterSave, Recorder  # noqa: E402
+
 from resumable_iterable.integrations.transformers import (  # noqa: E402
     STATE_FILE,
     ResumableDataCallback,
@@ -39,34 +41,6 @@ def _count(ex):
 def build():
     hf = Dataset.from_dict({"ids": list(range(ROWS))})
     return ri.to_iterable_dataset(hf, num_shards=SHARDS).map(_count).shuffle(seed=7, buffer_size=BUFFER)
-
-
-class Recorder(torch.nn.Module):
-    """A tiny model that records the ids it is fed."""
-
-    def __init__(self):
-        super().__init__()
-        self.lin = torch.nn.Linear(1, 1)
-        self.seen: list[int] = []
-
-    def forward(self, ids, **_):
-        self.seen.extend(ids.tolist())
-        return {"loss": (self.lin(ids.float().unsqueeze(-1)) ** 2).mean()}
-
-
-class Crash(Exception):
-    pass
-
-
-class CrashAfterSave(transformers.TrainerCallback):
-    """Simulates a crash right after the checkpoint of step ``at`` is complete."""
-
-    def __init__(self, at):
-        self.at = at
-
-    def on_save(self, args, state, control, **kwargs):
-        if state.global_step == self.at:
-            raise Crash()
 
 
 def make_trainer(out, workers, ds=None, attach=True, **kw):
