@@ -23,7 +23,6 @@ runs code: the decoder only rebuilds the few tagged value types listed in ``stat
 
 from __future__ import annotations
 
-import base64
 import copy
 import datetime as _dt
 import decimal
