@@ -13,21 +13,8 @@ from typing import Any, Iterator
 import numpy as np
 import pyarrow as pa
 
+from .rows import batch_to_rows
 from .source import SourceNode, split_positions
-
-
-def columns_to_rows(batch: dict, num_rows: int) -> list[dict]:
-    """``{column: [values]}`` (equal lengths) -> ``num_rows`` row dicts, in column order."""
-    cols = iter(batch.items())
-    first = next(cols, None)
-    if first is None:
-        return [{} for _ in range(num_rows)]
-    name, values = first
-    rows = [{name: v} for v in values]
-    for name, values in cols:
-        for row, v in zip(rows, values):
-            row[name] = v
-    return rows
 
 
 class ArrowSource(SourceNode):
@@ -84,7 +71,7 @@ class ArrowSource(SourceNode):
         batch = part.to_pydict()
         if self._decode is not None:
             batch = self._decode(batch)
-        return columns_to_rows(batch, part.num_rows)
+        return batch_to_rows(batch, part.num_rows)
 
     def _read(self, start: int, n: int) -> list[dict]:
         if self.indices is None:

@@ -20,7 +20,7 @@ from typing import Iterator
 
 from ..state import ExampleList, copy_example
 from .base import Node, as_int, check_examples
-from .map import rows_to_batch
+from .rows import rows_to_batch
 
 
 class BatchNode(Node):

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator
 
 from .base import Node
-from .map import MapNode, rows_to_batch
+from .map import MapNode
+from .rows import rows_to_batch
 
 
 class FilterNode(MapNode):

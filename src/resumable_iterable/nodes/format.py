@@ -28,7 +28,7 @@ import pyarrow as pa
 from .arrow_batches import ArrowBatchesNode, arrow_chain, chain_features, chain_schema
 from .base import Node
 from .batch import BatchNode
-from .map import rows_to_batch
+from .rows import rows_to_batch
 
 
 def check_format(type: str | None, format_kwargs: dict) -> str | None:

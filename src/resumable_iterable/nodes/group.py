@@ -19,7 +19,7 @@ from typing import Iterator
 
 from ..state import ExampleList
 from .base import Node, check_examples
-from .map import rows_to_batch
+from .rows import rows_to_batch
 
 
 class GroupNode(Node):

@@ -34,54 +34,11 @@ import inspect
 import itertools
 import threading
 from collections.abc import Mapping
-from operator import itemgetter
 from typing import Any, Callable, Iterator
 
 from ..state import ExampleList, copy_example
 from .base import Node, add_context, check_int
-
-
-def rows_to_batch(rows: list[dict]) -> dict[str, list]:
-    """Rows -> ``{column: [values]}``; a column missing from a row gets ``None`` there."""
-    cols = list(rows[0])
-    n = len(cols)
-    if n > 1:
-        get = itemgetter(*cols)
-        # fast path: every row has exactly the columns of the first one (same count, none missing)
-        if all(len(r) == n for r in rows):
-            try:
-                return dict(zip(cols, map(list, zip(*map(get, rows)))))
-            except KeyError:
-                pass
-    elif n == 1 and all(len(r) == 1 for r in rows):
-        c = cols[0]
-        try:
-            return {c: list(map(itemgetter(c), rows))}
-        except KeyError:
-            pass
-    seen = set(cols)
-    for r in rows:
-        if len(r) != len(cols) or any(c not in seen for c in r):
-            for c in r:
-                if c not in seen:
-                    seen.add(c)
-                    cols.append(c)
-    return {c: [r.get(c) for r in rows] for c in cols}
-
-
-def batch_to_rows(batch: Mapping[str, Any]) -> list[dict]:
-    """``{column: [values]}`` -> rows (columns must have equal lengths; ``zip`` stops at the shortest)."""
-    cols = list(batch)
-    if not cols:
-        return []
-    first = cols[0]
-    n = min(len(v) for v in batch.values()) if len(cols) > 1 else None
-    values = batch[first] if n is None else itertools.islice(batch[first], n)
-    rows = [{first: v} for v in values]
-    for c in cols[1:]:
-        for r, v in zip(rows, batch[c]):
-            r[c] = v
-    return rows
+from .rows import batch_to_rows, rows_to_batch
 
 
 class MapNode(Node):
