@@ -185,6 +185,9 @@ class PackNode(Node):
         yield from self._full_chunks()
         carry = st["carry"]
         first = self.columns[0]
+        if not greedy and len(self.columns) == 1 and not (self.position_ids or self.document_lengths):
+            yield from self._iter_one_column()
+            return
         for ex in self.children[0]:
             cols, n = self._tokens(ex)
             end = len(carry[first])
@@ -203,3 +206,35 @@ class PackNode(Node):
             st["start"] = b
             if not self.drop_last:
                 yield self._chunk(a, b)
+
+    def _iter_one_column(self) -> Iterator[dict]:
+        """``concat`` mode for one column without positions (the common case), inlined: the same
+        state updates as :meth:`_append` and :meth:`_full_chunks`, without a call per document."""
+        st = self._state_dict
+        size = self.seq_len
+        col = self.columns[0]
+        tokens = st["carry"][col]
+        sep = None if self.separator is None else self.separator[col]
+        for ex in self.children[0]:
+            try:
+                v = ex[col]
+            except KeyError:
+                raise KeyError(f"pack: column {col!r} is not in the example (its columns: {sorted(ex)})") from None
+            if type(v) is not list:
+                v = v.tolist() if hasattr(v, "tolist") else list(v)
+            start = st["start"]
+            if start:
+                del tokens[:start]
+                st["start"] = start = 0
+            tokens += v
+            if sep is not None:
+                tokens.append(sep)
+            while len(tokens) - start >= size:
+                st["start"] = start + size
+                yield {col: tokens[start:start + size]}
+                start = st["start"]
+        a, b = st["start"], len(tokens)
+        if b > a:
+            st["start"] = b
+            if not self.drop_last:
+                yield {col: tokens[a:b]}
