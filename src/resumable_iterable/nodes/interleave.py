@@ -136,6 +136,15 @@ class InterleaveNode(Node):
         else:
             st["rng_pos"] -= 1  # >= 1 here: a fresh block's state is stored with its first draw
 
+    def _read_ahead(self, it: Iterator, st: dict, i: int) -> dict | None:
+        """The next example of input ``i`` (``None`` at its end); if the input raises, the draw of
+        ``i`` is undone first, so a state taken after the error draws it again."""
+        try:
+            return next(it, None)
+        except BaseException:
+            self._give_back(st, i)
+            raise
+
     def _indices(self, st: dict) -> Iterator[int]:
         n = len(self.children)
         if self.probabilities is None:
@@ -188,19 +197,10 @@ class InterleaveNode(Node):
                     self._failed_turn(st, i, ex)
                     raise
                 owned[i] = 1  # what is peeked now is read now: no state copy has seen it
-            elif owned[i]:
-                try:
-                    nxt = next(its[i], None)
-                except BaseException:
-                    self._give_back(st, i)
-                    raise
-            else:  # a state copy may share it: yield a copy (peeked[i] keeps the original)
-                ex = copy_example(ex)
-                try:
-                    nxt = next(its[i], None)
-                except BaseException:
-                    self._give_back(st, i)
-                    raise
+            else:
+                if not owned[i]:  # a state copy may share it: yield a copy (peeked[i] keeps the original)
+                    ex = copy_example(ex)
+                nxt = self._read_ahead(its[i], st, i)
                 owned[i] = 1
             if nxt is None:
                 exhausted[i] = True
@@ -263,11 +263,7 @@ class InterleaveNode(Node):
                 pos = ppos[i]
                 if not owned[i]:
                     ex = copy_example(ex)
-                try:
-                    nxt = next(its[i], None)
-                except BaseException:
-                    self._give_back(st, i)
-                    raise
+                nxt = self._read_ahead(its[i], st, i)
             if nxt is None:
                 exhausted[i] = True
                 peeked[i] = None

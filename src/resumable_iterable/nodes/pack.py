@@ -112,12 +112,7 @@ class PackNode(Node):
         cols = []
         n = None
         for c in self.columns:
-            try:
-                v = ex[c]
-            except KeyError:
-                raise KeyError(f"pack: column {c!r} is not in the example (its columns: {sorted(ex)})") from None
-            if type(v) is not list:
-                v = v.tolist() if hasattr(v, "tolist") else list(v)
+            v = _token_list(ex, c)
             if n is None:
                 n = len(v)
             elif len(v) != n:
@@ -216,12 +211,9 @@ class PackNode(Node):
         tokens = st["carry"][col]
         sep = None if self.separator is None else self.separator[col]
         for ex in self.children[0]:
-            try:
-                v = ex[col]
-            except KeyError:
-                raise KeyError(f"pack: column {col!r} is not in the example (its columns: {sorted(ex)})") from None
-            if type(v) is not list:
-                v = v.tolist() if hasattr(v, "tolist") else list(v)
+            v = ex.get(col)
+            if type(v) is not list:  # an array, another sequence, or missing (named by _token_list)
+                v = _token_list(ex, col)
             start = st["start"]
             if start:
                 del tokens[:start]
@@ -238,3 +230,14 @@ class PackNode(Node):
             st["start"] = b
             if not self.drop_last:
                 yield {col: tokens[a:b]}
+
+
+def _token_list(ex: dict, column: str) -> list:
+    """The tokens of ``column`` in ``ex`` as a list (from a list, a numpy array or any sequence)."""
+    try:
+        v = ex[column]
+    except KeyError:
+        raise KeyError(f"pack: column {column!r} is not in the example (its columns: {sorted(ex)})") from None
+    if type(v) is not list:
+        v = v.tolist() if hasattr(v, "tolist") else list(v)
+    return v
