@@ -11,6 +11,7 @@ of yielded examples cannot change.
 from __future__ import annotations
 
 import copy
+import gc
 import io
 import pickle
 from multiprocessing.reduction import ForkingPickler
@@ -358,3 +359,128 @@ def test_every_buffer_layout_loads_and_resumes_exactly(monkeypatch):
         again = make()
         again.load_state_dict(state)
         assert [key(e) for e in again] == full[17:]
+
+
+# ---------------------------------------------------------------------- the worker's shared-memory arena
+
+
+class _OnlyWorker:
+    id, num_workers, seed, dataset = 0, 1, 0, None
+
+
+def big(shards, n=60, size=8_192):
+    for s in shards:
+        for i in range(n):
+            k = s * 1000 + i
+            yield {"id": k, "x": np.full(size, k, dtype=np.float32)}  # 32 KB: through shared memory
+
+
+def as_worker_sends(monkeypatch, ds, batch_size, every):
+    """Iterate ``ds`` as the only DataLoader worker would, passing each state's delta through the
+    pickler the DataLoader uses and applying it in "the main process" (this one) as torchdata
+    does; ``every(step, main_state)`` sees the main process's view of the worker state."""
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: _OnlyWorker())
+    inc = _IncrementalState(ds.state_dict())
+    main = _IncrementalState(inc.get_state())
+    it = iter(ds)
+    step = 0
+    while True:
+        got = [ex for _, ex in zip(range(batch_size), it)]
+        if not got:
+            return
+        delta = pickle.loads(ForkingPickler.dumps(inc.generate_delta(ds.state_dict())))
+        main.apply_delta(delta)
+        every(step, main.get_state())
+        step += 1
+
+
+def test_the_main_process_reads_each_large_example_from_shared_memory_and_extents_are_reused(monkeypatch):
+    import resumable_iterable.integrations.torch as ri_torch
+
+    def make():
+        return ri.IterableDataset.from_generator(big, gen_kwargs={"shards": [0, 1, 2, 3]}).shuffle(seed=3, buffer_size=20)
+
+    full = [ex["id"] for ex in make()]
+    seen = []
+
+    def check(step, state):
+        buffer = inline_buffers(state)["state"]["buffer"]
+        assert all(ex["x"][0] == ex["id"] and ex["x"].shape == (8_192,) for ex in buffer), step
+        assert all(isinstance(ex["x"].base, ri_torch._Owner) or isinstance(getattr(ex["x"].base, "base", None), ri_torch._Owner)
+                   for ex in buffer)  # a view of the worker's shared memory, not a copy through the pipe
+        if step % 7 == 0:
+            again = make()
+            again.load_state_dict(state)
+            assert [ex["id"] for ex in again] == full[4 * (step + 1):], step
+            del again, buffer
+            gc.collect()  # a pipeline holds reference cycles: let go of the arrays it read
+        seen.append(step)
+
+    monkeypatch.setattr(ri_torch, "_arena", ri_torch._Arena())
+    as_worker_sends(monkeypatch, make(), 4, check)
+    assert len(seen) == 60
+    # 240 examples went through extents; a buffer of 20 needs about 60 at a time
+    carved = sum(b.extents for b in ri_torch._arena.blocks)
+    assert carved <= 100, carved  # without reuse: 240
+
+
+def test_a_state_the_user_keeps_keeps_its_examples_while_the_worker_goes_on(monkeypatch):
+    def make():
+        return ri.IterableDataset.from_generator(big, gen_kwargs={"shards": [0, 1]}).shuffle(seed=4, buffer_size=12)
+
+    kept: dict = {}
+
+    def keep(step, state):
+        if step in (2, 9):
+            buffer = inline_buffers(state)["state"]["buffer"]
+            kept[step] = (state, [(ex["id"], ex["x"].copy()) for ex in buffer])
+
+    as_worker_sends(monkeypatch, make(), 3, keep)
+    for step, (state, content) in kept.items():  # extents it names were not reused for others
+        buffer = inline_buffers(state)["state"]["buffer"]
+        assert [ex["id"] for ex in buffer] == [k for k, _ in content]
+        assert all(np.array_equal(ex["x"], x) for ex, (_, x) in zip(buffer, content)), step
+
+
+def test_a_worker_state_with_large_arrays_reads_the_same_in_the_worker_itself(monkeypatch):
+    """JSON, pickle and deepcopy of a state taken in a worker give the examples, not the worker's
+    records of them."""
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: _OnlyWorker())
+    ds = ri.IterableDataset.from_generator(big, gen_kwargs={"shards": [0, 1]}).shuffle(seed=5, buffer_size=10)
+    it = iter(ds)
+    ds.state_dict()
+    for _ in range(25):
+        next(it)
+    state = ds.state_dict()
+    assert any(type(v).__name__ == "PackedList" for v in state["buffers"].values())  # records, in the worker
+    views = [inline_buffers(ri.loads_state(ri.dumps_state(state))),
+             inline_buffers(pickle.loads(pickle.dumps(state))), inline_buffers(copy.deepcopy(state))]
+    first = [(ex["id"], ex["x"].tolist()) for ex in views[0]["state"]["buffer"]]
+    assert len(first) == 10 and all(x[0] == k for k, x in first)
+    for v in views[1:]:
+        assert [(ex["id"], ex["x"].tolist()) for ex in v["state"]["buffer"]] == first
+    monkeypatch.undo()
+    full = [ex["id"] for ex in ri.IterableDataset.from_generator(big, gen_kwargs={"shards": [0, 1]})
+            .shuffle(seed=5, buffer_size=10)]
+    again = ri.IterableDataset.from_generator(big, gen_kwargs={"shards": [0, 1]}).shuffle(seed=5, buffer_size=10)
+    again.load_state_dict(views[0])
+    assert [ex["id"] for ex in again] == full[25:]
+
+
+def test_extents_are_filled_without_faulting_them_in_ahead_when_the_kernel_cannot(monkeypatch):
+    import resumable_iterable.integrations.torch as ri_torch
+
+    calls = []
+
+    def refuse(addr, length, advice):
+        calls.append(advice)
+        return -1  # EINVAL on a kernel older than 5.14
+
+    monkeypatch.setattr(ri_torch, "_populate_with", [refuse])
+    monkeypatch.setattr(ri_torch, "_arena", ri_torch._Arena())  # new extents: the populate path runs
+    ids = []
+    as_worker_sends(monkeypatch, ri.IterableDataset.from_generator(big, gen_kwargs={"shards": [0]})
+                    .shuffle(seed=6, buffer_size=8), 4,
+                    lambda step, st: ids.append(sorted(ex["id"] for ex in inline_buffers(st)["state"]["buffer"])))
+    assert calls == [ri_torch._MADV_POPULATE_WRITE] and ri_torch._populate_with == [None]
+    assert ids and all(len(b) <= 8 for b in ids)

@@ -31,8 +31,8 @@ class ExampleList(list):
 
 CHUNK_BITS = 6
 CHUNK = 1 << CHUNK_BITS  # examples per chunk of a shuffle buffer (buffer_state="examples")
-#: a buffer journal (see :meth:`ExampleChunks.journal`) rewrites a segment once at most a quarter
-#: of its entries are still current, and keeps at most this many segments
+#: a buffer journal (see :meth:`ExampleChunks.journal`) keeps at most this many segments, and
+#: rewrites a segment once at most ``segment.compact`` of its entries are still current
 MAX_SEGMENTS = 24
 
 
@@ -50,13 +50,20 @@ class HeldExamples(list):
 
 
 class JournalList(list):
-    """A list of a buffer journal (one segment), never changed once made. It pickles as a plain
-    list."""
+    """A list of a buffer journal (one segment): ``[slot, example, slot, example, ...]``, never
+    changed once made. A packer (:func:`set_journal_packer`) may hold an example as its own record
+    of it: :meth:`entries` gives the examples. It pickles as a plain list of them."""
 
     __slots__ = ()
+    #: rewritten once at most this fraction of its entries are current: writing an example again
+    #: costs as much as the first time here (a packer's segments may say otherwise)
+    compact = 0.25
+
+    def entries(self) -> list:
+        return list(self)
 
     def __reduce__(self):
-        return (list, (list(self),))
+        return (list, (self.entries(),))
 
 
 _journal_packer: list = [None]
@@ -75,7 +82,8 @@ _segment_numbers = itertools.count(1)
 def set_journal_packer(pack: Any) -> None:
     """Install ``pack(list) -> JournalList``, which makes each segment of a buffer journal and
     takes its examples *by value* (``integrations/torch.py`` pickles them at once, for DataLoader
-    workers). Then a journal does not share examples with the live buffer."""
+    workers). Then a journal does not share examples with the live buffer. ``pack`` is also given
+    the entries of a compacted segment that are still current, as that segment holds them."""
     _journal_packer[0] = pack
 
 
@@ -162,14 +170,16 @@ class ExampleChunks(list):
                     slot_seg.append(new)  # filling: slots are written in order
                 writes[i] = ex
             size = self.seg_size
-            doomed = {s for s, live in seg_live.items() if live * 4 <= size[s]}
+            doomed = {s for s, live in seg_live.items() if live <= size[s]}
             extra = len(seg_live) - len(doomed) + 1 - MAX_SEGMENTS
             if extra > 0:
                 doomed.update(sorted((s for s in seg_live if s not in doomed), key=seg_live.__getitem__)[:extra])
             for s in doomed:
-                for i in self.log.pop(str(s))[::2]:  # the slots it wrote
-                    if i < n and slot_seg[i] == s:  # still current: write it again
-                        writes[i] = self[i >> CHUNK_BITS][i & (CHUNK - 1)]
+                old = self.log.pop(str(s))
+                for p in range(0, len(old), 2):
+                    i = old[p]
+                    if i < n and slot_seg[i] == s:  # still current: write it again, as the
+                        writes[i] = old[p + 1]  # segment holds it (the packer's record, if any)
                         slot_seg[i] = new
                 del seg_live[s], size[s]
         pending.clear()  # in place: the node's loop holds this dict
@@ -178,8 +188,9 @@ class ExampleChunks(list):
             for i, ex in writes.items():
                 seg.append(i)
                 seg.append(ex)
-            self.log[str(new)] = pack(seg)
-            seg_live[new] = self.seg_size[new] = len(writes)
+            seg = self.log[str(new)] = pack(seg)
+            seg_live[new] = len(writes)
+            self.seg_size[new] = len(writes) * seg.compact  # the live count at which it is rewritten
         if pack is JournalList:
             self.gen += 1  # the journal shares the examples: the live buffer must not hand them out
         return {"log": dict(self.log), "size": n}
@@ -254,6 +265,8 @@ def replay_journal(journal: Any, where: str) -> list:
             raise ValueError(f"{where}: 'log' keys must be decimal numbers, got {k!r}")
     slots: dict = {}
     for seq, seg in sorted(log.items(), key=lambda kv: int(kv[0])):
+        if isinstance(seg, JournalList):
+            seg = seg.entries()
         if not isinstance(seg, list) or len(seg) % 2:
             raise ValueError(f"{where}: log segment {seq} must be a list of slot, example pairs")
         for p in range(0, len(seg), 2):

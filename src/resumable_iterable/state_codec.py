@@ -26,6 +26,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .state_buffers import JournalList
+
 TAG = "__ri__"
 #: arrays and bytes of at least this many bytes become blobs (when the caller collects blobs)
 BLOB_MIN = 1024
@@ -223,6 +225,8 @@ class Encoder:
                 return {k: v if type(v) in _PLAIN else enc(v, d1) for k, v in obj.items()}
             return {TAG: "dict", "items": [[self.enc(k, d + 3), self.enc(v, d + 3)] for k, v in obj.items()]}
         if isinstance(obj, list):  # list, and the state's list types (shuffle buffers)
+            if isinstance(obj, JournalList):
+                obj = obj.entries()
             enc, d1 = self.enc, d + 1
             return [v if type(v) in _PLAIN else enc(v, d1) for v in obj]
         if t is tuple:

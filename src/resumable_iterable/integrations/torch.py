@@ -24,6 +24,7 @@ Importing this module needs ``torch``; :class:`StatefulDataLoader` also needs ``
 from __future__ import annotations
 
 import abc
+import collections
 import itertools
 import os
 import pickle
@@ -193,43 +194,146 @@ def claimed(claims: torch.Tensor) -> bool:
 
 
 # ============================================================================ shuffle buffers sent by workers
+#
+# A DataLoader worker describes its shuffle buffer as a journal of unchanging segments
+# (``state_buffers.ExampleChunks.journal``); torchdata sends each new segment to the main process
+# once. Each example is pickled once, when it first enters a segment (so the main process gets it
+# as it was when the state was taken, whatever the consumer does to it later), and its large
+# numpy buffers are copied once into an *extent* of the worker's shared-memory arena, which the
+# main process maps instead of reading them through the pipe. When a segment is compacted its
+# still-current examples are written again by reference to the same record: no data is copied or
+# sent twice. An extent is reused once no segment of the worker refers to its record and the main
+# process has dropped every array it rebuilt from it (it counts those in the block's ledger).
 
-#: a journal list whose numpy arrays hold at least this many bytes goes through shared memory
-SHARED_MIN_BYTES = 1 << 16
+#: numpy buffers of at least this many bytes go through shared memory instead of the pipe
+SHARED_MIN_BYTES = 1 << 14
 _ALIGN = 64
-_HEADER = 64  # a block starts with an int64: how many times the main process has read it
-_POOL_MAX = 64
+#: bytes of an arena block (an extent larger than this gets a block of its own)
+ARENA_BLOCK = 32 << 20
+#: a segment of records is rewritten once at most this fraction of them are current
+RECORD_COMPACT = 0.5
+
+
+def _size_class(n: int) -> int:
+    """Extents come in sizes an eighth to a quarter of a power of two apart, so that examples of
+    about the same size reuse each other's extents (at most a quarter of an extent is unused)."""
+    step = max(4096, 1 << max(0, (n - 1).bit_length() - 3))
+    return max(step, -(-n // step) * step)
 
 
 class _Block:
-    """A shared-memory block a worker reuses: creating and first touching shared memory costs
-    several times a copy, so a block goes back to the worker's pool once the segment using it is
-    gone in the worker and, in the main process, every array rebuilt from every message that
-    carried it (the main process counts those in the block's header).
+    """A shared-memory block of a worker's arena, carved into extents front to back. It starts
+    with the *ledger*: one ``int64`` per extent, written by the main process only - how many
+    messages naming the extent it has finished with.
 
     Handing a block's handle to another process costs a socket round trip, so the main process
-    keeps the blocks it was handed (``_received``) and later messages name the block by ``key``;
-    the worker says when it lets a block go (``_forget``)."""
+    keeps the blocks it was handed (``_received``) and later messages name a block by ``key``."""
 
-    __slots__ = ("tensor", "mem", "count", "sent", "pid", "key", "announced")
+    __slots__ = ("tensor", "mem", "ledger", "used", "extents", "pid", "key", "announced")
 
     def __init__(self, capacity: int):
-        self.tensor = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(_HEADER + capacity))
+        slots = capacity // SHARED_MIN_BYTES + 1  # an extent holds at least one large buffer
+        header = -(-8 * slots // _ALIGN) * _ALIGN
+        self.tensor = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(header + capacity))
         self.mem = self.tensor.numpy()
-        self.count = self.mem[:8].view(np.int64)  # written by the main process only
-        self.sent = 0
+        self.ledger = self.mem[:8 * slots].view(np.int64)  # new shared memory reads as zeros
+        self.used, self.extents = header, 0
         self.pid = os.getpid()
         self.key = (self.pid, _process_token(), next(_block_numbers))
         self.announced = False  # the main process holds the handle
 
-    @property
-    def capacity(self) -> int:
-        return len(self.mem) - _HEADER
+
+class _Extent:
+    """``size`` bytes at ``offset`` of ``block``; ``sent``: messages that named it so far."""
+
+    __slots__ = ("block", "offset", "size", "index", "sent")
+
+    def __init__(self, block: _Block, offset: int, size: int, index: int):
+        self.block, self.offset, self.size, self.index, self.sent = block, offset, size, index, 0
+
+    def released(self) -> bool:
+        return int(self.block.ledger[self.index]) == self.sent
 
 
+class _Arena:
+    """A worker's extents, by size class: ``free`` ones, and ``retired`` ones that no record uses
+    any more but that the main process may still read (reused once it has let them go)."""
+
+    def __init__(self):
+        self.pid = None
+
+    def _own(self) -> None:
+        if self.pid != os.getpid():  # a forked child never writes its parent's blocks
+            self.pid, self.blocks, self.free, self.retired = os.getpid(), [], {}, {}
+
+    def take(self, nbytes: int) -> _Extent:
+        size = _size_class(nbytes)
+        with _lock:
+            self._own()
+            free = self.free.get(size)
+            if free:
+                return free.pop()
+            retired = self.retired.get(size)
+            if retired:
+                # the main process lets extents go about in the order they retired; one it keeps
+                # (a state the user holds) moves to the back instead of blocking the others
+                for _ in range(min(len(retired), 8)):
+                    ext = retired.popleft()
+                    if ext.released():
+                        return ext
+                    retired.append(ext)
+            blk = self.blocks[-1] if self.blocks else None
+            if blk is None or blk.used + size > len(blk.mem) or blk.extents >= len(blk.ledger):
+                blk = _Block(max(ARENA_BLOCK, size))
+                self.blocks.append(blk)
+            ext = _Extent(blk, blk.used, size, blk.extents)
+            blk.used += size
+            blk.extents += 1
+        _populate(blk.mem, ext.offset, size)
+        return ext
+
+    def give_back(self, ext: _Extent) -> None:
+        with _lock:
+            if ext.block.pid != os.getpid() or self.pid != ext.block.pid:
+                return
+            if ext.sent == 0 or ext.released():
+                self.free.setdefault(ext.size, []).append(ext)
+            else:
+                self.retired.setdefault(ext.size, collections.deque()).append(ext)
+
+
+def _madvise() -> Any:
+    try:
+        import ctypes
+
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+        fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
+        return fn
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return None
+
+
+_MADV_POPULATE_WRITE = 23  # Linux >= 5.14
+_populate_with: list = [_madvise()]
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _populate(mem: np.ndarray, offset: int, size: int) -> None:
+    """Fault in the pages of a new extent with one call (about a third cheaper than page by page,
+    and new shared memory costs several times a copy to touch)."""
+    fn = _populate_with[0]
+    if fn is None:
+        return
+    start = mem.ctypes.data + offset
+    start -= start % _PAGE
+    if fn(start, mem.ctypes.data + offset + size - start, _MADV_POPULATE_WRITE) != 0:
+        _populate_with[0] = None  # an older kernel: let the copy fault them in
+
+
+_lock = threading.Lock()  # records die and messages are pickled in the loader's feeder thread too
+_arena = _Arena()
 _block_numbers = itertools.count()
 _token: list = [None, None]  # (pid, random token): keys never collide, even if a pid is reused
-_forget: list = []  # keys of blocks this worker let go, told to the main process with the next message
 _received: dict = {}  # main process: key -> block tensor
 
 
@@ -239,78 +343,122 @@ def _process_token() -> int:
     return _token[1]
 
 
-_pool: list = []
-_pool_lock = threading.Lock()  # segments die in the loader's feeder thread too
+class _Record:
+    """One example of a journal segment as the worker took it: ``data`` (pickle protocol 5) and
+    its large buffers, at ``spans`` (offset, length) of its arena extent."""
+
+    __slots__ = ("data", "extent", "spans")
+
+    def example(self) -> Any:
+        """The example, copied out of shared memory (for a state read in the worker itself)."""
+        mem = self.extent.block.mem
+        return pickle.loads(self.data, buffers=[bytearray(mem[o:o + n]) for o, n in self.spans])
+
+    def __del__(self):
+        try:
+            _arena.give_back(self.extent)
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
 
 
-def _take_block(size: int) -> _Block:
-    pid = os.getpid()
-    with _pool_lock:
-        for k, blk in enumerate(_pool):
-            if blk.pid == pid and size <= blk.capacity <= 4 * size and int(blk.count[0]) == blk.sent:
-                return _pool.pop(k)
-    return _Block(-(-(size * 3 // 2) // (1 << 20)) << 20)  # room for the next, larger segments
+def _record_of(example: Any) -> _Record | None:
+    """``example`` pickled, its large numpy buffers copied into an extent; ``None`` when it has
+    none (it then travels in band)."""
+    raws: list = []
 
+    def out_of_band(buf: pickle.PickleBuffer) -> bool:
+        raw = buf.raw()
+        if raw.nbytes < SHARED_MIN_BYTES:
+            return True  # in band
+        raws.append(raw)
+        return False
 
-def _give_back(blk: _Block) -> None:
-    if blk.pid == os.getpid():
-        with _pool_lock:
-            _pool.append(blk)
-            if len(_pool) > _POOL_MAX:
-                old = _pool.pop(0)
-                if old.announced:
-                    _forget.append(old.key)
+    data = pickle.dumps(example, protocol=5, buffer_callback=out_of_band)
+    if not raws:
+        return None
+    offsets, total = [], 0
+    for raw in raws:
+        offsets.append(total)
+        total += -(-raw.nbytes // _ALIGN) * _ALIGN
+    ext = _arena.take(total)
+    rec = _Record()
+    rec.data, rec.extent = data, ext
+    rec.spans = [(ext.offset + off, raw.nbytes) for off, raw in zip(offsets, raws)]
+    mem = ext.block.mem
+    for (off, n), raw in zip(rec.spans, raws):
+        mem[off:off + n] = np.frombuffer(raw, dtype=np.uint8)
+    return rec
 
 
 class PackedList(JournalList):
-    """A segment of a shuffle buffer's journal (``state.ExampleChunks.journal``) in a DataLoader
-    worker, pickled when it is made: ``payload`` holds the pickle (protocol 5) and ``block`` a
-    shared-memory block with the examples' numpy arrays when they are large. What the main
-    process receives is therefore the examples as they were when the state was taken, even if
-    the consumer edits them in place afterwards - and large arrays do not go through the pipe."""
+    """A segment of a shuffle buffer's journal in a DataLoader worker: ``[slot, entry, ...]`` where
+    an entry is a small example or the :class:`_Record` of one with large arrays. ``payload`` is
+    what is sent: the small examples pickled when the segment was made, and the records."""
 
-    __slots__ = ("payload", "block")
+    __slots__ = ("payload", "compact")
 
-    def __del__(self):
-        blk = getattr(self, "block", None)
-        if blk is not None:
-            try:
-                _give_back(blk)
-            except Exception:  # pragma: no cover - interpreter shutdown
-                pass
+    def entries(self) -> list:
+        return [x.example() if type(x) is _Record else x for x in self]
+
+
+def _has_large_buffers(items: list) -> tuple[bytes, bool]:
+    large = [False]
+
+    def probe(buf: pickle.PickleBuffer) -> bool:
+        if buf.raw().nbytes >= SHARED_MIN_BYTES:
+            large[0] = True
+            return False  # not copied: this pickle is then thrown away
+        return True  # in band: this pickle is the payload when nothing is large
+
+    return pickle.dumps(items, protocol=5, buffer_callback=probe), large[0]
 
 
 def pack_journal_list(items: list) -> PackedList:
+    """Make a journal segment from ``[slot, example-or-record, ...]`` (a record: the entry of a
+    compacted segment, written again)."""
+    items = list(items)
+    if not any(type(x) is _Record for x in items[1::2]):
+        data, large = _has_large_buffers(items)
+        if not large:  # small examples (text rows, ...): one pickle
+            out = PackedList(items)
+            out.payload, out.compact = (data, ()), JournalList.compact
+            return out
+    for p in range(1, len(items), 2):
+        if type(items[p]) is not _Record:
+            rec = _record_of(items[p])
+            if rec is not None:
+                items[p] = rec  # the worker no longer holds the example itself
+    records = tuple((p, x) for p, x in enumerate(items) if p % 2 and type(x) is _Record)
+    in_band = items.copy()
+    for p, _ in records:
+        in_band[p] = None
     out = PackedList(items)
-    out.block = None
-    raws: list = []
-    data = pickle.dumps(list(items), protocol=5, buffer_callback=lambda b: raws.append(b.raw()))
-    spans, total = [], 0
-    for r in raws:
-        spans.append((_HEADER + total, r.nbytes))
-        total += -(-r.nbytes // _ALIGN) * _ALIGN
-    if total < SHARED_MIN_BYTES:
-        out.payload = pickle.dumps(list(items), protocol=5) if raws else data  # arrays in-band
-        return out
-    blk = _take_block(total)
-    mem = blk.mem
-    for (off, n), r in zip(spans, raws):
-        mem[off:off + n] = np.frombuffer(r, dtype=np.uint8)
-    out.payload, out.block = (data, spans), blk
+    out.payload = (pickle.dumps(in_band, protocol=5), records)
+    # writing a record again sends a few bytes, not its arrays: compact early, so that few extents
+    # are held by examples no longer in the buffer
+    out.compact = RECORD_COMPACT if len(records) * 2 >= len(items) else JournalList.compact
     return out
 
 
-def _reduce_packed_list(p: PackedList):
-    blk = p.block
-    if blk is None:
-        return (_unpack_journal_list, (p.payload, None))
-    with _pool_lock:
-        blk.sent += 1
-        handle = None if blk.announced else blk.tensor
-        blk.announced = True
-        forget = _forget[:]
-        _forget.clear()
-    return (_unpack_journal_list, (p.payload, (blk.key, handle, forget)))
+def _reduce_packed_list(seg: PackedList):
+    data, records = seg.payload
+    if not records:
+        return (_unpack_journal_list, (data, None))
+    blocks: dict = {}
+    handles: list = []
+    refs: list = []
+    with _lock:
+        for p, rec in records:
+            ext = rec.extent
+            blk = ext.block
+            k = blocks.get(blk.key)
+            if k is None:
+                k = blocks[blk.key] = len(handles)
+                handles.append((blk.key, None if blk.announced else blk.tensor))
+                blk.announced = True
+            ext.sent += 1
+            refs.append((p, rec.data, k, rec.spans, ext.index))
+    return (_unpack_journal_list, (data, (handles, refs)))
 
 
 def _drop_blocks_of_dead_workers() -> None:
@@ -332,33 +480,42 @@ def _drop_blocks_of_dead_workers() -> None:
 
 
 class _Owner(np.ndarray):
-    """The main process's view of a block: the arrays rebuilt from it are views of it (numpy stops
-    collapsing a view's base at a change of type), so it lives exactly as long as one of them."""
+    """The main process's view of a block for one message: the arrays rebuilt from the message are
+    views of it (numpy stops collapsing a view's base at a change of type), so it lives exactly as
+    long as one of them."""
 
 
-def _count_read(count: np.ndarray) -> None:
-    count[0] += 1  # every array from this message is gone: the worker may reuse the block
+def _count_read(ledger: np.ndarray, indices: list) -> None:
+    with _lock:  # every array of this message from this block is gone: the worker may reuse the extents
+        for i in indices:
+            ledger[i] += 1
 
 
-def _unpack_journal_list(payload: Any, block: tuple | None) -> list:
-    if block is None:
-        return pickle.loads(payload)
-    key, handle, forget = block
-    for k in forget:
-        _received.pop(k, None)
-    if handle is not None:
-        _drop_blocks_of_dead_workers()
-        _received[key] = handle
-    try:
-        tensor = _received[key]
-    except KeyError:
-        raise RuntimeError("a DataLoader worker's shuffle buffer names a shared-memory block this process "
-                           "was never handed (were messages from the worker lost?)") from None
-    data, spans = payload
-    mem = tensor.numpy()
-    owner = mem.view(_Owner)
-    items = pickle.loads(data, buffers=[owner[off:off + n] for off, n in spans])
-    weakref.finalize(owner, _count_read, mem[:8].view(np.int64))
+def _unpack_journal_list(data: bytes, shared: tuple | None) -> list:
+    items = pickle.loads(data)
+    if shared is None:
+        return items
+    handles, refs = shared
+    owners, ledgers, counts = [], [], []
+    for key, handle in handles:
+        if handle is not None:
+            _drop_blocks_of_dead_workers()
+            _received[key] = handle
+        try:
+            tensor = _received[key]
+        except KeyError:
+            raise RuntimeError("a DataLoader worker's shuffle buffer names a shared-memory block this process "
+                               "was never handed (were messages from the worker lost?)") from None
+        owners.append(tensor.numpy().view(_Owner))
+        ledgers.append(tensor)
+        counts.append([])
+    for p, payload, k, spans, index in refs:
+        owner = owners[k]
+        items[p] = pickle.loads(payload, buffers=[owner[o:o + n] for o, n in spans])
+        counts[k].append(index)
+    for owner, tensor, indices in zip(owners, ledgers, counts):
+        ledger = tensor.numpy()[:8 * (max(indices) + 1)].view(np.int64)  # not a view of the owner
+        weakref.finalize(owner, _count_read, ledger, indices)
     return items
 
 
