@@ -3,7 +3,7 @@
 from .combine import concatenate_datasets, interleave_datasets
 from .dataset import IterableDataset, to_iterable_dataset
 from .distributed import split_dataset_by_node
-from .elastic import redistribute_states
+from .loader.elastic import redistribute_states
 from .state import dumps_state, load_state, loads_state, save_state
 
 __version__ = "0.2.0"

@@ -32,7 +32,7 @@ from .nodes.base import check_int
 from .nodes.interleave import BLOCK as INTERLEAVE_BLOCK
 from .nodes.shuffle import BLOCK as SHUFFLE_BLOCK
 from .nodes.source import shard_order, split_positions
-from .plan import check_plan_envelope
+from .loader.plan import check_plan_envelope
 from .state import (FORMAT, MAX_EPOCH, PLAN_FORMAT, TRAINER_FORMAT, check_envelope, find_documents, fingerprint,
                     inline_buffers, loads_state)
 from .state_files import MAGIC

@@ -8,8 +8,8 @@ import os
 import sys
 from typing import Any, Callable, Iterator
 
-from . import elastic as _elastic
-from . import resume as _resume
+from .loader import elastic as _elastic
+from .loader import resume as _resume
 from . import state as _state
 from .distributed import current_worker, split_for_process
 from .features import batched_features, decode_only_change, features_of_schema, file_features, infer_features, map_feature

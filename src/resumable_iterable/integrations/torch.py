@@ -422,7 +422,7 @@ if _TorchdataLoader is not None:
             """Load a state saved by a ``StatefulDataLoader`` with any number of workers."""
             if not _is_ours(self.dataset) or state_dict == {}:
                 return super().load_state_dict(state_dict)
-            from .. import elastic, resume
+            from ..loader import elastic, resume
 
             new = elastic.remap_loader_state(state_dict, self.num_workers)
             epoch = resume.validate_loader_state(self.dataset, new, self.num_workers)

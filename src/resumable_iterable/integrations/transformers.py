@@ -351,8 +351,8 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         want = getattr(_base_loader(loader), "num_workers", None)
         if not isinstance(want, int) or not isinstance(loader_state, dict):
             return loader_state
-        from ..elastic import remap_loader_state
-        from ..loader_state import loader_num_workers
+        from ..loader.elastic import remap_loader_state
+        from ..loader.loader_state import loader_num_workers
 
         try:
             saved = loader_num_workers(loader_state)

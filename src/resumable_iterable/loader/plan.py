@@ -18,10 +18,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from . import state as _state
-from .distributed import effective_worker
-from .nodes.base import check_epoch, check_int
-from .state import PLAN_FORMAT
+from .. import state as _state
+from ..distributed import effective_worker
+from ..nodes.base import check_epoch, check_int
+from ..state import PLAN_FORMAT
 
 PLAN_VERSION = 1
 

@@ -8,17 +8,17 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from . import state as _state
-from .distributed import effective_worker
+from .. import state as _state
+from ..distributed import effective_worker
 from .elastic import build_plan_node, deal
 from .loader_state import _loader_keys, loader_num_workers
-from .nodes.base import Node
+from ..nodes.base import Node
 from .plan import describe_split, is_plan, make_plan, state_segments
 
 
 def split_description(dataset: Any, worker) -> dict:
-    from .dataset import _shape_of
-    from .distributed import ranks_of
+    from ..dataset import _shape_of
+    from ..distributed import ranks_of
 
     return {"base": _shape_of(dataset._node)[1], "ranks": ranks_of(dataset._split),
             "worker": list(worker) if worker is not None else None}
@@ -28,8 +28,8 @@ def load_node(dataset: Any, state: Any, worker) -> tuple[Node, int]:
     """Validate ``state`` (a plain state or an elastic plan) for ``dataset`` iterated in ``worker``
     (``(id, num_workers)`` or ``None``) and return the loaded node and its epoch. Nothing of the
     dataset changes; raises ``ValueError`` naming the problem."""
-    from .dataset import _shape_of
-    from .distributed import ranks_of, split_for_process
+    from ..dataset import _shape_of
+    from ..distributed import ranks_of, split_for_process
 
     ranks = ranks_of(dataset._split)
     base = _shape_of(dataset._node)[1]
@@ -85,10 +85,10 @@ def validate_loader_state(dataset: Any, loader_state: dict, num_workers: int) ->
 def requested_epoch(dataset: Any) -> int:
     """The epoch a new pass uses: inside a DataLoader worker, the main process's current epoch
     (shared memory, so ``set_epoch`` reaches persistent workers); elsewhere ``dataset._epoch``."""
-    from .distributed import current_worker
+    from ..distributed import current_worker
 
     if current_worker() is not None and "torch" in sys.modules:
-        from .integrations.torch import shared_epoch
+        from ..integrations.torch import shared_epoch
 
         e = shared_epoch(dataset)
         if e is not None:
@@ -124,7 +124,7 @@ def resolve_pending(dataset: Any, worker) -> None:
     claims = dataset._claims
     if loaded_in == worker:
         if worker is None and claims is not None:
-            from .integrations.torch import claimed
+            from ..integrations.torch import claimed
 
             if claimed(claims):  # DataLoader workers already used it
                 _drop_pending(dataset)
@@ -137,8 +137,8 @@ def resolve_pending(dataset: Any, worker) -> None:
         raise ValueError("this dataset holds a state loaded with load_state_dict() before torch was imported and is "
                          "now iterated by DataLoader workers; import torch first, or load the state through "
                          "resumable_iterable.StatefulDataLoader")
-    from .distributed import ranks_of
-    from .integrations.torch import claim
+    from ..distributed import ranks_of
+    from ..integrations.torch import claim
 
     w, n = worker
     if not claim(claims, w, n):

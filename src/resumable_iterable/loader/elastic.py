@@ -34,11 +34,11 @@ from __future__ import annotations
 import copy
 from typing import Any, Iterator
 
-from . import state as _state
-from .distributed import effective_worker, split_ranks, split_workers
+from .. import state as _state
+from ..distributed import effective_worker, split_ranks, split_workers
 from .loader_state import build_loader_state, loader_num_workers, parse_loader_state
-from .nodes.base import Node, as_int, check_int
-from .nodes.source import SourceNode
+from ..nodes.base import Node, as_int, check_int
+from ..nodes.source import SourceNode
 from .plan import (PLAN_FORMAT, _check_worker, check_plan_envelope, describe_split, make_plan,  # noqa: F401
                    state_segments)
 
@@ -103,7 +103,7 @@ def _leaf_source(node: Node) -> SourceNode | None:
 def build_plan_node(template: Node, plan: dict, current_ranks: list, current_worker, base: str) -> SegmentsNode:
     """Validate ``plan`` against a dataset (its unsplit pipeline ``template``) and the process it
     is loaded in; return the loaded :class:`SegmentsNode`. Raises ``ValueError`` naming the problem."""
-    from .dataset import _shape_of
+    from ..dataset import _shape_of
 
     check_plan_envelope(plan)
     if plan["base"] != base:
@@ -151,7 +151,7 @@ def build_plan_node(template: Node, plan: dict, current_ranks: list, current_wor
 
 def plan_state(node: SegmentsNode, epoch: int) -> dict:
     """The plan state of a running :class:`SegmentsNode` (segments already finished are left out)."""
-    from .dataset import _shape_of
+    from ..dataset import _shape_of
 
     segs = []
     for i in range(node._state_dict["current"], len(node.children)):
