@@ -116,7 +116,7 @@ class SourceNode(Node):
 
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> Node:
         new = copy.copy(self)
-        new.__dict__.pop("_ri_shape", None)
+        new.forget_fingerprint()
         new.shard_ids = [self.shard_ids[p] for p in split_positions(len(self.shard_ids), num_shards, index, contiguous)]
         new._state_dict = {}
         new._state_dict = new._fresh_state()
