@@ -309,7 +309,7 @@ def test_provenance_capture_does_not_touch_other_pipelines():
     take(iter(ds), 10)
     inter = next(n for n in _nodes(ds.state_dict()["state"]) if n["node"] == "interleave")
     assert inter["peeked_pos"] == [None, None]
-    assert not any(n in replay_mod.TRACE for n in ds._active.walk())
+    assert not any(n in replay_mod.TRACE for n in ds._session.active.walk())
 
 
 def _tuple_gen(shards):
