@@ -1,4 +1,5 @@
-"""``interleave_datasets`` and ``concatenate_datasets``."""
+"""``interleave_datasets`` and ``concatenate_datasets``: new datasets over several datasets'
+pipelines (the layer above the ``dataset.py`` facade; it only builds nodes and datasets)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,11 @@
-"""The user-facing :class:`IterableDataset`: HF-style chaining over a tree of nodes, with
-``state_dict()`` / ``load_state_dict()`` that resume exactly."""
+"""The user-facing :class:`IterableDataset`: HF-style constructors and chaining over a tree of
+nodes, with ``state_dict()`` / ``load_state_dict()`` that resume exactly.
+
+The facade layer: a dataset is a description (its pipeline template, rank split, features and
+format) and builds new ones; iterating it and its state in this process - DataLoader workers,
+loaded states, epochs shared with workers - belong to its :class:`~resumable_iterable.loader.session.IterationSession`
+(``loader/session.py``), to which ``__iter__``, ``state_dict``, ``load_state_dict`` and
+``set_epoch`` delegate."""
 
 from __future__ import annotations
 
@@ -476,7 +482,7 @@ class IterableDataset(_Base):
         dataset (``"split"``: ranks and DataLoader worker), which elastic resume uses. During an
         epoch resumed elastically (``resumable_iterable.StatefulDataLoader`` with another worker
         count, or :func:`resumable_iterable.redistribute_states`) the state is an *elastic plan*
-        (see ``plan.py``), which loads the same way.
+        (see ``loader/plan.py``), which loads the same way.
         """
         return self._session.state_dict()
 

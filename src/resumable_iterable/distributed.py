@@ -4,7 +4,8 @@ A dataset records its rank splits (``dataset._split``, one ``("rank", rank, worl
 per ``split_dataset_by_node`` call) and applies them, then the DataLoader worker split, when it
 builds the pipeline a process iterates (:func:`split_for_process`). The same function rebuilds
 the pipeline of *another* process (a worker or rank of a saved run) from a split description,
-which is what elastic resume (``elastic.py``) needs.
+which is what elastic resume (``loader/elastic.py``) needs. This layer sits on the nodes and
+under the loader layer (``loader/``); it never imports the dataset facade.
 
 A split description is plain JSON stored in every state::
 

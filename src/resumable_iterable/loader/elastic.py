@@ -299,7 +299,7 @@ def redistribute_states(states: list[dict], world_size: int, num_workers: int | 
     Order: what is left of each old rank (and of each of its DataLoader workers) is continued as
     is, in its own order, by one new rank (and worker); these pieces are dealt round-robin. When
     there are fewer pieces than new ranks x workers, the untouched shards of simple pipelines
-    (see ``elastic.py``) are handed to the ranks that would idle, unless ``carve=False``.
+    (see ``resumable_iterable.loader.elastic``) are handed to the ranks that would idle, unless ``carve=False``.
 
     ``num_workers`` sets the worker count of the returned DataLoader states (default: the saved
     one, which must then be the same on every rank); ``resumable_iterable.StatefulDataLoader``

@@ -12,7 +12,8 @@ A pipeline is a tree of :class:`Node` objects. Each node:
   while the consumer holds example *k* already counts *k* as consumed.
 * is reset (:meth:`reset`) and loaded (:meth:`load`) **in place**: dicts that a parent holds
   are never rebound, only updated.
-* describes its structure (:meth:`params`, :meth:`shape`) for the pipeline fingerprint,
+* describes its structure (:meth:`params`, :meth:`shape`) for the pipeline fingerprint
+  (:meth:`fingerprint`, computed once per node object),
   validates a foreign state before any of it is applied (:meth:`validate`), and can be split
   by shard (:meth:`shard`) for DataLoader workers and ranks.
 """

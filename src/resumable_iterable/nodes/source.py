@@ -10,7 +10,7 @@ State: ``{"node", "shard_seed", "shard_pos", "offset", "stop"}``
 * ``shard_pos`` - index, in that order, of the shard being read.
 * ``offset`` - rows of that shard already yielded.
 * ``stop`` - ``None`` (read to the last shard) or the position in that order where reading
-  stops. Only elastic resume sets it (see ``elastic.py``): it hands the untouched shards after
+  stops. Only elastic resume sets it (see ``loader/elastic.py``): it hands the untouched shards after
   ``stop`` to another worker. A reset (a new pass) clears it.
 
 Progress is therefore known *per shard*: shards before ``shard_pos`` are done, the one at
