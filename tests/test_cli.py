@@ -255,3 +255,36 @@ def test_rank_states_and_elastic_plans(tmp_path, capsys):
     assert fresh and sorted(sh for s in fresh for sh in s["fresh_shards"]) == sorted(handed)
     code, out, _ = run(capsys, "inspect", str(tmp_path / "plans.json"))
     assert "(saved by rank 0 of 2)" in out and "fresh segment: reads shard(s)" in out
+
+
+def test_console_script_entry_point_resolves(capsys):
+    """``setup.cfg``'s ``resumable-iterable = module:function`` names the ``main`` of the ``cli`` package."""
+    import configparser
+    import importlib
+    import os
+
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "setup.cfg"))
+    scripts = dict((k.strip(), v.strip()) for k, v in (line.split("=", 1) for line in
+                   cfg["options.entry_points"]["console_scripts"].splitlines() if line.strip()))
+    module, func = scripts["resumable-iterable"].split(":")
+    assert getattr(importlib.import_module(module), func) is main
+    with pytest.raises(SystemExit) as e:
+        main(["inspect", "--help"])
+    assert e.value.code == 0 and "--max-shards" in capsys.readouterr().out
+
+
+def test_cli_modules_use_no_private_names_of_other_modules():
+    """Each module of the ``cli`` package tells one story and uses only public names of the others."""
+    import ast
+    import pathlib
+
+    import resumable_iterable.cli as cli
+
+    found = []
+    for path in pathlib.Path(cli.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                found += [(path.name, node.module, a.name) for a in node.names if a.name.startswith("_")]
+        assert len(path.read_text().splitlines()) < 300, path.name
+    assert found == []

@@ -348,3 +348,21 @@ def test_online_downloads_only_the_split_pinned_to_one_commit(tmp_path, repo_dir
     assert ids_of(ds) == list(range(17))
     assert calls == [("main", ["README.md"]),
                      (COMMIT_MAIN, ["data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet"])]
+
+
+def test_load_dataset_is_one_function_under_its_three_names():
+    """``ri.load_dataset``, ``integrations.hub.load_dataset`` and the one in ``hub/load.py`` are the same;
+    the modules of the package use only each other's public names."""
+    import ast
+    import pathlib
+
+    import resumable_iterable.integrations.hub as hub
+    from resumable_iterable.integrations.hub.load import load_dataset
+
+    assert ri.load_dataset is hub.load_dataset is load_dataset
+    found = []
+    for path in pathlib.Path(hub.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                found += [(path.name, node.module, a.name) for a in node.names if a.name.startswith("_")]
+    assert found == []

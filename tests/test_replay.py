@@ -309,7 +309,25 @@ def test_provenance_capture_does_not_touch_other_pipelines():
     take(iter(ds), 10)
     inter = next(n for n in _nodes(ds.state_dict()["state"]) if n["node"] == "interleave")
     assert inter["peeked_pos"] == [None, None]
-    assert not any(n in replay_mod.TRACE for n in ds._session.active.walk())
+    assert not any(n.kind == "interleave" and n.traced() for n in ds._session.active.walk())
+
+
+def test_an_armed_interleave_is_armed_alone_and_still_pickles():
+    # a replay-mode shuffle arms the interleave below it; copies (clone, shard, pickling for
+    # DataLoader workers) are not armed - their own shuffle arms them when it iterates
+    import pickle
+
+    from resumable_iterable.nodes.arrow import ArrowSource
+    from resumable_iterable.nodes.interleave import InterleaveNode
+    from resumable_iterable.nodes.shuffle import ShuffleNode
+
+    inter = InterleaveNode([ArrowSource(HF.data.table, 2), ArrowSource(HF_B.data.table, 2)])
+    shuffle = ShuffleNode(inter, seed=1, buffer_size=5, buffer_state="replay")
+    assert not inter.traced()
+    take(iter(shuffle), 10)
+    assert inter.traced()
+    assert not inter.clone().traced() and not inter.shard(2, 0).traced()
+    assert not pickle.loads(pickle.dumps(inter)).traced()
 
 
 def _tuple_gen(shards):

@@ -191,6 +191,47 @@ class Node:
         for c in self.children:
             yield from c.walk()
 
+    # ------------------------------------------------------------------ capabilities
+    # What a node kind can do for the machinery above it, asked of the node itself, so that a new
+    # node kind is one file. The defaults describe a node that supports none of it (examples
+    # pass through unchanged where a default passes a request on); each node module overrides
+    # what its kind can do. Replay: see ``nodes/replay.py``; row-local: ``nodes/global_shuffle.py``.
+
+    def describe(self) -> str:
+        """A short human name for messages: ``map(tokenize, batched=True)``, ``interleave_datasets(...)``."""
+        return self.kind
+
+    def replay_problem(self) -> str | None:
+        """Why the examples this node yields cannot be re-derived from their provenance below a
+        replay-mode shuffle (this node only; its inputs are asked in turn), or ``None`` if they can."""
+        return f"'{self.kind}' nodes do not support replay"
+
+    def provenance_reader(self) -> Any:
+        """A function ``() -> list`` giving the provenance of the last example this node yielded, built when a
+        replay-mode shuffle above starts iterating (nodes that read ahead arm their tracking here).
+        Default: an example passes through unchanged, so its provenance is the input's."""
+        return self.children[0].provenance_reader()
+
+    def check_provenance(self, prov: Any, where: str) -> None:
+        """Raise ``ValueError`` unless ``prov`` is a well-formed provenance of an example of this node."""
+        if len(self.children) != 1:
+            raise ValueError(f"{where}: '{self.kind}' nodes do not support replay")
+        self.children[0].check_provenance(prov, where)
+
+    def reread(self, provs: list[list], bar: Any = None) -> list[Any]:
+        """Re-derive the examples this node yielded at (validated) provenances ``provs``, in that
+        order, in one batch; ``bar`` counts the rows read from sources. Default: pass-through."""
+        return self.children[0].reread(provs, bar) if provs else []
+
+    def row_local_problem(self) -> str | None:
+        """Why this node may not sit between a global shuffle and its source (its output for a row
+        must depend on that row alone), or ``None`` if it may."""
+        return f"a {self.kind!r} node, which is not a per-example transform"
+
+    def single_source(self) -> Node | None:
+        """The source at the bottom of a chain of single-input nodes, or ``None`` (several inputs)."""
+        return self.children[0].single_source() if len(self.children) == 1 else None
+
 
 # ---------------------------------------------------------------------- validation helpers
 

@@ -71,3 +71,10 @@ class BatchNode(Node):
             batch = rows_to_batch(rows)
             rows.clear()
             yield batch
+
+    # -- capabilities (see ``Node``)
+    def replay_problem(self) -> str | None:
+        return "a batch is made of many rows"
+
+    def row_local_problem(self) -> str | None:
+        return "a batch node: batch after the shuffle"

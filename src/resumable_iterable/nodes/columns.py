@@ -84,3 +84,13 @@ class ColumnsNode(Node):
         if self.op == "remove":
             return [n for n in names if n not in self.columns]
         return [self.columns.get(n, n) for n in names]
+
+    # -- capabilities (see ``Node``): a per-example transform of the columns
+    def replay_problem(self) -> str | None:
+        return None
+
+    def reread(self, provs: list[list], bar=None) -> list[dict]:
+        return [self._apply_one(ex) for ex in self.children[0].reread(provs, bar)]
+
+    def row_local_problem(self) -> str | None:
+        return None

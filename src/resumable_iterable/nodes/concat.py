@@ -25,6 +25,7 @@ from typing import Iterator
 
 from ..state import ExampleList, copy_example
 from .base import Node, check_examples, check_int, rng_from_seed
+from .replay import check_input_provenance, check_list, reread_by_input
 
 
 @functools.lru_cache(maxsize=64)
@@ -186,3 +187,85 @@ class ConcatNode(Node):
         if self.axis == 0 and self._state_dict["index"] < len(self.children):
             return self.children[self.current_input()].position()
         return None
+
+    # ------------------------------------------------------------------ capabilities (see ``Node``)
+    # a provenance is [input, *position] (axis=0) or one per input (axis=1): see ``nodes/replay.py``
+    def describe(self) -> str:
+        return f"concatenate_datasets(axis={self.axis})"
+
+    def replay_problem(self) -> str | None:
+        return None
+
+    def provenance_reader(self):
+        fns = [c.provenance_reader() for c in self.children]
+        if self.axis == 0:
+            def current() -> list:
+                i = self.current_input()
+                return [i, *fns[i]()]
+
+            return current
+        st = self._state_dict
+
+        def merged() -> list:
+            ex, cols = st["exhausted"], st["columns"]
+            return [([] if cols[j] is None else [-1]) if ex[j] else f() for j, f in enumerate(fns)]
+
+        return merged
+
+    def check_provenance(self, prov, where: str) -> None:
+        if self.axis == 0:
+            return check_input_provenance(self, prov, where)
+        check_list(prov, where)
+        n = len(self.children)
+        if len(prov) != n:
+            raise ValueError(f"{where}: a concatenate(axis=1) position has one entry per input ({n}), got {prov!r}")
+        exhausted = [type(p) is list and (p == [] or (len(p) == 1 and type(p[0]) is int and p[0] == -1))
+                     for p in prov]
+        if all(exhausted):
+            raise ValueError(f"{where}: a concatenate(axis=1) position names no input")
+        for j, (c, p, done) in enumerate(zip(self.children, prov, exhausted)):
+            if not done:
+                c.check_provenance(p, f"{where}[{j}]")
+
+    def reread(self, provs: list[list], bar=None) -> list[dict]:
+        if self.axis == 0:
+            return reread_by_input(self, provs, bar)
+        n = len(self.children)
+        columns = list(self._state_dict["columns"])
+        per_child: list[dict] = []
+        for j in range(n):
+            js = [i for i, p in enumerate(provs) if p[j] != [] and p[j] != [-1]]
+            exs = self.children[j].reread([provs[i][j] for i in js], bar)
+            per_child.append(dict(zip(js, exs)))
+            if columns[j] is None and any(p[j] == [-1] for p in provs):
+                columns[j] = _first_columns(self.children[j])
+        out = []
+        for i, prov in enumerate(provs):
+            merged: dict = {}
+            for j in range(n):
+                ex = per_child[j].get(i)
+                if ex is not None:
+                    merged.update(ex)
+                elif prov[j] == [-1]:  # exhausted after yielding: its columns are None (as when it ran)
+                    for c in columns[j]:
+                        merged.setdefault(c, None)
+            out.append(merged)
+        return out
+
+    def row_local_problem(self) -> str | None:
+        return ("a concat node (concatenate_datasets): shuffle each dataset with shuffle(buffer_size=None) "
+                "before concatenating them")
+
+
+def _first_columns(child: Node) -> list[str]:
+    """The columns of the first example ``child`` yields in a pass: what ``concatenate(axis=1)``
+    fills with None once that input is exhausted. Needed when a replayed example was buffered in
+    an earlier pass (a ``repeat`` or an interleave restarted the input since, and forgot them)."""
+    fresh = child.clone()
+    fresh.load(child.state_dict())  # the shard order chosen above lives in the state
+    fresh.reset()
+    first = next(iter(fresh), None)
+    if first is None:
+        raise ValueError("cannot re-derive a buffered concatenate(axis=1) row: the input that was exhausted "
+                         "now yields nothing (did the data change?)")
+    return list(first)

@@ -164,6 +164,9 @@ class FileSource(SourceNode):
             table = self._table(shard_id)
         return table.take(pa.array(rows, type=pa.int64())).to_pylist()
 
+    def shard_label(self, sid: int) -> str:
+        return f"{self.kind} source shard {sid} (file {self.paths[sid]!r})"
+
     @property
     def features(self) -> Any:
         return None

@@ -10,7 +10,8 @@ How it is wired
 ``make_global_shuffle(child, seed)`` walks down from ``child`` to its source and **replaces the
 source by a** :class:`PermutedSource` **reading it at random positions**. Between the shuffle
 and the source only *row-local* nodes are allowed - nodes whose output for a row depends on
-that row alone, so that shuffling their input permutes their output:
+that row alone, so that shuffling their input permutes their output (each node kind says
+whether it is, and if not why, through ``Node.row_local_problem``):
 
 * ``select_columns`` / ``remove_columns`` / ``rename_column(s)``,
 * ``map`` and ``filter`` with ``batched=False`` and ``with_indices=False``.
@@ -72,42 +73,8 @@ and Arrow calls, small enough to keep the first example fast."""
 
 
 # ---------------------------------------------------------------------- what may sit below
-
-
-def _why_not_row_local(node: Node) -> str | None:
-    """``None`` if ``node`` may sit between a global shuffle and its source, else the reason."""
-    from .columns import ColumnsNode
-    from .map import MapNode  # FilterNode is a MapNode
-
-    if isinstance(node, ColumnsNode):
-        return None
-    if isinstance(node, MapNode):  # map and filter
-        name = getattr(node.function, "__qualname__", type(node.function).__name__)
-        what = f"{node.kind}({name}"
-        if node.batched:
-            return (f"a batched {what}, batched=True): a batched function sees the rows in shuffled "
-                    f"batches, so its output would not be a shuffle of the unshuffled output")
-        if node.with_indices:
-            return (f"a {what}, with_indices=True): the indices it receives are positions in the "
-                    f"stream, which the global shuffle changes")
-        return None
-    kind = node.kind
-    reasons = {
-        "interleave": "an interleave node (interleave_datasets): shuffle each dataset with "
-                      "shuffle(buffer_size=None) before interleaving them",
-        "concat": "a concat node (concatenate_datasets): shuffle each dataset with "
-                  "shuffle(buffer_size=None) before concatenating them",
-        "shuffle": "a shuffle buffer (shuffle(buffer_size=...)): the global shuffle replaces it",
-        "global_shuffle": "another global shuffle (shuffle(buffer_size=None)): shuffle once",
-        "skip": "a skip node: skipping depends on the order; select rows on the HF Dataset "
-                "(Dataset.select) or skip after the shuffle",
-        "take": "a take node: taking depends on the order; select rows on the HF Dataset "
-                "(Dataset.select) or take after the shuffle",
-        "repeat": "a repeat node: repeat after the shuffle (with set_epoch for new orders)",
-        "batch": "a batch node: batch after the shuffle",
-        "step": "a step node (split_dataset_by_node): split after the shuffle",
-    }
-    return reasons.get(kind, f"a {kind!r} node, which is not a per-example transform")
+# Each node kind says itself whether it is row-local (``Node.row_local_problem``); the source
+# must offer the protocol below.
 
 
 def _source_problem(node: Node) -> str | None:
@@ -321,13 +288,16 @@ class GlobalShuffleNode(Node):
     def _iter(self) -> Iterator[Any]:
         return iter(self.children[0])
 
+    def row_local_problem(self) -> str | None:
+        return "another global shuffle (shuffle(buffer_size=None)): shuffle once"
+
 
 def _install_reader(child: Node) -> Node:
     """Replace the source at the bottom of ``child``'s chain by a :class:`PermutedSource`."""
     path: list[Node] = []
     node = child
     while node.children:
-        reason = _why_not_row_local(node)
+        reason = node.row_local_problem()
         if reason is not None:
             raise _refuse(reason)
         path.append(node)

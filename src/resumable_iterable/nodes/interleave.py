@@ -38,6 +38,7 @@ from typing import Iterator
 
 from ..state import HeldExamples, copy_example
 from .base import Node, check_examples, check_int, check_rng, resolve_seed, rng_from_seed, rng_from_state, split_seed
+from .replay import check_input_provenance, reread_by_input, same_example
 
 STRATEGIES = ("first_exhausted", "all_exhausted", "all_exhausted_without_replacement")
 BLOCK = 1000
@@ -45,6 +46,9 @@ BLOCK = 1000
 
 class InterleaveNode(Node):
     kind = "interleave"
+    #: below a replay-mode shuffle, the provenance readers of the inputs (set by
+    #: :meth:`provenance_reader`); ``None`` elsewhere. Not copied by ``clone``/``shard``/pickle.
+    _trace: list | None = None
 
     def __init__(self, children: list[Node], probabilities: list[float] | None = None, seed: int | None = None,
                  stopping_strategy: str = "first_exhausted"):
@@ -101,33 +105,20 @@ class InterleaveNode(Node):
             raise ValueError(f"{where}: 'peeked_pos' must be a list of {n} positions or nulls")
         last = state["last_pos"]
         if last is not None:
-            from .replay import check_provenance
-
             if not isinstance(last, list) or not last or type(last[0]) is not int or not 0 <= last[0] < n:
                 raise ValueError(f"{where}: 'last_pos' must be null or [input, *position] with an input in [0, {n})")
-            check_provenance(self.children[last[0]], last[1:], f"{where}.last_pos")
+            self.children[last[0]].check_provenance(last[1:], f"{where}.last_pos")
         if any(p is not None for p in pp):
-            from .replay import check_provenance
-
             for i, (p, pk) in enumerate(zip(pp, state["peeked"])):
                 if (p is None) != (pk is None):
                     raise ValueError(f"{where}: 'peeked_pos' must give a position for each peeked example "
                                      f"and only for them (input {i})")
                 if p is not None:
-                    check_provenance(self.children[i], p, f"{where}.peeked_pos[{i}]")
+                    self.children[i].check_provenance(p, f"{where}.peeked_pos[{i}]")
 
     def _load_own(self, state: dict) -> None:
         super()._load_own(state)
         self._state_dict["peeked"] = HeldExamples(self._state_dict["peeked"])  # not owned: the state shares them
-
-    @property
-    def _ri_last(self) -> list | None:
-        """Where the last example yielded came from (only tracked below a replay-mode shuffle)."""
-        return self._state_dict["last_pos"]
-
-    @_ri_last.setter
-    def _ri_last(self, pos: list | None) -> None:
-        self._state_dict["last_pos"] = pos
 
     def _give_back(self, st: dict, i: int) -> None:
         """Undo drawing input ``i`` (its input raised): the resumed run draws it again."""
@@ -166,14 +157,20 @@ class InterleaveNode(Node):
             yield i
 
     def _iter(self) -> Iterator[dict]:
-        if self._traced():
+        if self._trace is not None:
             return self._iter_traced()
         return self._iter_plain()
 
-    def _traced(self) -> bool:
-        from .replay import TRACE
+    def traced(self) -> bool:
+        """Whether this node tracks the provenance of its examples (armed by a replay-mode shuffle above)."""
+        return self._trace is not None
 
-        return self in TRACE
+    def __getstate__(self) -> dict:
+        # the arming belongs to this instance's iteration: copies (clone, shard, DataLoader
+        # workers) are armed by their own shuffle when it iterates
+        state = dict(self.__dict__)
+        state.pop("_trace", None)
+        return state
 
     def _iter_plain(self) -> Iterator[dict]:
         st = self._state_dict
@@ -224,9 +221,7 @@ class InterleaveNode(Node):
     def _iter_traced(self) -> Iterator[dict]:
         """``_iter_plain`` that also records where each yielded and peeked example came from
         (only below a replay-mode shuffle, which armed this node: see ``nodes/replay.py``)."""
-        from .replay import TRACE, describe, replay, same_example
-
-        provs = TRACE[self]
+        provs = self._trace
         st = self._state_dict
         kids = self.children
         exhausted, peeked, ppos = st["exhausted"], st["peeked"], st["peeked_pos"]
@@ -234,10 +229,10 @@ class InterleaveNode(Node):
             if pk is None:
                 continue
             if ppos[i] is None:
-                raise ValueError(f"cannot resume {describe(self)} below a replay-mode shuffle: the state has no "
+                raise ValueError(f"cannot resume {self.describe()} below a replay-mode shuffle: the state has no "
                                  f"position for the example peeked from input {i}")
-            if not same_example(replay(kids[i], [ppos[i]])[0], pk):
-                raise ValueError(f"cannot resume {describe(self)}: the example peeked from input {i} differs from "
+            if not same_example(kids[i].reread([ppos[i]])[0], pk):
+                raise ValueError(f"cannot resume {self.describe()}: the example peeked from input {i} differs from "
                                  f"the one at its recorded position {ppos[i]} (state edited, or data changed)")
         stop = all if self.stopping_strategy != "first_exhausted" else any
         replace = self.stopping_strategy != "all_exhausted_without_replacement"
@@ -276,8 +271,30 @@ class InterleaveNode(Node):
                 owned[i] = 1
                 ppos[i] = provs[i]()
             if ex is not None:
-                self._ri_last = [i, *pos]
+                st["last_pos"] = [i, *pos]
                 yield ex
 
     def position(self) -> dict | None:
         return None
+
+    # ------------------------------------------------------------------ capabilities (see ``Node``)
+    def describe(self) -> str:
+        return f"interleave_datasets(stopping_strategy={self.stopping_strategy!r})"
+
+    def replay_problem(self) -> str | None:
+        return None
+
+    def provenance_reader(self):
+        """Arms the traced loop (it records what it peeks); ``last_pos`` is ``[input, *position]``."""
+        self._trace = [c.provenance_reader() for c in self.children]
+        return lambda: self._state_dict["last_pos"]
+
+    def check_provenance(self, prov, where: str) -> None:
+        check_input_provenance(self, prov, where)
+
+    def reread(self, provs: list[list], bar=None) -> list[dict]:
+        return reread_by_input(self, provs, bar)
+
+    def row_local_problem(self) -> str | None:
+        return ("an interleave node (interleave_datasets): shuffle each dataset with shuffle(buffer_size=None) "
+                "before interleaving them")

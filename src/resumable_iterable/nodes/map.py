@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterator
 
 from ..state import ExampleList, copy_example
 from .base import Node, add_context, check_int
+from .replay import MAX_INT, check_list
 from .rows import batch_to_rows, rows_to_batch
 
 
@@ -158,6 +159,68 @@ class MapNode(Node):
                 f"columns {sorted(kept)} cannot be kept: add them to remove_columns or return them"
             )
         return batch_to_rows({**kept, **out}) if (kept or out) else [{} for _ in range(n_out)]
+
+    # ------------------------------------------------------------------ capabilities (see ``Node``)
+    def describe(self) -> str:
+        name = getattr(self.function, "__qualname__", type(self.function).__name__)
+        return f"{self.kind}({name}{', batched=True' if self.batched else ''})"
+
+    def replay_problem(self) -> str | None:
+        if self.batched:
+            return ("a batched function's output rows depend on the whole batch, so one row cannot be "
+                    "re-derived alone")
+        return None
+
+    def provenance_reader(self):
+        child = self.children[0].provenance_reader()
+        if not self.with_indices:
+            return child
+        st = self._state_dict
+        return lambda: [st["index"] - 1, *child()]
+
+    def check_provenance(self, prov: Any, where: str) -> None:
+        if self.with_indices:
+            check_list(prov, where)
+            if not prov or type(prov[0]) is not int or not 0 <= prov[0] <= MAX_INT:
+                raise ValueError(f"{where}: a {self.kind} position starts with a non-negative example index, "
+                                 f"got {prov!r}")
+            prov = prov[1:]
+        self.children[0].check_provenance(prov, where)
+
+    def reread(self, provs: list[list], bar: Any = None) -> list[dict]:
+        """The function is run again on each re-read input, with the index it had; a filter that
+        now rejects an example it had kept is reported."""
+        if self.with_indices:
+            indices = [p[0] for p in provs]
+            inputs = self.children[0].reread([p[1:] for p in provs], bar)
+        else:
+            indices = [0] * len(provs)
+            inputs = self.children[0].reread(provs, bar)
+        return [self._reapply(ex, i) for ex, i in zip(inputs, indices)]
+
+    def _reapply(self, ex: dict, index: int) -> dict:
+        try:
+            out = self._apply_one(ex, index)
+        except Exception as e:
+            e.add_note(f"while re-deriving a buffered example through {self.describe()} (example #{index}) "
+                       "to resume a replay-mode shuffle")
+            raise
+        if out is None:
+            raise ValueError(
+                f"resuming a replay-mode shuffle: {self.describe()} now rejects example #{index} it had kept when "
+                "the state was saved: the predicate is not deterministic, or the data changed since then"
+            )
+        return out
+
+    def row_local_problem(self) -> str | None:
+        what = f"{self.kind}({getattr(self.function, '__qualname__', type(self.function).__name__)}"
+        if self.batched:
+            return (f"a batched {what}, batched=True): a batched function sees the rows in shuffled "
+                    f"batches, so its output would not be a shuffle of the unshuffled output")
+        if self.with_indices:
+            return (f"a {what}, with_indices=True): the indices it receives are positions in the "
+                    f"stream, which the global shuffle changes")
+        return None
 
     # ------------------------------------------------------------------ iteration
     def _iter(self) -> Iterator[dict]:

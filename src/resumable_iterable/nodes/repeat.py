@@ -43,3 +43,10 @@ class RepeatNode(Node):
             st["round"] += 1
             child.reset()
             fresh = True
+
+    # -- capabilities (see ``Node``): examples pass through unchanged
+    def replay_problem(self) -> str | None:
+        return None
+
+    def row_local_problem(self) -> str | None:
+        return "a repeat node: repeat after the shuffle (with set_epoch for new orders)"

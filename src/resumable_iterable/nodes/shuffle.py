@@ -29,11 +29,12 @@ State: ``{"node", "seed", "epoch", "rng", "rng_pos", "buffer", "draining", "chil
 from __future__ import annotations
 
 from typing import Iterator
-
+from zlib import crc32
 
 from ..state import CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList, copy_example, journaling
 from .base import (Node, as_int, check_bool, check_epoch, check_examples, check_int, check_rng, resolve_seed,
                    rng_from_seed, rng_from_state, split_seed)
+from .replay import DIGEST_MASK, buffer_digest, replay_buffer, require_replay_support, slot_hash
 
 BLOCK = 1024
 
@@ -58,8 +59,6 @@ class ShuffleNode(Node):
         if buffer_state not in BUFFER_STATES:
             raise ValueError(f"unknown buffer_state {buffer_state!r}; expected one of {BUFFER_STATES}")
         if buffer_state == "replay":
-            from .replay import require_replay_support
-
             require_replay_support(child)
         self._live = None  # replay mode: (provenance buffer, examples, slot hashes) beside the state
         seed = resolve_seed(seed)
@@ -131,27 +130,15 @@ class ShuffleNode(Node):
             raise ValueError(f"{where}: every buffered example must be an object")
 
     def _validate_replay(self, state: dict, where: str) -> None:
-        from .replay import buffer_digest, check_provenance
-
         check_int(state, "digest", where, hi=2**64 - 1)
-        child = self.children[0]
+        check = self.children[0].check_provenance
         for i, prov in enumerate(state["buffer"]):
-            check_provenance(child, prov, f"{where}.buffer[{i}]")
+            check(prov, f"{where}.buffer[{i}]")
         if state["last"] is not None:
-            check_provenance(child, state["last"], f"{where}.last")
+            check(state["last"], f"{where}.last")
         if buffer_digest(state["buffer"]) != state["digest"]:
             raise ValueError(f"{where}: the buffered positions do not match their digest: the state was edited "
                              "or damaged")
-
-    @property
-    def _ri_last(self) -> list | None:
-        """Replay mode: where the last example yielded came from (kept in the state, since a node
-        above may still hold that example when a state is taken: a map retrying it after an error)."""
-        return self._state_dict.get("last")
-
-    @_ri_last.setter
-    def _ri_last(self, pos: list | None) -> None:
-        self._state_dict["last"] = pos
 
     def _load_own(self, state: dict) -> None:
         super()._load_own(state)
@@ -256,23 +243,19 @@ class ShuffleNode(Node):
         buf = self._state_dict["buffer"]
         live = self._live
         if live is None or live[0] is not buf:  # loaded, reset or cloned since: re-read
-            from .replay import replay_buffer, slot_hash
-
             examples = replay_buffer(self.children[0], buf) if buf else []
             live = self._live = (buf, examples, [slot_hash(i, p) for i, p in enumerate(buf)])
         return live
 
     def _iter_replay(self) -> Iterator[dict]:
-        """``_iter_examples`` keeping the examples beside the state and their positions in it."""
-        from zlib import crc32
-
-        from .replay import DIGEST_MASK, compile_provenance, slot_hash
-
+        """``_iter_examples`` keeping the examples beside the state and their positions in it.
+        ``last`` (in the state) is where the last example yielded came from, since a node above
+        may still hold that example when a state is taken (a map retrying it after an error)."""
         st = self._state_dict
         buf, exs, hs = self._live_buffer()
         size = self.buffer_size
         if not st["draining"]:
-            provenance = compile_provenance(self.children[0])
+            provenance = self.children[0].provenance_reader()
             rng = rng_from_state(st["rng"])
             block = rng.integers(0, size, size=BLOCK).tolist()
             pos = st["rng_pos"]
@@ -294,7 +277,7 @@ class ShuffleNode(Node):
                 pos += 1
                 st["rng_pos"] = pos
                 out = exs[i]
-                self._ri_last = buf[i]
+                st["last"] = buf[i]
                 h = crc32(repr(p).encode(), i & 0xFFFFFFFF)  # = slot_hash(i, p), inlined
                 st["digest"] = digest = (digest - hs[i] + h) & DIGEST_MASK
                 buf[i] = p
@@ -308,9 +291,24 @@ class ShuffleNode(Node):
             st["digest"] = sum(hs) & DIGEST_MASK
             st["draining"] = True
         while buf:
-            self._ri_last = buf.pop()
+            st["last"] = buf.pop()
             st["digest"] = (st["digest"] - hs.pop()) & DIGEST_MASK
             yield exs.pop()
 
     def position(self) -> dict | None:
         return None
+
+    # -- capabilities (see ``Node``): a nested replay-mode shuffle records what it yields
+    def describe(self) -> str:
+        return f"shuffle(buffer_state={self.buffer_state!r})"
+
+    def replay_problem(self) -> str | None:
+        if self.buffer_state != "replay":
+            return "its buffered examples are stored, not where they came from; give it buffer_state='replay' too"
+        return None
+
+    def provenance_reader(self):
+        return lambda: self._state_dict["last"]
+
+    def row_local_problem(self) -> str | None:
+        return "a shuffle buffer (shuffle(buffer_size=...)): the global shuffle replaces it"

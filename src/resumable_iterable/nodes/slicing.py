@@ -72,6 +72,9 @@ class CountNode(Node):
     def expect_shuffled_shards(self) -> None:
         pass  # nor does a shuffle above set the shard order of the sources below
 
+    def replay_problem(self) -> str | None:
+        return None  # the examples pass through unchanged (capabilities: see ``Node``)
+
 
 class SkipNode(CountNode):
     kind = "skip"
@@ -81,6 +84,10 @@ class SkipNode(CountNode):
 
     def _validate_own(self, state: dict, where: str) -> None:
         check_int(state, "skipped", where, hi=self.n)
+
+    def row_local_problem(self) -> str | None:
+        return ("a skip node: skipping depends on the order; select rows on the HF Dataset (Dataset.select) "
+                "or skip after the shuffle")
 
     def _iter(self) -> Iterator[dict]:
         st = self._state_dict
@@ -100,6 +107,10 @@ class TakeNode(CountNode):
 
     def _validate_own(self, state: dict, where: str) -> None:
         check_int(state, "taken", where, hi=self.n)
+
+    def row_local_problem(self) -> str | None:
+        return ("a take node: taking depends on the order; select rows on the HF Dataset (Dataset.select) "
+                "or take after the shuffle")
 
     def _iter(self) -> Iterator[dict]:
         st = self._state_dict

@@ -16,7 +16,9 @@ State: ``{"node", "shard_seed", "shard_pos", "offset", "stop"}``
 Progress is therefore known *per shard*: shards before ``shard_pos`` are done, the one at
 ``shard_pos`` is read up to ``offset``, the rest are untouched. Subclasses implement
 :meth:`_iter_shard`, which must resume at ``state["offset"]`` and increment it before each
-yield, and :meth:`shard_length` where the length is known.
+yield, and :meth:`shard_length` where the length is known. A subclass with random access to
+its rows also implements ``read_rows(shard_id, rows)``: a replay-mode shuffle above then keeps
+``[shard, row]`` per buffered example and re-reads them with one call per shard (:meth:`reread`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ import copy
 import functools
 from typing import Any, Iterator
 
+import pyarrow as pa
+
 from .base import Node, as_int, check_int, rng_from_seed
+from .replay import MAX_INT, check_list
 
 
 def split_positions(n: int, num_shards: int, index: int, contiguous: bool) -> range:
@@ -153,3 +158,69 @@ class SourceNode(Node):
         if st["shard_pos"] >= len(order) or st["offset"] == 0:
             return None
         return {"source": self.kind, "shard": order[st["shard_pos"]], "row": st["offset"] - 1}
+
+    # -- capabilities (see ``Node``): replay reads rows back by position, in one call per shard
+    def single_source(self) -> Node:
+        return self
+
+    def replay_problem(self) -> str | None:
+        return None if callable(getattr(self, "read_rows", None)) else "this source has no random access to its rows"
+
+    def provenance_reader(self):
+        st = self._state_dict
+        orders: dict = {}
+
+        def prov() -> list:
+            seed = st["shard_seed"]
+            order = orders.get(seed)
+            if order is None:
+                order = orders[seed] = self.shard_order()
+            return [order[st["shard_pos"]], st["offset"] - 1]
+
+        return prov
+
+    def check_provenance(self, prov: Any, where: str) -> None:
+        check_list(prov, where)
+        if len(prov) != 2 or not all(type(v) is int for v in prov):
+            raise ValueError(f"{where}: a position in a source ({self.kind}) is [shard, row], got {prov!r}")
+        sid, row = prov
+        if sid not in self.shard_ids:
+            raise ValueError(f"{where}: shard {sid} is not one of this {self.kind} source's shards")
+        if not 0 <= row <= MAX_INT:
+            raise ValueError(f"{where}: row {row} of shard {sid} is out of range")
+        length = self.shard_length(sid)
+        if length is not None and row >= length:
+            raise ValueError(f"{where}: row {row} is past the end of shard {sid} ({length} rows)")
+
+    def reread(self, provs: list[list], bar: Any = None) -> list[dict]:
+        by_shard: dict[int, list[int]] = {}
+        for p in provs:
+            by_shard.setdefault(p[0], []).append(p[1])
+        rows_of: dict[tuple[int, int], dict] = {}
+        for sid, rows in by_shard.items():
+            wanted = sorted(set(rows))
+            try:
+                got = self.read_rows(sid, wanted)
+            except ValueError as e:
+                raise ValueError(f"cannot re-read the shuffle buffer from {self.shard_label(sid)}: {e}") from None
+            except (OSError, IndexError, pa.ArrowException, OverflowError) as e:
+                raise ValueError(
+                    f"cannot re-read rows {_rows_text(wanted)} of {self.shard_label(sid)} to resume a replay-mode "
+                    f"shuffle: {type(e).__name__}: {e} (did the data change since the state was saved?)"
+                ) from None
+            if len(got) != len(wanted):
+                raise ValueError(f"{self.shard_label(sid)} returned {len(got)} rows for {len(wanted)} requested")
+            for r, ex in zip(wanted, got):
+                rows_of[sid, r] = ex
+            if bar is not None:
+                bar.update(len(wanted))
+        # each buffered example gets its own dict: the pipeline may edit examples in place
+        return [dict(rows_of[p[0], p[1]]) for p in provs]
+
+    def shard_label(self, sid: int) -> str:
+        """How messages name shard ``sid`` (a file source adds the file)."""
+        return f"{self.kind} source shard {sid}"
+
+
+def _rows_text(rows: list[int]) -> str:
+    return ", ".join(map(str, rows[:5])) + (f", ... ({len(rows)} rows)" if len(rows) > 5 else "")

@@ -38,3 +38,10 @@ class StepNode(Node):
             st["seen"] = seen + 1
             if seen % step == offset:
                 yield ex
+
+    # -- capabilities (see ``Node``): examples pass through unchanged
+    def replay_problem(self) -> str | None:
+        return None
+
+    def row_local_problem(self) -> str | None:
+        return "a step node (split_dataset_by_node): split after the shuffle"

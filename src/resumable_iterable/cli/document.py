@@ -1,0 +1,101 @@
+"""Opening the file given to ``inspect``: decoding it, finding the pipeline states and elastic
+plans it holds (at any depth), naming each one for the report, and the loader-level positions of
+the (torchdata) ``StatefulDataLoader`` states around them.
+
+Nothing here checks a state; a file that cannot be decoded raises :class:`InspectError` with a
+one-line message.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..state import FORMAT, PLAN_FORMAT, find_documents, loads_state
+
+
+class InspectError(ValueError):
+    """The file cannot be inspected (the message is one line)."""
+
+
+def read_document(path: str) -> Any:
+    """The decoded content of the state file at ``path`` (JSON text or a binary state file)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise InspectError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        return loads_state(raw)
+    except ValueError as e:
+        raise InspectError(f"{path}: {e}") from None
+    except RecursionError:
+        raise InspectError(f"{path}: the JSON is nested too deeply to be a state") from None
+
+
+def find_states(doc: Any) -> list[tuple[str, str, dict]]:
+    """``(path, kind, obj)`` for each pipeline state (``"state"``) or elastic plan (``"plan"``) in ``doc``."""
+    return [(path, "state" if obj["format"] == FORMAT else "plan", obj)
+            for path, obj in find_documents(doc, (FORMAT, PLAN_FORMAT))]
+
+
+def label_for(path: str) -> str:
+    """A short human label for where a state sits in its document."""
+    parts = [p for p in path.split("/") if p]
+    for p in reversed(parts):
+        m = re.fullmatch(r"(worker|rank|process)[_ -]?(\d+)", p)
+        if m:
+            return f"{m.group(1)} {m.group(2)}"
+    if parts and parts[-1] in ("dataset_state", "state") and len(parts) == 1:
+        return "dataset"
+    if len(parts) >= 1 and parts[0].isdigit() and len(parts) == 1:
+        return f"item {parts[0]}"
+    return "pipeline" if not parts else path
+
+
+def split_label(split: Any) -> str | None:
+    """A saved ``{"ranks": [[rank, world_size], ...], "worker": [id, num_workers] | None}`` in words,
+    or ``None`` when it names nothing. Unlike ``plan.describe_split`` (which words a validated split
+    for an error message) this takes whatever the file holds, and says only what is there."""
+    if not isinstance(split, dict):
+        return None
+    parts = []
+    for r in split.get("ranks") or ():
+        if isinstance(r, (list, tuple)) and len(r) == 2:
+            parts.append(f"rank {r[0]} of {r[1]}")
+    w = split.get("worker")
+    if isinstance(w, (list, tuple)) and len(w) == 2:
+        parts.append(f"DataLoader worker {w[0]} of {w[1]}")
+    return ", ".join(parts) or None
+
+
+def loader_positions(doc: Any, path: str = "") -> list[dict]:
+    """Loader-level positions of (torchdata) ``StatefulDataLoader`` states found in ``doc``.
+
+    The keys are spelled out rather than taken from ``loader_state.py``, whose key table imports
+    torchdata: reading a file must not need it."""
+    out: list[dict] = []
+    if not isinstance(doc, dict):
+        if isinstance(doc, list):
+            for i, v in enumerate(doc):
+                out.extend(loader_positions(v, f"{path}/{i}"))
+        return out
+    if isinstance(doc.get("_snapshot"), dict):
+        snap = doc["_snapshot"]
+        main = snap.get("_main_snapshot") or {}
+        workers = main.get("_num_workers")
+        last = snap.get("_last_yielded_worker_id")
+        entry = {"path": path or "/", "num_workers": workers, "batches_yielded": snap.get("_snapshot_step"),
+                 "last_worker": last, "finished": doc.get("_iterator_finished")}
+        if isinstance(workers, int) and workers > 0 and isinstance(last, int):
+            entry["next_worker"] = (last + 1) % workers
+        out.append(entry)
+        return out
+    if "_num_yielded" in doc and ("dataset_state" in doc or "fetcher_state" in doc):
+        out.append({"path": path or "/", "num_workers": 0, "batches_yielded": doc.get("_num_yielded"),
+                    "finished": doc.get("_iterator_finished")})
+        return out
+    for k, v in doc.items():
+        if isinstance(v, (dict, list)) and k not in ("state", "pipeline"):
+            out.extend(loader_positions(v, f"{path}/{k}"))
+    return out

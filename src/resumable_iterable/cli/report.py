@@ -1,0 +1,99 @@
+"""The ``inspect`` report of a whole file: every pipeline state and elastic-plan segment found in
+it (checked against its fingerprint, its node tree analysed by ``tree.py`` and checked by
+``checks.py``), what kind of document holds them (a state, a plan, a Trainer checkpoint's data
+state, a ``StatefulDataLoader`` state), and the loader-level positions around them.
+
+The report is plain JSON-able data: ``render.py`` draws it, ``--json`` prints it as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..loader.plan import check_plan_envelope
+from ..state import FORMAT, PLAN_FORMAT, TRAINER_FORMAT, check_envelope, fingerprint, inline_buffers
+from .checks import check_node, check_start
+from .document import InspectError, find_states, label_for, loader_positions, read_document, split_label
+from .tree import analyse_node, leaf_of, source_order
+
+
+def analyse_state(path: str, env: dict) -> dict:
+    """The report entry of the pipeline state ``env`` found at ``path`` in its document."""
+    try:
+        env = inline_buffers(env)  # a state taken in a DataLoader worker
+        check_envelope(env)
+    except (TypeError, ValueError) as e:
+        raise InspectError(f"state at {path}: {e}") from None
+    if fingerprint(env["pipeline"]) != env["fingerprint"]:
+        raise InspectError(f"state at {path}: its fingerprint does not match its pipeline (edited or damaged)")
+    split = split_label(env.get("split"))
+    label = label_for(path)
+    if split and (label in ("pipeline", "dataset") or label.startswith(("item ", "/"))):
+        label = split
+    tree = analyse_node(env["pipeline"], env["state"], f"{path}:state")
+    problems: list[str] = []
+    check_node(env["pipeline"], env["state"], f"{path}:state", problems)
+    return {"path": path, "label": label, "kind": "state", "version": env["version"],
+            "fingerprint": env["fingerprint"], "epoch": env["epoch"], "split": split,
+            "tree": tree, "problems": problems}
+
+
+def analyse_plan(path: str, plan: dict) -> list[dict]:
+    """One report entry per segment of the elastic plan found at ``path``: a node tree for a segment
+    that carries a state, the shards it will read from their beginning for a fresh one."""
+    try:
+        check_plan_envelope(plan, f"elastic plan at {path}")
+    except (TypeError, ValueError) as e:
+        raise InspectError(str(e)) from None
+    segments = plan["segments"]
+    out = []
+    for i, seg in enumerate(segments):
+        where = f"{path}/segments/{i}"
+        if not isinstance(seg, dict) or not isinstance(seg.get("pipeline"), dict):
+            raise InspectError(f"{where}: a plan segment needs a pipeline")
+        if fingerprint(seg["pipeline"]) != seg.get("fingerprint"):
+            raise InspectError(f"{where}: its fingerprint does not match its pipeline (edited or damaged)")
+        target = split_label(plan.get("target"))
+        entry = {"path": where, "label": f"{target or label_for(path)}: segment {i}", "kind": "plan segment",
+                 "version": plan.get("version"), "fingerprint": seg["fingerprint"], "epoch": plan.get("epoch"),
+                 "split": split_label(seg.get("split"))}
+        entry["problems"] = problems = []
+        if isinstance(seg.get("state"), dict):
+            entry["tree"] = analyse_node(seg["pipeline"], seg["state"], f"{where}:state")
+            check_node(seg["pipeline"], seg["state"], f"{where}:state", problems)
+        else:
+            start = seg.get("start")
+            entry["start"] = start
+            leaf, _ = leaf_of(seg["pipeline"])
+            try:
+                order = source_order(leaf, start)
+                entry["fresh_shards"] = order[start["shard_pos"]: start.get("stop") or len(order)]
+            except (TypeError, KeyError, ValueError, IndexError) as e:
+                raise InspectError(f"{where}: malformed segment start {start!r}: {e}") from None
+            check_start(seg["pipeline"], start, f"{where}:start", problems)
+        out.append(entry)
+    return out
+
+
+def inspect_document(doc: Any, name: str = "state") -> dict:
+    """The inspection report of a decoded document (see the package docstring)."""
+    found = find_states(doc)
+    if not found:
+        raise InspectError(f"{name}: no resumable_iterable state found in it")
+    states: list[dict] = []
+    for path, kind, obj in found:
+        states.extend(analyse_plan(path, obj) if kind == "plan" else [analyse_state(path, obj)])
+    top = doc.get("format") if isinstance(doc, dict) else None
+    kind = {FORMAT: "pipeline state", PLAN_FORMAT: "elastic-resume plan",
+            TRAINER_FORMAT: "Trainer checkpoint data state"}.get(top, "document holding pipeline states")
+    info = {}
+    if top == TRAINER_FORMAT:
+        info = {k: doc.get(k) for k in ("global_step", "process_index", "num_processes", "loader")}
+    problems = [p for st in states for p in st.pop("problems")]
+    return {"file": name, "kind": kind, "info": info, "loaders": loader_positions(doc), "states": states,
+            "problems": problems}
+
+
+def inspect_file(path: str) -> dict:
+    """The inspection report of the file at ``path``."""
+    return inspect_document(read_document(path), path)

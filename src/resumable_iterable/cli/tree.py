@@ -1,0 +1,125 @@
+"""What one saved node tree says, read beside its pipeline shape: for each node its kind,
+parameters and plain state fields; for a source, how far each shard has been read (the length of
+a shard is known for in-memory Arrow sources); for a shuffle, the fill of its buffer; for an
+interleave, how many peeked examples it holds.
+
+The result is a tree of plain dicts (``analyse_node``) that ``render.py`` draws and ``--json``
+prints. A state that does not match its shape raises :class:`~.document.InspectError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..nodes.source import shard_order, split_positions
+from .document import InspectError
+
+#: the fields of a source state (plus ``stop``, set on the shards a plan segment hands off)
+SOURCE_FIELDS = {"shard_seed", "shard_pos", "offset"}
+_HIDDEN_FIELDS = {"node", "children", "rng", "buffer", "peeked", "prev", "digest", "retry"}
+
+
+def source_order(params: dict, state: dict) -> list[int]:
+    """The shard ids of a source in the order its state reads them."""
+    return shard_order(list(params.get("shard_ids") or range(params.get("total_shards", 0))), state.get("shard_seed"))
+
+
+def shard_rows(params: dict, node: str, shard: int) -> int | None:
+    """Rows of a shard when the pipeline parameters determine it (in-memory Arrow sources)."""
+    if node == "arrow" and isinstance(params.get("num_rows"), int) and isinstance(params.get("total_shards"), int):
+        return len(split_positions(params["num_rows"], params["total_shards"], shard, contiguous=True))
+    return None
+
+
+def leaf_of(shape: dict) -> tuple[dict, bool | None]:
+    """The source at the bottom of a single-input chain, and whether a shuffle above sets its
+    shard order (``None``: a ``global_shuffle`` above, where the question does not apply)."""
+    shuffled: bool | None = False
+    while shape.get("children"):
+        if shape.get("node") == "shuffle":
+            shuffled = True
+        elif shape.get("node") == "global_shuffle":
+            shuffled = None
+        shape = shape["children"][0]
+    return shape, shuffled
+
+
+def buffer_fill(buffer: list, buffer_state: str) -> int:
+    """Examples held by a saved shuffle buffer (``buffer_state="examples"`` saves them in chunks)."""
+    chunked = buffer_state == "examples" and all(isinstance(c, list) for c in buffer)
+    return sum(len(c) for c in buffer) if chunked else len(buffer)
+
+
+def source_progress(params: dict, state: dict) -> dict:
+    """Per-shard status (done / reading / pending / handed off) and rows read of a source state."""
+    kind = params.get("node", "source")
+    order = source_order(params, state)
+    pos, offset = state["shard_pos"], state["offset"]
+    stop = state.get("stop")
+    shards = []
+    for i, sid in enumerate(order):
+        rows = shard_rows(params, kind, sid)
+        if stop is not None and i >= stop:
+            status, read = "handed off", None
+        elif i < pos:
+            status, read = "done", rows
+        elif i == pos:
+            status, read = "reading", offset
+        else:
+            status, read = "pending", 0
+        shards.append({"shard": sid, "status": status, "read": read, "rows": rows})
+    counted = [s for s in shards if s["status"] != "handed off"]
+    known = all(s["rows"] is not None for s in counted)
+    return {
+        "order": "shuffled" if state.get("shard_seed") is not None else "natural",
+        "shards": shards,
+        "done": sum(s["status"] == "done" for s in shards),
+        "reading": sum(s["status"] == "reading" and (s["read"] or 0) > 0 for s in shards),
+        "rows_read": sum(s["read"] for s in counted) if known else None,
+        "rows_total": sum(s["rows"] for s in counted) if known else None,
+    }
+
+
+def _summary_fields(state: dict) -> dict:
+    out: dict[str, Any] = {}
+    for k, v in state.items():
+        if k in _HIDDEN_FIELDS or k in SOURCE_FIELDS or k == "stop":
+            continue
+        if v is None or isinstance(v, (bool, int, float, str)):
+            out[k] = v
+        elif isinstance(v, (list, tuple)):
+            short = len(v) <= 8 and all(x is None or isinstance(x, (bool, int, float, str)) for x in v)
+            out[k] = list(v) if short else f"{len(v)} items"
+    return out
+
+
+def analyse_node(shape: dict, state: dict, where: str) -> dict:
+    """The report of a node state and, recursively, of its children's states."""
+    if not isinstance(shape, dict) or not isinstance(state, dict):
+        raise InspectError(f"{where}: a pipeline node must be an object")
+    kind = shape.get("node")
+    if state.get("node") != kind:
+        raise InspectError(f"{where}: the state describes a {state.get('node')!r} node where the pipeline has "
+                           f"{kind!r} (damaged or edited state)")
+    params = {k: v for k, v in shape.items() if k not in ("node", "children")}
+    report: dict = {"node": kind, "params": params, "state": _summary_fields(state)}
+    if SOURCE_FIELDS <= set(state) and "children" not in state:
+        try:
+            report["source"] = source_progress(shape, state)
+        except (TypeError, ValueError, IndexError, KeyError) as e:
+            raise InspectError(f"{where} ({kind}): malformed source state: {e}") from None
+    if kind == "shuffle" and "buffer" in state:
+        mode = params.get("buffer_state", "examples")
+        stored = {"examples": "examples", "replay": "positions", "drop": "nothing"}.get(mode, mode)
+        buf = state["buffer"]
+        report["buffer"] = {"fill": buffer_fill(buf, mode) if isinstance(buf, list) else None,
+                            "size": params.get("buffer_size"), "stored": stored,
+                            "draining": bool(state.get("draining"))}
+    if kind == "interleave" and isinstance(state.get("peeked"), list):
+        report["peeked"] = sum(1 for p in state["peeked"] if p is not None)
+    kids_shape, kids_state = shape.get("children", []), state.get("children", [])
+    if len(kids_shape) != len(kids_state):
+        raise InspectError(f"{where} ({kind}): {len(kids_state)} child states for {len(kids_shape)} inputs")
+    report["children"] = [analyse_node(s, t, f"{where}/{kind}[{i}]")
+                          for i, (s, t) in enumerate(zip(kids_shape, kids_state))]
+    return report

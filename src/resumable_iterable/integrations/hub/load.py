@@ -1,0 +1,140 @@
+"""``load_dataset``: a local folder, a Hub dataset repo, or data files given directly, as one lazy
+:class:`~resumable_iterable.IterableDataset` per split (one shard per file). Where the files are
+is ``repo.py``'s story, which files make which split ``splits.py``'s; this module ties them
+together and builds the pipelines.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from typing import Any
+
+from ...dataset import IterableDataset
+from ...nodes.files import FORMATS, format_of
+from .patterns import match_files, normalize_data_files
+from .repo import HubRepo, is_hub_repo_id, local_files, missing_path_message, parse_hf_path
+from .splits import resolve_splits
+
+_FORMAT_ALIASES = {**{f: f for f in FORMATS}, "jsonl": "json"}
+
+
+def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs: dict) -> IterableDataset:
+    """The files of one split as a pipeline; their format is checked here (not left to ``from_files``)
+    so that the error names the split and the formats it mixes."""
+    if fmt is None:
+        found = sorted({format_of(p) or "?" for p in paths})
+        if len(found) != 1 or found[0] == "?":
+            raise ValueError(f"split {split!r} mixes file formats {found}; choose the files with data_files=... "
+                             f"or pass format= one of {FORMATS}")
+        fmt = found[0]
+    return IterableDataset.from_files(paths, fmt, **reader_kwargs)
+
+
+def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: str | None = None,
+                 data_files: Any = None, split: str | None = None, revision: str | None = None,
+                 token: Any = None, cache_dir: str | os.PathLike | None = None, format: str | None = None,
+                 streaming: bool = True, **reader_kwargs: Any) -> IterableDataset | dict[str, IterableDataset]:
+    """Load the data files of a local folder or a Hub dataset repo as resumable iterable datasets.
+
+    Args:
+        path: a local folder, a Hub dataset repo id (``"user/repo"``), an
+            ``hf://datasets/user/repo[@revision][/path]`` URL, or a format name (``"parquet"``,
+            ``"arrow"``, ``"json"``, ``"csv"``) together with ``data_files``.
+        name: the config of the dataset card (``configs:`` in ``README.md``) to use.
+        data_dir: only consider files below this folder of the repo.
+        data_files: a glob or list of globs (the ``train`` split) or a dict ``{split: glob(s)}``.
+        split: the split to return; ``None`` returns a dict of every split.
+        revision: a branch, tag or commit of a Hub repo (default: the default branch).
+        token: passed to ``huggingface_hub`` for private repos.
+        cache_dir: the Hugging Face cache to use (default: ``HF_HUB_CACHE``).
+        format: force the file format instead of inferring it from the extensions.
+        streaming: accepted for compatibility with ``datasets.load_dataset``; the result is always
+            lazy (files are read when iterated, one shard per file).
+        **reader_kwargs: passed to the pyarrow reader (JSON / CSV options).
+
+    Returns:
+        An :class:`~resumable_iterable.IterableDataset` (one shard per file, in sorted path order)
+        or, with ``split=None``, a dict of them keyed by split.
+    """
+    del streaming
+    if format is not None and format not in FORMATS:
+        raise ValueError(f"unknown format {format!r}; expected one of {FORMATS}")
+    path = os.fspath(path)
+    cache_dir = os.fspath(cache_dir) if cache_dir is not None else None
+    repo: HubRepo | None = None
+    readme = None
+    if path in _FORMAT_ALIASES and not os.path.isdir(path):
+        # load_dataset("parquet", data_files=...): files given directly (local paths or hf:// URLs)
+        if data_files is None:
+            raise ValueError(f"load_dataset({path!r}) needs data_files=...")
+        format = format or _FORMAT_ALIASES[path]
+        splits = normalize_data_files(data_files)
+        repos: dict = {}
+        resolved = {s: _resolve_direct(pats, revision, token, cache_dir, repos) for s, pats in splits.items()}
+        return _pick({s: _split_dataset(p, format, s, reader_kwargs) for s, p in resolved.items()}, split)
+    if path.startswith("hf://"):
+        repo_id, url_revision, sub = parse_hf_path(path)
+        revision = url_revision or revision
+        repo = HubRepo(repo_id, revision, token, cache_dir)
+        if sub:
+            if any(ch in sub for ch in "*?[") or sub in repo.files:
+                data_files = data_files if data_files is not None else sub
+            else:
+                data_dir = f"{sub}/{data_dir}" if data_dir else sub
+        files, readme = repo.files, repo.readme()
+    elif os.path.isdir(path):
+        if revision is not None:
+            raise ValueError("revision= only applies to Hub repos, not to a local folder")
+        files = local_files(path)
+        readme = os.path.join(path, "README.md") if "README.md" in files else None
+    elif os.path.isfile(path):
+        data_files = data_files if data_files is not None else os.path.basename(path)
+        files = [os.path.basename(path)]
+        path = os.path.dirname(os.path.abspath(path))
+    elif is_hub_repo_id(path) and not os.path.exists(path):
+        repo = HubRepo(path, revision, token, cache_dir)
+        files, readme = repo.files, repo.readme()
+    else:
+        raise FileNotFoundError(missing_path_message(path))
+
+    splits = resolve_splits(files, data_files=data_files, data_dir=data_dir, readme=readme, name=name)
+    if split is not None and split not in splits:
+        raise ValueError(f"unknown split {split!r}; available splits: {sorted(splits)}")
+    wanted = {split: splits[split]} if split is not None else splits
+    needed = list(dict.fromkeys(f for fs in wanted.values() for f in fs))
+    # one download call for every split: each call asks the Hub about the commit again
+    local = dict(zip(needed, repo.fetch(needed))) if repo is not None else {
+        f: os.path.join(path, *f.split("/")) for f in needed}
+    out = {s: _split_dataset([local[f] for f in fs], format, s, reader_kwargs) for s, fs in wanted.items()}
+    return _pick(out, split)
+
+
+def _resolve_direct(patterns: list[str], revision: str | None, token: Any, cache_dir: str | None,
+                    repos: dict) -> list[str]:
+    """Local paths for ``data_files`` given as local globs / paths or ``hf://`` URLs. ``repos`` keeps
+    the Hub repos opened so far, so each repo's revision is resolved and its files listed once."""
+    out: list[str] = []
+    for p in patterns:
+        if p.startswith("hf://"):
+            repo_id, url_revision, sub = parse_hf_path(p)
+            key = (repo_id, url_revision or revision)
+            repo = repos.get(key)
+            if repo is None:
+                repo = repos[key] = HubRepo(*key, token, cache_dir)
+            out.extend(repo.fetch(match_files(sub, repo.files)))
+        elif any(ch in p for ch in "*?["):
+            hits = sorted(glob.glob(p, recursive=True))
+            hits = [h for h in hits if os.path.isfile(h)]
+            if not hits:
+                raise FileNotFoundError(f"no data file matches {p!r}")
+            out.extend(hits)
+        elif os.path.isfile(p):
+            out.append(p)
+        else:
+            raise FileNotFoundError(f"data file {p!r} not found")
+    return out
+
+
+def _pick(datasets: dict[str, IterableDataset], split: str | None):
+    return datasets[split] if split is not None else datasets
