@@ -72,7 +72,7 @@ def test_parent_keeps_seeing_child_state_after_load():
     s2 = ds2.state_dict()
     leaf = lambda s: s["state"]["children"][0]["children"][0]  # noqa: E731
     assert (leaf(s1)["shard_pos"], leaf(s1)["offset"]) != (leaf(s2)["shard_pos"], leaf(s2)["offset"])
-    node = ds2._active
+    node = ds2._session.active
     assert node._state_dict["children"][0] is node.children[0]._state_dict
     assert node.children[0]._state_dict["children"][0] is node.children[0].children[0]._state_dict
 
@@ -82,7 +82,7 @@ def test_state_dict_is_a_copy_but_the_buffer_examples_are_shared():
     it = iter(ds)
     take(it, 3)
     state = ds.state_dict()
-    live = ds._active._state_dict
+    live = ds._session.active._state_dict
     buf = state["state"]["buffer"]
     assert buf is not live["buffer"] and buf == live["buffer"]
     assert all(a is b for a, b in zip(buf, live["buffer"]))  # shallow: no example copied

@@ -448,7 +448,7 @@ def test_opened_files_are_not_pickled(tmp_path):
     ds = gshuf(ri.IterableDataset.from_parquet([str(p)]))
     it = iter(ds)
     take(it, 3)
-    node = ds._active
+    node = ds._session.active
     reader = next(n for n in node.walk() if isinstance(n, PermutedSource))
     assert reader._rows.cache  # the decoded file is held while reading
     blob = pickle.dumps(node)  # what a DataLoader worker receives

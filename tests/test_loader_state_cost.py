@@ -25,7 +25,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader 
 from torchdata.stateful_dataloader.incremental_state import _IncrementalState  # noqa: E402
 
 import resumable_iterable as ri  # noqa: E402
-import resumable_iterable.dataset as ri_dataset  # noqa: E402
+import resumable_iterable.loader.session as ri_session  # noqa: E402
 from resumable_iterable.state import (ExampleChunks, copy_example, inline_buffers,  # noqa: E402
                                       replay_journal)
 
@@ -196,7 +196,7 @@ def test_inline_buffers_refuses_unknown_or_unused_buffers():
 def worker_deltas(monkeypatch, ds, batches, batch_size):
     """Bytes the loader would send per batch from a worker iterating ``ds`` (the worker's
     ``state_dict()`` diffed by torchdata, pickled as the DataLoader pickles it)."""
-    monkeypatch.setattr(ri_dataset, "current_worker", lambda: (0, 1))
+    monkeypatch.setattr(ri_session, "current_worker", lambda: (0, 1))
     it = iter(ds)
     inc = _IncrementalState(ds.state_dict())
     sizes = []
@@ -346,7 +346,7 @@ def test_every_buffer_layout_loads_and_resumes_exactly(monkeypatch):
     chunked = ri.loads_state(ri.dumps_state(ds.state_dict()))
     flat = copy.deepcopy(chunked)
     flat["state"]["buffer"] = [ex for ch in flat["state"]["buffer"] for ex in ch]
-    monkeypatch.setattr(ri_dataset, "current_worker", lambda: (0, 1))  # the only worker of 1
+    monkeypatch.setattr(ri_session, "current_worker", lambda: (0, 1))  # the only worker of 1
     in_worker = make()
     it = iter(in_worker)
     for _ in range(17):

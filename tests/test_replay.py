@@ -309,7 +309,7 @@ def test_provenance_capture_does_not_touch_other_pipelines():
     take(iter(ds), 10)
     inter = next(n for n in _nodes(ds.state_dict()["state"]) if n["node"] == "interleave")
     assert inter["peeked_pos"] == [None, None]
-    assert not any(n.kind == "interleave" and n.traced() for n in ds._active.walk())
+    assert not any(n.kind == "interleave" and n.traced() for n in ds._session.active.walk())
 
 
 def test_an_armed_interleave_is_armed_alone_and_still_pickles():

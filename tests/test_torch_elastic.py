@@ -18,7 +18,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader 
 import resumable_iterable as ri  # noqa: E402
 from data import HF_C, src  # noqa: E402
 from harness import json_roundtrip, take  # noqa: E402
-from resumable_iterable import elastic  # noqa: E402
+from resumable_iterable.loader import elastic  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
               pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning")]

@@ -1,10 +1,27 @@
-"""resumable_iterable: lazy, composable iterable datasets whose state resumes exactly."""
+"""resumable_iterable: lazy, composable iterable datasets whose state resumes exactly.
 
-from .combine import concatenate_datasets, interleave_datasets
-from .dataset import IterableDataset, to_iterable_dataset
-from .distributed import split_dataset_by_node
-from .elastic import redistribute_states
-from .state import dumps_state, load_state, loads_state, save_state
+Layers, each importing only those before it: ``state`` (state format and files) -> ``nodes/``
+(one pipeline stage per module) -> ``distributed`` (splitting a pipeline among ranks and
+DataLoader workers) -> ``loader/`` (per-process iteration session, resume, elastic plans,
+torchdata loader states) -> ``dataset`` (the chaining facade) -> ``combine`` -> ``integrations/``
+(torch, transformers, hub) -> ``cli``. This module ties them together: it tells the loader
+layer how to load the torch integration once torch is imported (``loader/hooks.py``).
+"""
+
+from .loader.hooks import register_provider
+
+
+def _load_torch_integration() -> None:
+    from .integrations import torch  # noqa: F401 - registers the DataLoader worker hooks
+
+
+register_provider(("torch", "torch.utils.data"), _load_torch_integration)
+
+from .combine import concatenate_datasets, interleave_datasets  # noqa: E402
+from .dataset import IterableDataset, to_iterable_dataset  # noqa: E402
+from .distributed import split_dataset_by_node  # noqa: E402
+from .loader.elastic import redistribute_states  # noqa: E402
+from .state import dumps_state, load_state, loads_state, save_state  # noqa: E402
 
 __version__ = "0.2.0"
 

@@ -1,4 +1,5 @@
-"""``interleave_datasets`` and ``concatenate_datasets``."""
+"""``interleave_datasets`` and ``concatenate_datasets``: new datasets over several datasets'
+pipelines (the layer above the ``dataset.py`` facade; it only builds nodes and datasets)."""
 
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ def interleave_datasets(datasets: list[IterableDataset], probabilities: list[flo
                           stopping_strategy=stopping_strategy)
     first = datasets[0]
     return IterableDataset(node, features=merged, column_names=None if merged is not None else _common_column_names(datasets),
-                           _split=first._split, _epoch=first._epoch)
+                           _split=first._split, _epoch=first.epoch)
 
 
 def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0) -> IterableDataset:
@@ -109,7 +110,7 @@ def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0) -> Iter
                                  f"dataset (columns: {names}); remove or rename them first")
         node = ConcatNode([d._node.clone() for d in datasets], axis=1)
     out = IterableDataset(node, features=merged, column_names=None if merged is not None else names,
-                          _split=datasets[0]._split, _epoch=datasets[0]._epoch)
+                          _split=datasets[0]._split, _epoch=datasets[0].epoch)
     format_types = {d.format["type"] for d in datasets}
     if len(format_types) == 1 and None not in format_types:  # as HF: a format every dataset has is kept
         out._format = datasets[0]._format

@@ -1,18 +1,22 @@
-"""The user-facing :class:`IterableDataset`: HF-style chaining over a tree of nodes, with
-``state_dict()`` / ``load_state_dict()`` that resume exactly."""
+"""The user-facing :class:`IterableDataset`: HF-style constructors and chaining over a tree of
+nodes, with ``state_dict()`` / ``load_state_dict()`` that resume exactly.
+
+The facade layer: a dataset is a description (its pipeline template, rank split, features and
+format) and builds new ones; iterating it and its state in this process - DataLoader workers,
+loaded states, epochs shared with workers - belong to its :class:`~resumable_iterable.loader.session.IterationSession`
+(``loader/session.py``), to which ``__iter__``, ``state_dict``, ``load_state_dict`` and
+``set_epoch`` delegate."""
 
 from __future__ import annotations
 
 import copy
 import os
-import sys
 from typing import Any, Callable, Iterator
 
-from . import elastic as _elastic
-from . import resume as _resume
 from . import state as _state
-from .distributed import current_worker, split_for_process
 from .features import batched_features, decode_only_change, features_of_schema, file_features, infer_features, map_feature
+from .loader import hooks
+from .loader.session import IterationSession
 from .nodes.arrow import ArrowSource
 from .nodes.base import Node, as_epoch, as_int
 from .nodes.batch import BatchNode
@@ -33,47 +37,8 @@ from .nodes.typed import AddColumn, ApplyFeatures
 
 class _Base:
     """Plain mixin base: lets ``torch.utils.data.IterableDataset`` be appended to the bases of
-    :class:`IterableDataset` once torch is imported, without importing torch ourselves."""
-
-
-_torch_base = False  # IterableDataset already has the torch base (decided once per process)
-
-
-def _imported(name: str) -> bool:
-    """Module ``name`` is imported and done initialising (not halfway through its own import)."""
-    mod = sys.modules.get(name)
-    return mod is not None and not getattr(getattr(mod, "__spec__", None), "_initializing", False)
-
-
-def _maybe_add_torch_base() -> bool:
-    """Once torch is imported, make :class:`IterableDataset` a ``torch.utils.data.IterableDataset``
-    (through ``integrations.torch.TorchDatasetMixin``, which also shares the epoch with DataLoader
-    workers); ``True`` if it is one. The core never imports torch itself.
-
-    Called whenever a dataset is built, unpickled, given an epoch, or asked for its class - the
-    last is what ``isinstance`` does (see ``IterableDataset.__class__``), so a dataset built before
-    ``import torch`` is a torch dataset by the time ``DataLoader`` checks it. The bases change once
-    per process, and the ABC caches that may hold an earlier "no" are invalidated then.
-    """
-    global _torch_base
-    if _torch_base:
-        return True
-    if not (_imported("torch") and _imported("torch.utils.data")):
-        return False
-    from .integrations.torch import attach_torch_base
-
-    attach_torch_base(IterableDataset)
-    _torch_base = True
-    return True
-
-
-def _shape_of(node: Node) -> tuple[dict, str]:
-    cached = getattr(node, "_ri_shape", None)
-    if cached is None:
-        shape = node.shape()
-        cached = (shape, _state.fingerprint(shape))
-        node._ri_shape = cached
-    return cached
+    :class:`IterableDataset` once torch is imported (``loader/hooks.py``), without importing torch
+    ourselves."""
 
 
 class IterableDataset(_Base):
@@ -86,21 +51,8 @@ class IterableDataset(_Base):
         self._column_names = list(column_names) if column_names is not None else (
             list(features) if features is not None else None)
         self._split = tuple(_split)  # ("rank", rank, world_size) entries, applied at iteration
-        self._store_epoch(_epoch)
-        self._active: Node | None = None  # the node tree being iterated / holding a loaded state
-        self._active_ctx = None  # the DataLoader worker (id, num_workers) _active belongs to, or None
-        self._active_epoch = _epoch  # the epoch _active was started or loaded with
-        self._pending = False  # _active holds a loaded state not iterated yet
-        self._loaded = None  # a state loaded in the main process, for DataLoader workers to split
-        self._claims = None  # shared record of which workers took their part of _loaded
-        self._split_cache = None  # (worker, the "split" entry of this process's states)
-
-    def _store_epoch(self, epoch: int) -> None:
-        self._epoch = epoch
-        if _maybe_add_torch_base():  # DataLoader workers, persistent ones too, read the main process's epoch
-            from .integrations.torch import publish_epoch
-
-            publish_epoch(self, epoch)
+        # everything about iterating this dataset in this process (loader/session.py)
+        self._session = IterationSession(node, self._split, _epoch)
 
     @property
     def __class__(self) -> type:
@@ -110,12 +62,16 @@ class IterableDataset(_Base):
         # epoch slot that ``set_epoch`` uses to reach persistent workers; the record of which
         # workers took their part of a loaded state) before ``DataLoader`` starts them.
         # (A comment, not a docstring: this is no part of the API reference.)
-        if not _torch_base or self.__dict__.get("_epoch_slot") is None:
-            if _maybe_add_torch_base() and "_epoch" in self.__dict__:
-                from .integrations.torch import prepare_for_workers
-
-                prepare_for_workers(self)
+        session = self.__dict__.get("_session")
+        if session is not None:
+            session.prepare_for_workers()
         return type(self)
+
+    @property
+    def session(self) -> IterationSession:
+        """This dataset's iteration in this process (``loader/session.py``): what ``__iter__``,
+        ``state_dict`` and ``load_state_dict`` use, and what a DataLoader integration prepares."""
+        return self._session
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -194,7 +150,7 @@ class IterableDataset(_Base):
     def _derive(self, node: Node, features: Any = None, column_names: Any = "keep") -> IterableDataset:
         if column_names == "keep":
             column_names = self._column_names if features is None else None
-        new = type(self)(node, features=features, column_names=column_names, _split=self._split, _epoch=self._epoch)
+        new = type(self)(node, features=features, column_names=column_names, _split=self._split, _epoch=self.epoch)
         new._format = self._format
         new._info = self._info
         return new
@@ -443,7 +399,7 @@ class IterableDataset(_Base):
         column-wise from Arrow slices, without a Python dict per example.
         """
         batch_size = as_int(batch_size, "batch_size", lo=1)
-        return self._present(self._pass_node(), (batch_size, bool(drop_last_batch)))
+        return self._present(self._session.pass_node(), (batch_size, bool(drop_last_batch)))
 
     def _present(self, node: Node, batch: tuple | None = None) -> Iterator[Any]:
         if self._format is None and batch is None:
@@ -502,49 +458,22 @@ class IterableDataset(_Base):
 
     @property
     def epoch(self) -> int:
-        return self._epoch
+        return self._session.epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch: it seeds the shard order and the shuffle buffer of the next fresh pass.
 
         Any integer type in [0, 2**63 - 1] (epochs seed the random generators and reach DataLoader
         workers as an ``int64``)."""
-        self._store_epoch(as_epoch(epoch))
+        self._session.set_epoch(as_epoch(epoch))
 
     def __repr__(self) -> str:
         cols = self._column_names
         return f"IterableDataset({{\n    features: {cols if cols is not None else 'Unknown'},\n    num_shards: {self.num_shards}\n}})"
 
     # ------------------------------------------------------------------ iteration and state
-    def _iteration_node(self) -> Node:
-        """The template pipeline this process iterates: split by rank, then by DataLoader worker."""
-        return split_for_process(self._node, self._split)
-
     def __iter__(self) -> Iterator[Any]:
-        return self._present(self._pass_node())
-
-    def _pass_node(self) -> Node:
-        """The live node tree of the pass about to start: a loaded state not iterated yet, or a fresh one."""
-        worker = current_worker()
-        _resume.resolve_pending(self, worker)
-        if self._pending and self._active is not None:
-            node = self._active
-            self._pending = False
-            self._loaded = None  # used up: nothing left to split among workers
-        else:
-            node, epoch = _resume.fresh_node(self, worker)
-            self._active, self._active_ctx, self._active_epoch = node, worker, epoch
-        return node
-
-    def _current_node(self) -> Node:
-        worker = current_worker()
-        _resume.resolve_pending(self, worker)
-        if self._active is None or self._active_ctx != worker:
-            node, epoch = _resume.fresh_node(self, worker)
-            self._active, self._active_ctx, self._active_epoch = node, worker, epoch
-            self._loaded = self._claims = None  # a fresh start, not a loaded state
-            self._pending = True
-        return self._active
+        return self._present(self._session.pass_node())
 
     def state_dict(self) -> dict:
         """A JSON-serialisable copy of the state: resume with :meth:`load_state_dict`.
@@ -553,26 +482,9 @@ class IterableDataset(_Base):
         dataset (``"split"``: ranks and DataLoader worker), which elastic resume uses. During an
         epoch resumed elastically (``resumable_iterable.StatefulDataLoader`` with another worker
         count, or :func:`resumable_iterable.redistribute_states`) the state is an *elastic plan*
-        (see ``plan.py``), which loads the same way.
+        (see ``loader/plan.py``), which loads the same way.
         """
-        node = self._current_node()
-        epoch = self._active_epoch
-        if isinstance(node, _elastic.SegmentsNode):
-            return _elastic.plan_state(node, epoch)
-        shape, fp = _shape_of(node)
-        ctx = self._active_ctx
-        split = self._split_cache
-        if split is None or split[0] != ctx:  # a dataset's pipeline and rank split never change
-            split = self._split_cache = (ctx, _resume.split_description(self, ctx))
-        # in a DataLoader worker, shuffle buffers go to "buffers" as journals that torchdata's
-        # StatefulDataLoader can send in parts (see ExampleChunks.journal)
-        buffers: dict | None = None if ctx is None else {}
-        state = {"format": _state.FORMAT, "version": _state.VERSION, "fingerprint": fp,
-                 "pipeline": _state.copy_state(shape), "epoch": epoch,
-                 "state": _state.copy_state(node._state_dict, buffers), "split": _state.copy_state(split[1])}
-        if buffers:
-            state["buffers"] = buffers
-        return state
+        return self._session.state_dict()
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Continue the next iteration right after the last example yielded when ``state_dict`` was taken.
@@ -581,18 +493,7 @@ class IterableDataset(_Base):
         ``ValueError`` (or ``TypeError``) before anything is changed if the state belongs to
         another pipeline or another rank / DataLoader worker, has an unknown version or is malformed.
         """
-        worker = current_worker()
-        node, epoch = _resume.load_node(self, state_dict, worker)
-        claims = None
-        if worker is None and "torch" in sys.modules:
-            from .integrations.torch import new_claims
-
-            claims = new_claims()  # lets DataLoader workers split this state among themselves once
-        self._store_epoch(epoch)
-        self._active, self._active_ctx, self._active_epoch = node, worker, epoch
-        self._loaded = _state.copy_state(state_dict) if worker is None else None
-        self._claims = claims
-        self._pending = True
+        self._session.load_state_dict(state_dict)
 
     def save_state(self, path: str | os.PathLike) -> None:
         """Write ``state_dict()`` to a state file, atomically: JSON with a checksum, or a binary state
@@ -648,21 +549,13 @@ class IterableDataset(_Base):
         """The features of ``batch()``'s output: each column a list of this dataset's values."""
         return batched_features(self._features)
 
-    # ------------------------------------------------------------------ pickling (DataLoader workers)
-    def __getstate__(self) -> dict:
-        d = dict(self.__dict__)
-        if not d.get("_pending"):
-            d["_active"] = None  # a pipeline being iterated is not shipped to DataLoader workers
-        return d
-
-    def __setstate__(self, d: dict) -> None:
-        self.__dict__.update(d)
-        if _maybe_add_torch_base():
-            # a copy (pickle, copy.deepcopy, copy.copy) gets its own shared epoch slot; a dataset
-            # sent to a spawned DataLoader worker keeps reading its main process's
-            from .integrations.torch import adopt_unpickled
-
-            adopt_unpickled(self)
+    # ------------------------------------------------------------------ copies
+    def __copy__(self) -> IterableDataset:
+        # a shallow copy iterates on its own, as a deep copy or an unpickled one does
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new._session = copy.copy(self._session)
+        return new
 
 
 class IterableColumn:
@@ -687,4 +580,4 @@ def to_iterable_dataset(dataset: Any, num_shards: int = 1) -> IterableDataset:
     return IterableDataset.from_hf(dataset, num_shards=num_shards)
 
 
-_maybe_add_torch_base()  # torch imported before us: the class is a torch dataset from the start
+hooks.register_base(IterableDataset)  # torch imported before us: a torch dataset from the start

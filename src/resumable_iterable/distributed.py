@@ -4,7 +4,8 @@ A dataset records its rank splits (``dataset._split``, one ``("rank", rank, worl
 per ``split_dataset_by_node`` call) and applies them, then the DataLoader worker split, when it
 builds the pipeline a process iterates (:func:`split_for_process`). The same function rebuilds
 the pipeline of *another* process (a worker or rank of a saved run) from a split description,
-which is what elastic resume (``elastic.py``) needs.
+which is what elastic resume (``loader/elastic.py``) needs. This layer sits on the nodes and
+under the loader layer (``loader/``); it never imports the dataset facade.
 
 A split description is plain JSON stored in every state::
 
@@ -42,7 +43,7 @@ def split_dataset_by_node(dataset, rank: int, world_size: int):
     world_size = as_int(world_size, "world_size", lo=1)
     rank = as_int(rank, "rank", hi=world_size - 1)
     part = type(dataset)(dataset._node, features=dataset._features, column_names=dataset._column_names,
-                         _split=(*dataset._split, ("rank", rank, world_size)), _epoch=dataset._epoch)
+                         _split=(*dataset._split, ("rank", rank, world_size)), _epoch=dataset.epoch)
     part._format = dataset._format  # like HF, the part keeps the dataset's format
     part._info = dataset._info  # and its info
     return part
@@ -103,7 +104,7 @@ def _enter_rank_split(node: Node, world_size: int) -> Node:
     if not any(isinstance(n, CountNode) and n.per_rank for n in node.walk()):
         return node
     node = node.clone()
-    node.__dict__.pop("_ri_shape", None)
+    node.forget_fingerprint()
     for n in node.walk():
         if isinstance(n, CountNode):
             n.enter_rank_split(world_size)

@@ -37,7 +37,7 @@ FORMAT = "resumable_iterable.state"
 #: version 2 (0.2): nodes keep what they hold after an error (batch rows, concat row parts,
 #: interleave positions), take/skip count per split, concat records its input order
 VERSION = 2
-#: an elastic-resume plan (see ``plan.py``): what a worker/rank loads when the worker count changed
+#: an elastic-resume plan (see ``loader/plan.py``): what a worker/rank loads when the worker count changed
 PLAN_FORMAT = "resumable_iterable.elastic_plan"
 #: the data-state file the Trainer callback writes into checkpoints (``integrations/transformers.py``)
 TRAINER_FORMAT = "resumable_iterable.trainer"

@@ -72,7 +72,7 @@ def split_label(split: Any) -> str | None:
 def loader_positions(doc: Any, path: str = "") -> list[dict]:
     """Loader-level positions of (torchdata) ``StatefulDataLoader`` states found in ``doc``.
 
-    The keys are spelled out rather than taken from ``loader_state.py``, whose key table imports
+    The keys are spelled out rather than taken from ``loader/loader_state.py``, whose key table imports
     torchdata: reading a file must not need it."""
     out: list[dict] = []
     if not isinstance(doc, dict):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..plan import check_plan_envelope
+from ..loader.plan import check_plan_envelope
 from ..state import FORMAT, PLAN_FORMAT, TRAINER_FORMAT, check_envelope, fingerprint, inline_buffers
 from .checks import check_node, check_start
 from .document import InspectError, find_states, label_for, loader_positions, read_document, split_label

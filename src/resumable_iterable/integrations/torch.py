@@ -3,10 +3,13 @@
 
 Importing this module needs ``torch``; :class:`StatefulDataLoader` also needs ``torchdata``.
 
-* :class:`TorchDatasetMixin` is added to the bases of ``resumable_iterable.IterableDataset``
-  (:func:`attach_torch_base`) once torch is imported, whatever the import order: at the first
-  dataset built, unpickled or checked with ``isinstance`` after ``import torch`` (see
-  ``dataset._maybe_add_torch_base``). It makes the dataset a ``torch.utils.data.IterableDataset``.
+* The core never imports this module's names: it registers its hooks (the functions below)
+  with the loader layer (``loader/hooks.py``), and the package imports it as soon as torch is
+  imported, whatever the import order (at the first dataset built, unpickled, given an epoch or
+  checked with ``isinstance`` after ``import torch``). The hooks add :class:`TorchDatasetMixin`
+  to the bases of ``resumable_iterable.IterableDataset`` (:func:`attach_torch_base`), which makes
+  it a ``torch.utils.data.IterableDataset``, and keep the per-dataset state below in the
+  dataset's ``IterationSession``.
 * **Epochs and persistent workers.** A persistent worker keeps the copy of the dataset it got
   when it started, so a later ``set_epoch`` in the main process would not reach it. Each dataset
   therefore owns a slot in a shared-memory ``int64`` tensor (slots are handed out from chunks of
@@ -38,7 +41,10 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from ..distributed import current_worker, split_for_process, warn_too_many_workers
+from ..distributed import current_worker, warn_too_many_workers
+from ..loader import elastic
+from ..loader.hooks import WorkerHooks, register_hooks
+from ..loader.session import IterationSession
 from ..state import JournalList, set_journal_packer
 
 # ============================================================================ shared epochs
@@ -92,61 +98,57 @@ class _SlotPool:
 _POOL = _SlotPool()
 
 
-def publish_epoch(dataset: Any, epoch: int) -> None:
-    """Write the main process's epoch of ``dataset`` where its DataLoader workers read it."""
+def publish_epoch(session: IterationSession, epoch: int) -> None:
+    """Write the main process's epoch of a dataset's ``session`` where its DataLoader workers read it."""
     if current_worker() is not None:
         return  # a worker's epoch is its own; the main process owns the shared value
-    slot = dataset.__dict__.get("_epoch_slot")
+    slot = session.epoch_slot
     if slot is None or slot.owner != os.getpid() or not slot.alive:
-        slot = _POOL.allocate()
-        dataset.__dict__["_epoch_slot"] = slot
+        slot = session.epoch_slot = _POOL.allocate()
     slot.set(epoch)
 
 
-def ensure_epoch_slot(dataset: Any) -> None:
-    """Give ``dataset`` a shared epoch slot now (before DataLoader workers start)."""
-    slot = dataset.__dict__.get("_epoch_slot")
+def ensure_epoch_slot(session: IterationSession) -> None:
+    """Give ``session`` a shared epoch slot now (before DataLoader workers start)."""
+    slot = session.epoch_slot
     if slot is None or slot.owner != os.getpid() or not slot.alive:
-        publish_epoch(dataset, dataset.__dict__.get("_epoch", 0))
+        publish_epoch(session, session.epoch)
 
 
-def prepare_for_workers(dataset: Any) -> None:
+def prepare_for_workers(session: IterationSession) -> None:
     """In the main process, before DataLoader workers start: the dataset's shared epoch slot and,
     for a state loaded with ``load_state_dict`` before torch was imported, the shared record of
     which workers took their part of it (made at load time when torch is already imported)."""
-    ensure_epoch_slot(dataset)
-    d = dataset.__dict__
-    if d.get("_claims") is None and d.get("_loaded") is not None and current_worker() is None:
-        d["_claims"] = new_claims()
+    ensure_epoch_slot(session)
+    if session.claims is None and session.loaded is not None and current_worker() is None:
+        session.claims = new_claims()
 
 
-def adopt_unpickled(dataset: Any) -> None:
-    """Called when ``dataset`` was just unpickled or copied (``__setstate__``).
+def adopt_unpickled(session: IterationSession) -> None:
+    """Called when a dataset's ``session`` was just unpickled or copied (``__setstate__``).
 
     Sent to another process by ``multiprocessing`` (a spawned DataLoader worker), it keeps the
     sender's shared slots: set_epoch in the main process must reach the worker. Anything else is
     a copy, which behaves like a fresh dataset with the copied epoch: its own epoch slot, and its
     own record of which DataLoader workers took a state loaded before the copy.
     """
-    d = dataset.__dict__
-    slot = d.get("_epoch_slot")
+    slot = session.epoch_slot
     if slot is not None and slot.alive and slot.owner != os.getpid():
         return
-    d["_epoch_slot"] = None
-    claims = d.get("_claims")
-    if claims is not None:
-        d["_claims"] = new_claims().copy_(claims)
-    prepare_for_workers(dataset)
+    session.epoch_slot = None
+    if session.claims is not None:
+        session.claims = new_claims().copy_(session.claims)
+    prepare_for_workers(session)
 
 
-def shared_epoch(dataset: Any) -> int | None:
-    slot = dataset.__dict__.get("_epoch_slot")
+def shared_epoch(session: IterationSession) -> int | None:
+    slot = session.epoch_slot
     return None if slot is None or not slot.alive else slot.get()
 
 
 class TorchDatasetMixin(torch.utils.data.IterableDataset):
     """Added to ``resumable_iterable.IterableDataset``'s bases once torch is imported (its epoch
-    is published to DataLoader workers by ``IterableDataset._store_epoch``)."""
+    is published to DataLoader workers by ``IterationSession.set_epoch``)."""
 
 
 class _CacheReset(abc.ABC):
@@ -521,6 +523,9 @@ def _unpack_journal_list(data: bytes, shared: tuple | None) -> list:
 
 ForkingPickler.register(PackedList, _reduce_packed_list)
 set_journal_packer(pack_journal_list)
+register_hooks(WorkerHooks(attach_base=attach_torch_base, publish_epoch=publish_epoch, shared_epoch=shared_epoch,
+                           new_claims=new_claims, claim=claim, claimed=claimed,
+                           prepare_for_workers=prepare_for_workers, adopt_unpickled=adopt_unpickled))
 
 
 # ============================================================================ StatefulDataLoader
@@ -533,9 +538,7 @@ except ImportError as _e:  # pragma: no cover - torchdata is part of the [torch]
 
 
 def _is_ours(dataset: Any) -> bool:
-    from ..dataset import IterableDataset
-
-    return isinstance(dataset, IterableDataset)
+    return isinstance(getattr(dataset, "session", None), IterationSession)
 
 
 if _TorchdataLoader is not None:
@@ -563,14 +566,14 @@ if _TorchdataLoader is not None:
 
         def __init__(self, dataset: Any, *args: Any, **kwargs: Any):
             if _is_ours(dataset):
-                prepare_for_workers(dataset)
+                prepare_for_workers(dataset.session)
             super().__init__(dataset, *args, **kwargs)
 
         def _get_iterator(self):
             if _is_ours(self.dataset):
-                prepare_for_workers(self.dataset)  # before the workers fork
+                prepare_for_workers(self.dataset.session)  # before the workers fork
                 if self.num_workers > 1:
-                    shards = split_for_process(self.dataset._node, self.dataset._split, worker=None).num_shards
+                    shards = self.dataset.session.process_node(worker=None).num_shards
                     if self.num_workers > shards:
                         warn_too_many_workers(self.num_workers, shards)
             return super()._get_iterator()
@@ -579,10 +582,8 @@ if _TorchdataLoader is not None:
             """Load a state saved by a ``StatefulDataLoader`` with any number of workers."""
             if not _is_ours(self.dataset) or state_dict == {}:
                 return super().load_state_dict(state_dict)
-            from .. import elastic, resume
-
             new = elastic.remap_loader_state(state_dict, self.num_workers)
-            epoch = resume.validate_loader_state(self.dataset, new, self.num_workers)
+            epoch = self.dataset.session.validate_loader_state(new, self.num_workers)
             super().load_state_dict(new)
             if self.num_workers > 0:
                 # as with num_workers=0 (where the main-process dataset loads the state itself),

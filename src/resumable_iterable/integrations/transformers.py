@@ -38,7 +38,7 @@ callback looks for the file in ``args.resume_from_checkpoint`` (when set) and in
 ``<output_dir>/checkpoint-<global_step>``, and only accepts the file with that digest.
 
 Another ``dataloader_num_workers`` at resume than at save is handled by elastic resume (see
-``elastic.py``): the rest of the interrupted pass is re-dealt among the new workers.
+``loader/elastic.py``): the rest of the interrupted pass is re-dealt among the new workers.
 
 Epochs: for a dataset without ``__len__`` the Trainer restarts its epoch counter at 0 when it
 resumes. The callback maps the Trainer's epoch numbers back onto the dataset's, so each new pass
@@ -347,12 +347,12 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
     @staticmethod
     def _fit_workers(loader: Any, loader_state: Any) -> Any:
         """A loader state saved with another ``dataloader_num_workers``, re-dealt for this loader
-        (elastic resume: the rest of the epoch is still read exactly once; see ``elastic.py``)."""
+        (elastic resume: the rest of the epoch is still read exactly once; see ``loader/elastic.py``)."""
         want = getattr(_base_loader(loader), "num_workers", None)
         if not isinstance(want, int) or not isinstance(loader_state, dict):
             return loader_state
-        from ..elastic import remap_loader_state
-        from ..loader_state import loader_num_workers
+        from ..loader.elastic import remap_loader_state
+        from ..loader.loader_state import loader_num_workers
 
         try:
             saved = loader_num_workers(loader_state)

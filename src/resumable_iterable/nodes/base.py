@@ -12,7 +12,8 @@ A pipeline is a tree of :class:`Node` objects. Each node:
   while the consumer holds example *k* already counts *k* as consumed.
 * is reset (:meth:`reset`) and loaded (:meth:`load`) **in place**: dicts that a parent holds
   are never rebound, only updated.
-* describes its structure (:meth:`params`, :meth:`shape`) for the pipeline fingerprint,
+* describes its structure (:meth:`params`, :meth:`shape`) for the pipeline fingerprint
+  (:meth:`fingerprint`, computed once per node object),
   validates a foreign state before any of it is applied (:meth:`validate`), and can be split
   by shard (:meth:`shard`) for DataLoader workers and ranks.
 """
@@ -26,6 +27,10 @@ from typing import Any, ClassVar, Iterator
 import numpy as np
 
 from ..state import MAX_EPOCH, copy_state
+from ..state import fingerprint as shape_fingerprint
+
+#: where a node caches its (shape, fingerprint) pair; only the methods below touch it
+_FINGERPRINT_CACHE = "_ri_shape"
 
 
 class Node:
@@ -83,6 +88,27 @@ class Node:
             sh["children"] = [c.shape() for c in self.children]
         return sh
 
+    def fingerprinted_shape(self) -> tuple[dict, str]:
+        """This pipeline's :meth:`shape` and its :meth:`fingerprint`, computed once per node object
+        (``state_dict()`` reads them after every batch). The shape is shared: do not change it.
+
+        A structural copy (:meth:`clone`) keeps the cache: its shape is the same. Whatever changes
+        the structure of a node object (or of a ``copy.copy`` of one, as :meth:`shard` does) after
+        its shape may have been read calls :meth:`forget_fingerprint`."""
+        cached = self.__dict__.get(_FINGERPRINT_CACHE)
+        if cached is None:
+            shape = self.shape()
+            cached = self.__dict__[_FINGERPRINT_CACHE] = (shape, shape_fingerprint(shape))
+        return cached
+
+    def fingerprint(self) -> str:
+        """A short stable hash of :meth:`shape`: a state loads only into a pipeline with its fingerprint."""
+        return self.fingerprinted_shape()[1]
+
+    def forget_fingerprint(self) -> None:
+        """Drop the cached shape of this node object: its structure changed."""
+        self.__dict__.pop(_FINGERPRINT_CACHE, None)
+
     def state_dict(self) -> dict:
         return copy_state(self._state_dict)
 
@@ -138,7 +164,7 @@ class Node:
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> Node:
         """A copy of this pipeline reading only shard group ``index`` of ``num_shards``."""
         new = copy.copy(self)
-        new.__dict__.pop("_ri_shape", None)
+        new.forget_fingerprint()
         new.children = [c.shard(num_shards, index, contiguous) for c in self.children]
         new._state_dict = new._fresh_state()
         return new

@@ -192,7 +192,7 @@ class PermutedSource(Node):
         part = split_positions(count, num_shards, index, contiguous)  # positions of this slice it keeps
         new_slice = (start + step * part.start, step * part.step, len(part))
         new = copy.copy(self)
-        new.__dict__.pop("_ri_shape", None)
+        new.forget_fingerprint()
         new._slice = new_slice
         new._state_dict = new._fresh_state()
         return new
@@ -310,6 +310,6 @@ def _install_reader(child: Node) -> Node:
         return reader
     path[-1].children[0] = reader
     for n in reversed(path):  # the chain was a fresh clone: rebuild its (fresh) states around the reader
-        n.__dict__.pop("_ri_shape", None)
+        n.forget_fingerprint()
         n._state_dict = n._fresh_state()
     return child

@@ -64,7 +64,7 @@ class CountNode(Node):
         if self.per_rank:
             self.per_rank -= 1
             self.n *= world_size
-            self.__dict__.pop("_ri_shape", None)
+            self.forget_fingerprint()
 
     def shuffle_shards(self, seed: int | None) -> None:
         pass  # a shard order drawn by a shuffle above would change which examples are skipped / taken

@@ -10,7 +10,7 @@ State: ``{"node", "shard_seed", "shard_pos", "offset", "stop"}``
 * ``shard_pos`` - index, in that order, of the shard being read.
 * ``offset`` - rows of that shard already yielded.
 * ``stop`` - ``None`` (read to the last shard) or the position in that order where reading
-  stops. Only elastic resume sets it (see ``elastic.py``): it hands the untouched shards after
+  stops. Only elastic resume sets it (see ``loader/elastic.py``): it hands the untouched shards after
   ``stop`` to another worker. A reset (a new pass) clears it.
 
 Progress is therefore known *per shard*: shards before ``shard_pos`` are done, the one at
@@ -121,7 +121,7 @@ class SourceNode(Node):
 
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> Node:
         new = copy.copy(self)
-        new.__dict__.pop("_ri_shape", None)
+        new.forget_fingerprint()
         new.shard_ids = [self.shard_ids[p] for p in split_positions(len(self.shard_ids), num_shards, index, contiguous)]
         new._state_dict = {}
         new._state_dict = new._fresh_state()

@@ -18,10 +18,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from . import state as _state
-from .distributed import effective_worker
-from .nodes.base import check_epoch, check_int
-from .state import PLAN_FORMAT
+from .. import state as _state
+from ..distributed import effective_worker
+from ..nodes.base import check_epoch, check_int
+from ..state import PLAN_FORMAT
 
 PLAN_VERSION = 1
 
@@ -45,7 +45,7 @@ def _check_ranks(value: Any, where: str) -> list[list[int]]:
     return value
 
 
-def _check_worker(value: Any, where: str) -> tuple[int, int] | None:
+def check_worker(value: Any, where: str) -> tuple[int, int] | None:
     if value is None:
         return None
     if not (isinstance(value, list) and len(value) == 2 and all(type(x) is int for x in value)
@@ -58,7 +58,7 @@ def _check_split(split: Any, where: str) -> dict:
     if not isinstance(split, dict) or set(split) - {"base"} != {"ranks", "worker"}:
         raise ValueError(f"{where}: 'split' must be an object with 'ranks' and 'worker'")
     _check_ranks(split["ranks"], where)
-    _check_worker(split["worker"], where)
+    check_worker(split["worker"], where)
     return split
 
 
@@ -110,7 +110,7 @@ def check_plan_envelope(plan: Any, where: str = "plan") -> None:
     if not isinstance(t, dict) or set(t) != {"ranks", "worker"}:
         raise ValueError(f"{where}: 'target' must be an object with 'ranks' and 'worker'")
     _check_ranks(t["ranks"], f"{where} target")
-    _check_worker(t["worker"], f"{where} target")
+    check_worker(t["worker"], f"{where} target")
     if not isinstance(plan["segments"], list):
         raise ValueError(f"{where}: 'segments' must be a list")
     for i, seg in enumerate(plan["segments"]):

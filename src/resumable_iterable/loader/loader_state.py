@@ -8,7 +8,7 @@ from typing import Any
 from .plan import state_segments
 
 
-def _loader_keys():
+def loader_keys():
     try:
         from torchdata.stateful_dataloader import stateful_dataloader as sdl
         from torchdata.stateful_dataloader.incremental_state import (_DATASET_ITER_STATE, _DATASET_STATE,
@@ -35,7 +35,7 @@ def _loader_keys():
 
 def loader_num_workers(state: Any) -> int:
     """How many workers the ``StatefulDataLoader`` that saved ``state`` had (0: main process)."""
-    K = _loader_keys()
+    K = loader_keys()
     if not isinstance(state, dict):
         raise TypeError(f"a DataLoader state must be a dict, got {type(state).__name__}")
     if K["snapshot"] in state:
@@ -59,7 +59,7 @@ def parse_loader_state(state: dict, where: str = "DataLoader state") -> dict:
     workers starting with the one that was due next, each worker's segments in order. Workers
     that had finished the epoch contribute nothing.
     """
-    K = _loader_keys()
+    K = loader_keys()
     num_workers = loader_num_workers(state)
     info: dict = {"num_workers": num_workers, "finished": bool(state.get(K["finished"], False))}
     bases, epochs, targets, units = set(), set(), [], []
@@ -124,7 +124,7 @@ def parse_loader_state(state: dict, where: str = "DataLoader state") -> dict:
 def build_loader_state(info: dict, plans: list[dict], num_workers: int, base_seed: int | None = None) -> dict:
     """A ``StatefulDataLoader`` state for ``num_workers`` workers (0: main process) whose worker
     ``j`` continues with ``plans[j]``; the next batch comes from worker 0."""
-    K = _loader_keys()
+    K = loader_keys()
     main = info["main"]
     n = info["num_yielded"]
     fetcher = {K["dataset_iter"]: None, K["ended"]: False}

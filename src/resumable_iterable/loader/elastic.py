@@ -34,13 +34,12 @@ from __future__ import annotations
 import copy
 from typing import Any, Iterator
 
-from . import state as _state
-from .distributed import effective_worker, split_ranks, split_workers
+from .. import state as _state
+from ..distributed import effective_worker, split_ranks, split_workers
 from .loader_state import build_loader_state, loader_num_workers, parse_loader_state
-from .nodes.base import Node, as_int, check_int
-from .nodes.source import SourceNode
-from .plan import (PLAN_FORMAT, _check_worker, check_plan_envelope, describe_split, make_plan,  # noqa: F401
-                   state_segments)
+from ..nodes.base import Node, as_int, check_int
+from ..nodes.source import SourceNode
+from .plan import PLAN_FORMAT, check_plan_envelope, check_worker, describe_split, make_plan, state_segments  # noqa: F401
 
 #: node kinds through which untouched shards can be handed to another worker (see module doc)
 _CARVABLE = {"map", "filter", "columns", "shuffle", "batch"}
@@ -103,8 +102,6 @@ def _leaf_source(node: Node) -> SourceNode | None:
 def build_plan_node(template: Node, plan: dict, current_ranks: list, current_worker, base: str) -> SegmentsNode:
     """Validate ``plan`` against a dataset (its unsplit pipeline ``template``) and the process it
     is loaded in; return the loaded :class:`SegmentsNode`. Raises ``ValueError`` naming the problem."""
-    from .dataset import _shape_of
-
     check_plan_envelope(plan)
     if plan["base"] != base:
         raise ValueError("this elastic plan was made for a different pipeline (its base fingerprint "
@@ -120,9 +117,9 @@ def build_plan_node(template: Node, plan: dict, current_ranks: list, current_wor
     nodes, splits = [], []
     for i, seg in enumerate(plan["segments"]):
         where = f"elastic plan segment {i}"
-        worker = _check_worker(seg["split"]["worker"], where)
+        worker = check_worker(seg["split"]["worker"], where)
         node = split_workers(split_ranks(template, seg["split"]["ranks"]), worker).clone()
-        shape, fp = _shape_of(node)
+        shape, fp = node.fingerprinted_shape()
         if seg["fingerprint"] != fp:
             diff = _state.shape_difference(seg["pipeline"], shape)
             raise ValueError(f"{where} ({describe_split(seg['split']['ranks'], worker)}) was saved from a different "
@@ -151,12 +148,10 @@ def build_plan_node(template: Node, plan: dict, current_ranks: list, current_wor
 
 def plan_state(node: SegmentsNode, epoch: int) -> dict:
     """The plan state of a running :class:`SegmentsNode` (segments already finished are left out)."""
-    from .dataset import _shape_of
-
     segs = []
     for i in range(node._state_dict["current"], len(node.children)):
         child = node.children[i]
-        shape, fp = _shape_of(child)
+        shape, fp = child.fingerprinted_shape()
         segs.append({"fingerprint": fp, "pipeline": _state.copy_state(shape),
                      "split": {"ranks": [list(r) for r in node.splits[i]["ranks"]],
                                "worker": list(node.splits[i]["worker"]) if node.splits[i]["worker"] else None},
@@ -304,7 +299,7 @@ def redistribute_states(states: list[dict], world_size: int, num_workers: int | 
     Order: what is left of each old rank (and of each of its DataLoader workers) is continued as
     is, in its own order, by one new rank (and worker); these pieces are dealt round-robin. When
     there are fewer pieces than new ranks x workers, the untouched shards of simple pipelines
-    (see ``elastic.py``) are handed to the ranks that would idle, unless ``carve=False``.
+    (see ``resumable_iterable.loader.elastic``) are handed to the ranks that would idle, unless ``carve=False``.
 
     ``num_workers`` sets the worker count of the returned DataLoader states (default: the saved
     one, which must then be the same on every rank); ``resumable_iterable.StatefulDataLoader``

@@ -1,0 +1,97 @@
+"""Which node tree a process iterates: a fresh pass, a state loaded with ``load_state_dict``
+(plain or an elastic plan), or its part of a state loaded in the main process and then split
+among DataLoader workers.
+
+Plain functions of a dataset's pipeline *template* (its unsplit node tree) and its rank
+*split* (``("rank", rank, world_size)`` entries); the process state that decides which one
+applies is held by ``session.py``. Nothing here changes its arguments: a state is validated
+completely and loaded into a fresh copy of the pipeline.
+"""
+
+from __future__ import annotations
+
+from .. import state as _state
+from ..distributed import effective_worker, ranks_of, split_for_process
+from ..nodes.base import Node
+from .elastic import build_plan_node, deal
+from .loader_state import loader_keys, loader_num_workers
+from .plan import describe_split, is_plan, make_plan, state_segments
+
+
+def split_description(template: Node, split: tuple, worker) -> dict:
+    """The ``"split"`` entry of a state saved in ``worker`` (``(id, num_workers)`` or ``None``)."""
+    return {"base": template.fingerprint(), "ranks": ranks_of(split),
+            "worker": list(worker) if worker is not None else None}
+
+
+def fresh_node(template: Node, split: tuple, epoch: int) -> Node:
+    """A fresh pass at ``epoch`` over the part of the pipeline this process (rank, worker) reads."""
+    node = split_for_process(template, split).clone()
+    node.set_epoch(epoch)
+    node.reset()
+    return node
+
+
+def load_node(template: Node, split: tuple, state, worker) -> tuple[Node, int]:
+    """Validate ``state`` (a plain state or an elastic plan) for a dataset iterated in ``worker``
+    (``(id, num_workers)`` or ``None``) and return the loaded node and its epoch. Raises
+    ``ValueError`` naming the problem."""
+    ranks = ranks_of(split)
+    base = template.fingerprint()
+    if is_plan(state):
+        return build_plan_node(template, state, ranks, worker, base), state["epoch"]
+    state = _state.inline_buffers(state)
+    _state.check_envelope(state)
+    node = split_for_process(template, split, worker=worker).clone()
+    shape, fp = node.fingerprinted_shape()
+    if state["fingerprint"] != fp:
+        saved = state.get("split")
+        if isinstance(saved, dict) and saved.get("base") == base and "ranks" in saved and "worker" in saved:
+            saved_w = tuple(saved["worker"]) if isinstance(saved["worker"], list) else None
+            if saved["ranks"] != ranks or effective_worker(saved_w) != effective_worker(worker):
+                raise ValueError(
+                    f"this state was saved by {describe_split(saved['ranks'], saved_w)} but is loaded in "
+                    f"{describe_split(ranks, worker)}. Resume a DataLoader through its own state_dict(); "
+                    "resumable_iterable.StatefulDataLoader loads it with another number of workers, and "
+                    "resumable_iterable.redistribute_states moves rank states to another world size")
+        diff = _state.shape_difference(state["pipeline"], shape)
+        raise ValueError("this state was saved from a different pipeline: "
+                         + (diff or "its fingerprint does not match (was the state edited?)"))
+    node.validate(state["state"])
+    node.set_epoch(state["epoch"])
+    node.load(state["state"])
+    return node, state["epoch"]
+
+
+def worker_part(template: Node, split: tuple, loaded: dict, worker: tuple[int, int]) -> tuple[Node, int]:
+    """Worker ``worker``'s part of a state ``loaded`` in the main process, dealt among the
+    workers like an elastic resume from one process; returns the loaded node and its epoch."""
+    w, n = worker
+    base, epoch, _target, units = state_segments(loaded, "loaded state")
+    ranks = ranks_of(split)
+    plan = make_plan(base, epoch, {"ranks": ranks, "worker": [w, n]}, deal(units, n)[w])
+    return build_plan_node(template, plan, ranks, worker, base), epoch
+
+
+def validate_loader_state(template: Node, split: tuple, loader_state: dict, num_workers: int) -> int:
+    """Check every dataset state inside a ``StatefulDataLoader`` state against a dataset for a
+    loader with ``num_workers`` workers; return the epoch. Raises ``ValueError`` before any worker starts."""
+    K = loader_keys()
+    saved = loader_num_workers(loader_state)
+    if saved != num_workers:
+        raise ValueError(f"the DataLoader state was saved with {saved} workers but this loader has {num_workers}")
+    if num_workers == 0:
+        return load_node(template, split, loader_state[K["dataset"]], None)[1]
+    epochs = set()
+    wstates = loader_state[K["snapshot"]][K["workers"]]
+    for j in range(num_workers):
+        ws = wstates.get(f"worker_{j}") if isinstance(wstates, dict) else None
+        if not isinstance(ws, dict) or K["dataset"] not in ws:
+            raise ValueError(f"DataLoader state: worker {j} has no dataset state")
+        try:
+            epochs.add(load_node(template, split, ws[K["dataset"]], (j, num_workers))[1])
+        except ValueError as e:
+            raise ValueError(f"DataLoader state, worker {j}: {e}") from None
+    if len(epochs) != 1:
+        raise ValueError(f"DataLoader state: its workers saved different epochs {sorted(epochs)}")
+    return epochs.pop()

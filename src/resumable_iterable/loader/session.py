@@ -1,0 +1,200 @@
+"""One dataset's iteration in one process: :class:`IterationSession`.
+
+A dataset (``dataset.py``) is a description - a pipeline template and its rank split - plus a
+session that owns everything about iterating it *here*:
+
+* ``active``: the live node tree of the pass being iterated, or holding a loaded state not
+  iterated yet (``pending``); ``active_worker`` is the DataLoader worker ``(id, num_workers)``
+  it belongs to (``None``: no worker), ``active_epoch`` the epoch it was started or loaded with;
+* ``loaded`` / ``claims``: a state loaded in the main process, kept so that DataLoader workers
+  iterating the dataset afterwards can split it among themselves, and the shared record of
+  which workers took their part (so only the first pass uses it);
+* ``epoch`` and ``epoch_slot``: the epoch of the next fresh pass, and where the worker hooks
+  (``hooks.py``) publish it for persistent workers.
+
+``state_dict`` / ``load_state_dict`` of the dataset are this session's. Pickled (a DataLoader
+worker, ``copy.deepcopy``), a session leaves out a pass being iterated; a loaded state not yet
+iterated travels with it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import state as _state
+from ..distributed import current_worker, split_for_process
+from ..nodes.base import Node
+from . import hooks
+from .elastic import SegmentsNode, plan_state
+from .resume import fresh_node, load_node, split_description, validate_loader_state, worker_part
+
+
+class IterationSession:
+    """The per-process iteration state of one dataset (see the module doc)."""
+
+    def __init__(self, template: Node, split: tuple, epoch: int):
+        self.template = template  # the dataset's unsplit pipeline; never iterated itself
+        self.split = tuple(split)  # ("rank", rank, world_size) entries, applied at iteration
+        self.epoch_slot: Any = None  # set by the worker hooks
+        self.active: Node | None = None
+        self.active_worker: tuple[int, int] | None = None
+        self.active_epoch = epoch
+        self.pending = False
+        self.loaded: dict | None = None
+        self.claims: Any = None
+        self._split_cache: tuple | None = None  # (worker, the "split" entry of this process's states)
+        self.set_epoch(epoch)
+
+    # ------------------------------------------------------------------ epochs
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch of the next fresh pass (already checked); DataLoader workers read it too."""
+        self.epoch = epoch
+        h = hooks.current()
+        if h is not None:  # DataLoader workers, persistent ones too, read the main process's epoch
+            h.publish_epoch(self, epoch)
+
+    def requested_epoch(self) -> int:
+        """The epoch a new pass uses: inside a DataLoader worker, the main process's current epoch
+        (shared memory, so ``set_epoch`` reaches persistent workers); elsewhere :attr:`epoch`."""
+        if current_worker() is not None:
+            h = hooks.current()
+            e = h.shared_epoch(self) if h is not None else None
+            if e is not None:
+                return e
+        return self.epoch
+
+    def prepare_for_workers(self) -> None:
+        """Before DataLoader workers start (or ``isinstance`` asks whether this is a torch
+        dataset): the shared epoch slot, and the shared record for a state loaded before torch
+        was imported. Nothing without a framework's worker hooks."""
+        if self.epoch_slot is None:
+            h = hooks.current()
+            if h is not None:
+                h.prepare_for_workers(self)
+
+    # ------------------------------------------------------------------ the node tree iterated
+    def process_node(self, worker: Any = "current") -> Node:
+        """The template pipeline this process reads: split by rank, then by DataLoader worker
+        (``"current"``: the worker this code runs in; ``None``: no worker split)."""
+        return split_for_process(self.template, self.split, worker=worker)
+
+    def _start_fresh(self, worker) -> Node:
+        epoch = self.requested_epoch()
+        node = fresh_node(self.template, self.split, epoch)
+        self.active, self.active_worker, self.active_epoch = node, worker, epoch
+        return node
+
+    def _drop_pending(self) -> None:
+        self.pending = False
+        self.active = None
+        self.loaded = None
+
+    def _resolve_pending(self, worker) -> None:
+        """Make a loaded-but-not-iterated state fit the process about to iterate.
+
+        A state loaded in the main process and then iterated in DataLoader workers (the dataset
+        was handed to the loader after ``load_state_dict``) is split among the workers like an
+        elastic resume from one process; the shared claims make sure only the first pass uses
+        it, even when each pass forks new workers. Elsewhere a state loaded for another process
+        is dropped.
+        """
+        if not self.pending or self.active is None:
+            return
+        loaded_in = self.active_worker
+        claims = self.claims
+        if loaded_in == worker:
+            if worker is None and claims is not None and hooks.current().claimed(claims):
+                self._drop_pending()  # DataLoader workers already used it
+            return
+        if loaded_in is not None or worker is None or self.loaded is None:
+            self._drop_pending()  # another process's state, or just a fresh start: start afresh here
+            return
+        # loaded in the main process, now inside DataLoader worker `worker`
+        h = hooks.current()
+        if claims is None or h is None:
+            raise ValueError("this dataset holds a state loaded with load_state_dict() before torch was imported and is "
+                             "now iterated by DataLoader workers; import torch first, or load the state through "
+                             "resumable_iterable.StatefulDataLoader")
+        if not h.claim(claims, worker[0], worker[1]):
+            self._drop_pending()
+            return
+        self.active, self.active_epoch = worker_part(self.template, self.split, self.loaded, worker)
+        self.active_worker = worker
+
+    def pass_node(self) -> Node:
+        """The live node tree of the pass about to start: a loaded state not iterated yet, or a fresh one."""
+        worker = current_worker()
+        self._resolve_pending(worker)
+        if self.pending and self.active is not None:
+            self.pending = False
+            self.loaded = None  # used up: nothing left to split among workers
+            return self.active
+        return self._start_fresh(worker)
+
+    def current_node(self) -> Node:
+        """The node tree whose state ``state_dict`` describes: the pass being iterated here, or a
+        loaded state, or (neither) a fresh pass that the next iteration then starts from."""
+        worker = current_worker()
+        self._resolve_pending(worker)
+        if self.active is None or self.active_worker != worker:
+            self._start_fresh(worker)
+            self.loaded = self.claims = None  # a fresh start, not a loaded state
+            self.pending = True
+        return self.active
+
+    # ------------------------------------------------------------------ states
+    def state_dict(self) -> dict:
+        """The dataset state of this process (see ``IterableDataset.state_dict``)."""
+        node = self.current_node()
+        epoch = self.active_epoch
+        if isinstance(node, SegmentsNode):
+            return plan_state(node, epoch)
+        shape, fp = node.fingerprinted_shape()
+        ctx = self.active_worker
+        split = self._split_cache
+        if split is None or split[0] != ctx:  # a dataset's pipeline and rank split never change
+            split = self._split_cache = (ctx, split_description(self.template, self.split, ctx))
+        # in a DataLoader worker, shuffle buffers go to "buffers" as journals that torchdata's
+        # StatefulDataLoader can send in parts (see ExampleChunks.journal)
+        buffers: dict | None = None if ctx is None else {}
+        state = {"format": _state.FORMAT, "version": _state.VERSION, "fingerprint": fp,
+                 "pipeline": _state.copy_state(shape), "epoch": epoch,
+                 "state": _state.copy_state(node._state_dict, buffers), "split": _state.copy_state(split[1])}
+        if buffers:
+            state["buffers"] = buffers
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Validate ``state_dict`` completely, then make it the next pass (see ``IterableDataset``)."""
+        worker = current_worker()
+        node, epoch = load_node(self.template, self.split, state_dict, worker)
+        claims = None
+        if worker is None:
+            h = hooks.current()
+            if h is not None:
+                claims = h.new_claims()  # lets DataLoader workers split this state among themselves once
+        self.set_epoch(epoch)
+        self.active, self.active_worker, self.active_epoch = node, worker, epoch
+        self.loaded = _state.copy_state(state_dict) if worker is None else None
+        self.claims = claims
+        self.pending = True
+
+    def validate_loader_state(self, loader_state: dict, num_workers: int) -> int:
+        """Check a ``StatefulDataLoader`` state for a loader with ``num_workers`` workers over this
+        dataset; return its epoch (see ``resume.validate_loader_state``)."""
+        return validate_loader_state(self.template, self.split, loader_state, num_workers)
+
+    # ------------------------------------------------------------------ pickling (DataLoader workers, copies)
+    def __getstate__(self) -> dict:
+        d = dict(self.__dict__)
+        if not d["pending"]:
+            d["active"] = None  # a pipeline being iterated is not shipped to DataLoader workers
+        return d
+
+    def __setstate__(self, d: dict) -> None:
+        self.__dict__.update(d)
+        h = hooks.current()
+        if h is not None:
+            # a copy (pickle, copy.deepcopy, copy.copy) gets its own shared epoch slot; a session
+            # sent to a spawned DataLoader worker keeps reading its main process's
+            h.adopt_unpickled(self)

@@ -1,0 +1,181 @@
+"""The package's layers import only downward: no import circles (function-local imports count),
+no module imports a lower layer's caller, and no module uses another module's private names.
+
+The graph is read from the source (``ast``), so a cycle that only shows at run time through a
+function-local import is found too. A new module gets a layer in ``LAYERS``.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1] / "src" / "resumable_iterable"
+PKG = ROOT.name
+
+#: bottom to top; a module may import modules of its own layer or of a layer before it.
+#: A name ending in "." is a package: every module in it.
+LAYERS = [
+    ("state", ["state", "state_codec", "state_files", "state_buffers", "progress"]),
+    ("nodes", ["nodes", "nodes."]),
+    ("splits", ["distributed"]),
+    ("loader", ["loader", "loader."]),
+    ("facade", ["dataset", "features"]),
+    ("combine", ["combine"]),
+    ("integrations", ["integrations", "integrations."]),
+    ("cli", ["cli", "cli."]),
+    ("package", [""]),  # resumable_iterable/__init__.py: ties the layers together
+]
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    mods = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = path
+    return mods
+
+
+MODULES = _modules()
+
+
+def _imports(name: str) -> list[tuple[str, str | None, int]]:
+    """``(module imported, name taken from it or None, line)`` for every import of a module of
+    the package in module ``name`` (relative to the package; ``""`` is the package itself)."""
+    path = MODULES[name]
+    here = [PKG, *name.split(".")] if name else [PKG]
+    if path.name != "__init__.py":
+        here = here[:-1]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == PKG:
+                    out.append((a.name, None, node.lineno))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[:len(here) - (node.level - 1)]
+                src = ".".join(base + ([node.module] if node.module else []))
+            else:
+                src = node.module or ""
+            if src.split(".")[0] != PKG:
+                continue
+            for a in node.names:
+                out.append((src, a.name, node.lineno))
+    return out
+
+
+def _short(full: str) -> str:
+    return full[len(PKG) + 1:] if full.startswith(PKG + ".") else ("" if full == PKG else full)
+
+
+def _graph() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for name in MODULES:
+        out = set()
+        for src, taken, _ in _imports(name):
+            sub = _short(f"{src}.{taken}") if taken else None
+            out.add(sub if sub in MODULES else _short(src))
+        out.discard(name)
+        edges[name] = out
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(comp)
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _layer(name: str) -> int:
+    for rank, (_, members) in enumerate(LAYERS):
+        for m in members:
+            if name == m or (m.endswith(".") and name.startswith(m)):
+                return rank
+    raise AssertionError(f"module {name or PKG!r} has no layer: add it to LAYERS in tests/test_layers.py")
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    cycles = [sorted(c) for c in _cycles(_graph())]
+    assert not cycles, f"import cycles (function-local imports included): {cycles}"
+
+
+def test_layers_import_only_downward():
+    upward = []
+    for name, targets in _graph().items():
+        for target in targets:
+            if _layer(target) > _layer(name):
+                upward.append(f"{name or PKG} ({LAYERS[_layer(name)][0]}) imports {target} "
+                              f"({LAYERS[_layer(target)][0]})")
+    assert not upward, "imports going up a layer:\n" + "\n".join(sorted(upward))
+
+
+def test_no_private_names_of_other_modules():
+    bad = []
+    for name in MODULES:
+        aliases = {}  # local name -> module of the package it is bound to
+        for src, taken, line in _imports(name):
+            if taken is None:
+                continue
+            full = f"{src}.{taken}"
+            if _short(full) in MODULES:
+                aliases[taken] = full
+            elif taken.startswith("_") and not taken.startswith("__"):
+                bad.append(f"{name}:{line} imports {taken} from {src}")
+        tree = ast.parse(MODULES[name].read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                for a in node.names:  # `from . import state as _state` binds the alias
+                    if a.asname and a.name in aliases:
+                        aliases[a.asname] = aliases[a.name]
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                bad.append(f"{name}:{node.lineno} uses {aliases[node.value.id]}.{node.attr}")
+    assert not bad, "private names used across modules:\n" + "\n".join(sorted(bad))
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n))
+def test_every_module_says_its_story(name):
+    doc = ast.get_docstring(ast.parse(MODULES[name].read_text()))
+    if MODULES[name].name == "__init__.py" and not MODULES[name].read_text().strip():
+        pytest.skip("empty package marker")
+    assert doc, f"{name} has no module docstring"
