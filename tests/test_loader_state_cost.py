@@ -312,7 +312,7 @@ def test_inspect_reads_the_buffers_of_worker_states(tmp_path, capsys):
 
 
 def test_main_process_forgets_the_blocks_of_workers_that_exited():
-    import resumable_iterable.integrations.torch as ri_torch
+    import resumable_iterable.integrations.torch.buffers as ri_torch
 
     def big_rows(shards):
         for s in shards:
@@ -395,7 +395,7 @@ def as_worker_sends(monkeypatch, ds, batch_size, every):
 
 
 def test_the_main_process_reads_each_large_example_from_shared_memory_and_extents_are_reused(monkeypatch):
-    import resumable_iterable.integrations.torch as ri_torch
+    import resumable_iterable.integrations.torch.buffers as ri_torch
 
     def make():
         return ri.IterableDataset.from_generator(big, gen_kwargs={"shards": [0, 1, 2, 3]}).shuffle(seed=3, buffer_size=20)
@@ -468,7 +468,7 @@ def test_a_worker_state_with_large_arrays_reads_the_same_in_the_worker_itself(mo
 
 
 def test_extents_are_filled_without_faulting_them_in_ahead_when_the_kernel_cannot(monkeypatch):
-    import resumable_iterable.integrations.torch as ri_torch
+    import resumable_iterable.integrations.torch.buffers as ri_torch
 
     calls = []
 

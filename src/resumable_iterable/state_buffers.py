@@ -81,7 +81,7 @@ _segment_numbers = itertools.count(1)
 
 def set_journal_packer(pack: Any) -> None:
     """Install ``pack(list) -> JournalList``, which makes each segment of a buffer journal and
-    takes its examples *by value* (``integrations/torch.py`` pickles them at once, for DataLoader
+    takes its examples *by value* (``integrations/torch/buffers.py`` pickles them at once, for DataLoader
     workers). Then a journal does not share examples with the live buffer. ``pack`` is also given
     the entries of a compacted segment that are still current, as that segment holds them."""
     _journal_packer[0] = pack

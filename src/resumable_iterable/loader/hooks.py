@@ -1,7 +1,7 @@
 """Where a framework whose DataLoader runs worker processes (torch) plugs into the loader layer.
 
 The core never imports torch. What DataLoader workers share with the main process lives in the
-framework's integration (``integrations/torch.py``), which registers it here as
+framework's integration (``integrations/torch/workers.py``), which registers it here as
 :class:`WorkerHooks` when it is imported:
 
 * ``attach_base(cls)``: make the dataset class a ``torch.utils.data.IterableDataset``;

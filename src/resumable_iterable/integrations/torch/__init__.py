@@ -1,0 +1,26 @@
+"""PyTorch support: DataLoader workers, ``set_epoch`` for persistent workers, shuffle buffers sent
+from workers, and :class:`StatefulDataLoader` with elastic resume.
+
+Importing this package needs ``torch``; :class:`StatefulDataLoader` also needs ``torchdata``.
+
+* ``workers.py`` - what workers share with the main process (torch base class, epochs, claims of
+  a loaded state), registered with the loader layer's hooks on import;
+* ``buffers.py`` - a worker's shuffle buffer sent once per example, large arrays through shared memory;
+* ``loader.py`` - ``StatefulDataLoader`` with elastic resume.
+"""
+
+from __future__ import annotations
+
+from . import buffers, loader
+from .workers import TorchDatasetMixin, register
+
+register()
+del buffers  # imported for what it installs: the journal packer for shuffle buffers in workers
+
+
+def __getattr__(name: str):
+    if name == "StatefulDataLoader":  # raises ImportError naming torchdata when it is missing
+        return loader.StatefulDataLoader
+    raise AttributeError(name)
+
+__all__ = ["StatefulDataLoader", "TorchDatasetMixin"]

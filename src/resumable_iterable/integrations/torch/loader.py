@@ -1,0 +1,79 @@
+"""torchdata's ``StatefulDataLoader`` with elastic resume: a state saved with W workers loads
+with W′ workers, and a state is validated early, with a clear message, before it is loaded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...distributed import warn_too_many_workers
+from ...loader import elastic
+from ...loader.session import IterationSession
+from .workers import prepare_for_workers
+
+try:
+    from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
+except ImportError as _e:  # pragma: no cover - torchdata is part of the [torch] extra
+    _TorchdataLoader = None
+    _IMPORT_ERROR = _e
+
+
+def _is_ours(dataset: Any) -> bool:
+    return isinstance(getattr(dataset, "session", None), IterationSession)
+
+
+if _TorchdataLoader is not None:
+
+    class StatefulDataLoader(_TorchdataLoader):
+        """``torchdata.stateful_dataloader.StatefulDataLoader`` with **elastic resume**.
+
+        Used exactly like torchdata's. In addition, ``load_state_dict`` accepts a state saved
+        with any number of workers (0 = main process): with a ``resumable_iterable`` dataset the
+        rest of the saved epoch then yields every example the saved loader had not yet yielded,
+        exactly once (shuffle buffers included), and the next epoch is an ordinary one.
+
+        Ordering after a change of worker count: what each old worker had left is continued in
+        its own order, as a *segment*, by one new worker; segments are dealt to the new workers
+        round-robin, starting with the old worker that was due next, and a new worker runs its
+        segments one after another (a batch may join the end of one segment and the start of
+        the next). With fewer segments than workers, simple pipelines hand their untouched shards
+        to the workers that would idle. With the same worker count nothing changes: the
+        continuation is identical to the uninterrupted run.
+
+        Needs ``snapshot_every_n_steps=1`` (the default) in the loader that saved the state when
+        the worker count changes. With ``drop_last=True`` each worker drops its last incomplete
+        batch, so which examples are dropped can differ after an elastic resume.
+        """
+
+        def __init__(self, dataset: Any, *args: Any, **kwargs: Any):
+            if _is_ours(dataset):
+                prepare_for_workers(dataset.session)
+            super().__init__(dataset, *args, **kwargs)
+
+        def _get_iterator(self):
+            if _is_ours(self.dataset):
+                prepare_for_workers(self.dataset.session)  # before the workers fork
+                if self.num_workers > 1:
+                    shards = self.dataset.session.process_node(worker=None).num_shards
+                    if self.num_workers > shards:
+                        warn_too_many_workers(self.num_workers, shards)
+            return super()._get_iterator()
+
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            """Load a state saved by a ``StatefulDataLoader`` with any number of workers."""
+            if not _is_ours(self.dataset) or state_dict == {}:
+                return super().load_state_dict(state_dict)
+            new = elastic.remap_loader_state(state_dict, self.num_workers)
+            epoch = self.dataset.session.validate_loader_state(new, self.num_workers)
+            super().load_state_dict(new)
+            if self.num_workers > 0:
+                # as with num_workers=0 (where the main-process dataset loads the state itself),
+                # the dataset's epoch becomes the saved one
+                self.dataset.set_epoch(epoch)
+
+else:  # pragma: no cover
+
+    def __getattr__(name: str):
+        if name == "StatefulDataLoader":
+            raise ImportError(f"resumable_iterable.StatefulDataLoader needs torchdata (pip install torchdata): {_IMPORT_ERROR}")
+        raise AttributeError(name)
+
