@@ -484,3 +484,25 @@ def test_extents_are_filled_without_faulting_them_in_ahead_when_the_kernel_canno
                     lambda step, st: ids.append(sorted(ex["id"] for ex in inline_buffers(st)["state"]["buffer"])))
     assert calls == [ri_torch._MADV_POPULATE_WRITE] and ri_torch._populate_with == [None]
     assert ids and all(len(b) <= 8 for b in ids)
+
+
+def test_persistent_workers_send_large_arrays_over_epochs_and_resume_exactly():
+    """Persistent workers keep their arena across epochs; a state taken in the second epoch
+    resumes exactly."""
+    def make():
+        ds = ri.IterableDataset.from_generator(big, gen_kwargs={"shards": [0, 1, 2, 3], "n": 24})
+        return ri.StatefulDataLoader(ds.shuffle(seed=7, buffer_size=10), batch_size=4, num_workers=2,
+                                     persistent_workers=True)
+
+    dl = make()
+    first = [b["id"].tolist() for b in dl]
+    dl.dataset.set_epoch(1)
+    it = iter(dl)
+    head = [next(it)["id"].tolist() for _ in range(9)]
+    state = ri.loads_state(ri.dumps_state(dl.state_dict()))
+    tail = [b["id"].tolist() for b in it]
+    assert sorted(k for b in head + tail for k in b) == sorted(k for b in first for k in b)
+    again = make()
+    again.dataset.set_epoch(1)
+    again.load_state_dict(state)
+    assert [b["id"].tolist() for b in again] == tail
