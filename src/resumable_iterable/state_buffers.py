@@ -184,11 +184,7 @@ class ExampleChunks(list):
                 del seg_live[s], size[s]
         pending.clear()  # in place: the node's loop holds this dict
         if writes:
-            seg: list = []
-            for i, ex in writes.items():
-                seg.append(i)
-                seg.append(ex)
-            seg = self.log[str(new)] = pack(seg)
+            seg = self.log[str(new)] = pack([x for kv in writes.items() for x in kv])
             seg_live[new] = len(writes)
             self.seg_size[new] = len(writes) * seg.compact  # the live count at which it is rewritten
         if pack is JournalList:

@@ -240,9 +240,8 @@ def _has_large_buffers(items: list) -> tuple[bytes, bool]:
 
 def pack_journal_list(items: list) -> PackedList:
     """Make a journal segment from ``[slot, example-or-record, ...]`` (a record: the entry of a
-    compacted segment, written again)."""
-    items = list(items)
-    if not any(type(x) is _Record for x in items[1::2]):
+    compacted segment, written again). ``items`` is the caller's new list: it is used up."""
+    if _Record not in set(map(type, items[1::2])):
         data, large = _has_large_buffers(items)
         if not large:  # small examples (text rows, ...): one pickle
             out = PackedList(items)
