@@ -2,8 +2,9 @@
 nodes, with ``state_dict()`` / ``load_state_dict()`` that resume exactly.
 
 The facade layer: a dataset is a description (its pipeline template, rank split, features and
-format) and builds new ones; iterating it and its state in this process - DataLoader workers,
-loaded states, epochs shared with workers - belong to its :class:`~resumable_iterable.loader.session.IterationSession`
+format) and builds new ones; code above it builds with the public ``pipeline``, ``rank_splits``
+and ``derive``. Iterating it and its state in this process - DataLoader workers, loaded states,
+epochs shared with workers - belong to its :class:`~resumable_iterable.loader.session.IterationSession`
 (``loader/session.py``), to which ``__iter__``, ``state_dict``, ``load_state_dict`` and
 ``set_epoch`` delegate."""
 
@@ -50,7 +51,9 @@ class IterableDataset(_Base):
         self._features = features
         self._column_names = list(column_names) if column_names is not None else (
             list(features) if features is not None else None)
-        self._split = tuple(_split)  # ("rank", rank, world_size) entries, applied at iteration
+        # ("rank", rank, world_size) entries, applied at iteration; `_split` and `_epoch` are given
+        # only by derive (outside this module: derive, or split_dataset_by_node)
+        self._split = tuple(_split)
         # everything about iterating this dataset in this process (loader/session.py)
         self._session = IterationSession(node, self._split, _epoch)
 
