@@ -179,3 +179,106 @@ def test_every_module_says_its_story(name):
     if MODULES[name].name == "__init__.py" and not MODULES[name].read_text().strip():
         pytest.skip("empty package marker")
     assert doc, f"{name} has no module docstring"
+
+
+#: ``(module or package prefix ending in ".", attribute, why)``: the private attributes of another
+#: module's objects that a module may still read, each for a reason
+ATTRIBUTE_ALLOWED = [
+    ("nodes.", "_state_dict", "the node contract (nodes/base.py): a node kind wires its children's state "
+                              "dicts into its own and builds the states of its copies (clone, shard)"),
+    ("nodes.", "_fresh_state", "the node contract: a copy made by clone/shard gets a fresh state"),
+    ("nodes.arrow", "_indices", "HF datasets.Dataset keeps its indices mapping (select/shuffle/filter) only "
+                                "there; flatten_indices() would copy the whole table"),
+    ("loader.hooks", "_initializing", "Python's import system marks a module still being imported only there "
+                                      "(ModuleSpec._initializing, read the same way by importlib itself)"),
+    ("integrations.torch", "_new_shared", "torch has no public constructor of a storage in shared memory "
+                                          "(the worker buffer arena)"),
+]
+
+
+def _owned_attributes(tree: ast.AST) -> set[str]:
+    """Attributes a module defines: assigned on ``self`` / ``cls``, or in a class body."""
+    owned: set[str] = set()
+
+    def targets(t: ast.AST):
+        if isinstance(t, (ast.Tuple, ast.List)):
+            for e in t.elts:
+                yield from targets(e)
+        else:
+            yield t
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                for e in targets(t):
+                    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id in ("self", "cls"):
+                        owned.add(e.attr)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    owned.add(item.name)
+                elif isinstance(item, (ast.Assign, ast.AnnAssign)):
+                    for t in (item.targets if isinstance(item, ast.Assign) else [item.target]):
+                        owned.update(e.id for e in targets(t) if isinstance(e, ast.Name))
+    return owned
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _private_attribute_uses(source: str) -> list[tuple[int, str, str]]:
+    """``(line, code, attribute)`` for each ``obj._name`` (or ``getattr(obj, "_name")``) in ``source``
+    where ``obj`` is not ``self`` / ``cls`` / ``super()`` and ``_name`` is not an attribute the
+    module defines itself (instances of its own classes may touch each other's)."""
+    tree = ast.parse(source)
+    owned = _owned_attributes(tree)
+
+    def foreign(obj: ast.AST, attr: str) -> bool:
+        if not _is_private(attr) or attr in owned:
+            return False
+        if isinstance(obj, ast.Name) and obj.id in ("self", "cls"):
+            return False
+        return not (isinstance(obj, ast.Call) and isinstance(obj.func, ast.Name) and obj.func.id == "super")
+
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and foreign(node.value, node.attr):
+            out.append((node.lineno, ast.unparse(node), node.attr))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "hasattr", "setattr", "delattr") and len(node.args) >= 2
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+              and foreign(node.args[0], node.args[1].value)):
+            out.append((node.lineno, ast.unparse(node), node.args[1].value))
+    return out
+
+
+def test_private_attribute_finder():
+    code = '''
+class A:
+    _mine = 1
+    def __init__(self):
+        self._x = 1
+    def copy(self, other, ds):
+        other._x, other._mine = self._x, super()._hidden
+        getattr(other, "_x")
+        return ds._node, getattr(ds, "_split", None), type(ds).__name__, ds.__dict__
+'''
+    found = sorted((code_, attr) for _, code_, attr in _private_attribute_uses(code))
+    assert found == [("ds._node", "_node"), ("getattr(ds, '_split', None)", "_split")]
+
+
+def test_no_private_attributes_of_other_modules():
+    bad, used = [], set()
+    for name, path in MODULES.items():
+        for line, code, attr in _private_attribute_uses(path.read_text()):
+            allowed = [(m, a) for m, a, _ in ATTRIBUTE_ALLOWED
+                       if a == attr and (name == m or (m.endswith(".") and name.startswith(m)))]
+            if allowed:
+                used.update(allowed)
+                continue
+            bad.append(f"{name or PKG}:{line} reads {code}")
+    assert not bad, ("private attributes of another module's objects (add a public way, or an entry with its "
+                     "reason to ATTRIBUTE_ALLOWED):\n" + "\n".join(sorted(bad)))
+    stale = [(m, a) for m, a, _ in ATTRIBUTE_ALLOWED if (m, a) not in used]
+    assert not stale, f"ATTRIBUTE_ALLOWED entries nothing needs any more: {stale}"

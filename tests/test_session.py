@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 import resumable_iterable as ri
 import resumable_iterable.nodes.base as node_base
 from resumable_iterable.loader.session import IterationSession
@@ -61,3 +63,44 @@ def test_shard_forgets_the_cached_fingerprint_and_clone_keeps_it():
     assert part.fingerprint() != fp
     assert part.fingerprint() == node.clone().shard(3, 0).fingerprint()
     assert node.fingerprinted_shape() == (node.shape(), fp)
+
+
+# ---------------------------------------------------------------------------- building on a dataset's pipeline
+
+
+def _described(ds):
+    return ds.rank_splits, ds.epoch, ds.format, ds.description, ds.column_names
+
+
+def _hf_source():
+    from datasets import Dataset, DatasetInfo
+
+    info = DatasetInfo(description="desc")
+    return ri.IterableDataset.from_hf(Dataset.from_dict({"id": list(range(12))}, info=info), num_shards=4)
+
+
+def test_derive_builds_on_the_pipeline_and_keeps_the_rest_of_the_dataset():
+    from resumable_iterable.nodes.map import MapNode
+
+    part = ri.split_dataset_by_node(_hf_source().with_format("numpy"), 1, 2)
+    part.set_epoch(3)
+    assert part.rank_splits == ((1, 2),) and part.pipeline is not None
+    double = part.derive(MapNode(part.pipeline.clone(), lambda ex: {"id": ex["id"] * 2}), features=part.features)
+    assert _described(double) == (((1, 2),), 3, {"type": "numpy", "format_kwargs": {}}, "desc", ["id"])
+    assert [int(e["id"]) for e in double] == [2 * int(e["id"]) for e in part] == [6, 8, 10, 18, 20, 22]  # shards 1 and 3
+    assert part.derive(part.pipeline, split_by_node=(0, 3)).rank_splits == ((1, 2), (0, 3))
+    with pytest.raises(ValueError, match="rank must be"):
+        part.derive(part.pipeline, split_by_node=(3, 3))
+
+
+def test_combined_datasets_are_split_and_at_the_epoch_of_their_inputs_without_their_format_or_info():
+    parts = [ri.split_dataset_by_node(_hf_source().with_format("numpy"), 0, 2) for _ in range(2)]
+    for p in parts:
+        p.set_epoch(2)
+    for combined in (ri.interleave_datasets(parts), ri.concatenate_datasets(parts, axis=0)):
+        assert combined.rank_splits == ((0, 2),) and combined.epoch == 2 and combined.description == ""
+        assert combined.state_dict()["split"]["ranks"] == [[0, 2]]
+    assert ri.interleave_datasets(parts).format["type"] is None
+    assert ri.concatenate_datasets(parts).format["type"] == "numpy"
+    with pytest.raises(ValueError, match="split by node identically"):
+        ri.interleave_datasets([parts[0], _hf_source()])

@@ -1,11 +1,13 @@
 """``interleave_datasets`` and ``concatenate_datasets``: new datasets over several datasets'
-pipelines (the layer above the ``dataset.py`` facade; it only builds nodes and datasets)."""
+pipelines (the layer above the ``dataset.py`` facade; it only builds nodes and datasets, through
+the facade's public ``pipeline``, ``rank_splits`` and constructor)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from .dataset import IterableDataset
+from .distributed import split_dataset_by_node
 from .nodes.base import resolve_seed
 from .nodes.concat import ConcatNode
 from .nodes.interleave import InterleaveNode
@@ -20,7 +22,7 @@ def _check(datasets: list, what: str) -> list[IterableDataset]:
         if not isinstance(d, IterableDataset):
             raise TypeError(f"{what}: dataset {i} is a {type(d).__name__}, not a resumable_iterable.IterableDataset "
                             "(wrap a datasets.Dataset with resumable_iterable.to_iterable_dataset)")
-        if d._split != datasets[0]._split:
+        if d.rank_splits != datasets[0].rank_splits:
             raise ValueError(f"{what}: datasets must be split by node identically before combining")
     return datasets
 
@@ -53,13 +55,22 @@ def _aligned_nodes(datasets: list[IterableDataset], merged: Any) -> list:
     as ``None``, so that every example of the combination has every column."""
     nodes = []
     for d in datasets:
-        node = d._node.clone()
+        node = d.pipeline.clone()
         if merged is not None:
             missing = [c for c in merged if c not in d.features]
             if missing:
                 node = MapNode(node, _fill_missing_columns, fn_kwargs={"columns": missing})
         nodes.append(node)
     return nodes
+
+
+def _split_like(combined: IterableDataset, first: IterableDataset) -> IterableDataset:
+    """``combined`` split by node as ``first`` (and every other input, see :func:`_check`) is, and at
+    its epoch: a pipeline over datasets split by node is split the same way when it is iterated."""
+    for rank, world_size in first.rank_splits:
+        combined = split_dataset_by_node(combined, rank, world_size)
+    combined.set_epoch(first.epoch)
+    return combined
 
 
 def interleave_datasets(datasets: list[IterableDataset], probabilities: list[float] | None = None,
@@ -78,9 +89,9 @@ def interleave_datasets(datasets: list[IterableDataset], probabilities: list[flo
     merged = _merged_features([d.features for d in datasets])
     node = InterleaveNode(_aligned_nodes(datasets, merged), probabilities=probabilities, seed=seed,
                           stopping_strategy=stopping_strategy)
-    first = datasets[0]
-    return IterableDataset(node, features=merged, column_names=None if merged is not None else _common_column_names(datasets),
-                           _split=first._split, _epoch=first.epoch)
+    combined = IterableDataset(node, features=merged,
+                               column_names=None if merged is not None else _common_column_names(datasets))
+    return _split_like(combined, datasets[0])
 
 
 def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0) -> IterableDataset:
@@ -108,10 +119,11 @@ def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0) -> Iter
                 duplicated = sorted({c for c in names if names.count(c) > 1})
                 raise ValueError(f"concatenate_datasets(axis=1): column(s) {duplicated} are in more than one "
                                  f"dataset (columns: {names}); remove or rename them first")
-        node = ConcatNode([d._node.clone() for d in datasets], axis=1)
-    out = IterableDataset(node, features=merged, column_names=None if merged is not None else names,
-                          _split=datasets[0]._split, _epoch=datasets[0].epoch)
+        node = ConcatNode([d.pipeline.clone() for d in datasets], axis=1)
+    out = _split_like(IterableDataset(node, features=merged, column_names=None if merged is not None else names),
+                      datasets[0])
     format_types = {d.format["type"] for d in datasets}
     if len(format_types) == 1 and None not in format_types:  # as HF: a format every dataset has is kept
-        out._format = datasets[0]._format
+        kept = datasets[0].format
+        out = out.with_format(kept["type"], **kept["format_kwargs"])
     return out

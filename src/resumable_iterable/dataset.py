@@ -2,8 +2,9 @@
 nodes, with ``state_dict()`` / ``load_state_dict()`` that resume exactly.
 
 The facade layer: a dataset is a description (its pipeline template, rank split, features and
-format) and builds new ones; iterating it and its state in this process - DataLoader workers,
-loaded states, epochs shared with workers - belong to its :class:`~resumable_iterable.loader.session.IterationSession`
+format) and builds new ones; code above it builds with the public ``pipeline``, ``rank_splits``
+and ``derive``. Iterating it and its state in this process - DataLoader workers, loaded states,
+epochs shared with workers - belong to its :class:`~resumable_iterable.loader.session.IterationSession`
 (``loader/session.py``), to which ``__iter__``, ``state_dict``, ``load_state_dict`` and
 ``set_epoch`` delegate."""
 
@@ -50,7 +51,9 @@ class IterableDataset(_Base):
         self._features = features
         self._column_names = list(column_names) if column_names is not None else (
             list(features) if features is not None else None)
-        self._split = tuple(_split)  # ("rank", rank, world_size) entries, applied at iteration
+        # ("rank", rank, world_size) entries, applied at iteration; `_split` and `_epoch` are given
+        # only by derive (outside this module: derive, or split_dataset_by_node)
+        self._split = tuple(_split)
         # everything about iterating this dataset in this process (loader/session.py)
         self._session = IterationSession(node, self._split, _epoch)
 
@@ -146,14 +149,51 @@ class IterableDataset(_Base):
     def from_csv(cls, paths: str | list[str], **reader_kwargs: Any) -> IterableDataset:
         return cls.from_files(paths, "csv", **reader_kwargs)
 
-    # ------------------------------------------------------------------ chaining
-    def _derive(self, node: Node, features: Any = None, column_names: Any = "keep") -> IterableDataset:
-        if column_names == "keep":
-            column_names = self._column_names if features is None else None
-        new = type(self)(node, features=features, column_names=column_names, _split=self._split, _epoch=self.epoch)
+    # ------------------------------------------------------------------ building on the pipeline
+    @property
+    def pipeline(self) -> Node:
+        """The node tree (``nodes/``) this dataset describes, before any split by rank or DataLoader worker.
+
+        For code that builds new pipelines over datasets, as ``interleave_datasets`` does: put
+        ``pipeline.clone()`` under new nodes and make a dataset of the result with :meth:`derive`
+        (or the constructor). It is a template that datasets share and that is never iterated:
+        do not iterate, load or change it in place - iterate the dataset."""
+        return self._node
+
+    @property
+    def rank_splits(self) -> tuple[tuple[int, int], ...]:
+        """``(rank, world_size)`` of each ``split_dataset_by_node`` that made this dataset, first
+        to last (empty: not split by node)."""
+        return tuple((rank, world_size) for _, rank, world_size in self._split)
+
+    def derive(self, pipeline: Node, *, features: Any = None, column_names: list[str] | None = None,
+               split_by_node: tuple[int, int] | None = None) -> IterableDataset:
+        """A dataset over ``pipeline`` that is otherwise this one: the same rank splits, epoch,
+        format and info. This is how the chaining methods build their results.
+
+        ``pipeline`` is a node tree built on this dataset's :attr:`pipeline` (see there);
+        ``features`` and ``column_names`` describe its examples (``None``: unknown; the column
+        names default to the features'). ``split_by_node=(rank, world_size)`` adds a split by
+        node, as :func:`~resumable_iterable.split_dataset_by_node` (which calls this) does.
+        """
+        split = self._split
+        if split_by_node is not None:
+            rank, world_size = split_by_node
+            world_size = as_int(world_size, "world_size", lo=1)
+            rank = as_int(rank, "rank", hi=world_size - 1)
+            split = (*split, ("rank", rank, world_size))
+        new = type(self)(pipeline, features=features, column_names=column_names, _split=split, _epoch=self.epoch)
         new._format = self._format
         new._info = self._info
         return new
+
+    # ------------------------------------------------------------------ chaining
+    def _derive(self, node: Node, features: Any = None, column_names: Any = "keep") -> IterableDataset:
+        """:meth:`derive`, keeping this dataset's column names when ``features`` is not given
+        (``column_names="keep"``)."""
+        if column_names == "keep":
+            column_names = self._column_names if features is None else None
+        return self.derive(node, features=features, column_names=column_names)
 
     def map(self, function: Callable | None = None, with_indices: bool = False, input_columns: Any = None,
             batched: bool = False, batch_size: int | None = 1000, drop_last_batch: bool = False,

@@ -1,7 +1,7 @@
 """Splitting a pipeline among ranks (``split_dataset_by_node``) and DataLoader workers.
 
-A dataset records its rank splits (``dataset._split``, one ``("rank", rank, world_size)`` entry
-per ``split_dataset_by_node`` call) and applies them, then the DataLoader worker split, when it
+A dataset records its rank splits (``dataset.rank_splits``, one ``(rank, world_size)`` pair per
+``split_dataset_by_node`` call) and applies them, then the DataLoader worker split, when it
 builds the pipeline a process iterates (:func:`split_for_process`). The same function rebuilds
 the pipeline of *another* process (a worker or rank of a saved run) from a split description,
 which is what elastic resume (``loader/elastic.py``) needs. This layer sits on the nodes and
@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from .nodes.base import Node, as_int
+from .nodes.base import Node
 from .nodes.slicing import CountNode
 from .nodes.step import StepNode
 
@@ -36,17 +36,13 @@ def split_dataset_by_node(dataset, rank: int, world_size: int):
     Either way each rank's part is resumable on its own, and
     :func:`resumable_iterable.redistribute_states` moves saved progress to another world size.
     """
-    if not hasattr(dataset, "_node"):  # a HF datasets.Dataset / IterableDataset: HF's own split
+    if getattr(dataset, "rank_splits", None) is None:  # a HF datasets.Dataset / IterableDataset: HF's own split
         from datasets.distributed import split_dataset_by_node as hf_split
 
         return hf_split(dataset, rank=rank, world_size=world_size)
-    world_size = as_int(world_size, "world_size", lo=1)
-    rank = as_int(rank, "rank", hi=world_size - 1)
-    part = type(dataset)(dataset._node, features=dataset._features, column_names=dataset._column_names,
-                         _split=(*dataset._split, ("rank", rank, world_size)), _epoch=dataset.epoch)
-    part._format = dataset._format  # like HF, the part keeps the dataset's format
-    part._info = dataset._info  # and its info
-    return part
+    # like HF, the part keeps the dataset's format and info (derive checks rank and world_size)
+    return dataset.derive(dataset.pipeline, features=dataset.features, column_names=dataset.column_names,
+                          split_by_node=(rank, world_size))
 
 
 def _worker_info():

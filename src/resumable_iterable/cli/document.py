@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..loader.loader_state import (DATASET_STATE, FETCHER_STATE, ITERATOR_FINISHED, LAST_YIELDED_WORKER_ID,
+                                   MAIN_SNAPSHOT, NUM_WORKERS, NUM_YIELDED, SNAPSHOT, SNAPSHOT_STEP)
 from ..state import FORMAT, PLAN_FORMAT, find_documents, loads_state
 
 
@@ -46,7 +48,7 @@ def label_for(path: str) -> str:
         m = re.fullmatch(r"(worker|rank|process)[_ -]?(\d+)", p)
         if m:
             return f"{m.group(1)} {m.group(2)}"
-    if parts and parts[-1] in ("dataset_state", "state") and len(parts) == 1:
+    if parts and parts[-1] in (DATASET_STATE, "state") and len(parts) == 1:
         return "dataset"
     if len(parts) >= 1 and parts[0].isdigit() and len(parts) == 1:
         return f"item {parts[0]}"
@@ -70,30 +72,28 @@ def split_label(split: Any) -> str | None:
 
 
 def loader_positions(doc: Any, path: str = "") -> list[dict]:
-    """Loader-level positions of (torchdata) ``StatefulDataLoader`` states found in ``doc``.
-
-    The keys are spelled out rather than taken from ``loader/loader_state.py``, whose key table imports
-    torchdata: reading a file must not need it."""
+    """Loader-level positions of (torchdata) ``StatefulDataLoader`` states found in ``doc`` (their keys
+    are ``loader/loader_state.py``'s, which reads them without importing torchdata)."""
     out: list[dict] = []
     if not isinstance(doc, dict):
         if isinstance(doc, list):
             for i, v in enumerate(doc):
                 out.extend(loader_positions(v, f"{path}/{i}"))
         return out
-    if isinstance(doc.get("_snapshot"), dict):
-        snap = doc["_snapshot"]
-        main = snap.get("_main_snapshot") or {}
-        workers = main.get("_num_workers")
-        last = snap.get("_last_yielded_worker_id")
-        entry = {"path": path or "/", "num_workers": workers, "batches_yielded": snap.get("_snapshot_step"),
-                 "last_worker": last, "finished": doc.get("_iterator_finished")}
+    if isinstance(doc.get(SNAPSHOT), dict):
+        snap = doc[SNAPSHOT]
+        main = snap.get(MAIN_SNAPSHOT) or {}
+        workers = main.get(NUM_WORKERS)
+        last = snap.get(LAST_YIELDED_WORKER_ID)
+        entry = {"path": path or "/", "num_workers": workers, "batches_yielded": snap.get(SNAPSHOT_STEP),
+                 "last_worker": last, "finished": doc.get(ITERATOR_FINISHED)}
         if isinstance(workers, int) and workers > 0 and isinstance(last, int):
             entry["next_worker"] = (last + 1) % workers
         out.append(entry)
         return out
-    if "_num_yielded" in doc and ("dataset_state" in doc or "fetcher_state" in doc):
-        out.append({"path": path or "/", "num_workers": 0, "batches_yielded": doc.get("_num_yielded"),
-                    "finished": doc.get("_iterator_finished")})
+    if NUM_YIELDED in doc and (DATASET_STATE in doc or FETCHER_STATE in doc):
+        out.append({"path": path or "/", "num_workers": 0, "batches_yielded": doc.get(NUM_YIELDED),
+                    "finished": doc.get(ITERATOR_FINISHED)})
         return out
     for k, v in doc.items():
         if isinstance(v, (dict, list)) and k not in ("state", "pipeline"):

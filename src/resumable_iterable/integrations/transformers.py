@@ -54,6 +54,7 @@ from typing import Any, Iterator
 from transformers.trainer_callback import ExportableState, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from ..loader.loader_state import ITERATOR_FINISHED, loader_num_workers
 from ..state import TRAINER_FORMAT, find_documents
 from ..state_files import EncodedState, encode_state, load_state, state_file_digest
 
@@ -329,7 +330,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             raise ValueError(f"ResumableDataCallback: {name} was written at step {payload.get('global_step')}, "
                              f"but the checkpoint is at step {state.global_step}")
         loader_state = payload["loader_state"]
-        finished = bool(isinstance(loader_state, dict) and loader_state.get("_iterator_finished"))
+        finished = bool(isinstance(loader_state, dict) and loader_state.get(ITERATOR_FINISHED))
         epochs = [env["epoch"] for _, env in find_envelopes(loader_state) if type(env.get("epoch")) is int]
         if not finished:
             loader.load_state_dict(self._fit_workers(loader, loader_state))
@@ -352,7 +353,6 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         if not isinstance(want, int) or not isinstance(loader_state, dict):
             return loader_state
         from ..loader.elastic import remap_loader_state
-        from ..loader.loader_state import loader_num_workers
 
         try:
             saved = loader_num_workers(loader_state)
@@ -363,8 +363,8 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         logger.info("ResumableDataCallback: the checkpoint was written with %d DataLoader workers, this run "
                     "has %d: the rest of the epoch is re-dealt among them (elastic resume)", saved, want)
         remapped = remap_loader_state(loader_state, want)
-        if "_iterator_finished" in loader_state:
-            remapped.setdefault("_iterator_finished", loader_state["_iterator_finished"])
+        if ITERATOR_FINISHED in loader_state:
+            remapped.setdefault(ITERATOR_FINISHED, loader_state[ITERATOR_FINISHED])
         return remapped
 
 

@@ -36,10 +36,10 @@ from typing import Any, Iterator
 
 from .. import state as _state
 from ..distributed import effective_worker, split_ranks, split_workers
-from .loader_state import build_loader_state, loader_num_workers, parse_loader_state
 from ..nodes.base import Node, as_int, check_int
-from ..nodes.source import SourceNode
-from .plan import PLAN_FORMAT, check_plan_envelope, check_worker, describe_split, make_plan, state_segments  # noqa: F401
+from .loader_state import NUM_YIELDED, SNAPSHOT, build_loader_state, loader_num_workers, parse_loader_state
+from .plan import (PLAN_FORMAT, check_plan_envelope, check_worker, describe_split, make_plan,  # noqa: F401
+                   make_segment, make_start, state_segments)
 
 #: node kinds through which untouched shards can be handed to another worker (see module doc)
 _CARVABLE = {"map", "filter", "columns", "shuffle", "batch"}
@@ -87,16 +87,13 @@ class SegmentsNode(Node):
         st = self._state_dict
         return self.children[st["current"]].position() if st["current"] < len(self.children) else None
 
+    @property
+    def current(self) -> int:
+        """The index of the segment being run (those before it are done)."""
+        return self._state_dict["current"]
+
 
 # ============================================================================ loading a plan
-
-
-def _leaf_source(node: Node) -> SourceNode | None:
-    while not isinstance(node, SourceNode):
-        if len(node.children) != 1:
-            return None
-        node = node.children[0]
-    return node
 
 
 def build_plan_node(template: Node, plan: dict, current_ranks: list, current_worker, base: str) -> SegmentsNode:
@@ -130,17 +127,17 @@ def build_plan_node(template: Node, plan: dict, current_ranks: list, current_wor
             node.load(seg["state"])
         else:
             node.reset()
-            src = _leaf_source(node)
+            src = node.single_source()
             start = seg["start"]
             if src is None:
                 raise ValueError(f"{where}: a fresh segment needs a pipeline with a single source")
-            if start["shard_seed"] != src._state_dict["shard_seed"]:
+            fresh = src.state_dict()  # a source's state: a few integers (see nodes/source.py)
+            if start["shard_seed"] != fresh["shard_seed"]:
                 raise ValueError(f"{where}: the shard order seed {start['shard_seed']} does not match this pipeline's "
-                                 f"{src._state_dict['shard_seed']} for epoch {epoch}")
+                                 f"{fresh['shard_seed']} for epoch {epoch}")
             if start["stop"] > src.num_shards:
                 raise ValueError(f"{where}: 'stop' = {start['stop']} is past the {src.num_shards} shards of the segment")
-            src._state_dict["shard_pos"] = start["shard_pos"]
-            src._state_dict["stop"] = start["stop"]
+            src.load_state_dict({**fresh, "shard_pos": start["shard_pos"], "stop": start["stop"]})
         nodes.append(node)
         splits.append({"ranks": seg["split"]["ranks"], "worker": seg["split"]["worker"]})
     return SegmentsNode(nodes, splits, base, {"ranks": t["ranks"], "worker": t["worker"]})
@@ -149,13 +146,12 @@ def build_plan_node(template: Node, plan: dict, current_ranks: list, current_wor
 def plan_state(node: SegmentsNode, epoch: int) -> dict:
     """The plan state of a running :class:`SegmentsNode` (segments already finished are left out)."""
     segs = []
-    for i in range(node._state_dict["current"], len(node.children)):
+    for i in range(node.current, len(node.children)):
         child = node.children[i]
         shape, fp = child.fingerprinted_shape()
-        segs.append({"fingerprint": fp, "pipeline": _state.copy_state(shape),
-                     "split": {"ranks": [list(r) for r in node.splits[i]["ranks"]],
-                               "worker": list(node.splits[i]["worker"]) if node.splits[i]["worker"] else None},
-                     "state": _state.copy_state(child._state_dict), "start": None})
+        split = node.splits[i]
+        segs.append(make_segment(fp, _state.copy_state(shape), [list(r) for r in split["ranks"]],
+                                 list(split["worker"]) if split["worker"] else None, state=child.state_dict()))
     return make_plan(node.base, epoch, node.target, segs)
 
 
@@ -231,9 +227,9 @@ def _carve(seg: dict, first: int, stop: int, in_progress: bool) -> tuple[dict, d
         for s in _source_states(kept["state"]):
             s["stop"] = cut
             seed = s["shard_seed"]
-    fresh = {"fingerprint": seg["fingerprint"], "pipeline": copy.deepcopy(seg["pipeline"]),
-             "split": copy.deepcopy(seg["split"]), "state": None,
-             "start": {"shard_pos": cut, "stop": stop, "shard_seed": seed}}
+    split = copy.deepcopy(seg["split"])
+    fresh = make_segment(seg["fingerprint"], copy.deepcopy(seg["pipeline"]), split["ranks"], split["worker"],
+                         start=make_start(cut, stop, seed))
     return kept, fresh
 
 
@@ -309,7 +305,7 @@ def redistribute_states(states: list[dict], world_size: int, num_workers: int | 
         raise ValueError("redistribute_states expects the non-empty list of per-rank states, in rank order")
     world_size = as_int(world_size, "world_size", lo=1)
     old = len(states)
-    loader = [isinstance(s, dict) and ("_snapshot" in s or "_num_yielded" in s) for s in states]
+    loader = [isinstance(s, dict) and (SNAPSHOT in s or NUM_YIELDED in s) for s in states]
     if any(loader) and not all(loader):
         raise ValueError("redistribute_states: mix of DataLoader states and dataset states")
     if all(loader):

@@ -1,5 +1,10 @@
-"""torchdata ``StatefulDataLoader`` states: reading the parts elastic resume needs, and writing a
-state for another number of workers whose workers continue with given plans (see ``elastic.py``)."""
+"""torchdata ``StatefulDataLoader`` states: the keys they are made of, reading the parts elastic
+resume needs, and writing a state for another number of workers whose workers continue with
+given plans (see ``elastic.py``).
+
+The keys are torchdata's, spelled here once (``tests/test_loader_state_keys.py`` checks them
+against torchdata's own constants) so that reading a state - the ``inspect`` CLI does - never
+imports torchdata. Use these names wherever a loader state is read or written."""
 
 from __future__ import annotations
 
@@ -7,49 +12,58 @@ from typing import Any
 
 from .plan import state_segments
 
+# the main process's part (``stateful_dataloader.py``, module constants)
+INDEX_SAMPLER_STATE = "_index_sampler_state"
+SAMPLER_ITER_STATE = "_sampler_iter_state"
+SAMPLER_ITER_YIELDED = "_sampler_iter_yielded"
+ITERABLEDATASET_LEN_CALLED = "_IterableDataset_len_called"
+SHARED_SEED = "_shared_seed"
+ITERATOR_FINISHED = "_iterator_finished"
+# a loader without worker processes (``_StatefulSingleProcessDataLoaderIter``)
+NUM_YIELDED = "_num_yielded"
+# a loader with worker processes (``_StatefulMultiProcessingDataLoaderIter``)
+SNAPSHOT = "_snapshot"
+MAIN_SNAPSHOT = "_main_snapshot"
+WORKER_SNAPSHOTS = "_worker_snapshots"
+SNAPSHOT_STEP = "_snapshot_step"
+STEPS_SINCE_SNAPSHOT = "_steps_since_snapshot"
+LAST_YIELDED_WORKER_ID = "_last_yielded_worker_id"
+NUM_WORKERS = "_num_workers"
+BASE_SEED = "_base_seed"
+# one worker's snapshot, and the fetcher of any loader (``incremental_state.py``)
+WORKER_ID = "worker_id"
+FETCHER_STATE = "fetcher_state"
+FETCHER_ENDED = "fetcher_ended"
+DATASET_STATE = "dataset_state"
+DATASET_ITER_STATE = "dataset_iter_state"
 
-def loader_keys():
-    try:
-        from torchdata.stateful_dataloader import stateful_dataloader as sdl
-        from torchdata.stateful_dataloader.incremental_state import (_DATASET_ITER_STATE, _DATASET_STATE,
-                                                                     _FETCHER_ENDED, _FETCHER_STATE, _WORKER_ID)
-    except ImportError:  # pragma: no cover - the names torchdata 0.8-0.11 use
-        sdl = None
-        _DATASET_ITER_STATE, _DATASET_STATE, _FETCHER_ENDED, _FETCHER_STATE, _WORKER_ID = (
-            "dataset_iter_state", "dataset_state", "fetcher_ended", "fetcher_state", "worker_id")
-    g = (lambda name, default: getattr(sdl, name, default)) if sdl else (lambda name, default: default)
-    return {
-        "index_sampler": g("_INDEX_SAMPLER_STATE", "_index_sampler_state"),
-        "sampler_iter": g("_SAMPLER_ITER_STATE", "_sampler_iter_state"),
-        "sampler_yielded": g("_SAMPLER_ITER_YIELDED", "_sampler_iter_yielded"),
-        "len_called": g("_ITERABLEDATASET_LEN_CALLED", "_IterableDataset_len_called"),
-        "shared_seed": g("_SHARED_SEED", "_shared_seed"),
-        "finished": g("_ITERATOR_FINISHED", "_iterator_finished"),
-        "dataset_iter": _DATASET_ITER_STATE, "dataset": _DATASET_STATE, "ended": _FETCHER_ENDED,
-        "fetcher": _FETCHER_STATE, "worker_id": _WORKER_ID,
-        "num_yielded": "_num_yielded", "snapshot": "_snapshot", "main": "_main_snapshot",
-        "workers": "_worker_snapshots", "step": "_snapshot_step", "since": "_steps_since_snapshot",
-        "last": "_last_yielded_worker_id", "num_workers": "_num_workers", "base_seed": "_base_seed",
-    }
+#: the main-process fields elastic resume carries over unchanged (its ``info["main"]`` keys)
+_MAIN_FIELDS = {"index_sampler": INDEX_SAMPLER_STATE, "sampler_iter": SAMPLER_ITER_STATE,
+                "sampler_yielded": SAMPLER_ITER_YIELDED, "len_called": ITERABLEDATASET_LEN_CALLED,
+                "shared_seed": SHARED_SEED}
+
+
+def worker_key(worker_id: int) -> str:
+    """The key of worker ``worker_id``'s snapshot under :data:`WORKER_SNAPSHOTS`."""
+    return f"worker_{worker_id}"
 
 
 def loader_num_workers(state: Any) -> int:
     """How many workers the ``StatefulDataLoader`` that saved ``state`` had (0: main process)."""
-    K = loader_keys()
     if not isinstance(state, dict):
         raise TypeError(f"a DataLoader state must be a dict, got {type(state).__name__}")
-    if K["snapshot"] in state:
+    if SNAPSHOT in state:
         try:
-            n = state[K["snapshot"]][K["main"]][K["num_workers"]]
+            n = state[SNAPSHOT][MAIN_SNAPSHOT][NUM_WORKERS]
         except (KeyError, TypeError):
-            raise ValueError("DataLoader state: '_snapshot' has no '_main_snapshot._num_workers'") from None
+            raise ValueError(f"DataLoader state: '{SNAPSHOT}' has no '{MAIN_SNAPSHOT}.{NUM_WORKERS}'") from None
         if type(n) is not int or n < 1:
-            raise ValueError(f"DataLoader state: '_num_workers' must be a positive integer, got {n!r}")
+            raise ValueError(f"DataLoader state: '{NUM_WORKERS}' must be a positive integer, got {n!r}")
         return n
-    if K["num_yielded"] in state:
+    if NUM_YIELDED in state:
         return 0
-    raise ValueError("not a StatefulDataLoader state: it has neither '_snapshot' (worker processes) nor "
-                     "'_num_yielded' (main process)")
+    raise ValueError(f"not a StatefulDataLoader state: it has neither '{SNAPSHOT}' (worker processes) nor "
+                     f"'{NUM_YIELDED}' (main process)")
 
 
 def parse_loader_state(state: dict, where: str = "DataLoader state") -> dict:
@@ -59,9 +73,8 @@ def parse_loader_state(state: dict, where: str = "DataLoader state") -> dict:
     workers starting with the one that was due next, each worker's segments in order. Workers
     that had finished the epoch contribute nothing.
     """
-    K = loader_keys()
     num_workers = loader_num_workers(state)
-    info: dict = {"num_workers": num_workers, "finished": bool(state.get(K["finished"], False))}
+    info: dict = {"num_workers": num_workers, "finished": bool(state.get(ITERATOR_FINISHED, False))}
     bases, epochs, targets, units = set(), set(), [], []
 
     def take(ds_state: Any, w: str) -> None:
@@ -72,46 +85,44 @@ def parse_loader_state(state: dict, where: str = "DataLoader state") -> dict:
         units.extend(segs)
 
     if num_workers == 0:
-        for key in (K["num_yielded"], K["dataset"]):
+        for key in (NUM_YIELDED, DATASET_STATE):
             if key not in state:
                 raise ValueError(f"{where}: missing '{key}'")
-        take(state[K["dataset"]], f"{where} (main process)")
-        info["num_yielded"] = state[K["num_yielded"]]
-        info["main"] = {k: state.get(K[k]) for k in ("index_sampler", "sampler_iter", "sampler_yielded",
-                                                      "len_called", "shared_seed")}
+        take(state[DATASET_STATE], f"{where} (main process)")
+        info["num_yielded"] = state[NUM_YIELDED]
+        info["main"] = {k: state.get(key) for k, key in _MAIN_FIELDS.items()}
     else:
-        snap = state[K["snapshot"]]
-        since = state.get(K["since"], 0)
+        snap = state[SNAPSHOT]
+        since = state.get(STEPS_SINCE_SNAPSHOT, 0)
         if since:
             raise ValueError(f"{where}: it was taken {since} batch(es) after the loader's last snapshot "
                              "(snapshot_every_n_steps > 1); elastic resume needs snapshot_every_n_steps=1")
-        for key in (K["step"], K["last"], K["main"], K["workers"]):
+        for key in (SNAPSHOT_STEP, LAST_YIELDED_WORKER_ID, MAIN_SNAPSHOT, WORKER_SNAPSHOTS):
             if key not in snap:
-                raise ValueError(f"{where}: '_snapshot' is missing '{key}'")
-        wstates = snap[K["workers"]]
-        keys = [f"worker_{i}" for i in range(num_workers)]
+                raise ValueError(f"{where}: '{SNAPSHOT}' is missing '{key}'")
+        wstates = snap[WORKER_SNAPSHOTS]
+        keys = [worker_key(i) for i in range(num_workers)]
         if not isinstance(wstates, dict) or sorted(wstates) != sorted(keys):
             raise ValueError(f"{where}: expected worker snapshots {keys}, got {sorted(wstates) if isinstance(wstates, dict) else wstates!r}")
-        last = snap[K["last"]]
+        last = snap[LAST_YIELDED_WORKER_ID]
         if type(last) is not int or not 0 <= last < num_workers:
-            raise ValueError(f"{where}: '_last_yielded_worker_id' = {last!r} is not a worker id")
+            raise ValueError(f"{where}: '{LAST_YIELDED_WORKER_ID}' = {last!r} is not a worker id")
         for j in range(num_workers):
             w = (last + 1 + j) % num_workers
-            ws = wstates[f"worker_{w}"]
-            if not isinstance(ws, dict) or K["dataset"] not in ws:
+            ws = wstates[worker_key(w)]
+            if not isinstance(ws, dict) or DATASET_STATE not in ws:
                 raise ValueError(f"{where}: worker {w} snapshot has no dataset state")
-            fetcher = ws.get(K["fetcher"]) or {}
-            base, epoch, target, segs = state_segments(ws[K["dataset"]], f"{where} worker {w}")
+            fetcher = ws.get(FETCHER_STATE) or {}
+            base, epoch, target, segs = state_segments(ws[DATASET_STATE], f"{where} worker {w}")
             bases.add(base)
             epochs.add(epoch)
             targets.append(target)
-            if not fetcher.get(K["ended"], False):  # a worker that ended has nothing left
+            if not fetcher.get(FETCHER_ENDED, False):  # a worker that ended has nothing left
                 units.extend(segs)
-        info["num_yielded"] = snap[K["step"]]
-        main = snap[K["main"]]
-        info["main"] = {k: main.get(K[k]) for k in ("index_sampler", "sampler_iter", "sampler_yielded",
-                                                     "len_called", "shared_seed")}
-        info["base_seed"] = main.get(K["base_seed"])
+        info["num_yielded"] = snap[SNAPSHOT_STEP]
+        main = snap[MAIN_SNAPSHOT]
+        info["main"] = {k: main.get(key) for k, key in _MAIN_FIELDS.items()}
+        info["base_seed"] = main.get(BASE_SEED)
     if len(bases) != 1 or len(epochs) != 1:
         raise ValueError(f"{where}: its workers saved states of different pipelines or epochs")
     ranks = {tuple(map(tuple, t["ranks"])) for t in targets}
@@ -124,16 +135,15 @@ def parse_loader_state(state: dict, where: str = "DataLoader state") -> dict:
 def build_loader_state(info: dict, plans: list[dict], num_workers: int, base_seed: int | None = None) -> dict:
     """A ``StatefulDataLoader`` state for ``num_workers`` workers (0: main process) whose worker
     ``j`` continues with ``plans[j]``; the next batch comes from worker 0."""
-    K = loader_keys()
     main = info["main"]
     n = info["num_yielded"]
-    fetcher = {K["dataset_iter"]: None, K["ended"]: False}
+    fetcher = {DATASET_ITER_STATE: None, FETCHER_ENDED: False}
     if num_workers == 0:
         (plan,) = plans
-        return {K["index_sampler"]: main.get("index_sampler"), K["sampler_iter"]: main.get("sampler_iter"),
-                K["sampler_yielded"]: n, K["num_yielded"]: n, K["len_called"]: main.get("len_called"),
-                K["shared_seed"]: main.get("shared_seed"), K["fetcher"]: fetcher, K["dataset"]: plan,
-                K["finished"]: info["finished"]}
+        return {INDEX_SAMPLER_STATE: main.get("index_sampler"), SAMPLER_ITER_STATE: main.get("sampler_iter"),
+                SAMPLER_ITER_YIELDED: n, NUM_YIELDED: n, ITERABLEDATASET_LEN_CALLED: main.get("len_called"),
+                SHARED_SEED: main.get("shared_seed"), FETCHER_STATE: fetcher, DATASET_STATE: plan,
+                ITERATOR_FINISHED: info["finished"]}
     if len(plans) != num_workers:
         raise ValueError(f"expected {num_workers} plans, got {len(plans)}")
     if base_seed is None:
@@ -142,12 +152,12 @@ def build_loader_state(info: dict, plans: list[dict], num_workers: int, base_see
         import random
 
         base_seed = random.getrandbits(63)
-    main_snapshot = {K["num_workers"]: num_workers, K["sampler_iter"]: main.get("sampler_iter"),
-                     K["index_sampler"]: main.get("index_sampler"), K["sampler_yielded"]: n,
-                     K["len_called"]: main.get("len_called"), K["shared_seed"]: main.get("shared_seed"),
-                     K["base_seed"]: base_seed}
-    workers = {f"worker_{j}": {K["worker_id"]: j, K["dataset"]: plans[j], K["fetcher"]: dict(fetcher)}
+    main_snapshot = {NUM_WORKERS: num_workers, SAMPLER_ITER_STATE: main.get("sampler_iter"),
+                     INDEX_SAMPLER_STATE: main.get("index_sampler"), SAMPLER_ITER_YIELDED: n,
+                     ITERABLEDATASET_LEN_CALLED: main.get("len_called"), SHARED_SEED: main.get("shared_seed"),
+                     BASE_SEED: base_seed}
+    workers = {worker_key(j): {WORKER_ID: j, DATASET_STATE: plans[j], FETCHER_STATE: dict(fetcher)}
                for j in range(num_workers)}
-    return {K["snapshot"]: {K["step"]: n, K["last"]: num_workers - 1, K["main"]: main_snapshot,
-                            K["workers"]: workers},
-            K["since"]: 0, K["finished"]: info["finished"]}
+    return {SNAPSHOT: {SNAPSHOT_STEP: n, LAST_YIELDED_WORKER_ID: num_workers - 1, MAIN_SNAPSHOT: main_snapshot,
+                       WORKER_SNAPSHOTS: workers},
+            STEPS_SINCE_SNAPSHOT: 0, ITERATOR_FINISHED: info["finished"]}

@@ -10,7 +10,8 @@ A plan is what a DataLoader worker or rank receives (and produces while the elas
                    "state": {...} | null, "start": null | {"shard_pos", "stop", "shard_seed"}}, ...]}
 
 ``target`` names the process the plan was dealt to; loading it anywhere else raises. A segment
-has either a node ``state`` or, for a fresh carved segment, a ``start`` position.
+has either a node ``state`` or, for a fresh carved segment, a ``start`` position; every segment
+is built by :func:`make_segment` (and a start by :func:`make_start`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from ..nodes.base import check_epoch, check_int
 from ..state import PLAN_FORMAT
 
 PLAN_VERSION = 1
+#: the fields of a plan segment, and of the ``start`` of a fresh one
+SEGMENT_KEYS = ("fingerprint", "pipeline", "split", "state", "start")
+START_KEYS = ("shard_pos", "stop", "shard_seed")
 
 
 def is_plan(state: Any) -> bool:
@@ -35,6 +39,23 @@ def make_plan(base: str, epoch: int, target: dict, segments: list[dict]) -> dict
             "target": {"ranks": [list(r) for r in target["ranks"]],
                        "worker": list(target["worker"]) if target["worker"] is not None else None},
             "segments": segments}
+
+
+def make_segment(fingerprint: str, pipeline: dict, ranks: list, worker: list | None, *,
+                 state: dict | None = None, start: dict | None = None) -> dict:
+    """A plan segment: the split pipeline (``pipeline``, its fingerprint) that the process
+    ``ranks`` / ``worker`` iterated, with either its node ``state`` or, for a fresh carved segment,
+    a ``start`` (:func:`make_start`). The segment takes the values given: copy what it must not share."""
+    if (state is None) == (start is None):
+        raise ValueError("a plan segment has exactly one of a node state and a start position")
+    return {"fingerprint": fingerprint, "pipeline": pipeline, "split": {"ranks": ranks, "worker": worker},
+            "state": state, "start": start}
+
+
+def make_start(shard_pos: int, stop: int, shard_seed: int | None) -> dict:
+    """Where a fresh carved segment reads: shard positions ``[shard_pos, stop)`` of the shard order
+    drawn from ``shard_seed`` (``None``: the natural order)."""
+    return {"shard_pos": shard_pos, "stop": stop, "shard_seed": shard_seed}
 
 
 def _check_ranks(value: Any, where: str) -> list[list[int]]:
@@ -85,9 +106,9 @@ def state_segments(dataset_state: Any, where: str = "state") -> tuple[str, int, 
         raise ValueError(f"{where}: the state has no 'split' entry (saved by an older version?): it cannot be "
                          "moved to another number of workers or ranks")
     _check_split(split, where)
-    seg = {"fingerprint": dataset_state["fingerprint"], "pipeline": copy.deepcopy(dataset_state["pipeline"]),
-           "split": {"ranks": copy.deepcopy(split["ranks"]), "worker": copy.deepcopy(split["worker"])},
-           "state": _state.copy_state(dataset_state["state"]), "start": None}
+    seg = make_segment(dataset_state["fingerprint"], copy.deepcopy(dataset_state["pipeline"]),
+                       copy.deepcopy(split["ranks"]), copy.deepcopy(split["worker"]),
+                       state=_state.copy_state(dataset_state["state"]))
     target = {"ranks": split["ranks"], "worker": split["worker"]}
     return split["base"], dataset_state["epoch"], target, [seg]
 
@@ -115,14 +136,14 @@ def check_plan_envelope(plan: Any, where: str = "plan") -> None:
         raise ValueError(f"{where}: 'segments' must be a list")
     for i, seg in enumerate(plan["segments"]):
         w = f"{where} segment {i}"
-        if not isinstance(seg, dict) or set(seg) != {"fingerprint", "pipeline", "split", "state", "start"}:
+        if not isinstance(seg, dict) or set(seg) != set(SEGMENT_KEYS):
             raise ValueError(f"{w}: expected an object with fingerprint, pipeline, split, state and start")
         _check_split(seg["split"], w)
         if (seg["state"] is None) == (seg["start"] is None):
             raise ValueError(f"{w}: exactly one of 'state' and 'start' must be set")
         if seg["start"] is not None:
             st = seg["start"]
-            if not isinstance(st, dict) or set(st) != {"shard_pos", "stop", "shard_seed"}:
+            if not isinstance(st, dict) or set(st) != set(START_KEYS):
                 raise ValueError(f"{w}: 'start' must hold shard_pos, stop and shard_seed")
             check_int(st, "shard_pos", w)
             check_int(st, "stop", w, lo=st["shard_pos"])

@@ -14,7 +14,7 @@ from .. import state as _state
 from ..distributed import effective_worker, ranks_of, split_for_process
 from ..nodes.base import Node
 from .elastic import build_plan_node, deal
-from .loader_state import loader_keys, loader_num_workers
+from .loader_state import DATASET_STATE, SNAPSHOT, WORKER_SNAPSHOTS, loader_num_workers, worker_key
 from .plan import describe_split, is_plan, make_plan, state_segments
 
 
@@ -76,20 +76,19 @@ def worker_part(template: Node, split: tuple, loaded: dict, worker: tuple[int, i
 def validate_loader_state(template: Node, split: tuple, loader_state: dict, num_workers: int) -> int:
     """Check every dataset state inside a ``StatefulDataLoader`` state against a dataset for a
     loader with ``num_workers`` workers; return the epoch. Raises ``ValueError`` before any worker starts."""
-    K = loader_keys()
     saved = loader_num_workers(loader_state)
     if saved != num_workers:
         raise ValueError(f"the DataLoader state was saved with {saved} workers but this loader has {num_workers}")
     if num_workers == 0:
-        return load_node(template, split, loader_state[K["dataset"]], None)[1]
+        return load_node(template, split, loader_state[DATASET_STATE], None)[1]
     epochs = set()
-    wstates = loader_state[K["snapshot"]][K["workers"]]
+    wstates = loader_state[SNAPSHOT][WORKER_SNAPSHOTS]
     for j in range(num_workers):
-        ws = wstates.get(f"worker_{j}") if isinstance(wstates, dict) else None
-        if not isinstance(ws, dict) or K["dataset"] not in ws:
+        ws = wstates.get(worker_key(j)) if isinstance(wstates, dict) else None
+        if not isinstance(ws, dict) or DATASET_STATE not in ws:
             raise ValueError(f"DataLoader state: worker {j} has no dataset state")
         try:
-            epochs.add(load_node(template, split, ws[K["dataset"]], (j, num_workers))[1])
+            epochs.add(load_node(template, split, ws[DATASET_STATE], (j, num_workers))[1])
         except ValueError as e:
             raise ValueError(f"DataLoader state, worker {j}: {e}") from None
     if len(epochs) != 1:

@@ -159,7 +159,7 @@ class IterationSession:
         buffers: dict | None = None if ctx is None else {}
         state = {"format": _state.FORMAT, "version": _state.VERSION, "fingerprint": fp,
                  "pipeline": _state.copy_state(shape), "epoch": epoch,
-                 "state": _state.copy_state(node._state_dict, buffers), "split": _state.copy_state(split[1])}
+                 "state": node.state_dict(buffers), "split": _state.copy_state(split[1])}
         if buffers:
             state["buffers"] = buffers
         return state

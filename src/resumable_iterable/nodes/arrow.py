@@ -17,6 +17,15 @@ from .rows import batch_to_rows
 from .source import SourceNode, split_positions
 
 
+def _decoder(features: Any) -> Any:
+    """``features.decode_batch`` when HF ``features`` has a column to decode (media), else ``None``."""
+    if not hasattr(features, "decode_batch"):  # None, or not HF Features
+        return None
+    from datasets.features.features import require_decoding
+
+    return features.decode_batch if any(require_decoding(f) for f in features.values()) else None
+
+
 class ArrowSource(SourceNode):
     kind = "arrow"
     chunk_size = 512  # rows converted at a time: as fast as larger chunks, less memory in flight
@@ -36,9 +45,7 @@ class ArrowSource(SourceNode):
         for i in range(num_shards):
             pos = split_positions(n, num_shards, i, contiguous=True)
             self.bounds.append((pos[0], pos[-1] + 1) if pos else (0, 0))
-        self._decode = None
-        if features is not None and any(getattr(features, "_column_requires_decoding", {}).values()):
-            self._decode = features.decode_batch
+        self._decode = _decoder(features)
         super().__init__(num_shards, shard_ids)
 
     @classmethod
@@ -55,7 +62,7 @@ class ArrowSource(SourceNode):
         """The same rows and shards, decoded with other HF ``features`` (e.g. ``Image(decode=False)``)."""
         new = self.clone()
         new.features = features
-        new._decode = features.decode_batch if any(getattr(features, "_column_requires_decoding", {}).values()) else None
+        new._decode = _decoder(features)
         return new
 
     def params(self) -> dict:

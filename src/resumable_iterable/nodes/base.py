@@ -109,8 +109,11 @@ class Node:
         """Drop the cached shape of this node object: its structure changed."""
         self.__dict__.pop(_FINGERPRINT_CACHE, None)
 
-    def state_dict(self) -> dict:
-        return copy_state(self._state_dict)
+    def state_dict(self, buffers: dict | None = None) -> dict:
+        """A copy of this node's state tree (``state.copy_state``: nothing is encoded, buffered
+        examples are not copied one by one); ``buffers`` collects shuffle-buffer journals instead
+        (DataLoader workers, see ``copy_state``)."""
+        return copy_state(self._state_dict, buffers)
 
     def load_state_dict(self, state: dict) -> None:
         self.validate(state)
