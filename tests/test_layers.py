@@ -191,7 +191,7 @@ ATTRIBUTE_ALLOWED = [
                                 "there; flatten_indices() would copy the whole table"),
     ("loader.hooks", "_initializing", "Python's import system marks a module still being imported only there "
                                       "(ModuleSpec._initializing, read the same way by importlib itself)"),
-    ("integrations.torch", "_new_shared", "torch has no public constructor of a storage in shared memory "
+    ("integrations.torch.buffers", "_new_shared", "torch has no public constructor of a storage in shared memory "
                                           "(the worker buffer arena)"),
 ]
 
