@@ -506,3 +506,23 @@ def test_persistent_workers_send_large_arrays_over_epochs_and_resume_exactly():
     again.dataset.set_epoch(1)
     again.load_state_dict(state)
     assert [b["id"].tolist() for b in again] == tail
+
+
+def test_a_record_dying_inside_a_locked_section_gives_its_extent_back_without_a_deadlock():
+    """The cyclic garbage collector may free a discarded pipeline (and the records its buffer
+    journal holds) while the arena's lock is held in the same thread, e.g. during an allocation
+    in ``take``: giving the extent back must not wait for that lock."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, torch\n"
+        "import resumable_iterable.integrations.torch.buffers as b\n"
+        "rec = b._record_of({'x': np.ones(8192, dtype=np.float32)})\n"
+        "with b._lock:\n"
+        "    del rec\n"
+        "print(sum(len(v) for v in b._arena.free.values()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1"  # never sent: free at once

@@ -155,7 +155,10 @@ def _populate(mem: np.ndarray, offset: int, size: int) -> None:
         _populate_with[0] = None  # an older kernel: let the copy fault them in
 
 
-_lock = threading.Lock()  # records die and messages are pickled in the loader's feeder thread too
+#: records die and messages are pickled in the loader's feeder thread too; reentrant because a
+#: record may die (and give its extent back) inside a locked section, when the cyclic garbage
+#: collector runs there and frees a discarded pipeline
+_lock = threading.RLock()
 _arena = _Arena()
 _block_numbers = itertools.count()
 _token: list = [None, None]  # (pid, random token): keys never collide, even if a pid is reused
