@@ -7,8 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pyarrow as pa
@@ -16,6 +14,7 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 
+from fresh import run_fresh
 import resumable_iterable as ri
 from harness import assert_resumes_exactly
 from resumable_iterable.integrations.hub import infer_splits, match_files, parse_hf_path, resolve_splits
@@ -313,9 +312,7 @@ def test_offline_environment_in_a_fresh_process(hub_cache, tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=hub_cache, HF_ENDPOINT="http://127.0.0.1:9",
                HF_HOME=str(tmp_path / "hf-home"))
     code = "import resumable_iterable as ri; print([ex['id'] for ex in ri.load_dataset('user/repo', split='train')])"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == str(list(range(17)))
+    assert run_fresh(code, env=env) == str(list(range(17)))
 
 
 def test_online_downloads_only_the_split_pinned_to_one_commit(tmp_path, repo_dir, monkeypatch):

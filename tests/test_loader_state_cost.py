@@ -24,6 +24,7 @@ pytest.importorskip("torchdata")
 from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader  # noqa: E402
 from torchdata.stateful_dataloader.incremental_state import _IncrementalState  # noqa: E402
 
+from fresh import run_fresh  # noqa: E402
 import resumable_iterable as ri  # noqa: E402
 import resumable_iterable.loader.session as ri_session  # noqa: E402
 from resumable_iterable.state import (ExampleChunks, copy_example, inline_buffers,  # noqa: E402
@@ -512,9 +513,6 @@ def test_a_record_dying_inside_a_locked_section_gives_its_extent_back_without_a_
     """The cyclic garbage collector may free a discarded pipeline (and the records its buffer
     journal holds) while the arena's lock is held in the same thread, e.g. during an allocation
     in ``take``: giving the extent back must not wait for that lock."""
-    import subprocess
-    import sys
-
     code = (
         "import numpy as np, torch\n"
         "import resumable_iterable.integrations.torch.buffers as b\n"
@@ -523,6 +521,4 @@ def test_a_record_dying_inside_a_locked_section_gives_its_extent_back_without_a_
         "    del rec\n"
         "print(sum(len(v) for v in b._arena.free.values()))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "1"  # never sent: free at once
+    assert run_fresh(code, timeout=30) == "1"  # never sent: free at once

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
+from fresh import run_fresh
 
 from resumable_iterable.loader import loader_state as keys
 
@@ -53,5 +52,4 @@ def test_reading_loader_states_imports_no_torchdata():
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torchdata')); "
             "assert not bad, bad")
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    run_fresh(code, env=env)

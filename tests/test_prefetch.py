@@ -4,14 +4,13 @@ on close, on errors and at interpreter exit."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 import threading
 import time
 
 import pytest
 
+from fresh import run_fresh
 import resumable_iterable as ri
 from data import gen_src, src
 from harness import assert_loader_resumes_exactly, assert_resume_chain, assert_resumes_exactly, codec_roundtrip
@@ -117,7 +116,5 @@ def test_interpreter_exits_while_a_prefetch_thread_is_blocked():
         # exit with the reader still running and its queue full
     """)
     t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+    assert run_fresh(code, timeout=60) == "ok"
     assert time.monotonic() - t0 < 30

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
@@ -19,6 +17,7 @@ pytest.importorskip("torchdata")
 from torch.utils.data import DataLoader  # noqa: E402
 from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader  # noqa: E402
 
+from fresh import run_fresh  # noqa: E402
 import resumable_iterable as ri  # noqa: E402
 from data import gen_src, src  # noqa: E402
 from harness import json_roundtrip  # noqa: E402
@@ -86,9 +85,7 @@ def test_core_imports_and_runs_without_torch():
         "assert isinstance(ri.to_iterable_dataset(Dataset.from_dict({'id': [1]})), torch.utils.data.IterableDataset)\n"
         "print('ok')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+    assert run_fresh(code) == "ok"
 
 
 def test_is_a_torch_iterable_dataset_and_stateful():

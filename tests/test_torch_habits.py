@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import copy
 import pickle
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -15,6 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torchdata")
 from torch.utils.data import DataLoader  # noqa: E402
 
+from fresh import run_fresh  # noqa: E402
 import resumable_iterable as ri  # noqa: E402
 from data import HF_B, src  # noqa: E402
 from harness import assert_resumes_exactly, json_roundtrip  # noqa: E402
@@ -260,6 +259,4 @@ print("ok")
 @pytest.mark.parametrize("order", sorted(ORDERS))
 def test_torch_base_whatever_the_import_order(order):
     code = _BUILD + ORDERS[order] + _CHECK
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=180)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.strip() == "ok"
+    assert run_fresh(textwrap.dedent(code), timeout=180) == "ok"
