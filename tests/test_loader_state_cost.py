@@ -1,9 +1,9 @@
 """The exact shuffle buffer under torchdata's ``StatefulDataLoader``, and states that later edits
 of yielded examples cannot change.
 
-* In a DataLoader worker a shuffle buffer is described by a *journal* (``state.ExampleChunks
-  .journal``): numbered segments of writes that never change once made, so the loader (which
-  sends only the values that changed since the worker's previous state) sends O(batch) per batch.
+* In a DataLoader worker a shuffle buffer's state is one value (``state.BufferLog``) that the
+  DataLoader's pickler sends as the writes since the last one it sent, so the loader sends
+  O(batch) per batch; the main process rebuilds the buffer from those.
 * A state taken earlier never changes afterwards, even when a ``map`` after the shuffle edits the
   yielded examples in place (a list appended to, a numpy array incremented).
 """
@@ -131,39 +131,118 @@ def test_copy_example_copies_containers_and_arrays_and_shares_immutables():
 # ---------------------------------------------------------------------- the journal
 
 
-@pytest.mark.parametrize("recording", [True, False])
-def test_journal_replays_to_the_buffer_and_keeps_segments_unchanged(recording):
-    buf = ExampleChunks()
-    buf.recording = recording  # False: a loop started before the process took its first journal
-    live: list = []
-    rng = np.random.default_rng(0)
-    journals = []
-    for step in range(400):
-        if len(live) < 50:
+def drive(buf: ExampleChunks, steps: int, recording: bool, every: int, seed: int = 0, size: int = 50):
+    """Write ``steps`` examples into ``buf`` as the shuffle loop does (filling, then random slots),
+    taking a log every ``every`` steps: yields ``(log, the live buffer at that moment)``."""
+    live: list = [ex for ch in buf for ex in ch]
+    rng = np.random.default_rng(seed)
+    for step in range(steps):
+        if len(live) < size:
             i = len(live)
-            live.append({"v": step})
+            live.append({"v": step, "tags": [step]})
             if not buf or len(buf[-1]) == 64:
                 buf.append([])
                 buf.owned.append(1)
             buf[-1].append(live[i])
         else:
-            i = int(rng.integers(50))
-            live[i] = {"v": step}
+            i = int(rng.integers(size))
+            live[i] = {"v": step, "tags": [step]}
             buf[i >> 6][i & 63] = live[i]
         if recording:
             buf.pending[i] = live[i]
-        if step % 7 == 6:
-            j = buf.journal()
-            journals.append((j, copy.deepcopy(j)))
-            assert replay_journal(j, "j") == live
-            assert len(j["log"]) <= 24
-    for j, at_capture in journals:  # a segment, once made, is never changed
-        assert j == at_capture
-    # each example is written about once: the segments hold little more than the buffer
-    total = sum(len(s) // 2 for s in journals[-1][0]["log"].values())
-    assert total <= 4 * 50
-    if recording:  # a journal adds the writes since the last one, not the whole buffer
-        assert len(journals[-1][0]["log"]) > 1
+        if step % every == every - 1:
+            yield buf.log(), [copy.deepcopy(e) for e in live]
+
+
+@pytest.mark.parametrize("recording", [True, False])
+def test_buffer_logs_give_the_buffer_and_never_change(recording):
+    buf = ExampleChunks()
+    buf.recording = recording  # False: a loop started before the process took its first log
+    taken = []
+    for log, live in drive(buf, 400, recording, 7):
+        assert log.entries() == live
+        if recording:
+            assert buf.log() is log  # nothing written since: the same value, which the loader does not send
+        taken.append((log, live))
+        for ex in live:  # the consumer edits what it was handed: the logs hold their own copies
+            ex["tags"].append(-1)
+    for log, live in taken:
+        assert log.entries() == [dict(e, tags=e["tags"][:-1]) for e in live]
+        assert pickle.loads(pickle.dumps(log)) == log.entries() and copy.deepcopy(log) == log.entries()
+
+
+def send(log) -> list:
+    """A buffer log through the pickler the DataLoader uses, read back as the main process reads it."""
+    return pickle.loads(ForkingPickler.dumps(log))
+
+
+def test_the_main_process_rebuilds_each_buffer_from_the_writes_since_the_last_message():
+    buf = ExampleChunks()
+    buf.recording = True
+    sizes = []
+    for log, live in drive(buf, 600, True, 5):
+        data = ForkingPickler.dumps(log)
+        sizes.append(len(data))
+        assert pickle.loads(data) == live
+    row = len(pickle.dumps([3, {"v": 100, "tags": [100]}]))
+    assert max(sizes[20:]) < 5 * row + 400  # the 5 writes since the previous message, not the 50 slots
+
+
+def test_an_older_log_sent_after_a_newer_one_is_sent_whole_and_the_next_one_too():
+    buf = ExampleChunks()
+    buf.recording = True
+    logs = list(drive(buf, 200, True, 4))
+    assert send(logs[10][0]) == logs[10][1]
+    assert send(logs[20][0]) == logs[20][1]
+    assert send(logs[15][0]) == logs[15][1]  # older than the last one sent: the whole buffer
+    assert send(logs[30][0]) == logs[30][1]  # cannot build on 15 with 16-20 sent already: whole again
+    assert send(logs[31][0]) == logs[31][1]  # back to writes since the last message
+    assert send(logs[31][0]) == logs[31][1]  # the same log again
+
+
+def test_logs_taken_but_never_sent_are_not_kept_without_bound(monkeypatch):
+    from resumable_iterable.state_buffers import BufferTracker
+
+    monkeypatch.setattr(BufferTracker, "MAX_UNSENT", 8)
+    buf = ExampleChunks()
+    buf.recording = True
+    logs = list(drive(buf, 400, True, 3))
+    assert send(logs[0][0]) == logs[0][1]
+    assert len(buf.tracker.unsent) <= 8
+    assert send(logs[-1][0]) == logs[-1][1]  # the logs between were dropped unsent: the whole buffer
+    assert send(logs[-1][0]) == logs[-1][1]
+
+
+def test_a_lost_message_is_named_not_papered_over():
+    buf = ExampleChunks()
+    buf.recording = True
+    logs = list(drive(buf, 200, True, 4))
+    send(logs[10][0])
+    ForkingPickler.dumps(logs[11][0])  # pickled, never read by this process
+    lost = ForkingPickler.dumps(logs[12][0])
+    with pytest.raises(RuntimeError, match="out of sequence"):
+        pickle.loads(lost)
+
+
+def test_the_main_process_forgets_buffers_the_worker_no_longer_has():
+    import resumable_iterable.integrations.torch.buffers as ri_torch
+
+    def fresh_buffer():
+        buf = ExampleChunks()
+        buf.recording = True
+        return buf
+
+    first = fresh_buffer()
+    for log, live in drive(first, 80, True, 8):
+        assert send(log) == live
+    uid = first.tracker.uid
+    assert any(k[2] == uid for k in ri_torch._logs)
+    del first, log
+    gc.collect()
+    second = fresh_buffer()
+    for log, live in drive(second, 80, True, 8):
+        assert send(log) == live
+    assert not any(k[2] == uid for k in ri_torch._logs)
 
 
 @pytest.mark.parametrize("journal, message", [
@@ -183,12 +262,21 @@ def test_inline_buffers_refuses_unknown_or_unused_buffers():
     env = {"state": {"node": "shuffle", "buffer": "0"}, "buffers": {"0/size": 0, "1/size": 0}}
     with pytest.raises(ValueError, match="no node refers"):
         inline_buffers(env)
+    with pytest.raises(ValueError, match="no node refers"):
+        inline_buffers({"state": {"node": "shuffle", "buffer": "0"}, "buffers": {"0": [], "1": []}})
+    with pytest.raises(ValueError, match="must be a list"):
+        inline_buffers({"state": {"node": "shuffle", "buffer": "0"}, "buffers": {"0": {"a": 1}}})
+    with pytest.raises(ValueError, match="both whole and as journals"):
+        inline_buffers({"state": {"node": "shuffle", "buffer": "0"}, "buffers": {"0": [], "0/size": 0}})
+    whole = {"state": {"node": "shuffle", "buffer": "0"}, "buffers": {"0": [{"a": 1}, {"a": 3}]}}
+    assert inline_buffers(whole) == {"state": {"node": "shuffle", "buffer": [{"a": 1}, {"a": 3}]}}
     with pytest.raises(ValueError, match="not a buffer"):
         inline_buffers({"state": {"node": "shuffle", "buffer": "2"}, "buffers": {"0/size": 0}})
     with pytest.raises(ValueError, match="neither"):
         inline_buffers({"state": {"node": "shuffle", "buffer": "0"}, "buffers": {"0/x": 0}})
     with pytest.raises(ValueError, match="'log' and 'size'"):
         inline_buffers({"state": {"node": "shuffle", "buffer": "0"}, "buffers": {"0/3": [0, {}]}})
+    # the journal a version 0.2 worker state holds
     two = {"state": {"node": "shuffle", "buffer": "0"},
            "buffers": {"0/size": 2, "0/3": [0, {"a": 1}, 1, {"a": 2}], "0/5": [1, {"a": 3}]}}
     assert inline_buffers(two) == {"state": {"node": "shuffle", "buffer": [{"a": 1}, {"a": 3}]}}
@@ -214,7 +302,7 @@ def test_bytes_sent_per_batch_grow_with_the_batch_not_with_the_buffer(monkeypatc
     def per_batch(buffer_size):
         big = ri.to_iterable_dataset(HF.select(list(range(60)) * 40), num_shards=4)
         sizes = worker_deltas(monkeypatch, big.shuffle(seed=1, buffer_size=buffer_size), 150, 4)
-        return sum(sizes[100:]) / 50  # after the buffer filled and the journal settled
+        return sum(sizes[100:]) / 50  # after the buffer filled
 
     small, large = per_batch(50), per_batch(800)
     row = len(pickle.dumps({"id": 10, "text": "t10"}))
@@ -303,7 +391,7 @@ def test_inspect_reads_the_buffers_of_worker_states(tmp_path, capsys):
         next(it)
     state = dl.state_dict()
     worker = state["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset_state"]
-    assert "0/size" in worker["buffers"] and worker["state"]["children"][0]["buffer"] == "0"
+    assert type(worker["buffers"]["0"]) is list and worker["state"]["children"][0]["buffer"] == "0"
     path = tmp_path / "loader.json"
     path.write_text(ri.dumps_state(state))
     assert main(["inspect", str(path), "--json"]) == 0
@@ -333,8 +421,8 @@ def test_main_process_forgets_the_blocks_of_workers_that_exited():
 
 
 def test_every_buffer_layout_loads_and_resumes_exactly(monkeypatch):
-    """The in-process layout (chunks), the flat list written before chunking and a worker's
-    journal all describe the same buffer."""
+    """The in-process layout (chunks), the flat list written before chunking, a worker's layout
+    and the journal of a version 0.2 worker all describe the same buffer."""
     def make():
         return (ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": [0, 1, 2, 3]})
                 .shuffle(seed=4, buffer_size=9))
@@ -352,11 +440,15 @@ def test_every_buffer_layout_loads_and_resumes_exactly(monkeypatch):
     it = iter(in_worker)
     for _ in range(17):
         next(it)
-    journal = ri.loads_state(ri.dumps_state(in_worker.state_dict()))
+    worker = ri.loads_state(ri.dumps_state(in_worker.state_dict()))
     monkeypatch.undo()
-    assert "0/size" in journal["buffers"] and journal["state"]["buffer"] == "0"
-    assert [key(e) for e in inline_buffers(journal)["state"]["buffer"]] == [key(e) for e in flat["state"]["buffer"]]
-    for state in (chunked, flat, journal):
+    assert type(worker["buffers"]["0"]) is list and worker["state"]["buffer"] == "0"
+    assert [key(e) for e in inline_buffers(worker)["state"]["buffer"]] == [key(e) for e in flat["state"]["buffer"]]
+    journal = copy.deepcopy(worker)
+    examples = journal["buffers"].pop("0")
+    journal["buffers"].update({"0/size": len(examples), "0/7": [3, examples[3]],
+                               "0/2": [x for i, ex in enumerate(examples) for x in (i, ex if i != 3 else None)]})
+    for state in (chunked, flat, worker, journal):
         again = make()
         again.load_state_dict(state)
         assert [key(e) for e in again] == full[17:]
@@ -453,7 +545,8 @@ def test_a_worker_state_with_large_arrays_reads_the_same_in_the_worker_itself(mo
     for _ in range(25):
         next(it)
     state = ds.state_dict()
-    assert any(type(v).__name__ == "PackedList" for v in state["buffers"].values())  # records, in the worker
+    log = state["buffers"]["0"]
+    assert type(log).__name__ == "BufferLog" and any(type(r).__name__ == "_Record" for r in log.refs)  # in the worker
     views = [inline_buffers(ri.loads_state(ri.dumps_state(state))),
              inline_buffers(pickle.loads(pickle.dumps(state))), inline_buffers(copy.deepcopy(state))]
     first = [(ex["id"], ex["x"].tolist()) for ex in views[0]["state"]["buffer"]]

@@ -19,7 +19,7 @@ hold (bytes, numpy arrays and scalars, tuples, non-finite floats, dates) as tagg
 adds a SHA-256 checksum of the payload; :func:`loads_state` verifies and decodes. Loading never
 runs code: the decoder only rebuilds the few tagged value types listed in ``state_codec.py``
 (``state_files.py`` holds the file formats: JSON text, and binary files for large arrays).
-The containers nodes keep examples in, and the worker-side buffer journal, are in
+The containers nodes keep examples in, and the worker-side buffer log, are in
 ``state_buffers.py`` (re-exported here).
 """
 
@@ -29,9 +29,9 @@ import hashlib
 import json
 from typing import Any, Iterator
 
-from .state_buffers import (CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList,  # noqa: F401
-                            HeldExamples, JournalList, copy_example, inline_buffers, journaling,
-                            replay_journal, set_journal_packer)
+from .state_buffers import (CHUNK, CHUNK_BITS, BufferLog, DroppedChunks, ExampleChunks, ExampleList,  # noqa: F401
+                            HeldExamples, buffer_lock, copy_example, inline_buffers, journaling, live_buffer_ids,
+                            replay_journal, set_buffer_packer)
 
 FORMAT = "resumable_iterable.state"
 #: version 2 (0.2): nodes keep what they hold after an error (batch rows, concat row parts,
@@ -51,8 +51,8 @@ def copy_state(obj: Any, buffers: dict | None = None) -> Any:
     The copy holds plain containers only (dicts, lists): it pickles without any class of ours
     (``torch.load(weights_only=True)`` reads it).
 
-    ``buffers``: a dict to collect the journals of shuffle buffers instead (DataLoader workers):
-    each buffer is replaced in the tree by its key in ``buffers`` (see :func:`inline_buffers`).
+    ``buffers``: a dict to collect the logs of shuffle buffers instead (DataLoader workers): each
+    buffer is replaced in the tree by its key in ``buffers`` (see :func:`inline_buffers`).
     """
     t = type(obj)
     if t is dict:
@@ -74,11 +74,7 @@ def copy_state(obj: Any, buffers: dict | None = None) -> Any:
     if t is ExampleChunks:
         if buffers is not None:
             key = str(len(buffers))
-            journal = obj.journal()
-            # flat keys: torchdata flattens nested dicts to compare them, at a cost per level
-            buffers[f"{key}/size"] = journal["size"]
-            for seq, seg in journal["log"].items():
-                buffers[f"{key}/{seq}"] = seg
+            buffers[key] = obj.log()  # one value, compared by identity: sent only when it changed
             return key
         new = list.copy(obj)
         owned = obj.owned

@@ -4,20 +4,22 @@
 * :class:`HeldExamples` - one example (or ``None``) per position, with flags telling the node
   which of them a state copy may share.
 * :class:`ExampleChunks` / :class:`DroppedChunks` - a shuffle buffer in copy-on-write chunks;
-  inside a DataLoader worker it is described as a *journal* of unchanging segments instead, so
-  that torchdata's ``StatefulDataLoader`` (which sends only the values that changed since the
-  worker's previous state) sends each buffered example about once (:func:`inline_buffers` turns
-  a journal back into a buffer when a state is loaded).
+  inside a DataLoader worker its state is a :class:`BufferLog` instead, which the DataLoader's
+  pickler sends as the writes since the previous state (so each buffered example crosses to the
+  main process once); :func:`inline_buffers` puts the buffers back into the node tree.
 * :func:`copy_example` - the copy a node yields when a state may share the example, so that a
   user's function editing it in place cannot change a state taken earlier.
 """
 
 from __future__ import annotations
 
+import collections
 import copy
 import datetime as _dt
 import decimal
 import itertools
+import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -31,9 +33,6 @@ class ExampleList(list):
 
 CHUNK_BITS = 6
 CHUNK = 1 << CHUNK_BITS  # examples per chunk of a shuffle buffer (buffer_state="examples")
-#: a buffer journal (see :meth:`ExampleChunks.journal`) keeps at most this many segments, and
-#: rewrites a segment once at most ``segment.compact`` of its entries are still current
-MAX_SEGMENTS = 24
 
 
 class HeldExamples(list):
@@ -49,42 +48,129 @@ class HeldExamples(list):
         self.owned = bytearray(len(self))
 
 
-class JournalList(list):
-    """A list of a buffer journal (one segment): ``[slot, example, slot, example, ...]``, never
-    changed once made. A packer (:func:`set_journal_packer`) may hold an example as its own record
-    of it: :meth:`entries` gives the examples. It pickles as a plain list of them."""
+class BufferLog:
+    """A shuffle buffer's state taken in a DataLoader worker (``state["buffers"][k]``): one
+    unchanging value per state, compared by identity, so torchdata's ``StatefulDataLoader`` (which
+    sends only the values that changed since the worker's previous state) sends it once per
+    change and leaves it out when nothing changed.
 
-    __slots__ = ()
-    #: rewritten once at most this fraction of its entries are current: writing an example again
-    #: costs as much as the first time here (a packer's segments may say otherwise)
-    compact = 0.25
+    ``refs`` holds, slot by slot, what the packer (:func:`set_buffer_packer`) made of each
+    example when it entered the buffer; :meth:`entries` gives the examples. Plain pickling
+    (``torch.save``, ``copy.deepcopy``) gives a plain list of them; the DataLoader's own pickler
+    sends only the writes since the previous state it sent of the same buffer, and the main
+    process rebuilds the list (``integrations/torch/buffers.py``)."""
+
+    __slots__ = ("tracker", "seq", "refs")
+
+    def __init__(self, tracker: "BufferTracker", seq: int, refs: tuple):
+        self.tracker, self.seq, self.refs = tracker, seq, refs
+
+    def __len__(self) -> int:
+        return len(self.refs)
 
     def entries(self) -> list:
-        return list(self)
+        return self.tracker.packer.decode(self.refs)
 
     def __reduce__(self):
         return (list, (self.entries(),))
 
 
-_journal_packer: list = [None]
-#: whether this process has taken a journal (a DataLoader worker): only then do shuffle loops
+class BufferTracker:
+    """What a worker's buffer has described so far: ``unsent`` holds ``(seq, payload, full)`` for
+    each :class:`BufferLog` not yet sent, in order (``payload``: the packer's form of its new
+    writes; ``full``: they are the whole buffer); ``main_seq`` is the ``seq`` of the last log sent
+    (what the main process now holds), and ``chain`` says whether ``unsent`` holds every log taken
+    after that one (so that a later log can be sent as the writes since)."""
+
+    __slots__ = ("uid", "packer", "unsent", "main_seq", "chain", "__weakref__")
+    #: a buffer whose logs are taken but never sent keeps at most this many of them; the next log
+    #: sent is then the whole buffer
+    MAX_UNSENT = 256
+
+    def __init__(self, packer: Any):
+        self.uid = next(_buffer_numbers)
+        self.packer = packer
+        self.unsent: collections.deque = collections.deque()
+        self.main_seq = 0
+        self.chain = True
+        _live_buffers[self.uid] = self
+
+    def add(self, seq: int, payload: Any, full: bool) -> None:
+        with buffer_lock:
+            if full:  # what came before it does not matter to any later log
+                self.unsent.clear()
+            elif len(self.unsent) >= self.MAX_UNSENT:
+                self.unsent.clear()
+                self.chain = False
+            self.unsent.append((seq, payload, full))
+
+    def take(self, seq: int) -> tuple[Any, list] | None:
+        """For sending log ``seq``: ``(base, payloads)``, the writes since log ``base`` (``None``:
+        from an empty buffer) that make it, or ``None`` when only the whole buffer can say it.
+        The caller holds :data:`buffer_lock` and then sends it."""
+        found = []
+        unsent = self.unsent
+        while unsent and unsent[0][0] <= seq:
+            found.append(unsent.popleft())
+        listed = bool(found) and found[-1][0] == seq
+        out = None
+        if seq > self.main_seq and listed:
+            fulls = [k for k, e in enumerate(found) if e[2]]
+            if fulls:
+                out = None, [e[1] for e in found[fulls[-1]:]]
+            elif self.chain:
+                out = self.main_seq, [e[1] for e in found]
+        self.chain = listed  # the logs after this one are all still unsent
+        self.main_seq = seq
+        return out
+
+
+class SharedRefs:
+    """The default packer (no DataLoader support installed): a log refers to the examples
+    themselves, so the live buffer hands out copies of those (``by_value`` is false)."""
+
+    by_value = False
+
+    @staticmethod
+    def pack(items: list) -> tuple[Any, list]:
+        return None, items[1::2]
+
+    @staticmethod
+    def decode(refs: tuple) -> list:
+        return list(refs)
+
+
+_buffer_packer: list = [SharedRefs]
+#: whether this process has taken a buffer log (a DataLoader worker): only then do shuffle loops
 #: record their writes in ``pending``
 _journaling: list = [False]
 
 
 def journaling() -> bool:
     return _journaling[0]
-#: segment numbers, unique in the process: a buffer made again (a new pass, a load) never reuses
-#: the key of a segment that a DataLoader's record of the worker's previous state still holds
-_segment_numbers = itertools.count(1)
 
 
-def set_journal_packer(pack: Any) -> None:
-    """Install ``pack(list) -> JournalList``, which makes each segment of a buffer journal and
-    takes its examples *by value* (``integrations/torch/buffers.py`` pickles them at once, for DataLoader
-    workers). Then a journal does not share examples with the live buffer. ``pack`` is also given
-    the entries of a compacted segment that are still current, as that segment holds them."""
-    _journal_packer[0] = pack
+#: logs are taken in a worker's main thread and sent from the loader's feeder thread, where the
+#: packer's records may die too (``integrations/torch/buffers.py`` uses this lock for its arena):
+#: reentrant, as a record may die inside a locked section when the cyclic collector runs there
+buffer_lock = threading.RLock()
+#: numbers unique in the process, for buffers and their logs
+_buffer_numbers = itertools.count(1)
+_log_numbers = itertools.count(1)
+#: the trackers of this process's buffers that still exist (a message names them, so that the main
+#: process forgets the buffers of passes that ended)
+_live_buffers: "weakref.WeakValueDictionary[int, BufferTracker]" = weakref.WeakValueDictionary()
+
+
+def live_buffer_ids() -> tuple:
+    return tuple(_live_buffers.keys())
+
+
+def set_buffer_packer(packer: Any) -> None:
+    """Install the packer of buffer logs: ``pack([slot, example, ...]) -> (payload, refs)`` takes
+    the examples *by value* when ``packer.by_value`` (``integrations/torch/buffers.py`` pickles
+    them at once), and ``decode(refs) -> examples``."""
+    _buffer_packer[0] = packer
 
 
 class ExampleChunks(list):
@@ -97,21 +183,20 @@ class ExampleChunks(list):
       the chunk lists, and ``owned`` (one flag per chunk, cleared by every copy) tells the live
       buffer which chunks it may still write in place - it copies a shared chunk before writing
       to it (copy-on-write). Loading flattens and re-chunks, so a state's chunking is free.
-    * :meth:`journal` (``state_dict()`` in a DataLoader worker) describes the buffer as numbered
-      *segments* of ``[slot, example, ...]`` writes, each an unchanging list, so that torchdata's
-      ``StatefulDataLoader`` (which sends only the values that changed since the worker's
-      previous state) sends each example about once, not once per batch.
+    * :meth:`log` (``state_dict()`` in a DataLoader worker) gives a :class:`BufferLog`: the
+      writes since the previous log, packed once, plus what each slot holds (``refs``), so that
+      the DataLoader sends each example about once, not once per batch.
 
-    In a process that takes journals, the node records each write of slot ``i`` in ``pending``
-    (slot -> example), the writes since the last journal; ``recording`` says whether its running
-    loop does (a loop started before the process's first journal does not: its journals then
-    describe every slot). ``born[i]`` is the copy generation in which slot ``i``'s example entered;
+    In a process that takes logs, the node records each write of slot ``i`` in ``pending``
+    (slot -> example), the writes since the last log; ``recording`` says whether its running
+    loop does (a loop started before the process's first log does not: each log then holds
+    every slot). ``born[i]`` is the copy generation in which slot ``i``'s example entered;
     every copy that shares examples starts a new generation (``gen``). An example older than the
     current generation may be shared with a state already taken, so the node hands out a copy
     of it (:func:`copy_example`): what the consumer does to it in place cannot reach that state.
     """
 
-    __slots__ = ("owned", "gen", "born", "pending", "recording", "slot_seg", "log", "seg_live", "seg_size")
+    __slots__ = ("owned", "gen", "born", "pending", "recording", "refs", "tracker", "last")
 
     def __init__(self, chunks: Any = ()):
         super().__init__(chunks)
@@ -120,10 +205,9 @@ class ExampleChunks(list):
         self.born: list | None = None  # built by start(): [-1] * n, every example counted as shared
         self.pending: dict = {}
         self.recording = False
-        self.slot_seg: list | None = None  # journal: the segment holding each slot's example
-        self.log: dict = {}  # journal: "<seq>" -> segment
-        self.seg_live: dict = {}  # journal: seq -> entries still current
-        self.seg_size: dict = {}
+        self.refs: list | None = None  # logs: the packer's ref of each slot's example
+        self.tracker: BufferTracker | None = None
+        self.last: BufferLog | None = None
 
     def start(self) -> list:
         """``born`` for the node's loop; examples already present count as shared (a loaded state
@@ -133,63 +217,44 @@ class ExampleChunks(list):
         return self.born
 
     def reordered(self) -> None:
-        """The node rewrote the whole buffer (the final permutation): the next journal starts over."""
+        """The node rewrote the whole buffer (the final permutation): the next log holds every slot."""
         self.pending.clear()
-        self.slot_seg = None
+        self.refs = None
 
-    def journal(self) -> dict:
-        """``{"log": {"<seq>": [slot, ex, slot, ex, ...], ...}, "size": n}``: example ``i`` of the
-        buffer is the last one written to slot ``i`` in ``seq`` order; slots from ``size`` on are
-        gone. A segment, once made, is never changed; one whose entries are mostly overwritten is
-        dropped and its current entries written again in the new segment."""
+    def log(self) -> BufferLog:
+        """The buffer's state in a DataLoader worker: a new :class:`BufferLog` when the buffer
+        changed since the last one, else that same log."""
         _journaling[0] = True
-        if not self.recording:
-            self.slot_seg = None  # the writes were not recorded: describe every slot
         n = sum(map(len, self))
-        pack = _journal_packer[0] or JournalList
-        pending, slot_seg, seg_live = self.pending, self.slot_seg, self.seg_live
-        new = next(_segment_numbers)
-        writes: dict = {}
-        if slot_seg is None:  # the first journal, or after a reorder: every slot
-            slot_seg = self.slot_seg = [new] * n
-            self.log.clear()
-            seg_live.clear()
-            self.seg_size.clear()
-            writes = {i: ex for i, ex in enumerate(ex for ch in self for ex in ch)}
+        refs, pending, last = self.refs, self.pending, self.last
+        full = refs is None or not self.recording
+        if full:  # the first log, after a reorder, or the writes were not recorded: every slot
+            refs = self.refs = [None] * n
+            writes = [x for kv in enumerate(ex for ch in self for ex in ch) for x in kv]
+        elif pending:
+            writes = [x for kv in pending.items() if kv[0] < n for x in kv]
+        elif last is not None and len(last.refs) == n:
+            return last  # unchanged
         else:
-            for i in range(n, len(slot_seg)):  # popped while draining
-                seg_live[slot_seg[i]] -= 1
-            del slot_seg[n:]
-            for i, ex in pending.items():
-                if i >= n:
-                    continue
-                if i < len(slot_seg):
-                    seg_live[slot_seg[i]] -= 1
-                    slot_seg[i] = new
-                else:
-                    slot_seg.append(new)  # filling: slots are written in order
-                writes[i] = ex
-            size = self.seg_size
-            doomed = {s for s, live in seg_live.items() if live <= size[s]}
-            extra = len(seg_live) - len(doomed) + 1 - MAX_SEGMENTS
-            if extra > 0:
-                doomed.update(sorted((s for s in seg_live if s not in doomed), key=seg_live.__getitem__)[:extra])
-            for s in doomed:
-                old = self.log.pop(str(s))
-                for p in range(0, len(old), 2):
-                    i = old[p]
-                    if i < n and slot_seg[i] == s:  # still current: write it again, as the
-                        writes[i] = old[p + 1]  # segment holds it (the packer's record, if any)
-                        slot_seg[i] = new
-                del seg_live[s], size[s]
+            writes = []
         pending.clear()  # in place: the node's loop holds this dict
-        if writes:
-            seg = self.log[str(new)] = pack([x for kv in writes.items() for x in kv])
-            seg_live[new] = len(writes)
-            self.seg_size[new] = len(writes) * seg.compact  # the live count at which it is rewritten
-        if pack is JournalList:
-            self.gen += 1  # the journal shares the examples: the live buffer must not hand them out
-        return {"log": dict(self.log), "size": n}
+        if len(refs) > n:
+            del refs[n:]  # popped while draining
+        elif len(refs) < n:
+            refs.extend([None] * (n - len(refs)))  # filled: slots are written in order
+        packer = _buffer_packer[0]
+        tracker = self.tracker
+        if tracker is None or tracker.packer is not packer:
+            tracker = self.tracker = BufferTracker(packer)
+        payload, made = packer.pack(writes)
+        for i, r in zip(writes[::2], made):
+            refs[i] = r
+        seq = next(_log_numbers)
+        tracker.add(seq, payload, full)
+        if not packer.by_value:
+            self.gen += 1  # the log shares the examples: the live buffer must not hand them out
+        self.last = log = BufferLog(tracker, seq, tuple(refs))
+        return log
 
 
 class DroppedChunks(ExampleChunks):
@@ -203,24 +268,37 @@ class DroppedChunks(ExampleChunks):
 def inline_buffers(state: Any) -> Any:
     """The usual layout of a state taken in a DataLoader worker; any other value is returned as
     it is. There ``state_dict()`` leaves in the node's ``buffer`` field a key ``k`` and puts the
-    buffer's journal (:meth:`ExampleChunks.journal`) in ``state["buffers"]`` as ``"k/size"`` (its
-    size) and ``"k/<seq>"`` (its segments). Raises ``ValueError`` naming a malformed journal."""
+    buffer in ``state["buffers"]["k"]``: a list of its examples (a :class:`BufferLog` in the
+    worker itself). States saved by version 0.2 hold a *journal* there instead, ``"k/size"`` (its
+    size) and ``"k/<seq>"`` (segments of ``[slot, example, ...]`` writes), which is replayed.
+    Raises ``ValueError`` naming a malformed buffer."""
     if not isinstance(state, dict) or "buffers" not in state:
         return state
     buffers = state["buffers"]
     if not isinstance(buffers, dict):
         raise ValueError(f"state 'buffers' must be an object, got {type(buffers).__name__}")
     journals: dict = {}
+    whole: dict = {}
     for name, value in buffers.items():
-        ref, _, part = name.partition("/") if type(name) is str else ("", "", "")
+        ref, slash, part = name.partition("/") if type(name) is str else ("", "", "")
+        if ref and not slash:
+            if isinstance(value, BufferLog):
+                value = value.entries()
+            if not isinstance(value, list):
+                raise ValueError(f"state 'buffers' {name!r} must be a list of examples, got {type(value).__name__}")
+            whole[ref] = value
+            continue
         if not ref or not (part == "size" or part.isdigit()):
-            raise ValueError(f"state 'buffers' holds {name!r}, which is neither '<buffer>/size' nor "
-                             "'<buffer>/<segment>'")
+            raise ValueError(f"state 'buffers' holds {name!r}, which is neither '<buffer>', '<buffer>/size' "
+                             "nor '<buffer>/<segment>'")
         j = journals.setdefault(ref, {"log": {}})
         if part == "size":
             j["size"] = value
         else:
             j["log"][part] = value
+    if set(whole) & set(journals):
+        raise ValueError(f"state 'buffers' holds buffers {sorted(set(whole) & set(journals))} both whole and "
+                         "as journals")
     used: set = set()
 
     def walk(node: Any, where: str) -> Any:
@@ -229,18 +307,20 @@ def inline_buffers(state: Any) -> Any:
         new = dict(node)
         ref = node.get("buffer")
         if type(ref) is str:
-            if ref not in journals or ref in used:
+            if (ref not in journals and ref not in whole) or ref in used:
                 raise ValueError(f"{where}: 'buffer' refers to {ref!r}, which is not a buffer of the state")
             used.add(ref)
-            new["buffer"] = replay_journal(journals[ref], f"state 'buffers' {ref!r}")
+            new["buffer"] = (list(whole[ref]) if ref in whole
+                             else replay_journal(journals[ref], f"state 'buffers' {ref!r}"))
         kids = node.get("children")
         if isinstance(kids, list):
             new["children"] = [walk(k, f"{where}/{i}") for i, k in enumerate(kids)]
         return new
 
     tree = walk(state.get("state"), "state")
-    if used != set(journals):
-        raise ValueError(f"state 'buffers' holds buffers {sorted(set(journals) - used)} that no node refers to")
+    if used != set(journals) | set(whole):
+        raise ValueError(f"state 'buffers' holds buffers {sorted(set(journals) | set(whole) - used)} that no "
+                         "node refers to")
     out = {k: v for k, v in state.items() if k != "buffers"}
     if "state" in state:
         out["state"] = tree
@@ -248,7 +328,8 @@ def inline_buffers(state: Any) -> Any:
 
 
 def replay_journal(journal: Any, where: str) -> list:
-    """The examples a buffer journal (:meth:`ExampleChunks.journal`) describes, in order."""
+    """The examples a buffer journal (the worker layout of version 0.2, see :func:`inline_buffers`)
+    describes, in order."""
     if not isinstance(journal, dict) or set(journal) != {"log", "size"}:
         raise ValueError(f"{where}: a buffer journal must be an object with 'log' and 'size'")
     log, size = journal["log"], journal["size"]
@@ -261,8 +342,6 @@ def replay_journal(journal: Any, where: str) -> list:
             raise ValueError(f"{where}: 'log' keys must be decimal numbers, got {k!r}")
     slots: dict = {}
     for seq, seg in sorted(log.items(), key=lambda kv: int(kv[0])):
-        if isinstance(seg, JournalList):
-            seg = seg.entries()
         if not isinstance(seg, list) or len(seg) % 2:
             raise ValueError(f"{where}: log segment {seq} must be a list of slot, example pairs")
         for p in range(0, len(seg), 2):

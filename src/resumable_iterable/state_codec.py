@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .state_buffers import JournalList
+from .state_buffers import BufferLog
 
 TAG = "__ri__"
 #: arrays and bytes of at least this many bytes become blobs (when the caller collects blobs)
@@ -224,8 +224,8 @@ class Encoder:
                 # plain JSON values (most of a state) are kept without a call
                 return {k: v if type(v) in _PLAIN else enc(v, d1) for k, v in obj.items()}
             return {TAG: "dict", "items": [[self.enc(k, d + 3), self.enc(v, d + 3)] for k, v in obj.items()]}
-        if isinstance(obj, list):  # list, and the state's list types (shuffle buffers)
-            if isinstance(obj, JournalList):
+        if isinstance(obj, (list, BufferLog)):  # list, and the state's list types (shuffle buffers)
+            if type(obj) is BufferLog:
                 obj = obj.entries()
             enc, d1 = self.enc, d + 1
             return [v if type(v) in _PLAIN else enc(v, d1) for v in obj]

@@ -1,17 +1,21 @@
 """How a DataLoader worker's shuffle buffer reaches the main process, sent once and read in place.
 
-A DataLoader worker describes its shuffle buffer as a journal of unchanging segments
-(``state_buffers.ExampleChunks.journal``); torchdata sends each new segment to the main process
-once. Each example is pickled once, when it first enters a segment (so the main process gets it
-as it was when the state was taken, whatever the consumer does to it later), and its large
-numpy buffers are copied once into an *extent* of the worker's shared-memory arena, which the
-main process maps instead of reading them through the pipe. When a segment is compacted its
-still-current examples are written again by reference to the same record: no data is copied or
-sent twice. An extent is reused once no segment of the worker refers to its record and the main
-process has dropped every array it rebuilt from it (it counts those in the block's ledger).
+In a DataLoader worker, a shuffle buffer's state is a ``state_buffers.BufferLog``: one value per
+state, which torchdata's loader sends only when it changed. The DataLoader's pickler sends a log
+as the writes since the last log of the same buffer it sent (:func:`_reduce_log`); the main
+process keeps each buffer's examples as last received and builds the new list on them
+(:func:`_receive_log`). So each example crosses to the main process once, when it enters the
+buffer, with no compaction and no segments to compare.
 
-Importing this module installs the journal packer (``state_buffers.set_journal_packer``) and the
-reducer ``multiprocessing`` uses for journal segments.
+Each example is packed when its log is taken (so the main process gets it as it was then,
+whatever the consumer does to it later): small ones pickled together, an example with large
+numpy buffers pickled once with those buffers copied once into an *extent* of the worker's
+shared-memory arena, which the main process maps instead of reading them through the pipe. An
+extent is reused once the worker's buffer no longer holds its record and the main process has
+dropped every array it rebuilt from it (it counts those in the block's ledger).
+
+Importing this module installs the packer (``state_buffers.set_buffer_packer``) and the reducer
+``multiprocessing`` uses for buffer logs.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ import collections
 import itertools
 import os
 import pickle
-import threading
 import weakref
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
@@ -28,15 +31,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...state import JournalList, set_journal_packer
+from ...state import BufferLog, buffer_lock, live_buffer_ids, set_buffer_packer
 
 #: numpy buffers of at least this many bytes go through shared memory instead of the pipe
 SHARED_MIN_BYTES = 1 << 14
 _ALIGN = 64
 #: bytes of an arena block (an extent larger than this gets a block of its own)
 ARENA_BLOCK = 32 << 20
-#: a segment of records is rewritten once at most this fraction of them are current
-RECORD_COMPACT = 0.5
 
 
 def _size_class(n: int) -> int:
@@ -157,12 +158,14 @@ def _populate(mem: np.ndarray, offset: int, size: int) -> None:
 
 #: records die and messages are pickled in the loader's feeder thread too; reentrant because a
 #: record may die (and give its extent back) inside a locked section, when the cyclic garbage
-#: collector runs there and frees a discarded pipeline
-_lock = threading.RLock()
+#: collector runs there and frees a discarded pipeline; the lock of the buffers' logs, so that
+#: the two never wait for each other
+_lock = buffer_lock
 _arena = _Arena()
 _block_numbers = itertools.count()
 _token: list = [None, None]  # (pid, random token): keys never collide, even if a pid is reused
 _received: dict = {}  # main process: key -> block tensor
+_logs: dict = {}  # main process: (pid, token, buffer) -> (seq, the buffer's examples as last sent)
 
 
 def _process_token() -> int:
@@ -218,17 +221,6 @@ def _record_of(example: Any) -> _Record | None:
     return rec
 
 
-class PackedList(JournalList):
-    """A segment of a shuffle buffer's journal in a DataLoader worker: ``[slot, entry, ...]`` where
-    an entry is a small example or the :class:`_Record` of one with large arrays. ``payload`` is
-    what is sent: the small examples pickled when the segment was made, and the records."""
-
-    __slots__ = ("payload", "compact")
-
-    def entries(self) -> list:
-        return [x.example() if type(x) is _Record else x for x in self]
-
-
 def _has_large_buffers(items: list) -> tuple[bytes, bool]:
     large = [False]
 
@@ -241,40 +233,64 @@ def _has_large_buffers(items: list) -> tuple[bytes, bool]:
     return pickle.dumps(items, protocol=5, buffer_callback=probe), large[0]
 
 
-def pack_journal_list(items: list) -> PackedList:
-    """Make a journal segment from ``[slot, example-or-record, ...]`` (a record: the entry of a
-    compacted segment, written again). ``items`` is the caller's new list: it is used up."""
-    if _Record not in set(map(type, items[1::2])):
-        data, large = _has_large_buffers(items)
-        if not large:  # small examples (text rows, ...): one pickle
-            out = PackedList(items)
-            out.payload, out.compact = (data, ()), JournalList.compact
-            return out
-    for p in range(1, len(items), 2):
-        if type(items[p]) is not _Record:
-            rec = _record_of(items[p])
-            if rec is not None:
-                items[p] = rec  # the worker no longer holds the example itself
-    records = tuple((p, x) for p, x in enumerate(items) if p % 2 and type(x) is _Record)
-    in_band = items.copy()
-    for p, _ in records:
-        in_band[p] = None
-    out = PackedList(items)
-    out.payload = (pickle.dumps(in_band, protocol=5), records)
-    # writing a record again sends a few bytes, not its arrays: compact early, so that few extents
-    # are held by examples no longer in the buffer
-    out.compact = RECORD_COMPACT if len(records) * 2 >= len(items) else JournalList.compact
-    return out
+class TorchPacker:
+    """Packs the new writes of a worker's buffer log by value, at once: small examples pickled
+    together (a slot's ref is ``(data, position)``), an example with large numpy buffers as its
+    own :class:`_Record` (the ref). The payload, ``(data, records)``, is what a message sends."""
+
+    by_value = True
+
+    @staticmethod
+    def pack(items: list) -> tuple[tuple, list]:
+        """``items``: ``[slot, example-or-record, ...]``, the caller's new list (used up)."""
+        if _Record not in set(map(type, items[1::2])):
+            data, large = _has_large_buffers(items)
+            if not large:  # small examples (text rows, ...): one pickle
+                return (data, ()), [(data, p) for p in range(1, len(items), 2)]
+        for p in range(1, len(items), 2):
+            if type(items[p]) is not _Record:
+                rec = _record_of(items[p])
+                if rec is not None:
+                    items[p] = rec  # the worker no longer holds the example itself
+        records = tuple((p, x) for p, x in enumerate(items) if p % 2 and type(x) is _Record)
+        in_band = items.copy()
+        for p, _ in records:
+            in_band[p] = None
+        data = pickle.dumps(in_band, protocol=5)
+        return (data, records), [x if type(x) is _Record else (data, p) for p, x in enumerate(items) if p % 2]
+
+    @staticmethod
+    def decode(refs: tuple, keep_records: bool = False) -> list:
+        """The examples ``refs`` stand for, copied out of the worker's packed form (records kept
+        as they are with ``keep_records``)."""
+        unpickled: dict = {}
+        out = []
+        for r in refs:
+            if type(r) is _Record:
+                out.append(r if keep_records else r.example())
+                continue
+            data, p = r
+            got = unpickled.get(id(data))
+            if got is None:
+                got = unpickled[id(data)] = (pickle.loads(data), data)
+            out.append(got[0][p])
+        return out
 
 
-def _reduce_packed_list(seg: PackedList):
-    data, records = seg.payload
-    if not records:
-        return (_unpack_journal_list, (data, None))
+def _whole(refs: tuple) -> tuple:
+    """The payload of a message holding the whole buffer (records sent again by reference)."""
+    vals = TorchPacker.decode(refs, keep_records=True)
+    return TorchPacker.pack([x for kv in enumerate(vals) for x in kv])[0]
+
+
+def _wire(payloads: list) -> tuple:
+    """``(handles, parts)`` of a message: the blocks it names (a block's handle only the first time
+    it is sent) and, per payload, its data and its records' places in those blocks."""
     blocks: dict = {}
     handles: list = []
-    refs: list = []
-    with _lock:
+    parts: list = []
+    for data, records in payloads:
+        refs = []
         for p, rec in records:
             ext = rec.extent
             blk = ext.block
@@ -285,14 +301,35 @@ def _reduce_packed_list(seg: PackedList):
                 blk.announced = True
             ext.sent += 1
             refs.append((p, rec.data, k, rec.spans, ext.index))
-    return (_unpack_journal_list, (data, (handles, refs)))
+        parts.append((data, refs))
+    return handles, parts
 
 
-def _drop_blocks_of_dead_workers() -> None:
-    """Workers that exited (a finished epoch without persistent workers) say nothing: forget their
-    blocks when a new one is handed over (arrays still in use keep their block themselves)."""
+def _reduce_log(log: BufferLog):
+    """A worker's buffer log as the DataLoader sends it: the writes since the last log of the same
+    buffer that was sent (or the whole buffer, when that cannot be said), its size, and the
+    buffers still alive in the worker."""
+    t = log.tracker
+    if t.packer is not TorchPacker:
+        return log.__reduce__()
+    seq = log.seq
+    with _lock:
+        if seq == t.main_seq:
+            base, payloads = "same", []
+        else:
+            got = t.take(seq)
+            # an older log than one sent already, or logs were dropped unsent: the whole buffer
+            base, payloads = got if got is not None else (None, [_whole(log.refs)])
+        wire = _wire(payloads)
+    sender = (os.getpid(), _process_token())
+    return (_receive_log, (sender, t.uid, base, seq, len(log.refs), wire, live_buffer_ids()))
+
+
+def _drop_dead_workers(table: dict) -> None:
+    """Workers that exited (a finished epoch without persistent workers) say nothing: forget what
+    they sent when a new one starts (arrays still in use keep their block themselves)."""
     alive: dict = {}
-    for key in list(_received):
+    for key in list(table):
         pid = key[0]
         if pid not in alive:
             try:
@@ -303,48 +340,87 @@ def _drop_blocks_of_dead_workers() -> None:
             except OSError:
                 alive[pid] = True
         if not alive[pid]:
-            del _received[key]
+            del table[key]
 
 
 class _Owner(np.ndarray):
-    """The main process's view of a block for one message: the arrays rebuilt from the message are
+    """The main process's view of a block for one example: the arrays rebuilt from the example are
     views of it (numpy stops collapsing a view's base at a change of type), so it lives exactly as
     long as one of them."""
 
 
-def _count_read(ledger: np.ndarray, indices: list) -> None:
-    with _lock:  # every array of this message from this block is gone: the worker may reuse the extents
-        for i in indices:
-            ledger[i] += 1
+def _count_read(mem: np.ndarray, index: int) -> None:
+    with _lock:  # every array of the example is gone: the worker may reuse its extent
+        mem[8 * index:8 * index + 8].view(np.int64)[0] += 1
 
 
-def _unpack_journal_list(data: bytes, shared: tuple | None) -> list:
-    items = pickle.loads(data)
-    if shared is None:
-        return items
-    handles, refs = shared
-    owners, ledgers, counts = [], [], []
+def _unwire(handles: list, parts: list) -> list:
+    """The ``[slot, example, ...]`` lists of a message's parts, large arrays as views of shared memory."""
+    mems = []
     for key, handle in handles:
         if handle is not None:
-            _drop_blocks_of_dead_workers()
+            _drop_dead_workers(_received)
             _received[key] = handle
         try:
-            tensor = _received[key]
+            mems.append(_received[key].numpy())
         except KeyError:
             raise RuntimeError("a DataLoader worker's shuffle buffer names a shared-memory block this process "
                                "was never handed (were messages from the worker lost?)") from None
-        owners.append(tensor.numpy().view(_Owner))
-        ledgers.append(tensor)
-        counts.append([])
-    for p, payload, k, spans, index in refs:
-        owner = owners[k]
-        items[p] = pickle.loads(payload, buffers=[owner[o:o + n] for o, n in spans])
-        counts[k].append(index)
-    for owner, tensor, indices in zip(owners, ledgers, counts):
-        ledger = tensor.numpy()[:8 * (max(indices) + 1)].view(np.int64)  # not a view of the owner
-        weakref.finalize(owner, _count_read, ledger, indices)
-    return items
+    out = []
+    for data, refs in parts:
+        items = pickle.loads(data)
+        for p, payload, k, spans, index in refs:
+            mem = mems[k]
+            owner = mem.view(_Owner)  # one per example: its extent is let go as soon as it is unused
+            items[p] = pickle.loads(payload, buffers=[owner[o:o + n] for o, n in spans])
+            weakref.finalize(owner, _count_read, mem, index)
+        out.append(items)
+    return out
 
 
-ForkingPickler.register(PackedList, _reduce_packed_list)
-set_journal_packer(pack_journal_list)
+def _receive_log(sender: tuple, uid: int, base: Any, seq: int, size: int, wire: tuple, alive: tuple) -> list:
+    """The main process's side of :func:`_reduce_log`: the buffer's examples as a new plain list,
+    built on the previous message of the same buffer."""
+    parts = _unwire(*wire)
+    key = (*sender, uid)
+    with _lock:
+        for k in [k for k in _logs if k[:2] == sender and k[2] not in alive]:
+            del _logs[k]  # buffers of passes that ended in that worker
+        held = _logs.get(key)
+        if base == "same":
+            if held is None or held[0] != seq:
+                raise _out_of_sequence(held, seq)
+            return list(held[1])
+        if base is None:
+            if held is None:
+                _drop_dead_workers(_logs)
+            slots: list = []
+        elif held is None or held[0] != base:
+            raise _out_of_sequence(held, base)
+        else:
+            slots = list(held[1])
+        n = len(slots)
+        for items in parts:
+            for p in range(0, len(items), 2):
+                i = items[p]
+                if i < n:
+                    slots[i] = items[p + 1]
+                elif i == n:
+                    slots.append(items[p + 1])
+                    n += 1
+                else:
+                    raise RuntimeError(f"a DataLoader worker's shuffle buffer wrote slot {i} of {n}")
+        del slots[size:]
+        _logs[key] = (seq, slots)
+    return list(slots)
+
+
+def _out_of_sequence(held: Any, base: Any) -> RuntimeError:
+    return RuntimeError(
+        f"a DataLoader worker's shuffle buffer state arrived out of sequence (this process holds its state "
+        f"{held[0] if held else 'none'}, the message builds on {base}): were messages from the worker lost, or "
+        "was a worker state sent through another queue?")
+
+
+ForkingPickler.register(BufferLog, _reduce_log)
+set_buffer_packer(TorchPacker)
