@@ -24,7 +24,6 @@ import collections
 import itertools
 import os
 import pickle
-import weakref
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
@@ -164,7 +163,7 @@ _lock = buffer_lock
 _arena = _Arena()
 _block_numbers = itertools.count()
 _token: list = [None, None]  # (pid, random token): keys never collide, even if a pid is reused
-_received: dict = {}  # main process: key -> block tensor
+_received: dict = {}  # main process: key -> (block tensor, its bytes, its ledger)
 _logs: dict = {}  # main process: (pid, token, buffer) -> (seq, the buffer's examples as last sent)
 
 
@@ -233,6 +232,17 @@ def _has_large_buffers(items: list) -> tuple[bytes, bool]:
     return pickle.dumps(items, protocol=5, buffer_callback=probe), large[0]
 
 
+def _has_large_array(example: Any) -> bool:
+    """Whether a dict example holds a large numpy array at its top level (the usual case, seen
+    without pickling it)."""
+    if type(example) is not dict:
+        return False
+    for v in example.values():
+        if type(v) is np.ndarray and v.nbytes >= SHARED_MIN_BYTES and not v.dtype.hasobject:
+            return True
+    return False
+
+
 class TorchPacker:
     """Packs the new writes of a worker's buffer log by value, at once: small examples pickled
     together (a slot's ref is ``(data, position)``), an example with large numpy buffers as its
@@ -243,8 +253,9 @@ class TorchPacker:
     @staticmethod
     def pack(items: list) -> tuple[tuple, list]:
         """``items``: ``[slot, example-or-record, ...]``, the caller's new list (used up)."""
-        if _Record not in set(map(type, items[1::2])):
-            data, large = _has_large_buffers(items)
+        vals = items[1::2]
+        if _Record not in set(map(type, vals)) and not any(map(_has_large_array, vals)):
+            data, large = _has_large_buffers(items)  # looks deeper
             if not large:  # small examples (text rows, ...): one pickle
                 return (data, ()), [(data, p) for p in range(1, len(items), 2)]
         for p in range(1, len(items), 2):
@@ -346,23 +357,30 @@ def _drop_dead_workers(table: dict) -> None:
 class _Owner(np.ndarray):
     """The main process's view of a block for one example: the arrays rebuilt from the example are
     views of it (numpy stops collapsing a view's base at a change of type), so it lives exactly as
-    long as one of them."""
+    long as one of them; when it dies it counts the example's extent as read in the block's ledger
+    (``ledger_slot``: the ledger and the extent's index; views of it have none)."""
 
-
-def _count_read(mem: np.ndarray, index: int) -> None:
-    with _lock:  # every array of the example is gone: the worker may reuse its extent
-        mem[8 * index:8 * index + 8].view(np.int64)[0] += 1
+    def __del__(self):
+        read = self.__dict__.get("ledger_slot")
+        if read is not None:
+            try:
+                with _lock:  # the worker may reuse the extent once every message naming it is read
+                    read[0][read[1]] += 1
+            except Exception:  # pragma: no cover - interpreter shutdown
+                pass
 
 
 def _unwire(handles: list, parts: list) -> list:
     """The ``[slot, example, ...]`` lists of a message's parts, large arrays as views of shared memory."""
-    mems = []
+    blocks = []
     for key, handle in handles:
         if handle is not None:
             _drop_dead_workers(_received)
-            _received[key] = handle
+            mem = handle.numpy()
+            # the whole block as int64s: its ledger comes first (blocks are a multiple of 64 bytes)
+            _received[key] = (handle, mem, memoryview(mem).cast("q"))
         try:
-            mems.append(_received[key].numpy())
+            blocks.append(_received[key])
         except KeyError:
             raise RuntimeError("a DataLoader worker's shuffle buffer names a shared-memory block this process "
                                "was never handed (were messages from the worker lost?)") from None
@@ -370,10 +388,10 @@ def _unwire(handles: list, parts: list) -> list:
     for data, refs in parts:
         items = pickle.loads(data)
         for p, payload, k, spans, index in refs:
-            mem = mems[k]
+            _, mem, ledger = blocks[k]
             owner = mem.view(_Owner)  # one per example: its extent is let go as soon as it is unused
+            owner.ledger_slot = (ledger, index)
             items[p] = pickle.loads(payload, buffers=[owner[o:o + n] for o, n in spans])
-            weakref.finalize(owner, _count_read, mem, index)
         out.append(items)
     return out
 
