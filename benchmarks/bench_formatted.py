@@ -3,7 +3,9 @@ of 32), side by side in one run:
 
 * **column-wise** - ``ri.to_iterable_dataset(hf).with_format("numpy").batch(32)`` handed to the
   loader with ``batch_size=None``: each batch is a slice of the Arrow table turned into numpy
-  arrays, no Python dict per example;
+  arrays, no Python dict per example; and the same with ``with_format("torch")``, whose tensors
+  share one storage per batch (the loader moves one shared-memory block per batch, not one per
+  column);
 * **per-example dicts** - ``ri.to_iterable_dataset(hf)`` with the loader's ``batch_size=32``: the
   loader's ``default_collate`` builds every batch from 32 Python dicts;
 * **HF** - ``hf.to_iterable_dataset().with_format("numpy")`` with ``batch_size=32`` (HF's usual
@@ -25,7 +27,7 @@ BATCH_SIZE = 32
 WORKERS = 2
 N_ROWS = 200_000
 # examples timed per variant: the per-example paths are slow, so they are timed on a prefix
-LIMITS = {"column-wise": 200_000, "per-example": 32_000, "hf-rows": 16_000, "hf-batch": 32_000}
+LIMITS = {"column-wise": 200_000, "per-example": 32_000, "hf-rows": 16_000, "hf-batch": 32_000, "hf-torch": 32_000}
 TARGET = 5.0  # column-wise >= 5x per-example dicts
 
 
@@ -97,6 +99,10 @@ def run(n_rows: int = N_ROWS, repeats: int = 1, scale: float = 1.0, hf_ds=None) 
                                    limit["column-wise"], repeats)
     col, n_col = loader_rate(lambda: ri.to_iterable_dataset(hf, num_shards=shards).with_format("numpy").batch(BATCH_SIZE),
                              None, limit["column-wise"], repeats)
+    col_t, n_col_t = loader_rate(lambda: ri.to_iterable_dataset(hf, num_shards=shards).with_format("torch")
+                                 .batch(BATCH_SIZE), None, limit["column-wise"], repeats)
+    hf_torch, n_hft = loader_rate(lambda: hf.to_iterable_dataset(num_shards=shards).with_format("torch")
+                                  .batch(BATCH_SIZE), None, limit["hf-torch"], repeats)
     rows, n_rows_ = loader_rate(lambda: ri.to_iterable_dataset(hf, num_shards=shards), BATCH_SIZE,
                                 limit["per-example"], repeats)
     hf_rows, n_hf = loader_rate(lambda: hf.to_iterable_dataset(num_shards=shards).with_format("numpy"), BATCH_SIZE,
@@ -119,6 +125,12 @@ def run(n_rows: int = N_ROWS, repeats: int = 1, scale: float = 1.0, hf_ds=None) 
                target=f">= {TARGET:.0f}x per-example dicts", check=f"{ratio:.1f}x", met=ratio >= TARGET,
                ref_label="ours, per-example dicts",
                note=f"{n_col} vs {n_rows_} examples; with_format('numpy').batch(32), loader batch_size=None"),
+        Result("column-wise torch batches vs per-example dicts + collate", col_t, rows, "ex/s",
+               target=f">= {TARGET:.0f}x per-example dicts", check=f"{col_t / rows:.1f}x", met=col_t >= TARGET * rows,
+               ref_label="ours, per-example dicts",
+               note=f"{n_col_t} examples; with_format('torch').batch(32): one storage per batch"),
+        Result("column-wise torch batches vs HF with_format('torch').batch(32)", col_t, hf_torch, "ex/s",
+               note=f"HF: {n_hft} examples, loader batch_size=None"),
         Result("column-wise numpy batches vs HF with_format('numpy') + collate", col, hf_rows, "ex/s",
                note=f"HF: {n_hf} examples, numpy rows collated by the loader (batch_size=32)"),
         Result("column-wise numpy batches vs HF with_format('numpy').batch(32)", col, hf_batch, "ex/s",

@@ -324,7 +324,8 @@ def typed_dataset():
     """Every column type the column-wise numpy/torch formatting computes itself, and some it leaves to HF."""
     n = 11
     cols = {
-        "i8": pa.array(np.arange(n, dtype=np.int8)), "u16": pa.array(np.arange(n, dtype=np.uint16)),
+        "i8": pa.array(np.arange(n, dtype=np.int8)), "u8": pa.array(np.arange(n, dtype=np.uint8)),
+        "u16": pa.array(np.arange(n, dtype=np.uint16)),
         "u32": pa.array(np.arange(n, dtype=np.uint32)), "i32": pa.array(np.arange(n, dtype=np.int32)),
         "f16": pa.array(np.arange(n, dtype=np.float16)), "f32": pa.array(np.arange(n, dtype=np.float32) / 3),
         "f64": pa.array(np.arange(n) / 7), "b": pa.array([i % 2 == 0 for i in range(n)]),
@@ -379,6 +380,23 @@ def test_fast_batches_are_writable_copies_and_take_format_kwargs():
     assert next(ds.with_format("numpy").iter(4))["i32"][0] == 0
     ours = next(ds.with_format("torch", dtype=torch.float64).iter(4))
     assert ours["i32"].dtype == torch.float64 and ours["b"].dtype == torch.float64
+
+
+def test_torch_batches_are_views_of_one_storage_that_a_loader_moves_once():
+    table, _ = typed_dataset()
+    ds = ri.IterableDataset.from_arrow_table(table).with_format("torch")
+    first, second = list(ds.iter(4))[:2]
+    numeric = [k for k, v in first.items() if isinstance(v, torch.Tensor)]
+    assert len(numeric) >= 6
+    storages = {first[k].untyped_storage().data_ptr() for k in numeric}
+    assert len(storages) == 1  # one block per batch
+    assert first[numeric[0]].untyped_storage().data_ptr() != second[numeric[0]].untyped_storage().data_ptr()
+    before = {k: first[k].clone() for k in numeric}
+    first["i32"].fill_(-7)  # writing one column leaves the others (and the next batch) alone
+    assert all(torch.equal(first[k], before[k]) for k in numeric if k != "i32")
+    assert first["u8"].dtype == torch.int64 and first["b"].dtype == torch.bool and first["f64"].dtype == torch.float32
+    hf = next(Dataset(table).to_iterable_dataset().with_format("torch").iter(4))
+    assert all(first[k].dtype == hf[k].dtype and first[k].shape == hf[k].shape for k in numeric)
 
 
 def test_fast_path_covers_the_simple_columns_and_leaves_the_rest_to_hf():

@@ -96,8 +96,13 @@ def _column_to_numpy(col: pa.ChunkedArray) -> Any:
 
 
 def fast_tensor_batch(table: pa.Table, format_type: str, format_kwargs: dict) -> dict | None:
-    """``format_batch`` of HF's numpy / torch formatter for tables of simple columns, else ``None``."""
+    """``format_batch`` of HF's numpy / torch formatter for tables of simple columns, else ``None``.
+
+    Torch batches of numeric columns (no ``format_kwargs``) are views of one storage: a DataLoader
+    worker then hands the main process one shared-memory block per batch instead of one per
+    column, which is most of what a small batch costs to move."""
     out = {}
+    torch_parts: dict = {}
     for name, col in zip(table.column_names, table.columns):
         values = _column_to_numpy(col)
         if values is None:
@@ -106,18 +111,42 @@ def fast_tensor_batch(table: pa.Table, format_type: str, format_kwargs: dict) ->
             strings = col.to_pylist()
             out[name] = np.array(strings) if format_type == "numpy" else strings
             continue
+        kind = values.dtype.kind
         if format_type == "numpy":
-            kind = values.dtype.kind
             default = {"dtype": np.int64} if kind in "iu" else {"dtype": np.float32} if kind == "f" else {}
             out[name] = np.asarray(values, **{**default, **format_kwargs})
-        else:
+        elif format_kwargs:
             import torch
 
-            kind = values.dtype.kind
             if values.dtype in (np.uint16, np.uint32):
                 values = values.astype(np.int64)
             default = {"dtype": torch.int64} if kind in "iu" else {"dtype": torch.float32} if kind == "f" else {}
             out[name] = torch.tensor(values, **{**default, **format_kwargs})
+        else:
+            # HF's defaults: integers as int64, floats as float32, booleans as they are
+            target = np.int64 if kind in "iu" else np.float32 if kind == "f" else None
+            torch_parts[name] = values if target is None else values.astype(target, copy=False)
+            out[name] = None  # keeps the column order
+    if torch_parts:
+        out.update(_one_storage(torch_parts))
+    return out
+
+
+def _one_storage(columns: dict) -> dict:
+    """Torch tensors of ``columns`` (numpy int64, float32 or bool arrays), each a view of one new storage."""
+    import torch
+
+    dtypes = {np.dtype(np.int64): torch.int64, np.dtype(np.float32): torch.float32, np.dtype(np.bool_): torch.bool}
+    offsets, total = [], 0
+    for v in columns.values():
+        offsets.append(total)
+        total += -(-v.nbytes // 64) * 64
+    buf = torch.empty(total, dtype=torch.uint8)
+    mem = buf.numpy()
+    out = {}
+    for (name, v), off in zip(columns.items(), offsets):
+        mem[off:off + v.nbytes].view(v.dtype).reshape(v.shape)[...] = v
+        out[name] = buf[off:off + v.nbytes].view(dtypes[v.dtype]).view(v.shape)
     return out
 
 
