@@ -254,8 +254,10 @@ class TorchPacker:
     def pack(items: list) -> tuple[tuple, list]:
         """``items``: ``[slot, example-or-record, ...]``, the caller's new list (used up)."""
         vals = items[1::2]
-        if _Record not in set(map(type, vals)) and not any(map(_has_large_array, vals)):
-            data, large = _has_large_buffers(items)  # looks deeper
+        # the first example tells the usual case apart without pickling it (a guess: the probe
+        # below finds large buffers anywhere, and the record path keeps small examples in band)
+        if _Record not in set(map(type, vals)) and not (vals and _has_large_array(vals[0])):
+            data, large = _has_large_buffers(items)
             if not large:  # small examples (text rows, ...): one pickle
                 return (data, ()), [(data, p) for p in range(1, len(items), 2)]
         for p in range(1, len(items), 2):
