@@ -46,9 +46,9 @@ def edit_in_place(ex):
     return ex
 
 
-def build(buffer_size=7):
+def build(buffer_size=7, buffer_state="examples"):
     return (ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": [0, 1, 2, 3]})
-            .shuffle(seed=5, buffer_size=buffer_size)
+            .shuffle(seed=5, buffer_size=buffer_size, buffer_state=buffer_state)
             .map(edit_in_place))
 
 
@@ -334,6 +334,19 @@ def test_bytes_sent_per_batch_grow_with_the_batch_not_with_the_buffer(monkeypatc
     assert large < 3 * small and large < 800 * row / 10  # not O(buffer)
 
 
+def test_a_replay_buffer_sends_the_positions_of_new_examples_only(monkeypatch):
+    from data import HF
+
+    def per_batch(buffer_size):
+        big = ri.to_iterable_dataset(HF.select(list(range(60)) * 40), num_shards=4)
+        shuffled = big.shuffle(seed=1, buffer_size=buffer_size, buffer_state="replay")
+        sizes = worker_deltas(monkeypatch, shuffled, 150, 4)
+        return sum(sizes[100:]) / 50
+
+    small, large = per_batch(50), per_batch(800)
+    assert large < 2 * small  # the positions of the examples that entered, not of the whole buffer
+
+
 # ---------------------------------------------------------------------- through StatefulDataLoader
 
 
@@ -341,10 +354,11 @@ def collate_keys(batch):
     return [key(e) for e in batch]
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_loader_resumes_exactly_from_every_state_despite_in_place_edits(workers):
+@pytest.mark.parametrize("workers, mode", [(0, "examples"), (2, "examples"), (2, "replay")])
+def test_loader_resumes_exactly_from_every_state_despite_in_place_edits(workers, mode):
     def loader():
-        return ri.StatefulDataLoader(build(), batch_size=4, num_workers=workers, collate_fn=collate_keys)
+        return ri.StatefulDataLoader(build(buffer_state=mode), batch_size=4, num_workers=workers,
+                                     collate_fn=collate_keys)
 
     dl = loader()
     batches, states = [], [ri.dumps_state(dl.state_dict())]

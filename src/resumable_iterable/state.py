@@ -30,7 +30,8 @@ import json
 from typing import Any, Iterator
 
 from .state_buffers import (CHUNK, CHUNK_BITS, BufferLog, DroppedChunks, ExampleChunks, ExampleList,  # noqa: F401
-                            HeldExamples, buffer_lock, copy_example, inline_buffers, journaling, live_buffer_ids,
+                            HeldExamples, PositionList, buffer_lock, copy_example, inline_buffers, journaling,
+                            live_buffer_ids,
                             replay_journal, set_buffer_packer)
 
 FORMAT = "resumable_iterable.state"
@@ -65,6 +66,12 @@ def copy_state(obj: Any, buffers: dict | None = None) -> Any:
         return [copy_state(v, buffers) if type(v) in _CONTAINERS else v for v in obj]
     if t is ExampleList:
         return list.copy(obj)
+    if t is PositionList:
+        if buffers is not None:
+            key = str(len(buffers))
+            buffers[key] = obj.log()
+            return key
+        return list.copy(obj)
     if t is DroppedChunks:
         return []
     if t is HeldExamples:
@@ -84,7 +91,7 @@ def copy_state(obj: Any, buffers: dict | None = None) -> Any:
     return obj
 
 
-_CONTAINERS = frozenset((dict, list, ExampleList, ExampleChunks, DroppedChunks, HeldExamples))
+_CONTAINERS = frozenset((dict, list, ExampleList, PositionList, ExampleChunks, DroppedChunks, HeldExamples))
 
 
 def find_documents(doc: Any, formats: tuple[str, ...] = (FORMAT,), path: str = "") -> Iterator[tuple[str, dict]]:

@@ -224,37 +224,68 @@ class ExampleChunks(list):
     def log(self) -> BufferLog:
         """The buffer's state in a DataLoader worker: a new :class:`BufferLog` when the buffer
         changed since the last one, else that same log."""
-        _journaling[0] = True
-        n = sum(map(len, self))
-        refs, pending, last = self.refs, self.pending, self.last
-        full = refs is None or not self.recording
-        if full:  # the first log, after a reorder, or the writes were not recorded: every slot
-            refs = self.refs = [None] * n
-            writes = [x for kv in enumerate(ex for ch in self for ex in ch) for x in kv]
-        elif pending:
-            writes = [x for kv in pending.items() if kv[0] < n for x in kv]
-        elif last is not None and len(last.refs) == n:
-            return last  # unchanged
-        else:
-            writes = []
-        pending.clear()  # in place: the node's loop holds this dict
-        if len(refs) > n:
-            del refs[n:]  # popped while draining
-        elif len(refs) < n:
-            refs.extend([None] * (n - len(refs)))  # filled: slots are written in order
-        packer = _buffer_packer[0]
-        tracker = self.tracker
-        if tracker is None or tracker.packer is not packer:
-            tracker = self.tracker = BufferTracker(packer)
-        payload, made = packer.pack(writes)
-        for i, r in zip(writes[::2], made):
-            refs[i] = r
-        seq = next(_log_numbers)
-        tracker.add(seq, payload, full)
-        if not packer.by_value:
+        log = take_log(self, sum(map(len, self)), lambda: (ex for ch in self for ex in ch))
+        if not self.tracker.packer.by_value:
             self.gen += 1  # the log shares the examples: the live buffer must not hand them out
-        self.last = log = BufferLog(tracker, seq, tuple(refs))
         return log
+
+
+def take_log(buf: Any, n: int, every: Any) -> BufferLog:
+    """A :class:`BufferLog` of ``buf`` (``n`` items; ``every()`` iterates them in slot order),
+    which records its writes in ``buf.pending`` while ``buf.recording``; ``buf.refs``,
+    ``buf.tracker`` and ``buf.last`` are kept on ``buf`` from one log to the next."""
+    _journaling[0] = True
+    refs, pending, last = buf.refs, buf.pending, buf.last
+    full = refs is None or not buf.recording
+    if full:  # the first log, after a reorder, or the writes were not recorded: every slot
+        refs = buf.refs = [None] * n
+        writes = [x for kv in enumerate(every()) for x in kv]
+    elif pending:
+        writes = [x for kv in pending.items() if kv[0] < n for x in kv]
+    elif last is not None and len(last.refs) == n:
+        return last  # unchanged
+    else:
+        writes = []
+    pending.clear()  # in place: the node's loop holds this dict
+    if len(refs) > n:
+        del refs[n:]  # popped while draining
+    elif len(refs) < n:
+        refs.extend([None] * (n - len(refs)))  # filled: slots are written in order
+    packer = _buffer_packer[0]
+    tracker = buf.tracker
+    if tracker is None or tracker.packer is not packer:
+        tracker = buf.tracker = BufferTracker(packer)
+    payload, made = packer.pack(writes)
+    for i, r in zip(writes[::2], made):
+        refs[i] = r
+    seq = next(_log_numbers)
+    tracker.add(seq, payload, full)
+    buf.last = log = BufferLog(tracker, seq, tuple(refs))
+    return log
+
+
+class PositionList(ExampleList):
+    """The buffer of a replay-mode shuffle: where each buffered example came from (a short list of
+    integers per slot). Copied shallowly like an :class:`ExampleList`; in a DataLoader worker its
+    state is a :class:`BufferLog`, like a stored buffer's (see :func:`take_log`)."""
+
+    __slots__ = ("pending", "recording", "refs", "tracker", "last")
+
+    def __init__(self, items: Any = ()):
+        super().__init__(items)
+        self.pending: dict = {}
+        self.recording = False
+        self.refs: list | None = None
+        self.tracker: BufferTracker | None = None
+        self.last: BufferLog | None = None
+
+    def reordered(self) -> None:
+        """The node rewrote the whole buffer (the final permutation): the next log holds every slot."""
+        self.pending.clear()
+        self.refs = None
+
+    def log(self) -> BufferLog:
+        return take_log(self, len(self), lambda: iter(self))
 
 
 class DroppedChunks(ExampleChunks):

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Iterator
 from zlib import crc32
 
-from ..state import CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList, copy_example, journaling
+from ..state import CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, PositionList, copy_example, journaling
 from .base import (Node, as_int, check_bool, check_epoch, check_examples, check_int, check_rng, resolve_seed,
                    rng_from_seed, rng_from_state, split_seed)
 from .replay import DIGEST_MASK, buffer_digest, replay_buffer, require_replay_support, slot_hash
@@ -78,7 +78,7 @@ class ShuffleNode(Node):
 
     def _own_state(self) -> dict:
         buffer = DroppedChunks() if self.buffer_state == "drop" else (
-            ExampleChunks() if self.buffer_state == "examples" else ExampleList())
+            ExampleChunks() if self.buffer_state == "examples" else PositionList())
         st = {"seed": self.seed, "epoch": self.epoch,
               "rng": rng_from_seed(self.seed, self.epoch).bit_generator.state,
               "rng_pos": 0, "buffer": buffer, "draining": False}
@@ -144,7 +144,7 @@ class ShuffleNode(Node):
         super()._load_own(state)
         st = self._state_dict
         if self.buffer_state == "replay":
-            st["buffer"] = ExampleList(st["buffer"])
+            st["buffer"] = PositionList(st["buffer"])
         else:
             cls = ExampleChunks if self.buffer_state == "examples" else DroppedChunks
             flat = _flatten(st["buffer"])
@@ -254,6 +254,8 @@ class ShuffleNode(Node):
         st = self._state_dict
         buf, exs, hs = self._live_buffer()
         size = self.buffer_size
+        record = buf.recording = journaling()  # a DataLoader worker: record writes for logs
+        pending = buf.pending
         if not st["draining"]:
             provenance = self.children[0].provenance_reader()
             rng = rng_from_state(st["rng"])
@@ -264,6 +266,8 @@ class ShuffleNode(Node):
                 p = provenance()
                 if len(buf) < size:
                     h = slot_hash(len(buf), p)
+                    if record:
+                        pending[len(buf)] = p
                     buf.append(p)
                     exs.append(ex)
                     hs.append(h)
@@ -281,11 +285,14 @@ class ShuffleNode(Node):
                 h = crc32(repr(p).encode(), i & 0xFFFFFFFF)  # = slot_hash(i, p), inlined
                 st["digest"] = digest = (digest - hs[i] + h) & DIGEST_MASK
                 buf[i] = p
+                if record:
+                    pending[i] = p
                 exs[i] = ex
                 hs[i] = h
                 yield out
             order = rng_from_seed(st["seed"], st["epoch"], 2).permutation(len(buf)).tolist()
             buf[:] = [buf[i] for i in order]
+            buf.reordered()
             exs[:] = [exs[i] for i in order]
             hs[:] = [slot_hash(i, p) for i, p in enumerate(buf)]
             st["digest"] = sum(hs) & DIGEST_MASK
