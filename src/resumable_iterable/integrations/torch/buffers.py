@@ -418,7 +418,7 @@ def _receive_log(sender: tuple, uid: int, base: Any, seq: int, size: int, wire: 
         elif held is None or held[0] != base:
             raise _out_of_sequence(held, base)
         else:
-            slots = list(held[1])
+            slots = held[1]  # this process's own list (it hands out copies): changed in place
         n = len(slots)
         for items in parts:
             for p in range(0, len(items), 2):
@@ -429,6 +429,7 @@ def _receive_log(sender: tuple, uid: int, base: Any, seq: int, size: int, wire: 
                     slots.append(items[p + 1])
                     n += 1
                 else:
+                    del _logs[key]  # half applied: nothing can build on it
                     raise RuntimeError(f"a DataLoader worker's shuffle buffer wrote slot {i} of {n}")
         del slots[size:]
         _logs[key] = (seq, slots)
