@@ -128,7 +128,7 @@ def test_copy_example_copies_containers_and_arrays_and_shares_immutables():
     assert arr.tolist() == [0, 1, 2] and ex["l"] == [1, [2]]
 
 
-# ---------------------------------------------------------------------- the journal
+# ---------------------------------------------------------------------- buffer logs
 
 
 def drive(buf: ExampleChunks, steps: int, recording: bool, every: int, seed: int = 0, size: int = 50):
@@ -644,7 +644,7 @@ def test_persistent_workers_send_large_arrays_over_epochs_and_resume_exactly():
 
 def test_a_record_dying_inside_a_locked_section_gives_its_extent_back_without_a_deadlock():
     """The cyclic garbage collector may free a discarded pipeline (and the records its buffer
-    journal holds) while the arena's lock is held in the same thread, e.g. during an allocation
+    log holds) while the arena's lock is held in the same thread, e.g. during an allocation
     in ``take``: giving the extent back must not wait for that lock."""
     code = (
         "import numpy as np, torch\n"

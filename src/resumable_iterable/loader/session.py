@@ -154,8 +154,8 @@ class IterationSession:
         split = self._split_cache
         if split is None or split[0] != ctx:  # a dataset's pipeline and rank split never change
             split = self._split_cache = (ctx, split_description(self.template, self.split, ctx))
-        # in a DataLoader worker, shuffle buffers go to "buffers" as journals that torchdata's
-        # StatefulDataLoader can send in parts (see ExampleChunks.journal)
+        # in a DataLoader worker, shuffle buffers go to "buffers" as logs, which torchdata's
+        # StatefulDataLoader sends as the writes since the last one (see state_buffers.BufferLog)
         buffers: dict | None = None if ctx is None else {}
         state = {"format": _state.FORMAT, "version": _state.VERSION, "fingerprint": fp,
                  "pipeline": _state.copy_state(shape), "epoch": epoch,

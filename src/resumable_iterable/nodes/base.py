@@ -111,7 +111,7 @@ class Node:
 
     def state_dict(self, buffers: dict | None = None) -> dict:
         """A copy of this node's state tree (``state.copy_state``: nothing is encoded, buffered
-        examples are not copied one by one); ``buffers`` collects shuffle-buffer journals instead
+        examples are not copied one by one); ``buffers`` collects shuffle-buffer logs instead
         (DataLoader workers, see ``copy_state``)."""
         return copy_state(self._state_dict, buffers)
 

@@ -14,7 +14,7 @@ State: ``{"node", "seed", "epoch", "rng", "rng_pos", "buffer", "draining", "chil
 
   - ``"examples"`` (default, exact): the buffered examples themselves. ``state_dict()`` copies
     the list shallowly: a new list holding the same example objects (in a DataLoader worker, a
-    journal of the buffer's writes instead - see ``state.ExampleChunks``). An example a taken
+    log of the buffer's writes instead - see ``state.ExampleChunks.log``). An example a taken
     state may share is yielded as a copy, so that a consumer editing it in place cannot change
     that state.
   - ``"drop"`` (HF-compatible, lossy): nothing. A resumed pipeline refills the buffer from where
@@ -169,7 +169,7 @@ class ShuffleNode(Node):
         buf = st["buffer"]
         owned = buf.owned
         born = buf.start()
-        record = buf.recording = journaling()  # a DataLoader worker: record writes for journals
+        record = buf.recording = journaling()  # a DataLoader worker: record writes for logs
         pending = buf.pending
         size = self.buffer_size
         mask = CHUNK - 1

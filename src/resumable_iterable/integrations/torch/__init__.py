@@ -15,7 +15,7 @@ from . import buffers, loader
 from .workers import TorchDatasetMixin, register
 
 register()
-del buffers  # imported for what it installs: the journal packer for shuffle buffers in workers
+del buffers  # imported for what it installs: the packer of shuffle-buffer logs in workers
 
 
 def __getattr__(name: str):

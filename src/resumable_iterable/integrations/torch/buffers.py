@@ -174,7 +174,7 @@ def _process_token() -> int:
 
 
 class _Record:
-    """One example of a journal segment as the worker took it: ``data`` (pickle protocol 5) and
+    """One example of a buffer log as the worker took it: ``data`` (pickle protocol 5) and
     its large buffers, at ``spans`` (offset, length) of its arena extent."""
 
     __slots__ = ("data", "extent", "spans")
