@@ -377,6 +377,30 @@ def test_loader_resumes_exactly_from_every_state_despite_in_place_edits(workers,
         assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], cut
 
 
+def test_loader_resumes_exactly_with_three_buffers_in_each_worker():
+    """Two shuffled inputs (one stored, one replayed) interleaved and shuffled again: each worker
+    sends three buffer logs, each built on its own previous one in the main process."""
+    def make():
+        a = ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": [0, 1, 2, 3]}).shuffle(seed=1, buffer_size=5)
+        b = (ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": [4, 5, 6, 7]})
+             .shuffle(seed=2, buffer_size=4, buffer_state="replay"))
+        mix = ri.interleave_datasets([a, b], seed=3, probabilities=[0.5, 0.5])
+        return ri.StatefulDataLoader(mix.shuffle(seed=4, buffer_size=6), batch_size=3, num_workers=2,
+                                     collate_fn=collate_keys)
+
+    dl = make()
+    batches, states = [], [ri.dumps_state(dl.state_dict())]
+    for b in dl:
+        batches.append(b)
+        states.append(ri.dumps_state(dl.state_dict()))
+    worker = ri.loads_state(states[5])["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset_state"]
+    assert sorted(worker["buffers"]) == ["0", "1", "2"]
+    for cut in (0, 1, 5, 9, len(batches) // 2, len(batches) - 1):
+        again = make()
+        again.load_state_dict(ri.loads_state(states[cut]))
+        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], cut
+
+
 def test_loader_state_with_a_buffer_loads_with_torch_weights_only():
     from data import src
 
