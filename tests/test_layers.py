@@ -18,7 +18,7 @@ PKG = ROOT.name
 #: bottom to top; a module may import modules of its own layer or of a layer before it.
 #: A name ending in "." is a package: every module in it.
 LAYERS = [
-    ("state", ["state", "state_codec", "state_files", "state_buffers", "progress"]),
+    ("state", ["state", "state_codec", "state_files", "state_buffers", "state_logs", "progress"]),
     ("nodes", ["nodes", "nodes."]),
     ("splits", ["distributed"]),
     ("loader", ["loader", "loader."]),
@@ -191,7 +191,7 @@ ATTRIBUTE_ALLOWED = [
                                 "there; flatten_indices() would copy the whole table"),
     ("loader.hooks", "_initializing", "Python's import system marks a module still being imported only there "
                                       "(ModuleSpec._initializing, read the same way by importlib itself)"),
-    ("integrations.torch.buffers", "_new_shared", "torch has no public constructor of a storage in shared memory "
+    ("integrations.torch.arena", "_new_shared", "torch has no public constructor of a storage in shared memory "
                                           "(the worker buffer arena)"),
 ]
 

@@ -190,7 +190,7 @@ def test_the_main_process_rebuilds_each_buffer_from_the_writes_since_the_last_me
 
 @pytest.mark.parametrize("first_large", [True, False])
 def test_small_and_large_examples_in_one_log_each_arrive_whole(first_large):
-    import resumable_iterable.integrations.torch.buffers as ri_torch
+    import resumable_iterable.integrations.torch.arena as ri_arena
 
     def ex(k, large):
         return {"id": k, "x": np.full(8_192 if large else 4, k, dtype=np.float32), "nested": {"y": [k]}}
@@ -205,7 +205,7 @@ def test_small_and_large_examples_in_one_log_each_arrive_whole(first_large):
         buf[-1].append(ex(i, large))
         buf.pending[i] = buf[-1][-1]
     log = buf.log()
-    assert [type(r) is ri_torch._Record for r in log.refs] == kinds  # large ones as records, in shared memory
+    assert [type(r) is ri_arena.Record for r in log.refs] == kinds  # large ones as records, in shared memory
     got = send(log)
     assert [(e["id"], e["x"].shape, e["nested"]) for e in got] == [(i, (8_192 if k else 4,), {"y": [i]})
                                                                    for i, k in enumerate(kinds)]
@@ -225,7 +225,7 @@ def test_an_older_log_sent_after_a_newer_one_is_sent_whole_and_the_next_one_too(
 
 
 def test_logs_taken_but_never_sent_are_not_kept_without_bound(monkeypatch):
-    from resumable_iterable.state_buffers import BufferTracker
+    from resumable_iterable.state_logs import BufferTracker
 
     monkeypatch.setattr(BufferTracker, "MAX_UNSENT", 8)
     buf = ExampleChunks()
@@ -552,6 +552,7 @@ def as_worker_sends(monkeypatch, ds, batch_size, every):
 
 
 def test_the_main_process_reads_each_large_example_from_shared_memory_and_extents_are_reused(monkeypatch):
+    import resumable_iterable.integrations.torch.arena as ri_arena
     import resumable_iterable.integrations.torch.buffers as ri_torch
 
     def make():
@@ -573,11 +574,11 @@ def test_the_main_process_reads_each_large_example_from_shared_memory_and_extent
             gc.collect()  # a pipeline holds reference cycles: let go of the arrays it read
         seen.append(step)
 
-    monkeypatch.setattr(ri_torch, "_arena", ri_torch._Arena())
+    monkeypatch.setattr(ri_arena, "arena", ri_arena.Arena())
     as_worker_sends(monkeypatch, make(), 4, check)
     assert len(seen) == 60
     # 240 examples went through extents; a buffer of 20 needs about 60 at a time
-    carved = sum(b.extents for b in ri_torch._arena.blocks)
+    carved = sum(b.extents for b in ri_arena.arena.blocks)
     assert carved <= 100, carved  # without reuse: 240
 
 
@@ -610,7 +611,7 @@ def test_a_worker_state_with_large_arrays_reads_the_same_in_the_worker_itself(mo
         next(it)
     state = ds.state_dict()
     log = state["buffers"]["0"]
-    assert type(log).__name__ == "BufferLog" and any(type(r).__name__ == "_Record" for r in log.refs)  # in the worker
+    assert type(log).__name__ == "BufferLog" and any(type(r).__name__ == "Record" for r in log.refs)  # in the worker
     views = [inline_buffers(ri.loads_state(ri.dumps_state(state))),
              inline_buffers(pickle.loads(pickle.dumps(state))), inline_buffers(copy.deepcopy(state))]
     first = [(ex["id"], ex["x"].tolist()) for ex in views[0]["state"]["buffer"]]
@@ -626,7 +627,7 @@ def test_a_worker_state_with_large_arrays_reads_the_same_in_the_worker_itself(mo
 
 
 def test_extents_are_filled_without_faulting_them_in_ahead_when_the_kernel_cannot(monkeypatch):
-    import resumable_iterable.integrations.torch.buffers as ri_torch
+    import resumable_iterable.integrations.torch.arena as ri_arena
 
     calls = []
 
@@ -634,13 +635,13 @@ def test_extents_are_filled_without_faulting_them_in_ahead_when_the_kernel_canno
         calls.append(advice)
         return -1  # EINVAL on a kernel older than 5.14
 
-    monkeypatch.setattr(ri_torch, "_populate_with", [refuse])
-    monkeypatch.setattr(ri_torch, "_arena", ri_torch._Arena())  # new extents: the populate path runs
+    monkeypatch.setattr(ri_arena, "populate_with", [refuse])
+    monkeypatch.setattr(ri_arena, "arena", ri_arena.Arena())  # new extents: the populate path runs
     ids = []
     as_worker_sends(monkeypatch, ri.IterableDataset.from_generator(big, gen_kwargs={"shards": [0]})
                     .shuffle(seed=6, buffer_size=8), 4,
                     lambda step, st: ids.append(sorted(ex["id"] for ex in inline_buffers(st)["state"]["buffer"])))
-    assert calls == [ri_torch._MADV_POPULATE_WRITE] and ri_torch._populate_with == [None]
+    assert calls == [ri_arena.MADV_POPULATE_WRITE] and ri_arena.populate_with == [None]
     assert ids and all(len(b) <= 8 for b in ids)
 
 
@@ -672,10 +673,10 @@ def test_a_record_dying_inside_a_locked_section_gives_its_extent_back_without_a_
     in ``take``: giving the extent back must not wait for that lock."""
     code = (
         "import numpy as np, torch\n"
-        "import resumable_iterable.integrations.torch.buffers as b\n"
-        "rec = b._record_of({'x': np.ones(8192, dtype=np.float32)})\n"
-        "with b._lock:\n"
+        "import resumable_iterable.integrations.torch.arena as b\n"
+        "rec = b.record_of({'x': np.ones(8192, dtype=np.float32)})\n"
+        "with b.lock:\n"
         "    del rec\n"
-        "print(sum(len(v) for v in b._arena.free.values()))\n"
+        "print(sum(len(v) for v in b.arena.free.values()))\n"
     )
     assert run_fresh(code, timeout=30) == "1"  # never sent: free at once

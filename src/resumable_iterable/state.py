@@ -19,8 +19,8 @@ hold (bytes, numpy arrays and scalars, tuples, non-finite floats, dates) as tagg
 adds a SHA-256 checksum of the payload; :func:`loads_state` verifies and decodes. Loading never
 runs code: the decoder only rebuilds the few tagged value types listed in ``state_codec.py``
 (``state_files.py`` holds the file formats: JSON text, and binary files for large arrays).
-The containers nodes keep examples in, and the worker-side buffer log, are in
-``state_buffers.py`` (re-exported here).
+The containers nodes keep examples in are in ``state_buffers.py``, the worker-side buffer log in
+``state_logs.py`` (both re-exported here).
 """
 
 from __future__ import annotations
@@ -29,10 +29,9 @@ import hashlib
 import json
 from typing import Any, Iterator
 
-from .state_buffers import (CHUNK, CHUNK_BITS, BufferLog, DroppedChunks, ExampleChunks, ExampleList,  # noqa: F401
-                            HeldExamples, PositionList, buffer_lock, copy_example, inline_buffers, journaling,
-                            live_buffer_ids,
-                            replay_journal, set_buffer_packer)
+from .state_buffers import (CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList,  # noqa: F401
+                            HeldExamples, PositionList, copy_example, inline_buffers, replay_journal)
+from .state_logs import BufferLog, buffer_lock, journaling, live_buffer_ids, set_buffer_packer  # noqa: F401
 
 FORMAT = "resumable_iterable.state"
 #: version 2 (0.2): nodes keep what they hold after an error (batch rows, concat row parts,

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .state_buffers import BufferLog
+from .state_logs import BufferLog
 
 TAG = "__ri__"
 #: arrays and bytes of at least this many bytes become blobs (when the caller collects blobs)

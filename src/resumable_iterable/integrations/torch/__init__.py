@@ -5,7 +5,9 @@ Importing this package needs ``torch``; :class:`StatefulDataLoader` also needs `
 
 * ``workers.py`` - what workers share with the main process (torch base class, epochs, claims of
   a loaded state), registered with the loader layer's hooks on import;
-* ``buffers.py`` - a worker's shuffle buffer sent once per example, large arrays through shared memory;
+* ``buffers.py`` - a worker's shuffle-buffer logs, sent as the writes since the last one, and
+  their rebuilding in the main process;
+* ``arena.py`` - the worker's shared-memory arena, where large arrays of those examples are copied once;
 * ``loader.py`` - ``StatefulDataLoader`` with elastic resume.
 """
 
