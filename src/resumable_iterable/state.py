@@ -65,23 +65,19 @@ def copy_state(obj: Any, buffers: dict | None = None) -> Any:
         return [copy_state(v, buffers) if type(v) in _CONTAINERS else v for v in obj]
     if t is ExampleList:
         return list.copy(obj)
-    if t is PositionList:
-        if buffers is not None:
-            key = str(len(buffers))
-            buffers[key] = obj.log()
-            return key
-        return list.copy(obj)
     if t is DroppedChunks:
         return []
     if t is HeldExamples:
         owned = obj.owned
         owned[:] = bytes(len(owned))  # in place: the live node holds this bytearray
         return list.copy(obj)
-    if t is ExampleChunks:
+    if t is ExampleChunks or t is PositionList:
         if buffers is not None:
             key = str(len(buffers))
             buffers[key] = obj.log()  # one value, compared by identity: sent only when it changed
             return key
+        if t is PositionList:
+            return list.copy(obj)
         new = list.copy(obj)
         owned = obj.owned
         owned[:] = bytes(len(owned))  # in place: the live node holds this bytearray

@@ -69,7 +69,8 @@ class BufferTracker:
         self.unsent: collections.deque = collections.deque()
         self.main_seq = 0
         self.chain = True
-        _live_buffers[self.uid] = self
+        with buffer_lock:  # the feeder thread may be listing them
+            _live_buffers[self.uid] = self
 
     def add(self, seq: int, payload: Any, full: bool) -> None:
         with buffer_lock:
@@ -139,7 +140,9 @@ _live_buffers: "weakref.WeakValueDictionary[int, BufferTracker]" = weakref.WeakV
 
 
 def live_buffer_ids() -> tuple:
-    return tuple(_live_buffers.keys())
+    """The buffers of this process that still exist (a message names them)."""
+    with buffer_lock:
+        return tuple(_live_buffers.keys())
 
 
 def set_buffer_packer(packer: Any) -> None:
