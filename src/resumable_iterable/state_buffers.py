@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .state_logs import BufferLog, BufferTracker, take_log
+from .state_logs import LOG_SLOTS, BufferLog, Logged, take_log
 
 
 class ExampleList(list):
@@ -48,7 +48,7 @@ class HeldExamples(list):
         self.owned = bytearray(len(self))
 
 
-class ExampleChunks(list):
+class ExampleChunks(Logged, list):
     """A live shuffle buffer held as chunks: ``[[ex, ...], [ex, ...], ...]``, every chunk holding
     :data:`CHUNK` examples except the last.
 
@@ -71,18 +71,14 @@ class ExampleChunks(list):
     of it (:func:`copy_example`): what the consumer does to it in place cannot reach that state.
     """
 
-    __slots__ = ("owned", "gen", "born", "pending", "recording", "refs", "tracker", "last")
+    __slots__ = ("owned", "gen", "born") + LOG_SLOTS
 
     def __init__(self, chunks: Any = ()):
         super().__init__(chunks)
         self.owned = bytearray(len(self))
         self.gen = 0
         self.born: list | None = None  # built by start(): [-1] * n, every example counted as shared
-        self.pending: dict = {}
-        self.recording = False
-        self.refs: list | None = None  # logs: the packer's ref of each slot's example
-        self.tracker: BufferTracker | None = None
-        self.last: BufferLog | None = None
+        self.init_log()
 
     def start(self) -> list:
         """``born`` for the node's loop; examples already present count as shared (a loaded state
@@ -90,11 +86,6 @@ class ExampleChunks(list):
         if self.born is None:
             self.born = [-1] * sum(map(len, self))
         return self.born
-
-    def reordered(self) -> None:
-        """The node rewrote the whole buffer (the final permutation): the next log holds every slot."""
-        self.pending.clear()
-        self.refs = None
 
     def log(self) -> BufferLog:
         """The buffer's state in a DataLoader worker: a new :class:`BufferLog` when the buffer
@@ -105,25 +96,16 @@ class ExampleChunks(list):
         return log
 
 
-class PositionList(ExampleList):
+class PositionList(Logged, ExampleList):
     """The buffer of a replay-mode shuffle: where each buffered example came from (a short list of
     integers per slot). Copied shallowly like an :class:`ExampleList`; in a DataLoader worker its
     state is a :class:`BufferLog`, like a stored buffer's (see :func:`take_log`)."""
 
-    __slots__ = ("pending", "recording", "refs", "tracker", "last")
+    __slots__ = LOG_SLOTS
 
     def __init__(self, items: Any = ()):
         super().__init__(items)
-        self.pending: dict = {}
-        self.recording = False
-        self.refs: list | None = None
-        self.tracker: BufferTracker | None = None
-        self.last: BufferLog | None = None
-
-    def reordered(self) -> None:
-        """The node rewrote the whole buffer (the final permutation): the next log holds every slot."""
-        self.pending.clear()
-        self.refs = None
+        self.init_log()
 
     def log(self) -> BufferLog:
         return take_log(self, len(self), lambda: iter(self))

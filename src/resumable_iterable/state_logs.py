@@ -152,6 +152,31 @@ def set_buffer_packer(packer: Any) -> None:
     _buffer_packer[0] = packer
 
 
+#: the slots a buffer kept in a list (``state_buffers.ExampleChunks``, ``PositionList``) declares
+#: for :class:`Logged` (a mixin cannot hold slots beside ``list``'s layout)
+LOG_SLOTS = ("pending", "recording", "refs", "tracker", "last")
+
+
+class Logged:
+    """What a buffer needs to be logged: ``pending`` (slot -> example written since the last log,
+    filled by the node's loop while ``recording``), ``refs``, ``tracker`` and ``last`` (kept by
+    :func:`take_log` from one log to the next)."""
+
+    __slots__ = ()
+
+    def init_log(self) -> None:
+        self.pending: dict = {}
+        self.recording = False
+        self.refs: list | None = None
+        self.tracker: BufferTracker | None = None
+        self.last: BufferLog | None = None
+
+    def reordered(self) -> None:
+        """The node rewrote the whole buffer (the final permutation): the next log holds every slot."""
+        self.pending.clear()
+        self.refs = None
+
+
 def take_log(buf: Any, n: int, every: Any) -> BufferLog:
     """A :class:`BufferLog` of ``buf`` (``n`` items; ``every()`` iterates them in slot order),
     which records its writes in ``buf.pending`` while ``buf.recording``; ``buf.refs``,

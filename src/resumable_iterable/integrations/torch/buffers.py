@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ...state import BufferLog, live_buffer_ids, set_buffer_packer
-from .arena import SHARED_MIN_BYTES, Record, lock as _lock, process_token, record_of
+from .arena import SHARED_MIN_BYTES, Record, lock, process_token, record_of
 
 _received: dict = {}  # main process: key -> (block tensor, its bytes, its ledger)
 _logs: dict = {}  # main process: (pid, token, buffer) -> (seq, the buffer's examples as last sent)
@@ -140,7 +140,7 @@ def _reduce_log(log: BufferLog):
     if t.packer is not TorchPacker:
         return log.__reduce__()
     seq = log.seq
-    with _lock:
+    with lock:
         if seq == t.main_seq:
             base, payloads = "same", []
         else:
@@ -180,7 +180,7 @@ class _Owner(np.ndarray):
         read = self.__dict__.get("ledger_slot")
         if read is not None:
             try:
-                with _lock:  # the worker may reuse the extent once every message naming it is read
+                with lock:  # the worker may reuse the extent once every message naming it is read
                     read[0][read[1]] += 1
             except Exception:  # pragma: no cover - interpreter shutdown
                 pass
@@ -217,7 +217,7 @@ def _receive_log(sender: tuple, uid: int, base: Any, seq: int, size: int, wire: 
     built on the previous message of the same buffer."""
     parts = _unwire(*wire)
     key = (*sender, uid)
-    with _lock:
+    with lock:
         for k in [k for k in _logs if k[:2] == sender and k[2] not in alive]:
             del _logs[k]  # buffers of passes that ended in that worker
         held = _logs.get(key)
@@ -243,7 +243,7 @@ def _receive_log(sender: tuple, uid: int, base: Any, seq: int, size: int, wire: 
                     slots.append(items[p + 1])
                     n += 1
                 else:
-                    del _logs[key]  # half applied: nothing can build on it
+                    _logs.pop(key, None)  # half applied: nothing can build on it
                     raise RuntimeError(f"a DataLoader worker's shuffle buffer wrote slot {i} of {n}")
         del slots[size:]
         _logs[key] = (seq, slots)
