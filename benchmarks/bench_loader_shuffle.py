@@ -12,9 +12,13 @@ on two kinds of examples:
   ``shuffle(buffer 1000)``, 2 workers, batches of 32; beside them the loader's own ceiling (the
   same rows ready-made in a Python list, no state), which bounds what any dataset can reach.
 
-Each figure is the best of ``--repeats`` runs (default 3), the three variants taking turns.
+Each figure is the best of ``--repeats`` runs (default 3), the variants taking turns.
 
-    python benchmarks/bench_loader_shuffle.py [--quick] [--repeats R]
+``--sharing file_system`` runs everything with torch's ``file_system`` sharing strategy instead of
+the default ``file_descriptor`` one: each tensor of a batch then crosses by the name of its shared
+memory instead of a socket round trip with the worker (both libraries' batches cross that way).
+
+    python benchmarks/bench_loader_shuffle.py [--quick] [--repeats R] [--sharing file_system]
 """
 
 from __future__ import annotations
@@ -151,8 +155,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="tiny sizes: only checks that everything runs")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each variant, taking turns (best is kept)")
+    ap.add_argument("--sharing", choices=("file_descriptor", "file_system"), default=None,
+                    help="torch's sharing strategy for the workers' tensors (default: torch's own default)")
     args = ap.parse_args()
-    print_section(f"shuffle through StatefulDataLoader ({WORKERS} workers)", run(args.quick, args.repeats))
+    import torch.multiprocessing
+
+    if args.sharing:
+        torch.multiprocessing.set_sharing_strategy(args.sharing)
+    title = f"shuffle through StatefulDataLoader ({WORKERS} workers, {torch.multiprocessing.get_sharing_strategy()})"
+    print_section(title, run(args.quick, args.repeats))
 
 
 if __name__ == "__main__":
