@@ -4,10 +4,12 @@ The loader asks every worker for its dataset's ``state_dict()`` after every batc
 leaves that changed since the previous one to the main process. Our exact shuffle
 (``buffer_state="examples"``, the default) keeps the buffered examples in its state; this script
 times it beside our lossy ``buffer_state="drop"`` and HF ``datasets``' (lossy) shuffle, in one run,
-on two kinds of examples:
+on three kinds of examples:
 
 * 256 KB numpy examples (``{"id": int, "x": float32[65536]}``) from a generator in 8 shards,
   ``shuffle(buffer 300)``, 2 workers, batches of 16;
+* 256x256 PIL images and 110 KB file bytes (HF's undecoded ``{"bytes", "path"}`` layout), the
+  same shuffle and loader, batched by a ``collate_fn`` a training loop would use;
 * small text rows (``{"id": int, "text": str}``, a 200 k-row ``Dataset`` in 8 shards),
   ``shuffle(buffer 1000)``, 2 workers, batches of 32; beside them the loader's own ceiling (the
   same rows ready-made in a Python list, no state), which bounds what any dataset can reach.
@@ -43,7 +45,41 @@ def array_rows(shards: list[int], per_shard: int):
             yield {"id": i, "x": np.full(ARRAY_LEN, i % 251, dtype=np.float32)}
 
 
-def loader_rate(make_ds, batch_size: int, limit: int) -> tuple[float, int]:
+IMAGE_SIDE = 256  # RGB: 192 KB of pixels per image
+FILE_BYTES = 110_000  # about an ImageNet JPEG
+
+
+def media_rows(shards: list[int], per_shard: int, kind: str):
+    """``per_shard`` examples per shard, each a PIL image (``kind="image"``) or encoded file bytes
+    (``kind="bytes"``, in HF's undecoded layout ``{"bytes", "path"}``) that differ per example."""
+    import numpy as np
+    from PIL import Image
+
+    base = np.random.default_rng(0).integers(0, 256, (IMAGE_SIDE, IMAGE_SIDE, 3), dtype=np.uint8)
+    for s in shards:
+        for k in range(per_shard):
+            i = s * per_shard + k
+            pixels = np.roll(base, i, axis=0)
+            if kind == "image":
+                yield {"id": i, "image": Image.fromarray(pixels)}
+            else:
+                yield {"id": i, "file": {"bytes": pixels.tobytes()[:FILE_BYTES], "path": f"{i}.jpg"}}
+
+
+def collate_media(batch: list) -> dict:
+    """A batch as a training loop would take it: the images as one uint8 tensor, the files' sizes."""
+    import numpy as np
+    import torch
+
+    out = {"id": torch.tensor([ex["id"] for ex in batch])}
+    if "image" in batch[0]:
+        out["image"] = torch.from_numpy(np.stack([np.asarray(ex["image"]) for ex in batch]))
+    else:
+        out["size"] = torch.tensor([len(ex["file"]["bytes"]) for ex in batch])
+    return out
+
+
+def loader_rate(make_ds, batch_size: int, limit: int, collate_fn=None) -> tuple[float, int]:
     """Examples per second through a ``StatefulDataLoader`` with ``WORKERS`` workers over the
     first ``limit // batch_size`` batches (the run includes starting the workers and filling the
     shuffle buffers)."""
@@ -52,7 +88,7 @@ def loader_rate(make_ds, batch_size: int, limit: int) -> tuple[float, int]:
     counted = [0]
 
     def stream():
-        for b in StatefulDataLoader(make_ds(), batch_size=batch_size, num_workers=WORKERS):
+        for b in StatefulDataLoader(make_ds(), batch_size=batch_size, num_workers=WORKERS, collate_fn=collate_fn):
             counted[0] += len(b["id"])
             yield b
 
@@ -60,13 +96,13 @@ def loader_rate(make_ds, batch_size: int, limit: int) -> tuple[float, int]:
     return counted[0] / dt, counted[0]
 
 
-def best_rates(makers: dict, batch_size: int, limit: int, repeats: int) -> dict:
+def best_rates(makers: dict, batch_size: int, limit: int, repeats: int, collate_fn=None) -> dict:
     """``{name: (ex/s, examples)}``, the best of ``repeats`` runs of each, the variants taking
     turns so that a busy moment of the (shared) machine does not fall on one of them only."""
     best: dict = {}
     for _ in range(repeats):
         for name, make in makers.items():
-            rate, n = loader_rate(make, batch_size, limit)
+            rate, n = loader_rate(make, batch_size, limit, collate_fn)
             if rate > best.get(name, (0.0, 0))[0]:
                 best[name] = (rate, n)
     return best
@@ -105,6 +141,36 @@ def run_arrays(per_shard: int = 800, limit: int = 6_000, buffer: int = 300, batc
         Result(f"replay shuffle vs HF, {what}", replay, hf_rate, "ex/s",
                note="exact; the state holds where buffered examples came from, resume re-reads them"),
         Result(f"replay shuffle vs drop, {what}", replay, drop, "ex/s", ref_label="ours, drop"),
+    ]
+
+
+def run_media(kind: str, per_shard: int = 800, limit: int = 6_000, buffer: int = 300, batch_size: int = 16,
+              repeats: int = 3) -> list[Result]:
+    """PIL images or encoded bytes through the loader, each shuffle mode beside HF's."""
+    import torch  # noqa: F401
+    import datasets
+
+    import resumable_iterable as ri
+
+    kwargs = {"shards": list(range(NUM_SHARDS)), "per_shard": per_shard, "kind": kind}
+
+    def ours(buffer_state):
+        return lambda: ri.IterableDataset.from_generator(media_rows, gen_kwargs=kwargs).shuffle(
+            seed=42, buffer_size=buffer, buffer_state=buffer_state)
+
+    def hf():
+        return datasets.IterableDataset.from_generator(media_rows, gen_kwargs=kwargs).shuffle(
+            seed=42, buffer_size=buffer)
+
+    got = best_rates({"exact": ours("examples"), "drop": ours("drop"), "replay": ours("replay"), "hf": hf},
+                     batch_size, limit, repeats, collate_media)
+    (exact, n), (drop, _), (hf_rate, _) = got["exact"], got["drop"], got["hf"]
+    what = (f"{IMAGE_SIDE}x{IMAGE_SIDE} PIL images" if kind == "image" else f"{FILE_BYTES // 1000} KB file bytes"
+            ) + f", buffer {buffer}, batch {batch_size}"
+    return [
+        Result(f"exact shuffle vs drop, {what}", exact, drop, "ex/s", ref_label="ours, drop", note=f"{n} examples each"),
+        Result(f"exact shuffle vs HF, {what}", exact, hf_rate, "ex/s", note="HF's shuffle loses its buffer on resume"),
+        Result(f"replay shuffle vs HF, {what}", got["replay"][0], hf_rate, "ex/s"),
     ]
 
 
@@ -147,8 +213,11 @@ def run_text(n_rows: int = 200_000, limit: int = 32_000, buffer: int = 1000, bat
 def run(quick: bool = False, repeats: int = 3, hf_ds=None) -> list[Result]:
     if quick:
         return (run_arrays(per_shard=8, limit=48, buffer=8, batch_size=8, repeats=1)
+                + [r for kind in ("image", "bytes")
+                   for r in run_media(kind, per_shard=8, limit=48, buffer=8, batch_size=8, repeats=1)]
                 + run_text(n_rows=2_000, limit=320, buffer=50, repeats=1, hf_ds=hf_ds))
-    return run_arrays(repeats=repeats) + run_text(repeats=repeats, hf_ds=hf_ds)
+    return (run_arrays(repeats=repeats) + run_media("image", repeats=repeats) + run_media("bytes", repeats=repeats)
+            + run_text(repeats=repeats, hf_ds=hf_ds))
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
-"""A DataLoader worker's shared-memory arena: where the large numpy buffers of the examples in its
-shuffle-buffer logs are copied once, for the main process to read in place.
+"""A DataLoader worker's shared-memory arena: where the large buffers of the examples in its
+shuffle-buffer logs (numpy arrays, the pixels of PIL images, ``bytes`` such as encoded images or
+audio) are copied once, for the main process to read in place.
 
 The arena is carved into *extents* of size classes inside 32 MB blocks of shared memory. A
 :class:`Record` is one example as the worker took it: its pickle (protocol 5) and its large
@@ -12,10 +13,12 @@ naming the extent it has finished with; ``buffers.py`` keeps that side).
 from __future__ import annotations
 
 import collections
+import io
 import itertools
 import os
 import pickle
-from typing import Any
+import sys
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -179,9 +182,110 @@ class Record:
             pass
 
 
+def pil_image_class() -> type | None:
+    """``PIL.Image.Image`` if PIL is loaded (no PIL image can exist otherwise)."""
+    mod = sys.modules.get("PIL.Image")
+    return getattr(mod, "Image", None)
+
+
+def image_nbytes(image: Any) -> int:
+    """About how many bytes a PIL image's pixels take."""
+    return image.width * image.height * len(image.getbands())
+
+
+def _rebuild_image(cls: type, state: list) -> Any:
+    """A PIL image from its pickled state, its pixels read (copied) from ``state[4]``, any buffer."""
+    image = cls.__new__(cls)
+    image.__setstate__(state)
+    return image
+
+
+def _pil_state_methods() -> set:
+    """The ``(__getstate__, __setstate__)`` pairs of PIL's own image classes, whose state keeps the
+    pixels at index 4 and reads them with ``frombytes`` (any buffer)."""
+    pairs = set()
+    for name, cls in (("PIL.Image", "Image"), ("PIL.ImageFile", "ImageFile")):
+        base = getattr(sys.modules.get(name), cls, None)
+        if base is not None:
+            pairs.add((base.__getstate__, base.__setstate__))
+    return pairs
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles with large PIL images' pixels as an out-of-band buffer: PIL's own pickle puts them
+    in band, so they would go through the pipe. Images of classes that pickle themselves another
+    way than PIL's own are left to it."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        image = pil_image_class()
+        if image is None or not isinstance(obj, image):
+            return NotImplemented
+        cls = type(obj)
+        if (cls.__getstate__, cls.__setstate__) not in _pil_state_methods():
+            return NotImplemented
+        state = obj.__getstate__()  # [info, mode, size, palette, pixels, ...]
+        if len(state[4]) < SHARED_MIN_BYTES:
+            return NotImplemented
+        state[4] = pickle.PickleBuffer(state[4])
+        return _rebuild_image, (cls, state)
+
+
+class _OutOfBand:
+    """A large ``bytes`` value pickled as an out-of-band buffer (pickle keeps ``bytes`` in band)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def __reduce_ex__(self, protocol: int) -> tuple:
+        return bytes, (pickle.PickleBuffer(self.data),)
+
+
+#: lists longer than this are not searched for large ``bytes`` (a list of token ids holds none)
+SEARCHED_LIST = 64
+
+
+def large_bytes_out_of_band(obj: Any, depth: int = 0) -> Any:
+    """``obj`` with its large ``bytes`` values (in dicts, short lists and tuples, a few levels deep)
+    marked to be pickled out of band; the same object when it holds none."""
+    t = type(obj)
+    if t is bytes:
+        return _OutOfBand(obj) if len(obj) >= SHARED_MIN_BYTES else obj
+    if depth >= 4:
+        return obj
+    if t is dict:
+        new = None
+        for k, v in obj.items():
+            w = large_bytes_out_of_band(v, depth + 1) if type(v) in _SEARCHED else v
+            if w is not v:
+                if new is None:
+                    new = obj.copy()
+                new[k] = w
+        return obj if new is None else new
+    if (t is list or t is tuple) and len(obj) <= SEARCHED_LIST:
+        items = [large_bytes_out_of_band(v, depth + 1) if type(v) in _SEARCHED else v for v in obj]
+        if any(w is not v for w, v in zip(items, obj)):
+            return items if t is list else tuple(items)
+    return obj
+
+
+_SEARCHED = frozenset((bytes, dict, list, tuple))
+
+
+def dumps(obj: Any, buffer_callback: Callable[[pickle.PickleBuffer], bool]) -> bytes:
+    """``pickle.dumps(obj, protocol=5, buffer_callback=...)``, with the pixels of large PIL images
+    as buffers too."""
+    if pil_image_class() is None:
+        return pickle.dumps(obj, protocol=5, buffer_callback=buffer_callback)
+    out = io.BytesIO()
+    _Pickler(out, protocol=5, buffer_callback=buffer_callback).dump(obj)
+    return out.getvalue()
+
+
 def record_of(example: Any) -> Record | None:
-    """``example`` pickled, its large numpy buffers copied into an extent; ``None`` when it has
-    none (it then travels in band)."""
+    """``example`` pickled, its large buffers (numpy arrays, PIL images' pixels, ``bytes``) copied
+    into an extent; ``None`` when it has none (it then travels in band)."""
     raws: list = []
 
     def out_of_band(buf: pickle.PickleBuffer) -> bool:
@@ -191,7 +295,7 @@ def record_of(example: Any) -> Record | None:
         raws.append(raw)
         return False
 
-    data = pickle.dumps(example, protocol=5, buffer_callback=out_of_band)
+    data = dumps(large_bytes_out_of_band(example), out_of_band)
     if not raws:
         return None
     offsets, total = [], 0

@@ -9,10 +9,11 @@ buffer, with no compaction and no segments to compare.
 
 Each example is packed when its log is taken (so the main process gets it as it was then,
 whatever the consumer does to it later): small ones pickled together, an example with large
-numpy buffers pickled once with those buffers copied once into an *extent* of the worker's
-shared-memory arena (``arena.py``), which the main process maps instead of reading them through the pipe. An
-extent is reused once the worker's buffer no longer holds its record and the main process has
-dropped every array it rebuilt from it (it counts those in the block's ledger).
+numpy buffers, PIL images or ``bytes`` pickled once with those buffers
+copied once into an *extent* of the worker's shared-memory arena (``arena.py``), which the main
+process maps instead of reading them through the pipe. An extent is reused once the worker's
+buffer no longer holds its record and the main process has dropped every array it rebuilt from
+it (it counts those in the block's ledger; a PIL image copies its pixels out at once).
 
 Importing this module installs the packer (``state_logs.set_buffer_packer``) and the reducer
 ``multiprocessing`` uses for buffer logs.
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ...state import BufferLog, live_buffer_ids, set_buffer_packer
-from .arena import SHARED_MIN_BYTES, Record, lock, process_token, record_of
+from .arena import SHARED_MIN_BYTES, Record, dumps, image_nbytes, lock, pil_image_class, process_token, record_of
 
 _received: dict = {}  # main process: key -> (block tensor, its bytes, its ledger)
 _logs: dict = {}  # main process: (pid, token, buffer) -> (seq, the buffer's examples as last sent)
@@ -43,24 +44,36 @@ def _has_large_buffers(items: list) -> tuple[bytes, bool]:
             return False  # not copied: this pickle is then thrown away
         return True  # in band: this pickle is the payload when nothing is large
 
-    return pickle.dumps(items, protocol=5, buffer_callback=probe), large[0]
+    return dumps(items, probe), large[0]
 
 
 def _has_large_array(example: Any) -> bool:
-    """Whether a dict example holds a large numpy array at its top level (the usual case, seen
-    without pickling it)."""
+    """Whether a dict example holds a large numpy array, PIL image or ``bytes`` value at its top
+    level, or ``bytes`` one dict deeper (HF's undecoded images and audio: ``{"bytes": ...,
+    "path": ...}``): the usual cases, seen without pickling it."""
     if type(example) is not dict:
         return False
+    image = pil_image_class()
     for v in example.values():
-        if type(v) is np.ndarray and v.nbytes >= SHARED_MIN_BYTES and not v.dtype.hasobject:
+        t = type(v)
+        if t is np.ndarray:
+            if v.nbytes >= SHARED_MIN_BYTES and not v.dtype.hasobject:
+                return True
+        elif t is bytes:
+            if len(v) >= SHARED_MIN_BYTES:
+                return True
+        elif t is dict:
+            if any(type(x) is bytes and len(x) >= SHARED_MIN_BYTES for x in v.values()):
+                return True
+        elif image is not None and isinstance(v, image) and image_nbytes(v) >= SHARED_MIN_BYTES:
             return True
     return False
 
 
 class TorchPacker:
     """Packs the new writes of a worker's buffer log by value, at once: small examples pickled
-    together (a slot's ref is ``(data, position)``), an example with large numpy buffers as its
-    own :class:`Record` (the ref). The payload, ``(data, records)``, is what a message sends."""
+    together (a slot's ref is ``(data, position)``), an example with large numpy buffers, PIL
+    images or ``bytes`` as its own :class:`Record` (the ref). The payload, ``(data, records)``, is what a message sends."""
 
     by_value = True
 
