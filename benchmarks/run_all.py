@@ -52,7 +52,7 @@ def run_all(quick: bool = False, loader: bool = True, memory: bool = True) -> li
         section(f"StatefulDataLoader: {bench_dataloader.WORKERS} workers, batch_size={bench_dataloader.BATCH_SIZE}",
                 bench_dataloader.run(n_rows=n_rows, hf_ds=hf_ds, hf_ds_b=hf_ds_b, scale=0.02 if quick else 1.0,
                                      names=["plain iteration"] if quick else None))
-        section("exact shuffle through StatefulDataLoader (2 workers): 256 KB arrays and text rows",
+        section("exact shuffle through StatefulDataLoader (2 workers): 256 KB arrays, images, file bytes, text rows",
                 bench_loader_shuffle.run(quick=quick))
         section("formatted batches through StatefulDataLoader (2 workers, batch 32)",
                 bench_formatted.run(n_rows=n_rows, scale=0.002 if quick else 1.0))
