@@ -108,25 +108,29 @@ def best_rates(makers: dict, batch_size: int, limit: int, repeats: int, collate_
     return best
 
 
-def run_arrays(per_shard: int = 800, limit: int = 6_000, buffer: int = 300, batch_size: int = 16,
-               repeats: int = 3) -> list[Result]:
+def generator_rates(rows, kwargs: dict, buffer: int, batch_size: int, limit: int, repeats: int,
+                    collate_fn=None) -> dict:
+    """``best_rates`` of our three shuffle modes and HF's shuffle over one generator source."""
     import torch  # noqa: F401 - import first: our IterableDataset then derives from torch's
     import datasets
 
     import resumable_iterable as ri
 
-    kwargs = {"shards": list(range(NUM_SHARDS)), "per_shard": per_shard}
-
     def ours(buffer_state):
-        return lambda: ri.IterableDataset.from_generator(array_rows, gen_kwargs=kwargs).shuffle(
+        return lambda: ri.IterableDataset.from_generator(rows, gen_kwargs=kwargs).shuffle(
             seed=42, buffer_size=buffer, buffer_state=buffer_state)
 
     def hf():
-        return datasets.IterableDataset.from_generator(array_rows, gen_kwargs=kwargs).shuffle(
-            seed=42, buffer_size=buffer)
+        return datasets.IterableDataset.from_generator(rows, gen_kwargs=kwargs).shuffle(seed=42, buffer_size=buffer)
 
-    got = best_rates({"exact": ours("examples"), "drop": ours("drop"), "replay": ours("replay"), "hf": hf},
-                     batch_size, limit, repeats)
+    return best_rates({"exact": ours("examples"), "drop": ours("drop"), "replay": ours("replay"), "hf": hf},
+                      batch_size, limit, repeats, collate_fn)
+
+
+def run_arrays(per_shard: int = 800, limit: int = 6_000, buffer: int = 300, batch_size: int = 16,
+               repeats: int = 3) -> list[Result]:
+    kwargs = {"shards": list(range(NUM_SHARDS)), "per_shard": per_shard}
+    got = generator_rates(array_rows, kwargs, buffer, batch_size, limit, repeats)
     (exact, n), (drop, _), (hf_rate, _) = got["exact"], got["drop"], got["hf"]
     replay = got["replay"][0]
     what = f"256 KB arrays, buffer {buffer}, batch {batch_size}"
@@ -147,23 +151,8 @@ def run_arrays(per_shard: int = 800, limit: int = 6_000, buffer: int = 300, batc
 def run_media(kind: str, per_shard: int = 800, limit: int = 6_000, buffer: int = 300, batch_size: int = 16,
               repeats: int = 3) -> list[Result]:
     """PIL images or encoded bytes through the loader, each shuffle mode beside HF's."""
-    import torch  # noqa: F401
-    import datasets
-
-    import resumable_iterable as ri
-
     kwargs = {"shards": list(range(NUM_SHARDS)), "per_shard": per_shard, "kind": kind}
-
-    def ours(buffer_state):
-        return lambda: ri.IterableDataset.from_generator(media_rows, gen_kwargs=kwargs).shuffle(
-            seed=42, buffer_size=buffer, buffer_state=buffer_state)
-
-    def hf():
-        return datasets.IterableDataset.from_generator(media_rows, gen_kwargs=kwargs).shuffle(
-            seed=42, buffer_size=buffer)
-
-    got = best_rates({"exact": ours("examples"), "drop": ours("drop"), "replay": ours("replay"), "hf": hf},
-                     batch_size, limit, repeats, collate_media)
+    got = generator_rates(media_rows, kwargs, buffer, batch_size, limit, repeats, collate_media)
     (exact, n), (drop, _), (hf_rate, _) = got["exact"], got["drop"], got["hf"]
     what = (f"{IMAGE_SIDE}x{IMAGE_SIDE} PIL images" if kind == "image" else f"{FILE_BYTES // 1000} KB file bytes"
             ) + f", buffer {buffer}, batch {batch_size}"
