@@ -13,7 +13,11 @@ Every save includes ``fsync`` (and starts after an ``os.sync()``, so that it flu
 data); loads read from the page cache (the file was just written). Ours and numpy's runs
 alternate, and each figure is the best of ``--repeats`` runs (JSON text: one run, it is slow).
 
-    python benchmarks/bench_save_state.py [--examples 1000] [--mb 1] [--quick]
+A second section does the same with a buffer of PIL images (``--images``, 256x256 RGB), which a
+binary state file stores as raw pixels; beside it, the time PNG-encoding those images takes (what
+saving them cost before: a few milliseconds per image).
+
+    python benchmarks/bench_save_state.py [--examples 1000] [--mb 1] [--images 1000] [--quick]
 """
 
 from __future__ import annotations
@@ -159,19 +163,85 @@ def run(examples: int = 1000, mb: float = 1.0, repeats: int = 5, with_json: bool
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def buffered_images(n: int, side: int) -> tuple[dict, list]:
+    """The state of ``shuffle(buffer_size=n)`` over examples ``{"id", "image": PIL RGB side x side}``
+    (photo-like: smooth gradients and noise), taken with ``n`` examples buffered, and the images."""
+    from PIL import Image
+
+    import resumable_iterable as ri
+
+    rng = np.random.default_rng(0)
+    y, x = np.mgrid[0:side, 0:side]
+    base = np.stack([(x + y) % 256, (2 * x) % 256, (3 * y) % 256], -1).astype(np.int16)
+
+    def gen(rows):
+        for i in range(rows):
+            noise = rng.integers(-12, 13, base.shape, dtype=np.int16)
+            yield {"id": i, "image": Image.fromarray(np.clip(np.roll(base, i, 0) + noise, 0, 255).astype(np.uint8))}
+
+    ds = ri.IterableDataset.from_generator(gen, gen_kwargs={"rows": n + 1}).shuffle(seed=0, buffer_size=n)
+    it = iter(ds)
+    next(it)
+    state = ds.state_dict()
+    return state, [ex["image"] for chunk in state["state"]["buffer"] for ex in chunk]
+
+
+def run_images(examples: int = 1000, side: int = 256, repeats: int = 5, folder: str | None = None) -> list[Result]:
+    import io
+
+    import resumable_iterable as ri
+
+    state, images = buffered_images(examples, side)
+    pixels = [np.asarray(img) for img in images]
+    raw = sum(p.nbytes for p in pixels)
+    tmp = tempfile.mkdtemp(dir=folder)
+    try:
+        p_np, p_ri = os.path.join(tmp, "pixels.npy"), os.path.join(tmp, "state.ri")
+        t_np_save, t_save = _best_of_pairs(lambda: numpy_save(pixels, p_np), lambda: ri.save_state(state, p_ri), repeats)
+        t_np_load, t_load = _best_of_pairs(lambda: numpy_load(p_np, len(pixels)), lambda: ri.load_state(p_ri), repeats)
+        size = os.path.getsize(p_ri)
+        back = [ex["image"] for chunk in ri.load_state(p_ri)["state"]["buffer"] for ex in chunk]
+        assert [b.tobytes() for b in back] == [img.tobytes() for img in images]
+
+        def png():
+            for img in images:
+                img.save(io.BytesIO(), format="PNG", compress_level=1)
+
+        t_png = _best(png, 1)
+        mib = raw / (1 << 20)
+        label = f"{examples} x {side}x{side} PIL images buffered"
+        return [
+            Result(f"save_state, {label}", t_save * 1e3, t_np_save * 1e3, "ms", ref_label="np.save of the pixels",
+                   note=f"{mib / t_save:.0f} MB/s; np.save {mib / t_np_save:.0f} MB/s (both with fsync)"),
+            Result(f"load_state, {label}", t_load * 1e3, t_np_load * 1e3, "ms", ref_label="np.load of the pixels"),
+            Result(f"file size, {label}", size / (1 << 20), mib, "MB", ref_label="raw pixel bytes",
+                   note=f"{size / raw:.3f}x"),
+            Result(f"save_state vs PNG-encoding the images, {label}", t_save * 1e3, t_png * 1e3, "ms",
+                   ref_label="PNG encoding alone", note="what each save cost at least before large images were "
+                                                        "stored as raw pixels"),
+        ]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--examples", type=int, default=1000, help="buffered examples (default 1000)")
     ap.add_argument("--mb", type=float, default=1.0, help="MB per example's array (default 1)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-json", action="store_true", help="skip the (slow) JSON text format")
+    ap.add_argument("--images", type=int, default=1000, help="buffered PIL images (default 1000; 0: skip)")
     ap.add_argument("--dir", default=None, help="folder for the files (default: the temp folder)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: only checks that everything runs")
     a = ap.parse_args()
+    side = 256
     if a.quick:
-        a.examples, a.mb, a.repeats = 20, 0.01, 1
+        a.examples, a.mb, a.repeats, a.images, side = 20, 0.01, 1, min(a.images, 8), 32
     results = run(a.examples, a.mb, a.repeats, with_json=not a.no_json, folder=a.dir)
     print_section(f"save/load of a state with {a.examples} buffered arrays of {a.mb:g} MB", results)
+    if a.images:
+        print_section(f"save/load of a state with {a.images} buffered {side}x{side} PIL images",
+                      run_images(a.images, side, a.repeats, folder=a.dir))
 
 
 if __name__ == "__main__":

@@ -72,6 +72,7 @@ def test_save_state_runs(tmp_path):
     results = bench_save_state.run(examples=20, mb=0.01, repeats=1, folder=str(tmp_path))
     _check(results)
     assert sum(r.met is not None for r in results) == 4  # save, save without fsync, load, size
+    _check(bench_save_state.run_images(examples=6, side=32, repeats=1, folder=str(tmp_path)))
 
 
 def test_memory_runs():

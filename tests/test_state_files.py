@@ -415,6 +415,23 @@ def test_pil_images_round_trip_losslessly(tmp_path, mode):
 
 
 @needs_pil
+def test_a_binary_state_file_writes_large_images_as_raw_pixels_without_encoding(tmp_path, monkeypatch):
+    """PNG-encoding an image costs milliseconds (seconds for a buffer of them at every checkpoint):
+    a binary state file stores a large image's pixels as a blob; JSON text keeps PNG (smaller)."""
+    large, small = _image("RGB", size=(300, 200), seed=2), _image("RGB")
+    encoded = []
+    real_save = PIL_Image.Image.save
+    monkeypatch.setattr(PIL_Image.Image, "save", lambda img, *a, **k: (encoded.append(img.size), real_save(img, *a, **k)))
+    ri.save_state({"buffer": [large, small]}, tmp_path / "s")
+    assert encoded == [small.size]  # the small one only (it stays in the JSON document)
+    back = ri.load_state(tmp_path / "s")["buffer"]
+    assert [image_key(b) for b in back] == [image_key(large), image_key(small)]
+    encoded.clear()
+    ri.dumps_state({"buffer": [large]})
+    assert encoded == [large.size]
+
+
+@needs_pil
 def test_damaged_image_data_is_refused():
     text = ri.dumps_state({"img": _image("RGB")})
     raw = json.loads(text)

@@ -4,7 +4,8 @@ A state is a tree of plain containers whose leaves may be example data. Values J
 become tagged objects ``{"__ri__": kind, ...}``: bytes, numpy arrays (every dtype, exactly: byte
 order, units, string lengths, structured fields with offsets and padding) and numpy scalars,
 tuples, dicts with non-string keys, non-finite floats, dates and times, ``Decimal``, and PIL
-images (PNG for the modes PNG stores exactly, raw pixels for the others). The decoder rebuilds
+images (PNG for the modes PNG stores exactly, raw pixels for the others and for large images
+in a binary state file). The decoder rebuilds
 exactly those kinds and nothing else, so decoding never runs code (no pickle, no ``eval``;
 dtypes are rebuilt from their JSON description, images by Pillow's PNG reader or from raw
 pixels).
@@ -124,10 +125,11 @@ def _pil_image_class() -> type | None:
     return getattr(mod, "Image", None) if mod is not None else None
 
 
-def _encode_image(img: Any) -> dict:
+def _encode_image(img: Any, raw: bool = False) -> dict:
     """A lossless description of a PIL image: PNG bytes for the modes PNG stores exactly (as
-    HF ``datasets`` stores images without a source file), raw pixels for the other modes."""
-    if img.mode in _PNG_MODES:
+    HF ``datasets`` stores images without a source file), raw pixels for the other modes and
+    when ``raw`` (no encoding: a binary state file writes them at disk speed)."""
+    if not raw and img.mode in _PNG_MODES:
         buf = io.BytesIO()
         img.save(buf, format="PNG", compress_level=1)  # lossless at any level; 1 is the fastest
         return {"png": buf.getvalue()}
@@ -280,7 +282,10 @@ class Encoder:
         )
 
     def image(self, img: Any) -> dict:
-        parts = _encode_image(img)
+        # a large image in a binary state file: its pixels as a blob, not PNG (encoding one costs
+        # milliseconds, about what writing a few MB costs)
+        raw = self.blobs is not None and img.width * img.height >= BLOB_MIN
+        parts = _encode_image(img, raw)
         out: dict[str, Any] = {TAG: "image"}
         for k, v in parts.items():
             if k == "palette":
