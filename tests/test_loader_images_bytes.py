@@ -41,10 +41,11 @@ def palette(k: int) -> "Image.Image":
     return img
 
 
-def png_file(k: int) -> "Image.Image":
-    """An image as ``Image.open`` returns it (a ``PngImageFile``), loaded, with ``info`` set."""
+def opened(k: int, fmt: str) -> "Image.Image":
+    """An image as ``Image.open`` returns it (a ``PngImageFile``, a ``JpegImageFile``, ...: each
+    plugin's class, some with pickled state of their own), loaded, with ``info`` set."""
     buf = io.BytesIO()
-    rgb(k).save(buf, "PNG", dpi=(72, 72))
+    rgb(k).save(buf, fmt, dpi=(72, 72))
     img = Image.open(io.BytesIO(buf.getvalue()))
     img.load()
     return img
@@ -75,13 +76,14 @@ def test_images_and_bytes_cross_through_shared_memory_and_arrive_the_same():
     examples = [
         {"id": 0, "image": rgb(0)},
         {"id": 1, "image": palette(1)},
-        {"id": 2, "image": png_file(2)},
+        {"id": 2, "image": opened(2, "PNG")},
         {"id": 3, "audio": {"bytes": blob(3), "path": "a.flac"}},  # HF's undecoded layout
         {"id": 4, "file": blob(4)},
         {"id": 5, "image": rgb(5, side=8), "file": blob(5, 100)},  # small: in band
         {"id": 6, "frames": [blob(6), blob(7)], "meta": ("x", blob(8))},
+        {"id": 7, "image": opened(7, "JPEG")},
     ]
-    large = [True, True, True, True, True, False, True]
+    large = [True, True, True, True, True, False, True, True]
     log = logged(examples).log()
     assert [type(r) is ri_arena.Record for r in log.refs] == large
     message = ForkingPickler.dumps(log)
@@ -95,9 +97,10 @@ def test_images_and_bytes_cross_through_shared_memory_and_arrive_the_same():
             else:
                 assert before[k] == after[k], (before["id"], k)
     assert type(got[2]["image"]).__name__ == "PngImageFile" and got[2]["image"].format == "PNG"
+    assert type(got[7]["image"]).__name__ == "JpegImageFile" and got[7]["image"].layers == 3
     own = log.entries()  # read in the worker itself (its own copies)
     assert own[6] == examples[6] and own[3] == examples[3]
-    assert all(same_image(own[i]["image"], examples[i]["image"]) for i in (0, 1, 2))
+    assert all(same_image(own[i]["image"], examples[i]["image"]) for i in (0, 1, 2, 7))
 
 
 class Tagged(Image.Image):

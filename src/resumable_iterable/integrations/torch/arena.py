@@ -200,28 +200,32 @@ def _rebuild_image(cls: type, state: list) -> Any:
     return image
 
 
-def _pil_state_methods() -> set:
-    """The ``(__getstate__, __setstate__)`` pairs of PIL's own image classes, whose state keeps the
-    pixels at index 4 and reads them with ``frombytes`` (any buffer)."""
-    pairs = set()
-    for name, cls in (("PIL.Image", "Image"), ("PIL.ImageFile", "ImageFile")):
-        base = getattr(sys.modules.get(name), cls, None)
-        if base is not None:
-            pairs.add((base.__getstate__, base.__setstate__))
-    return pairs
+_PICKLING = ("__getstate__", "__setstate__", "__reduce__", "__reduce_ex__")
+_pils_own: dict = {}  # image class -> whether PIL's own code pickles it
+
+
+def pils_own_pickling(cls: type) -> bool:
+    """Whether only PIL's classes define how ``cls`` pickles (``Image``, ``ImageFile`` and the
+    plugins' classes such as ``JpegImageFile``): their state keeps the pixels at index 4 and reads
+    them with ``frombytes``, which takes any buffer. A class of the user's that pickles its own
+    way is left to it."""
+    own = _pils_own.get(cls)
+    if own is None:
+        own = _pils_own[cls] = all(
+            k.__module__.startswith("PIL.") for k in cls.__mro__[:-1] if any(m in k.__dict__ for m in _PICKLING))
+    return own
 
 
 class _Pickler(pickle.Pickler):
     """Pickles with large PIL images' pixels as an out-of-band buffer: PIL's own pickle puts them
-    in band, so they would go through the pipe. Images of classes that pickle themselves another
-    way than PIL's own are left to it."""
+    in band, so they would go through the pipe."""
 
     def reducer_override(self, obj: Any) -> Any:
         image = pil_image_class()
         if image is None or not isinstance(obj, image):
             return NotImplemented
         cls = type(obj)
-        if (cls.__getstate__, cls.__setstate__) not in _pil_state_methods():
+        if not pils_own_pickling(cls):
             return NotImplemented
         state = obj.__getstate__()  # [info, mode, size, palette, pixels, ...]
         if len(state[4]) < SHARED_MIN_BYTES:
