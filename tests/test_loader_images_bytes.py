@@ -103,6 +103,22 @@ def test_images_and_bytes_cross_through_shared_memory_and_arrive_the_same():
     assert all(same_image(own[i]["image"], examples[i]["image"]) for i in (0, 1, 2, 7))
 
 
+@pytest.mark.parametrize("example", [
+    {"id": 0, "frames": [blob(0), blob(1)]},
+    {"id": 0, "views": (rgb(0), rgb(1))},
+    {"id": 0, "audio": {"array": np.zeros(BIG // 4, dtype=np.float32), "sampling_rate": 16_000}},
+], ids=["bytes in a list", "images in a tuple", "array in a dict"])
+def test_a_log_of_examples_with_large_parts_one_level_down_goes_through_shared_memory(example):
+    import resumable_iterable.integrations.torch.arena as ri_arena
+
+    log = logged([example, dict(example, id=1)]).log()
+    assert all(type(r) is ri_arena.Record for r in log.refs)
+    message = ForkingPickler.dumps(log)
+    assert len(message) < 3_000
+    got = pickle.loads(message)
+    assert [e["id"] for e in got] == [0, 1]
+
+
 class Tagged(Image.Image):
     """An image class with a pickled state of its own."""
 

@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from ...state import BufferLog, live_buffer_ids, set_buffer_packer
-from .arena import SHARED_MIN_BYTES, Record, dumps, image_nbytes, lock, pil_image_class, process_token, record_of
+from .arena import (SEARCHED_LIST, SHARED_MIN_BYTES, Record, dumps, image_nbytes, lock, pil_image_class,
+                    process_token, record_of)
 
 _received: dict = {}  # main process: key -> (block tensor, its bytes, its ledger)
 _logs: dict = {}  # main process: (pid, token, buffer) -> (seq, the buffer's examples as last sent)
@@ -47,25 +48,32 @@ def _has_large_buffers(items: list) -> tuple[bytes, bool]:
     return dumps(items, probe), large[0]
 
 
+def _is_large(v: Any, image: type | None) -> bool:
+    """Whether ``v`` is a large numpy array, ``bytes`` value or PIL image."""
+    t = type(v)
+    if t is np.ndarray:
+        return v.nbytes >= SHARED_MIN_BYTES and not v.dtype.hasobject
+    if t is bytes:
+        return len(v) >= SHARED_MIN_BYTES
+    return image is not None and isinstance(v, image) and image_nbytes(v) >= SHARED_MIN_BYTES
+
+
 def _has_large_array(example: Any) -> bool:
-    """Whether a dict example holds a large numpy array, PIL image or ``bytes`` value at its top
-    level, or ``bytes`` one dict deeper (HF's undecoded images and audio: ``{"bytes": ...,
-    "path": ...}``): the usual cases, seen without pickling it."""
+    """Whether a dict example holds a large numpy array, ``bytes`` value or PIL image at its top
+    level or one level deeper (in a dict - HF's undecoded images and audio are ``{"bytes": ...,
+    "path": ...}`` - or a short list): the usual cases, seen without pickling it."""
     if type(example) is not dict:
         return False
     image = pil_image_class()
     for v in example.values():
         t = type(v)
-        if t is np.ndarray:
-            if v.nbytes >= SHARED_MIN_BYTES and not v.dtype.hasobject:
+        if t is dict:
+            if any(_is_large(x, image) for x in v.values()):
                 return True
-        elif t is bytes:
-            if len(v) >= SHARED_MIN_BYTES:
+        elif t is list or t is tuple:
+            if len(v) <= SEARCHED_LIST and any(_is_large(x, image) for x in v):
                 return True
-        elif t is dict:
-            if any(type(x) is bytes and len(x) >= SHARED_MIN_BYTES for x in v.values()):
-                return True
-        elif image is not None and isinstance(v, image) and image_nbytes(v) >= SHARED_MIN_BYTES:
+        elif _is_large(v, image):
             return True
     return False
 
