@@ -5,10 +5,9 @@ become tagged objects ``{"__ri__": kind, ...}``: bytes, numpy arrays (every dtyp
 order, units, string lengths, structured fields with offsets and padding) and numpy scalars,
 tuples, dicts with non-string keys, non-finite floats, dates and times, ``Decimal``, and PIL
 images (PNG for the modes PNG stores exactly, raw pixels for the others and for large images
-in a binary state file). The decoder rebuilds
-exactly those kinds and nothing else, so decoding never runs code (no pickle, no ``eval``;
-dtypes are rebuilt from their JSON description, images by Pillow's PNG reader or from raw
-pixels).
+in a binary state file). The decoder rebuilds exactly those kinds and nothing else, so decoding
+never runs code (no pickle, no ``eval``; dtypes are rebuilt from their JSON description, images
+by Pillow's PNG reader or from raw pixels).
 
 Large arrays and bytes may be handed out as *blobs* (raw memoryviews, referenced by index in
 the document); ``state_files.py`` stores them in its binary state file. Documents nested more
@@ -120,8 +119,9 @@ def array_bytes(arr: np.ndarray) -> memoryview:
 # --------------------------------------------------------------------------- PIL images
 
 
-def _pil_image_class() -> type | None:
-    mod = sys.modules.get("PIL.Image")  # a PIL image can only exist if PIL was imported
+def pil_image_class() -> type | None:
+    """``PIL.Image.Image`` if PIL is loaded (a PIL image can only exist if PIL was imported)."""
+    mod = sys.modules.get("PIL.Image")
     return getattr(mod, "Image", None) if mod is not None else None
 
 
@@ -272,7 +272,7 @@ class Encoder:
             return {TAG: "timedelta", "v": [obj.days, obj.seconds, obj.microseconds]}
         if isinstance(obj, decimal.Decimal):
             return {TAG: "decimal", "v": str(obj)}
-        pil = _pil_image_class()
+        pil = pil_image_class()
         if pil is not None and isinstance(obj, pil):
             return self.image(obj)
         raise TypeError(

@@ -17,13 +17,13 @@ import io
 import itertools
 import os
 import pickle
-import sys
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from ...state import buffer_lock
+from ...state_codec import pil_image_class
 
 #: numpy buffers of at least this many bytes go through shared memory instead of the pipe
 SHARED_MIN_BYTES = 1 << 14
@@ -182,12 +182,6 @@ class Record:
             pass
 
 
-def pil_image_class() -> type | None:
-    """``PIL.Image.Image`` if PIL is loaded (no PIL image can exist otherwise)."""
-    mod = sys.modules.get("PIL.Image")
-    return getattr(mod, "Image", None)
-
-
 def image_nbytes(image: Any) -> int:
     """About how many bytes a PIL image's pixels take."""
     return image.width * image.height * len(image.getbands())
@@ -248,6 +242,7 @@ class _OutOfBand:
 
 #: lists longer than this are not searched for large ``bytes`` (a list of token ids holds none)
 SEARCHED_LIST = 64
+_SEARCHED = frozenset((bytes, dict, list, tuple))  # the types large_bytes_out_of_band looks into
 
 
 def large_bytes_out_of_band(obj: Any, depth: int = 0) -> Any:
@@ -272,9 +267,6 @@ def large_bytes_out_of_band(obj: Any, depth: int = 0) -> Any:
         if any(w is not v for w, v in zip(items, obj)):
             return items if t is list else tuple(items)
     return obj
-
-
-_SEARCHED = frozenset((bytes, dict, list, tuple))
 
 
 def dumps(obj: Any, buffer_callback: Callable[[pickle.PickleBuffer], bool]) -> bytes:

@@ -9,9 +9,9 @@ buffer, with no compaction and no segments to compare.
 
 Each example is packed when its log is taken (so the main process gets it as it was then,
 whatever the consumer does to it later): small ones pickled together, an example with large
-numpy buffers, PIL images or ``bytes`` pickled once with those buffers
-copied once into an *extent* of the worker's shared-memory arena (``arena.py``), which the main
-process maps instead of reading them through the pipe. An extent is reused once the worker's
+numpy buffers, PIL images or ``bytes`` pickled once with those buffers copied once into an
+*extent* of the worker's shared-memory arena (``arena.py``), which the main process maps instead
+of reading them through the pipe. An extent is reused once the worker's
 buffer no longer holds its record and the main process has dropped every array it rebuilt from
 it (it counts those in the block's ledger; a PIL image copies its pixels out at once).
 
@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from ...state import BufferLog, live_buffer_ids, set_buffer_packer
-from .arena import (SEARCHED_LIST, SHARED_MIN_BYTES, Record, dumps, image_nbytes, lock, pil_image_class,
-                    process_token, record_of)
+from ...state_codec import pil_image_class
+from .arena import SEARCHED_LIST, SHARED_MIN_BYTES, Record, dumps, image_nbytes, lock, process_token, record_of
 
 _received: dict = {}  # main process: key -> (block tensor, its bytes, its ledger)
 _logs: dict = {}  # main process: (pid, token, buffer) -> (seq, the buffer's examples as last sent)
@@ -81,7 +81,8 @@ def _has_large_array(example: Any) -> bool:
 class TorchPacker:
     """Packs the new writes of a worker's buffer log by value, at once: small examples pickled
     together (a slot's ref is ``(data, position)``), an example with large numpy buffers, PIL
-    images or ``bytes`` as its own :class:`Record` (the ref). The payload, ``(data, records)``, is what a message sends."""
+    images or ``bytes`` as its own :class:`Record` (the ref). The payload, ``(data, records)``,
+    is what a message sends."""
 
     by_value = True
 
