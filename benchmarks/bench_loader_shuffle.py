@@ -4,12 +4,14 @@ The loader asks every worker for its dataset's ``state_dict()`` after every batc
 leaves that changed since the previous one to the main process. Our exact shuffle
 (``buffer_state="examples"``, the default) keeps the buffered examples in its state; this script
 times it beside our lossy ``buffer_state="drop"`` and HF ``datasets``' (lossy) shuffle, in one run,
-on three kinds of examples:
+on these kinds of examples:
 
 * 256 KB numpy examples (``{"id": int, "x": float32[65536]}``) from a generator in 8 shards,
   ``shuffle(buffer 300)``, 2 workers, batches of 16;
 * 256x256 PIL images and 110 KB file bytes (HF's undecoded ``{"bytes", "path"}`` layout), the
   same shuffle and loader, batched by a ``collate_fn`` a training loop would use;
+* an image dataset as ``load_dataset`` gives one (JPEG files in an ``Image()`` column), with the
+  decoded images in the buffer (our default) or the files (decoded after the shuffle, as HF does);
 * small text rows (``{"id": int, "text": str}``, a 200 k-row ``Dataset`` in 8 shards),
   ``shuffle(buffer 1000)``, 2 workers, batches of 32; beside them the loader's own ceiling (the
   same rows ready-made in a Python list, no state), which bounds what any dataset can reach.
@@ -163,6 +165,62 @@ def run_media(kind: str, per_shard: int = 800, limit: int = 6_000, buffer: int =
     ]
 
 
+def jpeg_dataset(n: int):
+    """An in-memory HF ``Dataset`` of ``n`` photo-like 256x256 JPEGs (about 21 KB each) in an
+    ``Image()`` column, as ``load_dataset`` gives an image dataset: decoded to PIL when read."""
+    import io
+
+    import numpy as np
+    from datasets import Dataset, Features, Image, Value
+    from PIL import Image as PILImage
+
+    rng = np.random.default_rng(0)
+    y, x = np.mgrid[0:IMAGE_SIDE, 0:IMAGE_SIDE]
+    base = np.stack([(x + y) % 256, (2 * x) % 256, (3 * y) % 256], -1).astype(np.int16)
+    files = []
+    for i in range(n):
+        pixels = np.clip(np.roll(base, i, axis=0) + rng.integers(-12, 13, base.shape), 0, 255).astype(np.uint8)
+        out = io.BytesIO()
+        PILImage.fromarray(pixels).save(out, "JPEG", quality=90)
+        files.append({"bytes": out.getvalue(), "path": None})
+    return Dataset.from_dict({"id": list(range(n)), "image": files},
+                             features=Features({"id": Value("int64"), "image": Image()}))
+
+
+def run_image_dataset(n: int = 6_000, limit: int = 6_000, buffer: int = 300, batch_size: int = 16,
+                      repeats: int = 3) -> list[Result]:
+    """An image dataset (JPEG files in an ``Image()`` column) shuffled with the buffer holding the
+    decoded images (our default: the source decodes) or the files, decoded after the shuffle
+    (``decode(False).shuffle(...).decode()``, where HF decodes by itself)."""
+    import torch  # noqa: F401
+    import resumable_iterable as ri
+
+    hf_ds = jpeg_dataset(n)
+    shards = min(NUM_SHARDS, n)
+
+    def ours(buffer_state, files_in_buffer=False):
+        def make():
+            ds = ri.to_iterable_dataset(hf_ds, num_shards=shards)
+            if files_in_buffer:
+                return ds.decode(False).shuffle(seed=42, buffer_size=buffer, buffer_state=buffer_state).decode()
+            return ds.shuffle(seed=42, buffer_size=buffer, buffer_state=buffer_state)
+        return make
+
+    def hf():
+        return hf_ds.to_iterable_dataset(num_shards=shards).shuffle(seed=42, buffer_size=buffer)
+
+    got = best_rates({"exact": ours("examples"), "exact_files": ours("examples", True), "drop": ours("drop"),
+                      "hf": hf}, batch_size, limit, repeats, collate_media)
+    (exact, n_ex), (files, _), (drop, _), (hf_rate, _) = got["exact"], got["exact_files"], got["drop"], got["hf"]
+    what = f"JPEG image dataset, buffer {buffer}, batch {batch_size}"
+    return [
+        Result(f"exact shuffle vs HF, {what}", exact, hf_rate, "ex/s", note=f"{n_ex} examples each; decoded images in the buffer"),
+        Result(f"exact, files in the buffer vs HF, {what}", files, hf_rate, "ex/s",
+               note="decode(False).shuffle(...).decode(): the buffer holds the JPEG files, decoded after it (as HF does)"),
+        Result(f"exact, files in the buffer vs drop, {what}", files, drop, "ex/s", ref_label="ours, drop"),
+    ]
+
+
 def run_text(n_rows: int = 200_000, limit: int = 32_000, buffer: int = 1000, batch_size: int = 32,
              repeats: int = 3, hf_ds=None) -> list[Result]:
     import torch  # noqa: F401
@@ -204,9 +262,10 @@ def run(quick: bool = False, repeats: int = 3, hf_ds=None) -> list[Result]:
         return (run_arrays(per_shard=8, limit=48, buffer=8, batch_size=8, repeats=1)
                 + [r for kind in ("image", "bytes")
                    for r in run_media(kind, per_shard=8, limit=48, buffer=8, batch_size=8, repeats=1)]
+                + run_image_dataset(n=64, limit=48, buffer=8, batch_size=8, repeats=1)
                 + run_text(n_rows=2_000, limit=320, buffer=50, repeats=1, hf_ds=hf_ds))
     return (run_arrays(repeats=repeats) + run_media("image", repeats=repeats) + run_media("bytes", repeats=repeats)
-            + run_text(repeats=repeats, hf_ds=hf_ds))
+            + run_image_dataset(repeats=repeats) + run_text(repeats=repeats, hf_ds=hf_ds))
 
 
 def main() -> None:

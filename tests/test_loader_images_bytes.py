@@ -190,3 +190,53 @@ def test_loader_resumes_exactly_with_images_and_bytes_despite_in_place_edits(loa
         again = make()
         again.load_state_dict(ri.loads_state(states[cut]))
         assert [d for b in again for d in b] == [d for b in batches[cut:] for d in b], cut
+
+
+# ---------------------------------------------------------------------- files in the buffer
+
+
+def jpeg_files(n: int):
+    from datasets import Dataset, Features, Value
+    from datasets import Image as ImageFeature
+
+    files = []
+    for k in range(n):
+        out = io.BytesIO()
+        rgb(k, side=48).save(out, "JPEG", quality=90)
+        files.append({"bytes": out.getvalue(), "path": None})
+    return Dataset.from_dict({"id": list(range(n)), "image": files},
+                             features=Features({"id": Value("int64"), "image": ImageFeature()}))
+
+
+def image_digests(batch):
+    return [(e["id"], type(e["image"]).__name__, hashlib.sha1(e["image"].tobytes()).hexdigest()) for e in batch]
+
+
+def test_an_image_dataset_shuffled_as_files_yields_the_same_and_resumes_exactly():
+    """``decode(False).shuffle(...).decode()``: the buffer (and a worker's state) holds the image
+    files, decoded after the shuffle as HF decodes; the examples are those of ``shuffle()``."""
+    hf = jpeg_files(40)
+
+    def files_in_buffer():
+        return ri.to_iterable_dataset(hf, num_shards=4).decode(False).shuffle(seed=3, buffer_size=8).decode()
+
+    decoded = [image_digests([e])[0] for e in ri.to_iterable_dataset(hf, num_shards=4).shuffle(seed=3, buffer_size=8)]
+    assert [image_digests([e])[0] for e in files_in_buffer()] == decoded
+
+    def make():
+        return ri.StatefulDataLoader(files_in_buffer(), batch_size=3, num_workers=2, collate_fn=image_digests)
+
+    dl = make()
+    batches, states = [], [ri.dumps_state(dl.state_dict())]
+    for b in dl:
+        batches.append(b)
+        states.append(ri.dumps_state(dl.state_dict()))
+    assert sorted(d[0] for b in batches for d in b) == list(range(40))
+    assert all(d[1] == "JpegImageFile" for b in batches for d in b)
+    worker = ri.loads_state(states[3])["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset_state"]
+    held = [ex for ex in worker["buffers"]["0"]]
+    assert held and all(type(ex["image"]) is dict and type(ex["image"]["bytes"]) is bytes for ex in held)
+    for cut in (0, 2, 5, len(batches) - 1):
+        again = make()
+        again.load_state_dict(ri.loads_state(states[cut]))
+        assert [d for b in again for d in b] == [d for b in batches[cut:] for d in b], cut
