@@ -219,8 +219,8 @@ class _Pickler(pickle.Pickler):
         if image is None or not isinstance(obj, image):
             return NotImplemented
         cls = type(obj)
-        if not pils_own_pickling(cls):
-            return NotImplemented
+        if obj.width * obj.height * 4 < SHARED_MIN_BYTES or not pils_own_pickling(cls):
+            return NotImplemented  # small for sure (at most 4 bytes a pixel): no export of its pixels twice
         state = obj.__getstate__()  # [info, mode, size, palette, pixels, ...]
         if len(state[4]) < SHARED_MIN_BYTES:
             return NotImplemented
