@@ -203,6 +203,7 @@ def test_column_wise_batches_resume_exactly_with_indices_columns_and_files(tmp_p
     assert_resumes_exactly(lambda: Presented(ri.IterableDataset.from_parquet(paths).with_format("arrow"), 3))
 
 
+@pytest.mark.filterwarnings(r"ignore:map\(\) after with_format")  # what it warns of is tested below
 def test_python_path_resumes_exactly():
     """Pipelines that are not Arrow-backed (map, shuffle, generator) are batched row by row, then formatted."""
     assert_resumes_exactly(lambda: Presented(
@@ -231,6 +232,7 @@ def test_format_does_not_change_states_or_fingerprints():
     assert [r["i"] for r in rows] == list(range(8, 13))
 
 
+@pytest.mark.filterwarnings(r"ignore:map\(\) after with_format")  # what it warns of is tested below
 def test_format_is_kept_by_chaining_and_split_by_node():
     ds = arrow_ds("np")
     assert ds.format == {"type": "numpy", "format_kwargs": {}}
@@ -466,3 +468,58 @@ def test_formatted_batches_keep_the_rows_of_a_batch_interrupted_by_an_error():
 def _rows(n):
     for i in range(n):
         yield {"id": i}
+
+
+# ---------------------------------------------------------------------- map / filter after with_format
+# HF gives a function added after with_format the formatted values; ours receives Python objects.
+# Code written for HF's arrays may run on lists without failing (batch["x"] * 2 repeats a list), so
+# the call warns, and any error of the function says what it received.
+
+
+@pytest.mark.parametrize("fmt, named", [("numpy", "numpy arrays"), ("torch", "torch tensors"),
+                                        ("arrow", "a pyarrow Table"), ("pandas", "a pandas DataFrame")])
+@pytest.mark.parametrize("op", ["map", "filter"])
+def test_map_or_filter_after_with_format_warns_what_the_function_receives(fmt, named, op):
+    seen = []
+
+    def fn(batch):
+        seen.append(type(batch["i"]))
+        return {} if op == "map" else [True] * len(batch["i"])
+
+    ds = ri.to_iterable_dataset(HF, num_shards=2).with_format(fmt)
+    with pytest.warns(UserWarning, match=rf"{op}\(\) after with_format\('{fmt}'\).*not {named}"):
+        out = getattr(ds, op)(fn, batched=True, batch_size=4)
+    assert len(list(out)) == len(ROWS)
+    assert seen and set(seen) == {list}  # what the warning says
+
+
+@pytest.mark.parametrize("op", ["map", "filter"])
+def test_map_or_filter_before_with_format_or_unformatted_does_not_warn(op, recwarn):
+    ds = ri.to_iterable_dataset(HF, num_shards=2)
+    getattr(ds, op)(lambda ex: ex if op == "map" else True).with_format("numpy")
+    getattr(ds.with_format("numpy").with_format(None), op)(lambda ex: ex if op == "map" else True)
+    assert not [w for w in recwarn if "with_format" in str(w.message)]
+
+
+def _append_column(t):
+    import pyarrow.compute as pc
+
+    return t.append_column("i+1", pc.add(t["i"], 1))
+
+
+def test_error_of_a_function_after_with_format_says_what_it_received():
+    """HF's own example (docs, use_with_pyarrow): a table function fails on our dicts, and the error
+    says why; the note survives pickling the dataset and is not part of the fingerprint."""
+    import pickle
+
+    add_col = _append_column
+    with pytest.warns(UserWarning):
+        ds = ri.to_iterable_dataset(HF, num_shards=2).with_format("arrow").map(add_col, batched=True)
+    for d in (ds, pickle.loads(pickle.dumps(ds))):
+        with pytest.raises(AttributeError) as info:
+            list(d)
+        notes = " ".join(getattr(info.value, "__notes__", []))
+        assert "in map(" in notes and "not a pyarrow Table as HF datasets gives it" in notes
+    # the note is not a parameter: the same pipeline without the format has the same fingerprint
+    plain = ri.to_iterable_dataset(HF, num_shards=2).map(add_col, batched=True)
+    assert plain.state_dict()["fingerprint"] == ds.state_dict()["fingerprint"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from typing import Any, Callable, Iterator
 
 from . import state as _state
@@ -203,7 +204,7 @@ class IterableDataset(_Base):
             batch_size = as_int(batch_size, "batch_size", lo=None, none_ok=True)
         node = MapNode(self._node.clone(), function, batched=batched, batch_size=batch_size,
                        with_indices=with_indices, input_columns=input_columns, remove_columns=remove_columns,
-                       fn_kwargs=fn_kwargs, drop_last_batch=drop_last_batch)
+                       fn_kwargs=fn_kwargs, drop_last_batch=drop_last_batch, input_note=self._input_note("map"))
         return self._derive(node, features=features, column_names=None)
 
     def filter(self, function: Callable | None = None, with_indices: bool = False, input_columns: Any = None,
@@ -212,8 +213,20 @@ class IterableDataset(_Base):
         if batched:
             batch_size = as_int(batch_size, "batch_size", lo=None, none_ok=True)
         node = FilterNode(self._node.clone(), function, batched=batched, batch_size=batch_size,
-                          with_indices=with_indices, input_columns=input_columns, fn_kwargs=fn_kwargs)
+                          with_indices=with_indices, input_columns=input_columns, fn_kwargs=fn_kwargs,
+                          input_note=self._input_note("filter"))
         return self._derive(node, features=self._features)
+
+    def _input_note(self, op: str) -> str | None:
+        """After ``with_format``, a warning now and a note to any error of the function: it receives
+        Python objects, where HF gives it formatted values."""
+        if self._format is None:
+            return None
+        from .nodes.format import unformatted_input_note
+
+        note = unformatted_input_note(op, self._format[0])
+        warnings.warn(note, UserWarning, stacklevel=3)
+        return note
 
     def _columns(self, op: str, columns: Any) -> IterableDataset:
         node = ColumnsNode(self._node.clone(), op, columns)
@@ -415,7 +428,9 @@ class IterableDataset(_Base):
         ``format_kwargs`` go to the formatter (e.g. ``dtype=torch.float16`` for torch).
 
         A format is presentation only: states, fingerprints and resumption are the same in every
-        format. Functions given to ``map``/``filter`` always receive Python objects.
+        format. Functions given to ``map``/``filter`` always receive Python objects (HF gives them
+        formatted values): ``map``/``filter`` called after ``with_format`` warn of it, and their
+        function's errors carry a note saying what it received.
         """
         from .nodes.format import check_format
 

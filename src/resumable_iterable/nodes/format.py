@@ -48,6 +48,21 @@ def check_format(type: str | None, format_kwargs: dict) -> str | None:
     return name
 
 
+
+_HF_INPUT = {"numpy": "numpy arrays", "torch": "torch tensors", "jax": "jax arrays", "tensorflow": "tf tensors",
+             "tf": "tf tensors", "arrow": "a pyarrow Table", "pandas": "a pandas DataFrame",
+             "polars": "a polars DataFrame"}
+
+
+def unformatted_input_note(op: str, format_type: str) -> str:
+    """What a ``map``/``filter`` function added after ``with_format(format_type)`` receives, said
+    because HF ``datasets`` gives it the formatted values instead: code written for those may fail
+    or, worse, run on lists (``batch["x"] * 2`` repeats a list where it doubles an array)."""
+    got = _HF_INPUT.get(format_type, f"{format_type}-formatted values")
+    return (f"{op}() after with_format({format_type!r}): the function receives Python objects (a dict of lists "
+            f"when batched), not {got} as HF datasets gives it; call with_format() after {op}(), or convert "
+            "inside the function")
+
 # ---------------------------------------------------------------------- column-wise numpy / torch batches
 # HF's ``format_batch`` costs about a millisecond per batch whatever its size (it walks every value
 # through generic helpers, and starts a progress bar per call). For the column types below the

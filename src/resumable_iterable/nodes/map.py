@@ -48,7 +48,7 @@ class MapNode(Node):
     def __init__(self, child: Node, function: Callable | None, *, batched: bool = False, batch_size: int | None = 1000,
                  with_indices: bool = False, input_columns: list[str] | None = None,
                  remove_columns: list[str] | None = None, fn_kwargs: dict | None = None,
-                 drop_last_batch: bool = False):
+                 drop_last_batch: bool = False, input_note: str | None = None):
         if function is None:
             function = _identity
         if not callable(function):
@@ -68,6 +68,9 @@ class MapNode(Node):
         self.drop_last_batch = bool(drop_last_batch)
         self.is_async = is_async_function(function)
         self._runner: AsyncRunner | None = None  # set while an async function is being iterated
+        #: said with any error the function raises (what its input is, when users may expect
+        #: another type); not a parameter: it changes neither the fingerprint nor the state
+        self.input_note = input_note
         super().__init__([child])
 
     def params(self) -> dict:
@@ -102,7 +105,8 @@ class MapNode(Node):
         name = getattr(self.function, "__qualname__", repr(self.function))
         pos = self.children[0].position()
         where = f" (source {pos['source']} shard {pos['shard']}, row {pos['row']})" if pos else ""
-        return f"in {self.kind}({name}) on {what}{where}"
+        note = f"; {self.input_note}" if self.input_note else ""
+        return f"in {self.kind}({name}) on {what}{where}{note}"
 
     def _call(self, arg: Any, index: Any) -> Any:
         if self.input_columns is not None:
