@@ -498,6 +498,9 @@ def test_map_or_filter_before_with_format_or_unformatted_does_not_warn(op, recwa
     ds = ri.to_iterable_dataset(HF, num_shards=2)
     getattr(ds, op)(lambda ex: ex if op == "map" else True).with_format("numpy")
     getattr(ds.with_format("numpy").with_format(None), op)(lambda ex: ex if op == "map" else True)
+    # nor does add_column, a map of our own
+    added = ds.with_format("numpy").add_column("k", list(range(len(ROWS))))
+    assert [int(ex["k"]) for ex in added] == list(range(len(ROWS)))
     assert not [w for w in recwarn if "with_format" in str(w.message)]
 
 

@@ -324,7 +324,9 @@ class IterableDataset(_Base):
 
     def add_column(self, name: str, column: Any) -> IterableDataset:
         """Add a column whose value for example ``i`` is ``column[i]`` (as HF: by the map index)."""
-        out = self.map(AddColumn(name, column), with_indices=True)
+        # the function is ours: no note on what a user's function receives after with_format
+        out = self._derive(MapNode(self._node.clone(), AddColumn(name, column), with_indices=True),
+                           features=None, column_names=None)
         if self._column_names is not None:
             out._column_names = [*self._column_names, name]
         return out
