@@ -214,13 +214,17 @@ def image_digests(batch):
 
 def test_an_image_dataset_shuffled_as_files_yields_the_same_and_resumes_exactly():
     """``decode(False).shuffle(...).decode()``: the buffer (and a worker's state) holds the image
-    files, decoded after the shuffle as HF decodes; the examples are those of ``shuffle()``."""
+    files, decoded after the shuffle as HF decodes (what ``shuffle()`` right above the source does
+    by itself, ``test_shuffle_deferred_decoding.py``); the examples are those of a shuffle
+    decoding in the source."""
     hf = jpeg_files(40)
 
     def files_in_buffer():
         return ri.to_iterable_dataset(hf, num_shards=4).decode(False).shuffle(seed=3, buffer_size=8).decode()
 
-    decoded = [image_digests([e])[0] for e in ri.to_iterable_dataset(hf, num_shards=4).shuffle(seed=3, buffer_size=8)]
+    # replay-mode shuffles decode in the source
+    decoded = [image_digests([e])[0] for e in ri.to_iterable_dataset(hf, num_shards=4).shuffle(
+        seed=3, buffer_size=8, buffer_state="replay")]
     assert [image_digests([e])[0] for e in files_in_buffer()] == decoded
 
     def make():

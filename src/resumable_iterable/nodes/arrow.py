@@ -29,6 +29,9 @@ def _decoder(features: Any) -> Any:
 class ArrowSource(SourceNode):
     kind = "arrow"
     chunk_size = 512  # rows converted at a time: as fast as larger chunks, less memory in flight
+    #: the rows read in order are yielded undecoded (set by a shuffle above: ``defer_decoding``);
+    #: random access (replay, global shuffle) always decodes
+    deferred = False
 
     def __init__(self, table: pa.Table, num_shards: int = 1, indices: pa.Array | None = None,
                  features: Any = None, shard_ids: list[int] | None = None):
@@ -72,18 +75,29 @@ class ArrowSource(SourceNode):
         a, b = self.bounds[shard_id]
         return b - a
 
-    def _to_rows(self, part: pa.Table) -> list[dict]:
+    def _to_rows(self, part: pa.Table, decode: bool = True) -> list[dict]:
         # column by column (one C-level ``to_pylist`` each), then rows built column by column:
         # faster than ``Table.to_pylist``, which indexes ``pydict[column][row]`` for every cell
         batch = part.to_pydict()
-        if self._decode is not None:
+        if decode and self._decode is not None:
             batch = self._decode(batch)
         return batch_to_rows(batch, part.num_rows)
 
     def _read(self, start: int, n: int) -> list[dict]:
+        decode = not self.deferred
         if self.indices is None:
-            return self._to_rows(self.table.slice(start, n))
-        return self._to_rows(self.table.take(self.indices.slice(start, n)))
+            return self._to_rows(self.table.slice(start, n), decode)
+        return self._to_rows(self.table.take(self.indices.slice(start, n)), decode)
+
+    def deferrable_decoder(self) -> Any:
+        return None if self._decode is None else self._decode_row
+
+    def defer_decoding(self, deferred: bool) -> None:
+        self.deferred = bool(deferred)
+
+    def _decode_row(self, row: dict) -> dict:
+        """A row read undecoded, decoded as ``_to_rows`` decodes (a new dict, the same values)."""
+        return {k: v[0] for k, v in self._decode({k: [v] for k, v in row.items()}).items()}
 
     def _iter_shard(self, shard_id: int, st: dict) -> Iterator[dict]:
         start, end = self.bounds[shard_id]

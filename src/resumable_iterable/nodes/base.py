@@ -231,6 +231,18 @@ class Node:
         must depend on that row alone), or ``None`` if it may."""
         return f"a {self.kind!r} node, which is not a per-example transform"
 
+    def deferrable_decoder(self) -> Any:
+        """For a source that decodes media (``Image``, ``Audio``...) as it reads: a function
+        decoding one example it yielded undecoded after :meth:`defer_decoding`; ``None`` for any
+        other node. A shuffle right above such a source buffers the files and decodes what it
+        yields, as HF decodes after its shuffle."""
+        return None
+
+    def defer_decoding(self, deferred: bool) -> None:
+        """Yield examples undecoded (``True``) or decoded (``False``) from now on; only called
+        on a node whose :meth:`deferrable_decoder` is not ``None``."""
+        raise NotImplementedError(f"'{self.kind}' nodes do not decode")
+
     def single_source(self) -> Node | None:
         """The source at the bottom of a chain of single-input nodes, or ``None`` (several inputs)."""
         return self.children[0].single_source() if len(self.children) == 1 else None

@@ -24,6 +24,15 @@ State: ``{"node", "seed", "epoch", "rng", "rng_pos", "buffer", "draining", "chil
     positions. The examples themselves live beside the state; a resumed pipeline re-reads
     them from the sources before yielding anything. ``last`` is where the last example yielded
     came from (a node above may still hold it after an error: a ``map`` retrying it).
+
+* ``retry`` - only right above a source that decodes media (an ``Image``/``Audio`` column of an
+  Arrow table, :meth:`Node.deferrable_decoder`), in ``"examples"`` and ``"drop"`` modes: the
+  source then yields the files, the buffer holds them (several times smaller than decoded
+  images: they cross to the main process and are saved as such) and each example is decoded as
+  it leaves the buffer, as HF decodes after its shuffle. The examples are the same. ``retry``
+  holds the example whose decoding raised (a resume decodes it again first); empty otherwise.
+  ``None`` in a state saved before this field existed (its buffer holds decoded examples): that
+  pass decodes in the source as then.
 """
 
 from __future__ import annotations
@@ -31,9 +40,10 @@ from __future__ import annotations
 from typing import Iterator
 from zlib import crc32
 
-from ..state import CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, PositionList, copy_example, journaling
-from .base import (Node, as_int, check_bool, check_epoch, check_examples, check_int, check_rng, resolve_seed,
-                   rng_from_seed, rng_from_state, split_seed)
+from ..state import (CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList, PositionList, copy_example,
+                     journaling)
+from .base import (Node, add_context, as_int, check_bool, check_epoch, check_examples, check_int, check_rng,
+                   resolve_seed, rng_from_seed, rng_from_state, split_seed)
 from .replay import DIGEST_MASK, buffer_digest, replay_buffer, require_replay_support, slot_hash
 
 BLOCK = 1024
@@ -49,6 +59,11 @@ def _flatten(buffer: list) -> list | None:
 
 
 BUFFER_STATES = ("examples", "drop", "replay")
+
+
+def _note_decoding_error(e: Exception, how: str) -> None:
+    add_context(e, f"in shuffle: decoding a buffered example as it left the buffer{how}; the state keeps it, so "
+                   "a state taken now decodes it again first")
 
 
 class ShuffleNode(Node):
@@ -85,6 +100,8 @@ class ShuffleNode(Node):
         if self.buffer_state == "replay":
             st["digest"] = 0
             st["last"] = None  # where the last example yielded came from: a node above may still hold it
+        elif self.children[0].deferrable_decoder() is not None:
+            st["retry"] = ExampleList()  # decoding deferred past the buffer (see the module doc)
         return st
 
     def _after_reset(self) -> None:
@@ -104,7 +121,16 @@ class ShuffleNode(Node):
         new._state_dict.update(new._own_state())
         return new
 
+    def validate(self, state, path: str = "state") -> None:
+        if isinstance(state, dict) and "retry" in self._state_dict and "retry" not in state:
+            state = {**state, "retry": None}  # saved before decoding was deferred: its buffer is decoded
+        super().validate(state, path)
+
     def _validate_own(self, state: dict, where: str) -> None:
+        if state.get("retry") is not None:
+            check_examples(state["retry"], where, "retry")
+            if len(state["retry"]) > 1 or not all(isinstance(ex, dict) for ex in state["retry"]):
+                raise ValueError(f"{where}: 'retry' must hold at most one example (an object)")
         check_int(state, "seed", where, hi=2**64 - 1)
         check_epoch(state, where)
         check_rng(state["rng"], where)
@@ -151,12 +177,41 @@ class ShuffleNode(Node):
             st["buffer"] = cls(flat[k:k + CHUNK] for k in range(0, len(flat), CHUNK))
             st["buffer"].owned[:] = b"\x01" * len(st["buffer"])  # fresh chunks
             # its examples count as shared with the loaded state (``born`` starts at -1)
+        if "retry" in st:
+            retry = state.get("retry")
+            st["retry"] = None if retry is None else ExampleList(retry)
         self.seed, self.epoch = st["seed"], st["epoch"]
 
     def _iter(self) -> Iterator[dict]:
         if self.buffer_state == "replay":
             return self._iter_replay()
-        return self._iter_examples()
+        if "retry" not in self._state_dict:
+            return self._iter_examples()
+        deferred = self._state_dict["retry"] is not None
+        self.children[0].defer_decoding(deferred)
+        return self._iter_decoded() if deferred else self._iter_examples()
+
+    def _iter_decoded(self) -> Iterator[dict]:
+        """``_iter_examples`` over undecoded examples, each decoded as it leaves the buffer. If
+        decoding raises, the example stays in ``retry``: a state taken then decodes it again first."""
+        st = self._state_dict
+        decode = self.children[0].deferrable_decoder()
+        if st["retry"]:
+            try:
+                out = decode(copy_example(st["retry"][0]))  # a state copy may share the stored one
+            except Exception as e:
+                _note_decoding_error(e, " (retried from the state)")
+                raise
+            st["retry"] = ExampleList()
+            yield out
+        for ex in self._iter_examples():
+            try:
+                out = decode(ex)
+            except Exception as e:
+                st["retry"] = ExampleList([ex])
+                _note_decoding_error(e, "")
+                raise
+            yield out
 
     def _iter_examples(self) -> Iterator[dict]:
         """The buffer of examples (``"examples"`` and ``"drop"``), held in chunks: example ``i`` is
