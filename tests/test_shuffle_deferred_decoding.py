@@ -217,3 +217,80 @@ def test_through_the_loader_with_workers_and_an_elastic_resume():
     elastic.load_state_dict(ri.loads_state(states[4]))
     rest = [d for b in elastic for d in b]
     assert sorted([d for b in batches[:4] for d in b] + rest) == full
+
+
+# ---------------------------------------------------------------------- data files (Parquet, Arrow IPC)
+# Files whose schema carries HF features (load_dataset's Hub and local files): the source decodes
+# their media columns as HF does, and a shuffle right above it buffers the files.
+
+
+@pytest.fixture(scope="module")
+def image_files(tmp_path_factory):
+    import pyarrow as pa
+
+    d = tmp_path_factory.mktemp("images")
+    paths = {"parquet": [], "arrow": []}
+    for k, part in enumerate((HF.select(range(0, 12)), HF.select(range(12, 30)))):
+        paths["parquet"].append(str(d / f"part{k}.parquet"))
+        part.to_parquet(paths["parquet"][-1])
+        paths["arrow"].append(str(d / f"part{k}.arrow"))
+        table = part.flatten_indices().data.table
+        with pa.ipc.new_file(paths["arrow"][-1], table.schema) as w:
+            w.write_table(table)
+    return paths
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_image_files_are_decoded_as_hf_decodes_them(image_files, fmt):
+    import datasets
+
+    paths = image_files[fmt]
+    theirs = datasets.load_dataset(fmt, data_files=paths, split="train", streaming=True)
+    ours = ri.IterableDataset.from_files(paths, fmt)
+    assert [digest(ex) for ex in ours] == [digest(ex) for ex in theirs]
+    assert [ex["image"] for ex in ours.decode(False)] == [ex["image"] for ex in theirs.decode(False)]
+    assert [digest(ex) for ex in ours.decode(False).decode()] == [digest(ex) for ex in theirs]
+
+
+def files_shuffled(paths, **kw):
+    return ri.IterableDataset.from_parquet(paths).shuffle(seed=5, buffer_size=7, **kw)
+
+
+def test_a_shuffle_above_image_files_buffers_the_files_and_resumes_exactly(image_files):
+    paths = image_files["parquet"]
+    ds = files_shuffled(paths)
+    it = iter(ds)
+    next(it)
+    held = [ex for chunk in ds.state_dict()["state"]["buffer"] for ex in chunk]
+    assert held and all(type(ex["image"]) is dict for ex in held)
+    assert ([digest(ex) for ex in files_shuffled(paths)]
+            == [digest(ex) for ex in files_shuffled(paths, buffer_state="replay")])
+    assert_resumes_exactly(lambda: files_shuffled(paths).map(lambda ex: {"d": digest(ex)},
+                                                             remove_columns=["id", "label", "image"]),
+                           roundtrip=codec_roundtrip, max_cuts=12)
+
+
+@pytest.mark.parametrize("cut", [1, 9])
+def test_a_state_saved_when_files_were_not_decoded_resumes_with_every_image_decoded(image_files, cut):
+    """Before, these sources yielded the files undecoded: such a state's buffer holds files and no
+    ``retry``; the resumed pass decodes them as they leave the buffer (and new rows in the source)."""
+    paths = image_files["parquet"]
+    full = [digest(ex) for ex in files_shuffled(paths)]
+    ds = files_shuffled(paths)
+    it = iter(ds)
+    for _ in range(cut):
+        next(it)
+    state = codec_roundtrip(ds.state_dict())
+    del state["state"]["retry"]
+    resumed = files_shuffled(paths)
+    resumed.load_state_dict(state)
+    assert [digest(ex) for ex in resumed] == full[cut:]
+
+
+def test_replay_and_global_shuffle_over_image_files_decode(image_files):
+    paths = image_files["parquet"]
+    ds = ri.IterableDataset.from_parquet(paths)
+    for shuffled_ds in (ds.shuffle(seed=1, buffer_size=5, buffer_state="replay"), ds.shuffle(seed=1, buffer_size=None)):
+        out = list(shuffled_ds)
+        assert sorted(ex["id"] for ex in out) == list(range(len(HF)))
+        assert {type(ex["image"]).__name__ for ex in out} == {"JpegImageFile"}

@@ -127,7 +127,8 @@ class IterableDataset(_Base):
             if len(found) != 1 or None in found:
                 raise ValueError(f"cannot tell the format of {paths[:3]}...; pass format= one of {FORMATS}")
             format = found.pop()
-        return cls(FileSource(paths, format, reader_kwargs=reader_kwargs), features=file_features(paths[0], format))
+        features = file_features(paths[0], format)
+        return cls(FileSource(paths, format, reader_kwargs=reader_kwargs, features=features), features=features)
 
     @classmethod
     def from_parquet(cls, paths: str | list[str]) -> IterableDataset:
@@ -315,8 +316,8 @@ class IterableDataset(_Base):
 
     def _with_features(self, features: Any) -> IterableDataset:
         node = self._node
-        if isinstance(node, ArrowSource) and sorted(features) == sorted(node.features or {}):
-            # an in-memory/Arrow source decodes its own columns: give it the new features when only
+        if isinstance(node, (ArrowSource, FileSource)) and sorted(features) == sorted(node.features or {}):
+            # a source decodes its own media columns: give it the new features when only
             # the decoding of media columns changes, so no example is decoded and re-encoded
             if decode_only_change(node.features, features):
                 return self._derive(node.with_features(features), features=features, column_names=list(features))

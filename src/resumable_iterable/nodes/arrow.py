@@ -13,25 +13,12 @@ from typing import Any, Iterator
 import numpy as np
 import pyarrow as pa
 
-from .rows import batch_to_rows
 from .source import SourceNode, split_positions
-
-
-def _decoder(features: Any) -> Any:
-    """``features.decode_batch`` when HF ``features`` has a column to decode (media), else ``None``."""
-    if not hasattr(features, "decode_batch"):  # None, or not HF Features
-        return None
-    from datasets.features.features import require_decoding
-
-    return features.decode_batch if any(require_decoding(f) for f in features.values()) else None
 
 
 class ArrowSource(SourceNode):
     kind = "arrow"
     chunk_size = 512  # rows converted at a time: as fast as larger chunks, less memory in flight
-    #: the rows read in order are yielded undecoded (set by a shuffle above: ``defer_decoding``);
-    #: random access (replay, global shuffle) always decodes
-    deferred = False
 
     def __init__(self, table: pa.Table, num_shards: int = 1, indices: pa.Array | None = None,
                  features: Any = None, shard_ids: list[int] | None = None):
@@ -39,7 +26,6 @@ class ArrowSource(SourceNode):
             raise ValueError(f"num_shards must be a positive integer, got {num_shards!r}")
         self.table = table
         self.indices = indices
-        self.features = features
         n = len(indices) if indices is not None else table.num_rows
         if num_shards > max(n, 1):
             raise ValueError(f"num_shards={num_shards} is larger than the number of rows ({n})")
@@ -48,8 +34,8 @@ class ArrowSource(SourceNode):
         for i in range(num_shards):
             pos = split_positions(n, num_shards, i, contiguous=True)
             self.bounds.append((pos[0], pos[-1] + 1) if pos else (0, 0))
-        self._decode = _decoder(features)
         super().__init__(num_shards, shard_ids)
+        self.set_features(features)
 
     @classmethod
     def from_hf(cls, dataset: Any, num_shards: int = 1) -> ArrowSource:
@@ -61,13 +47,6 @@ class ArrowSource(SourceNode):
             indices = idx.column(0).combine_chunks()
         return cls(table, num_shards=num_shards, indices=indices, features=dataset.features)
 
-    def with_features(self, features: Any) -> ArrowSource:
-        """The same rows and shards, decoded with other HF ``features`` (e.g. ``Image(decode=False)``)."""
-        new = self.clone()
-        new.features = features
-        new._decode = _decoder(features)
-        return new
-
     def params(self) -> dict:
         return {**super().params(), "num_rows": self.num_rows, "columns": list(self.table.column_names)}
 
@@ -75,29 +54,11 @@ class ArrowSource(SourceNode):
         a, b = self.bounds[shard_id]
         return b - a
 
-    def _to_rows(self, part: pa.Table, decode: bool = True) -> list[dict]:
-        # column by column (one C-level ``to_pylist`` each), then rows built column by column:
-        # faster than ``Table.to_pylist``, which indexes ``pydict[column][row]`` for every cell
-        batch = part.to_pydict()
-        if decode and self._decode is not None:
-            batch = self._decode(batch)
-        return batch_to_rows(batch, part.num_rows)
-
     def _read(self, start: int, n: int) -> list[dict]:
         decode = not self.deferred
         if self.indices is None:
-            return self._to_rows(self.table.slice(start, n), decode)
-        return self._to_rows(self.table.take(self.indices.slice(start, n)), decode)
-
-    def deferrable_decoder(self) -> Any:
-        return None if self._decode is None else self._decode_row
-
-    def defer_decoding(self, deferred: bool) -> None:
-        self.deferred = bool(deferred)
-
-    def _decode_row(self, row: dict) -> dict:
-        """A row read undecoded, decoded as ``_to_rows`` decodes (a new dict, the same values)."""
-        return {k: v[0] for k, v in self._decode({k: [v] for k, v in row.items()}).items()}
+            return self.rows_of(self.table.slice(start, n), decode)
+        return self.rows_of(self.table.take(self.indices.slice(start, n)), decode)
 
     def _iter_shard(self, shard_id: int, st: dict) -> Iterator[dict]:
         start, end = self.bounds[shard_id]
@@ -117,7 +78,7 @@ class ArrowSource(SourceNode):
         """The rows at positions ``idx`` of this source's row order (before the indices mapping)."""
         if self.indices is not None:
             idx = self.indices.take(idx)
-        return self._to_rows(self.table.take(idx))
+        return self.rows_of(self.table.take(idx))
 
     def read_rows(self, shard_id: int, rows: list[int]) -> list[dict]:
         """Random access to rows of a shard (for replaying examples from their positions)."""

@@ -40,7 +40,7 @@ class FileSource(SourceNode):
     batch_rows = 1024
 
     def __init__(self, paths: list[str], format: str, shard_ids: list[int] | None = None,
-                 reader_kwargs: dict | None = None):
+                 reader_kwargs: dict | None = None, features: Any = None):
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
         paths = [os.fspath(p) for p in paths]
@@ -53,6 +53,7 @@ class FileSource(SourceNode):
         self.reader_kwargs = dict(reader_kwargs or {})
         self._lengths: dict[int, int] = {}
         super().__init__(len(paths), shard_ids)
+        self.set_features(features)  # media columns (Image, Audio...) are decoded as read, as HF does
 
     def params(self) -> dict:
         return {**super().params(), "format": self.format}
@@ -150,8 +151,9 @@ class FileSource(SourceNode):
             )
 
     def _iter_shard(self, shard_id: int, st: dict) -> Iterator[dict]:
+        media = self.decode_batch is not None
         for batch in self._batches(shard_id, st["offset"]):
-            for row in batch.to_pylist():
+            for row in (self.rows_of(batch, not self.deferred) if media else batch.to_pylist()):
                 st["offset"] += 1
                 yield row
 
@@ -162,14 +164,10 @@ class FileSource(SourceNode):
             table = pq.read_table(self.paths[shard_id])
         else:
             table = self._table(shard_id)
-        return table.take(pa.array(rows, type=pa.int64())).to_pylist()
+        return self.rows_of(table.take(pa.array(rows, type=pa.int64())))
 
     def shard_label(self, sid: int) -> str:
         return f"{self.kind} source shard {sid} (file {self.paths[sid]!r})"
-
-    @property
-    def features(self) -> Any:
-        return None
 
     # ------------------------------------------------------------------ random access (global shuffle)
     def random_access_problem(self) -> str | None:
@@ -227,7 +225,7 @@ class FileSource(SourceNode):
         if not parts:
             return []
         taken = parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="default")
-        examples = taken.to_pylist()
+        examples = self.rows_of(taken)
         if len(parts) == 1 or bool(np.all(order[:-1] < order[1:])):
             return examples
         out: list = [None] * len(examples)

@@ -31,6 +31,17 @@ import pyarrow as pa
 
 from .base import Node, as_int, check_int, rng_from_seed
 from .replay import MAX_INT, check_list
+from .rows import batch_to_rows
+
+
+def media_decoder(features: Any) -> Any:
+    """``features.decode_batch`` when HF ``features`` has a column to decode (``Image``, ``Audio``,
+    ``Video``...), else ``None``."""
+    if not hasattr(features, "decode_batch"):  # None, or not HF Features
+        return None
+    from datasets.features.features import require_decoding
+
+    return features.decode_batch if any(require_decoding(f) for f in features.values()) else None
 
 
 def split_positions(n: int, num_shards: int, index: int, contiguous: bool) -> range:
@@ -44,6 +55,13 @@ def split_positions(n: int, num_shards: int, index: int, contiguous: bool) -> ra
         start = div * index + min(index, mod)
         return range(start, start + div + (1 if index < mod else 0))
     return range(index, n, num_shards)
+
+
+def _encoded(value: Any) -> bool:
+    """Whether a media value read from a state is still a file (decoded ones are objects)."""
+    if isinstance(value, list):
+        return any(_encoded(v) for v in value[:1])
+    return isinstance(value, (dict, str))
 
 
 @functools.lru_cache(maxsize=64)
@@ -63,6 +81,12 @@ class SourceNode(Node):
     #: set on the sources of a pipeline whose shard order a ``shuffle`` above sets (copied along
     #: by ``clone`` and ``shard``); their states must then hold a shard seed, the others none
     shards_shuffled = False
+    #: HF ``features`` of the rows (``None``: unknown), and their media decoder (``media_decoder``)
+    features: Any = None
+    decode_batch: Any = None
+    #: rows read in order are yielded undecoded (set by a shuffle right above: ``defer_decoding``);
+    #: random access (replay, global shuffle) always decodes
+    deferred = False
 
     def __init__(self, total_shards: int, shard_ids: list[int] | None = None):
         self.total_shards = total_shards
@@ -135,6 +159,49 @@ class SourceNode(Node):
 
     def params(self) -> dict:
         return {"total_shards": self.total_shards, "shard_ids": list(self.shard_ids)}
+
+    # -- media columns: decoded as they are read, as HF does, or after a shuffle right above
+    def set_features(self, features: Any) -> None:
+        """The HF ``features`` of the rows, which say the media columns to decode (not a parameter:
+        the fingerprint and the state do not change)."""
+        self.features = features
+        self.decode_batch = media_decoder(features)
+
+    def with_features(self, features: Any) -> SourceNode:
+        """The same rows and shards, decoded with other HF ``features`` (e.g. ``Image(decode=False)``)."""
+        new = self.clone()
+        new.set_features(features)
+        return new
+
+    def rows_of(self, part: Any, decode: bool = True) -> list[dict]:
+        """The rows of an Arrow table or record batch, media decoded unless ``decode`` is false:
+        column by column (one C-level ``to_pylist`` each), then rows built column by column
+        (faster than ``to_pylist``, which indexes ``pydict[column][row]`` for every cell)."""
+        batch = part.to_pydict()
+        if decode and self.decode_batch is not None:
+            batch = self.decode_batch(batch)
+        return batch_to_rows(batch, part.num_rows)
+
+    def deferrable_decoder(self) -> Any:
+        return None if self.decode_batch is None else self.decode_row
+
+    def defer_decoding(self, deferred: bool) -> None:
+        self.deferred = bool(deferred)
+
+    def decode_row(self, row: dict) -> dict:
+        """A row read undecoded, decoded as :meth:`rows_of` decodes (a new dict, the same values)."""
+        return {k: v[0] for k, v in self.decode_batch({k: [v] for k, v in row.items()}).items()}
+
+    def decode_row_if_encoded(self, row: dict) -> dict:
+        """:meth:`decode_row` for a row that may be decoded already (read from a state saved before
+        decoding was deferred): its media columns hold files (``{"bytes", "path"}`` dicts, paths,
+        lists of those) when encoded, decoded objects (a PIL image, a decoder) otherwise."""
+        from datasets.features.features import require_decoding
+
+        media = [k for k, f in self.features.items() if k in row and require_decoding(f)]
+        if not any(_encoded(row[k]) for k in media):
+            return row
+        return self.decode_row(row)
 
     def shard_length(self, shard_id: int) -> int | None:
         """Rows in a shard, or ``None`` when unknown before reading it."""
