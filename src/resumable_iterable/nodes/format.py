@@ -48,7 +48,6 @@ def check_format(type: str | None, format_kwargs: dict) -> str | None:
     return name
 
 
-
 _HF_INPUT = {"numpy": "numpy arrays", "torch": "torch tensors", "jax": "jax arrays", "tensorflow": "tf tensors",
              "tf": "tf tensors", "arrow": "a pyarrow Table", "pandas": "a pandas DataFrame",
              "polars": "a polars DataFrame"}
@@ -62,6 +61,7 @@ def unformatted_input_note(op: str, format_type: str) -> str:
     return (f"{op}() after with_format({format_type!r}): the function receives Python objects (a dict of lists "
             f"when batched), not {got} as HF datasets gives it; call with_format() after {op}(), or convert "
             "inside the function")
+
 
 # ---------------------------------------------------------------------- column-wise numpy / torch batches
 # HF's ``format_batch`` costs about a millisecond per batch whatever its size (it walks every value

@@ -26,13 +26,13 @@ State: ``{"node", "seed", "epoch", "rng", "rng_pos", "buffer", "draining", "chil
     came from (a node above may still hold it after an error: a ``map`` retrying it).
 
 * ``retry`` - only right above a source that decodes media (an ``Image``/``Audio`` column of an
-  Arrow table, :meth:`Node.deferrable_decoder`), in ``"examples"`` and ``"drop"`` modes: the
+  Arrow table or data files, :meth:`Node.deferrable_decoder`), in ``"examples"`` and ``"drop"`` modes: the
   source then yields the files, the buffer holds them (several times smaller than decoded
   images: they cross to the main process and are saved as such) and each example is decoded as
   it leaves the buffer, as HF decodes after its shuffle. The examples are the same. ``retry``
   holds the example whose decoding raised (a resume decodes it again first); empty otherwise.
-  ``None`` in a state saved before this field existed (its buffer holds decoded examples): that
-  pass decodes in the source as then.
+  ``None`` in a state saved before this field existed: that pass decodes in the source as then,
+  and a buffered example still holding files (data files were not decoded then) as it leaves.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class ShuffleNode(Node):
 
     def validate(self, state, path: str = "state") -> None:
         if isinstance(state, dict) and "retry" in self._state_dict and "retry" not in state:
-            state = {**state, "retry": None}  # saved before decoding was deferred: its buffer is decoded
+            state = {**state, "retry": None}  # saved before decoding was deferred (see the module doc)
         super().validate(state, path)
 
     def _validate_own(self, state: dict, where: str) -> None:

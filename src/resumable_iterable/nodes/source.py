@@ -84,6 +84,7 @@ class SourceNode(Node):
     #: HF ``features`` of the rows (``None``: unknown), and their media decoder (``media_decoder``)
     features: Any = None
     decode_batch: Any = None
+    media_columns: list = []
     #: rows read in order are yielded undecoded (set by a shuffle right above: ``defer_decoding``);
     #: random access (replay, global shuffle) always decodes
     deferred = False
@@ -166,6 +167,10 @@ class SourceNode(Node):
         the fingerprint and the state do not change)."""
         self.features = features
         self.decode_batch = media_decoder(features)
+        if self.decode_batch is not None:
+            from datasets.features.features import require_decoding
+
+            self.media_columns = [k for k, f in features.items() if require_decoding(f)]
 
     def with_features(self, features: Any) -> SourceNode:
         """The same rows and shards, decoded with other HF ``features`` (e.g. ``Image(decode=False)``)."""
@@ -196,10 +201,7 @@ class SourceNode(Node):
         """:meth:`decode_row` for a row that may be decoded already (read from a state saved before
         decoding was deferred): its media columns hold files (``{"bytes", "path"}`` dicts, paths,
         lists of those) when encoded, decoded objects (a PIL image, a decoder) otherwise."""
-        from datasets.features.features import require_decoding
-
-        media = [k for k, f in self.features.items() if k in row and require_decoding(f)]
-        if not any(_encoded(row[k]) for k in media):
+        if not any(_encoded(row.get(k)) for k in self.media_columns):
             return row
         return self.decode_row(row)
 
