@@ -75,6 +75,23 @@ class ColumnsNode(Node):
                         raise self._missing(ex, c)
                 yield {cols.get(k, k): v for k, v in ex.items()}
 
+    # -- capabilities: media decoding deferred past a shuffle above passes through (see shuffle.py)
+    def deferrable_decoder(self, tolerant: bool = False):
+        decode = self.children[0].deferrable_decoder(tolerant)
+        if decode is None or self.op != "rename":
+            return decode  # selected or remaining columns decode under their own names
+        cols = self.columns
+        back = {new: old for old, new in cols.items()}
+
+        def decode_renamed(ex: dict) -> dict:
+            out = decode({back.get(k, k): v for k, v in ex.items()})
+            return {cols.get(k, k): v for k, v in out.items()}
+
+        return decode_renamed
+
+    def defer_decoding(self, deferred: bool) -> None:
+        self.children[0].defer_decoding(deferred)
+
     def rename_map(self, names: list[str] | None) -> list[str] | None:
         """Column names after this operation, given the names before (``None`` if unknown)."""
         if names is None:

@@ -26,7 +26,8 @@ State: ``{"node", "seed", "epoch", "rng", "rng_pos", "buffer", "draining", "chil
     came from (a node above may still hold it after an error: a ``map`` retrying it).
 
 * ``retry`` - only right above a source that decodes media (an ``Image``/``Audio`` column of an
-  Arrow table or data files, :meth:`Node.deferrable_decoder`), in ``"examples"`` and ``"drop"`` modes: the
+  Arrow table or data files, :meth:`Node.deferrable_decoder`; column operations in between pass
+  it through), in ``"examples"`` and ``"drop"`` modes: the
   source then yields the files, the buffer holds them (several times smaller than decoded
   images: they cross to the main process and are saved as such) and each example is decoded as
   it leaves the buffer, as HF decodes after its shuffle. The examples are the same. ``retry``
@@ -198,7 +199,7 @@ class ShuffleNode(Node):
         buffered example still encoded (a source that did not decode then) is decoded here."""
         st = self._state_dict
         if not deferred:
-            decode = self.children[0].decode_row_if_encoded
+            decode = self.children[0].deferrable_decoder(tolerant=True)
             for ex in self._iter_examples():
                 yield decode(ex)
             return
