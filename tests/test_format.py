@@ -20,7 +20,7 @@ from datasets import Dataset
 from datasets import IterableDataset as HFIterable
 
 import resumable_iterable as ri
-from harness import assert_resumes_exactly, json_roundtrip
+from harness import assert_resumes_exactly, codec_roundtrip, json_roundtrip
 from resumable_iterable.nodes.arrow import ArrowSource
 from resumable_iterable.nodes.arrow_batches import ArrowBatchesNode
 from resumable_iterable.nodes.columns import ColumnsNode
@@ -203,7 +203,6 @@ def test_column_wise_batches_resume_exactly_with_indices_columns_and_files(tmp_p
     assert_resumes_exactly(lambda: Presented(ri.IterableDataset.from_parquet(paths).with_format("arrow"), 3))
 
 
-@pytest.mark.filterwarnings(r"ignore:map\(\) after with_format")  # what it warns of is tested below
 def test_python_path_resumes_exactly():
     """Pipelines that are not Arrow-backed (map, shuffle, generator) are batched row by row, then formatted."""
     assert_resumes_exactly(lambda: Presented(
@@ -232,7 +231,6 @@ def test_format_does_not_change_states_or_fingerprints():
     assert [r["i"] for r in rows] == list(range(8, 13))
 
 
-@pytest.mark.filterwarnings(r"ignore:map\(\) after with_format")  # what it warns of is tested below
 def test_format_is_kept_by_chaining_and_split_by_node():
     ds = arrow_ds("np")
     assert ds.format == {"type": "numpy", "format_kwargs": {}}
@@ -471,58 +469,109 @@ def _rows(n):
 
 
 # ---------------------------------------------------------------------- map / filter after with_format
-# HF gives a function added after with_format the formatted values; ours receives Python objects.
-# Code written for HF's arrays may run on lists without failing (batch["x"] * 2 repeats a list), so
-# the call warns, and any error of the function says what it received.
+# As in HF, a function given to map/filter after with_format receives formatted values: numpy
+# arrays, torch tensors, a pyarrow Table, a pandas DataFrame (nodes/formatted_calls.py).
+
+TYPES = {"numpy": np.ndarray, "torch": torch.Tensor, "arrow": pa.Table, "pandas": pd.DataFrame}
 
 
-@pytest.mark.parametrize("fmt, named", [("numpy", "numpy arrays"), ("torch", "torch tensors"),
-                                        ("arrow", "a pyarrow Table"), ("pandas", "a pandas DataFrame")])
-@pytest.mark.parametrize("op", ["map", "filter"])
-def test_map_or_filter_after_with_format_warns_what_the_function_receives(fmt, named, op):
+def _double_i(fmt):
+    def fn(b):
+        if fmt == "arrow":
+            import pyarrow.compute as pc
+
+            return b.append_column("i2", pc.multiply(b["i"], 2))
+        if fmt == "pandas":
+            return b.assign(i2=b["i"] * 2)
+        return {"i2": b["i"] * 2}  # doubles an array (on a list it would repeat it)
+    return fn
+
+
+@pytest.mark.parametrize("fmt", list(TYPES))
+@pytest.mark.parametrize("batched", [True, False])
+def test_map_after_with_format_receives_formatted_values_as_hf(fmt, batched):
     seen = []
 
-    def fn(batch):
-        seen.append(type(batch["i"]))
-        return {} if op == "map" else [True] * len(batch["i"])
+    def fn(b):
+        seen.append(type(b) if fmt in ("arrow", "pandas") else type(b["i"]))
+        return _double_i(fmt)(b)
 
-    ds = ri.to_iterable_dataset(HF, num_shards=2).with_format(fmt)
-    with pytest.warns(UserWarning, match=rf"{op}\(\) after with_format\('{fmt}'\).*not {named}"):
-        out = getattr(ds, op)(fn, batched=True, batch_size=4)
-    assert len(list(out)) == len(ROWS)
-    assert seen and set(seen) == {list}  # what the warning says
-
-
-@pytest.mark.parametrize("op", ["map", "filter"])
-def test_map_or_filter_before_with_format_or_unformatted_does_not_warn(op, recwarn):
-    ds = ri.to_iterable_dataset(HF, num_shards=2)
-    getattr(ds, op)(lambda ex: ex if op == "map" else True).with_format("numpy")
-    getattr(ds.with_format("numpy").with_format(None), op)(lambda ex: ex if op == "map" else True)
-    # nor does add_column, a map of our own
-    added = ds.with_format("numpy").add_column("k", list(range(len(ROWS))))
-    assert [int(ex["k"]) for ex in added] == list(range(len(ROWS)))
-    assert not [w for w in recwarn if "with_format" in str(w.message)]
+    ours = ri.to_iterable_dataset(HF, num_shards=2).with_format(fmt).map(fn, batched=batched, batch_size=4)
+    theirs = HF.to_iterable_dataset(num_shards=2).with_format(fmt).map(_double_i(fmt), batched=batched, batch_size=4)
+    got = [(int(ex["i"]), int(ex["i2"])) for ex in ours.with_format(None)]
+    assert got == [(int(ex["i"]), int(ex["i2"])) for ex in theirs.with_format(None)]
+    assert got == [(i, 2 * i) for i in range(len(ROWS))]
+    scalar = {np.int64} if fmt == "numpy" and not batched else set()  # HF tensorizes an example's int so
+    assert seen and set(seen) <= {TYPES[fmt]} | scalar
 
 
-def _append_column(t):
-    import pyarrow.compute as pc
+@pytest.mark.parametrize("fmt", list(TYPES))
+def test_filter_after_with_format_receives_formatted_values_as_hf(fmt):
+    def odd(b):
+        assert isinstance(b if fmt in ("arrow", "pandas") else b["i"], TYPES[fmt])
+        i = b["i"]
+        if fmt == "arrow":
+            import pyarrow.compute as pc
 
-    return t.append_column("i+1", pc.add(t["i"], 1))
+            return pc.equal(pc.bit_wise_and(i, 1), 1)
+        return i % 2 == 1
+
+    ours = ri.to_iterable_dataset(HF, num_shards=2).with_format(fmt).filter(odd, batched=True, batch_size=4)
+    theirs = HF.to_iterable_dataset(num_shards=2).with_format(fmt).filter(odd, batched=True, batch_size=4)
+    assert [int(ex["i"]) for ex in ours.with_format(None)] == [int(ex["i"]) for ex in theirs.with_format(None)]
+    assert [int(ex["i"]) for ex in ours.with_format(None)] == [i for i in range(len(ROWS)) if i % 2]
 
 
-def test_error_of_a_function_after_with_format_says_what_it_received():
-    """HF's own example (docs, use_with_pyarrow): a table function fails on our dicts, and the error
-    says why; the note survives pickling the dataset and is not part of the fingerprint."""
-    import pickle
+def _grow(t):
+    """A table map changing the number of rows: its output replaces the batch (as HF)."""
+    return pa.table({"i": [v for v in t["i"].to_pylist() for _ in range(1 + v % 2)]})
 
-    add_col = _append_column
-    with pytest.warns(UserWarning):
-        ds = ri.to_iterable_dataset(HF, num_shards=2).with_format("arrow").map(add_col, batched=True)
-    for d in (ds, pickle.loads(pickle.dumps(ds))):
-        with pytest.raises(AttributeError) as info:
-            list(d)
-        notes = " ".join(getattr(info.value, "__notes__", []))
-        assert "in map(" in notes and "not a pyarrow Table as HF datasets gives it" in notes
-    # the note is not a parameter: the same pipeline without the format has the same fingerprint
-    plain = ri.to_iterable_dataset(HF, num_shards=2).map(add_col, batched=True)
-    assert plain.state_dict()["fingerprint"] == ds.state_dict()["fingerprint"]
+
+FORMATTED_PIPELINES = {
+    "numpy_batched": lambda: ri.to_iterable_dataset(HF, num_shards=3).with_format("numpy").map(
+        _double_i("numpy"), batched=True, batch_size=4),
+    "torch_per_example": lambda: ri.to_iterable_dataset(HF, num_shards=3).with_format("torch").map(
+        lambda ex: {"i2": ex["i"] * 2, "v2": ex["v"] + 1}),
+    "arrow_rows_change": lambda: ri.to_iterable_dataset(HF, num_shards=3).with_format("arrow").map(
+        _grow, batched=True, batch_size=5, remove_columns=["i"]),
+    "pandas_filter_then_shuffle": lambda: ri.to_iterable_dataset(HF, num_shards=3).with_format("pandas").filter(
+        lambda df: df["i"] % 3 != 0).shuffle(seed=1, buffer_size=4),
+}
+
+
+@pytest.mark.parametrize("name", list(FORMATTED_PIPELINES))
+def test_formatted_functions_resume_exactly(name):
+    def build():
+        return FORMATTED_PIPELINES[name]().with_format(None)
+
+    assert assert_resumes_exactly(build, roundtrip=codec_roundtrip)  # JSON text (numpy values tagged)
+
+
+def test_formatted_functions_through_dataloader_workers():
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def build():
+        return ri.to_iterable_dataset(HF, num_shards=4).with_format("numpy").map(
+            _double_i("numpy"), batched=True, batch_size=3).with_format("torch")
+
+    got = sorted((int(b["i"]), int(b["i2"])) for b in StatefulDataLoader(build(), batch_size=None, num_workers=2))
+    assert got == [(i, 2 * i) for i in range(len(ROWS))]
+
+
+def test_an_async_function_after_with_format_is_refused():
+    async def fn(ex):
+        return ex
+
+    with pytest.raises(TypeError, match="not an async one"):
+        ri.to_iterable_dataset(HF).with_format("numpy").map(fn)
+
+
+def test_a_table_map_must_return_a_table():
+    ds = ri.to_iterable_dataset(HF).with_format("arrow").map(lambda t: {"x": [1] * len(t)}, batched=True)
+    with pytest.raises(TypeError, match="return a pyarrow.Table"):
+        list(ds)
+
+
+def test_add_column_after_with_format_is_not_a_formatted_function():
+    ds = ri.to_iterable_dataset(HF, num_shards=2).with_format("numpy").add_column("k", list(range(len(ROWS))))
+    assert [int(ex["k"]) for ex in ds] == list(range(len(ROWS)))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import os
-import warnings
 from typing import Any, Callable, Iterator
 
 from . import state as _state
@@ -200,34 +199,49 @@ class IterableDataset(_Base):
     def map(self, function: Callable | None = None, with_indices: bool = False, input_columns: Any = None,
             batched: bool = False, batch_size: int | None = 1000, drop_last_batch: bool = False,
             remove_columns: Any = None, features: Any = None, fn_kwargs: dict | None = None) -> IterableDataset:
-        """Apply ``function`` to each example (or each batch with ``batched=True``)."""
+        """Apply ``function`` to each example (or each batch with ``batched=True``). After
+        ``with_format``, it receives formatted values, as in HF (see ``nodes/formatted_calls.py``)."""
         if batched:
             batch_size = as_int(batch_size, "batch_size", lo=None, none_ok=True)
+        function, batched, batch_size, replace = self._formatted_call(function, "map", batched, batch_size,
+                                                                      input_columns)
         node = MapNode(self._node.clone(), function, batched=batched, batch_size=batch_size,
                        with_indices=with_indices, input_columns=input_columns, remove_columns=remove_columns,
-                       fn_kwargs=fn_kwargs, drop_last_batch=drop_last_batch, input_note=self._input_note("map"))
+                       fn_kwargs=fn_kwargs, drop_last_batch=drop_last_batch, replace_input=replace)
         return self._derive(node, features=features, column_names=None)
 
     def filter(self, function: Callable | None = None, with_indices: bool = False, input_columns: Any = None,
                batched: bool = False, batch_size: int | None = 1000, fn_kwargs: dict | None = None) -> IterableDataset:
-        """Keep the examples for which ``function`` returns true."""
+        """Keep the examples for which ``function`` returns true. After ``with_format``, it
+        receives formatted values, as in HF (see ``nodes/formatted_calls.py``)."""
         if batched:
             batch_size = as_int(batch_size, "batch_size", lo=None, none_ok=True)
+        function, batched, batch_size, _ = self._formatted_call(function, "filter", batched, batch_size,
+                                                                input_columns)
         node = FilterNode(self._node.clone(), function, batched=batched, batch_size=batch_size,
-                          with_indices=with_indices, input_columns=input_columns, fn_kwargs=fn_kwargs,
-                          input_note=self._input_note("filter"))
+                          with_indices=with_indices, input_columns=input_columns, fn_kwargs=fn_kwargs)
         return self._derive(node, features=self._features)
 
-    def _input_note(self, op: str) -> str | None:
-        """After ``with_format``, a warning now and a note to any error of the function: it receives
-        Python objects, where HF gives it formatted values."""
-        if self._format is None:
-            return None
-        from .nodes.format import unformatted_input_note
+    def _formatted_call(self, function: Any, kind: str, batched: bool, batch_size: Any, input_columns: Any) -> tuple:
+        """``(function, batched, batch_size, replace_input)`` for a map/filter node: after
+        ``with_format``, the function wrapped to receive formatted values; a table format runs it
+        batched (one row at a time when ``batched=False``), its output replacing the batch."""
+        if self._format is None or function is None:
+            return function, batched, batch_size, False
+        from .nodes.arrow_batches import chain_schema
+        from .nodes.formatted_calls import TABLE_FORMATS, FormattedCall
+        from .nodes.map import is_async_function
 
-        note = unformatted_input_note(op, self._format[0])
-        warnings.warn(note, UserWarning, stacklevel=3)
-        return note
+        name, kwargs = self._format
+        if is_async_function(function):
+            raise TypeError(f"{kind}() after with_format({name!r}) takes a plain function, not an async one: "
+                            f"call with_format() after {kind}()")
+        columns = [input_columns] if isinstance(input_columns, str) else (
+            list(input_columns) if input_columns else None)
+        wrapped = FormattedCall(function, name, kwargs, kind, bool(batched), columns, chain_schema(self._node))
+        if name in TABLE_FORMATS:
+            return wrapped, True, batch_size if batched else 1, kind == "map"
+        return wrapped, batched, batch_size, False
 
     def _columns(self, op: str, columns: Any) -> IterableDataset:
         node = ColumnsNode(self._node.clone(), op, columns)
@@ -422,7 +436,7 @@ class IterableDataset(_Base):
         return self._derive(PrefetchNode(self._node.clone(), n), features=self._features)
 
     # ------------------------------------------------------------------ formats and batched iteration
-    _format: tuple | None = None  # (format type, format kwargs) set by with_format; presentation only
+    _format: tuple | None = None  # (format type, format kwargs) set by with_format; owns no state
 
     def with_format(self, type: str | None = None, **format_kwargs: Any) -> IterableDataset:
         """The same dataset yielding examples (and batches) in format ``type``, as HF ``with_format``:
@@ -430,10 +444,10 @@ class IterableDataset(_Base):
         ``"pandas"``/``"pd"`` (also ``"polars"``, ``"tensorflow"``, ``"jax"`` when installed).
         ``format_kwargs`` go to the formatter (e.g. ``dtype=torch.float16`` for torch).
 
-        A format is presentation only: states, fingerprints and resumption are the same in every
-        format. Functions given to ``map``/``filter`` always receive Python objects (HF gives them
-        formatted values): ``map``/``filter`` called after ``with_format`` warn of it, and their
-        function's errors carry a note saying what it received.
+        A format does not change the state: the examples between nodes stay Python dicts, and
+        states, fingerprints and resumption are the same in every format. As in HF, functions
+        given to ``map``/``filter`` after ``with_format`` receive formatted values
+        (``nodes/formatted_calls.py``).
         """
         from .nodes.format import check_format
 

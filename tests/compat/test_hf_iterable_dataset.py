@@ -48,8 +48,7 @@ from hf_helpers import (
     tables_ds,
 )
 
-# map/filter after with_format is HF usage these ports keep; test_format.py tests what it warns of
-pytestmark = [pytest.mark.compat, pytest.mark.filterwarnings(r"ignore:(map|filter)\(\) after with_format")]
+pytestmark = pytest.mark.compat
 
 # ---------------------------------------------------------------------------- cause groups
 # Every xfail names one of these (docs/compat.md lists them with the cases).
@@ -62,9 +61,6 @@ NO_INFERENCE = ("deliberate difference: building an interleave/concatenation rea
                 "code), so unknown features stay unknown: no None-filling of missing columns, no features, no "
                 "duplicate-column check at the call; call resolve_features() on the inputs for HF's behaviour "
                 "(the resolve=True case)")
-FORMATTED_MAP = ("deliberate difference (documented in with_format): map/filter functions receive Python objects in "
-                 "every format; HF gives them the formatted example or batch (a pyarrow Table, a DataFrame, numpy "
-                 "arrays)")
 BUFFER_SHARDS_DEFAULT = ("deliberate difference: shuffle(max_buffer_input_shards=) defaults to 1 (HF: 10), so by "
                          "default the buffer is fed by one input shard at a time; the explicit_10 case passes")
 WORKER_DRAWS = ("deliberate difference: other random draws. HF's assertion (no run of num_workers consecutive examples "
@@ -782,7 +778,6 @@ def _rows(ds):
     return [row for t in ds for row in t.to_pylist()]
 
 
-@xfail(FORMATTED_MAP)
 @pytest.mark.parametrize("source", ["examples", "arrow"])
 @pytest.mark.parametrize("n, func, batched, batch_size", _ARROW_MAP_CASES)
 def test_mapped_examples_iterable_arrow_format(n, func, batched, batch_size, source):
@@ -797,12 +792,10 @@ def test_mapped_examples_iterable_arrow_format(n, func, batched, batch_size, sou
 
 
 @pytest.mark.parametrize("n, func, batched, batch_size", _ARROW_MAP_CASES)
-def test_mapped_examples_iterable_drop_last_batch_and_arrow_format(n, func, batched, batch_size, request):
+def test_mapped_examples_iterable_drop_last_batch_and_arrow_format(n, func, batched, batch_size):
     ds = examples_ds(n=n).with_format("arrow").map(func, batched=batched, batch_size=batch_size,
                                                    drop_last_batch=True)
     expected = _arrow_expected(all_examples(n=n), func, batched, batch_size, drop_last=True)
-    if expected:  # (else drop_last_batch leaves no batch: the function is never called)
-        request.applymarker(xfail(FORMATTED_MAP))
     if expected:
         assert _rows(ds) == expected
     else:
@@ -810,7 +803,6 @@ def test_mapped_examples_iterable_drop_last_batch_and_arrow_format(n, func, batc
             _first(ds)
 
 
-@xfail(FORMATTED_MAP)
 @pytest.mark.parametrize(
     "n, func, batched, batch_size",
     [
@@ -830,7 +822,6 @@ def test_mapped_examples_iterable_with_indices_and_arrow_format(n, func, batched
     assert_resumes(build)
 
 
-@xfail(FORMATTED_MAP)
 @pytest.mark.parametrize(
     "n, func, batched, batch_size, remove_columns",
     [
@@ -858,7 +849,6 @@ def test_mapped_examples_iterable_remove_columns_arrow_format(n, func, batched, 
     assert_resumes(build)
 
 
-@xfail(FORMATTED_MAP)
 @pytest.mark.parametrize(
     "n, func, batched, batch_size, fn_kwargs",
     [
@@ -880,7 +870,6 @@ def test_mapped_examples_iterable_fn_kwargs_and_arrow_format(n, func, batched, b
     assert_resumes(build)
 
 
-@xfail(FORMATTED_MAP)
 @pytest.mark.parametrize(
     "n, func, batched, batch_size, input_columns",
     [
@@ -2162,7 +2151,6 @@ def test_map_array_are_not_converted_back_to_lists(dataset):
     assert isinstance(example["array"], np.ndarray)
 
 
-@xfail(FORMATTED_MAP)
 def test_formatted_map(dataset):
     dataset = dataset.with_format("np")
     assert isinstance(next(dataset.iter(batch_size=3))["id"], np.ndarray)
@@ -2186,7 +2174,6 @@ def test_format_from_arrow():
     pass
 
 
-@xfail(FORMATTED_MAP)
 def test_format_arrow(dataset):
     ds = dataset.with_format("arrow")
     assert isinstance(next(iter(ds)), pa.Table)
@@ -2199,7 +2186,6 @@ def test_format_arrow(dataset):
     assert next(iter(ds)) == {**next(iter(dataset)), "new_col": 0, "new_col_batched": 1}
 
 
-@xfail(FORMATTED_MAP)
 def test_format_pandas(dataset):
     ds = dataset.with_format("pandas")
     assert isinstance(next(iter(ds)), pd.DataFrame)

@@ -18,13 +18,12 @@ class FilterNode(MapNode):
     kind = "filter"
 
     def __init__(self, child: Node, function: Callable | None, *, batched: bool = False, batch_size: int | None = 1000,
-                 with_indices: bool = False, input_columns: list[str] | None = None, fn_kwargs: dict | None = None,
-                 input_note: str | None = None):
+                 with_indices: bool = False, input_columns: list[str] | None = None, fn_kwargs: dict | None = None):
         if function is None:  # keep everything, as HF does
             function = _keep_batch if batched else _keep_example
         super().__init__(child, function, batched=batched,
                          batch_size=batch_size, with_indices=with_indices, input_columns=input_columns,
-                         fn_kwargs=fn_kwargs, input_note=input_note)
+                         fn_kwargs=fn_kwargs)
 
     def params(self) -> dict:
         p = super().params()

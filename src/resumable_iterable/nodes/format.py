@@ -2,8 +2,9 @@
 tables, pandas DataFrames... formatted by HF ``datasets``' own formatters, so the values and
 types are the ones ``datasets.IterableDataset.with_format`` yields.
 
-A format is presentation only: it is applied on top of the node tree a dataset iterates and
-owns no state, so it changes neither the state layout nor the pipeline fingerprint.
+A format is applied on top of the node tree a dataset iterates and owns no state, so it changes
+neither the state layout nor the pipeline fingerprint (functions given to ``map``/``filter``
+after it receive formatted values through ``formatted_calls.py``, in ordinary map nodes).
 
 Like HF, the input decides the path:
 
@@ -46,21 +47,6 @@ def check_format(type: str | None, format_kwargs: dict) -> str | None:
     except TypeError as e:
         raise TypeError(f"with_format({type!r}): bad format arguments {sorted(format_kwargs)}: {e}") from None
     return name
-
-
-_HF_INPUT = {"numpy": "numpy arrays", "torch": "torch tensors", "jax": "jax arrays", "tensorflow": "tf tensors",
-             "tf": "tf tensors", "arrow": "a pyarrow Table", "pandas": "a pandas DataFrame",
-             "polars": "a polars DataFrame"}
-
-
-def unformatted_input_note(op: str, format_type: str) -> str:
-    """What a ``map``/``filter`` function added after ``with_format(format_type)`` receives, said
-    because HF ``datasets`` gives it the formatted values instead: code written for those may fail
-    or, worse, run on lists (``batch["x"] * 2`` repeats a list where it doubles an array)."""
-    got = _HF_INPUT.get(format_type, f"{format_type}-formatted values")
-    return (f"{op}() after with_format({format_type!r}): the function receives Python objects (a dict of lists "
-            f"when batched), not {got} as HF datasets gives it; call with_format() after {op}(), or convert "
-            "inside the function")
 
 
 # ---------------------------------------------------------------------- column-wise numpy / torch batches
@@ -288,15 +274,7 @@ class FormatNode(Node):
                 "drop_last_batch": self.drop_last_batch}
 
     def _to_table(self, batch: dict) -> pa.Table:
-        from datasets.features.features import cast_to_python_objects
-
-        batch = cast_to_python_objects(batch, only_1d_for_numpy=True)
-        if self.schema is not None:
-            try:  # the types the column-wise path has for these columns
-                return pa.Table.from_pydict(batch, schema=self.schema)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, ValueError):
-                pass
-        return pa.Table.from_pydict(batch)
+        return python_batch_to_table(batch, self.schema)
 
     def _batches(self) -> Iterator[list]:
         it = iter(self.children[0])
@@ -353,6 +331,20 @@ class FormatNode(Node):
 
 
 ROW_CHUNK = 256  # rows of an Arrow source formatted at a time when iterating formatted examples
+
+
+def python_batch_to_table(batch: dict, schema: pa.Schema | None = None) -> pa.Table:
+    """A batch of Python values as an Arrow table, with ``schema``'s types when they fit (the
+    types the column-wise path has for these columns)."""
+    from datasets.features.features import cast_to_python_objects
+
+    batch = cast_to_python_objects(batch, only_1d_for_numpy=True)
+    if schema is not None:
+        try:
+            return pa.Table.from_pydict(batch, schema=schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, ValueError):
+            pass
+    return pa.Table.from_pydict(batch)
 
 
 def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template: Node | None = None) -> Node:

@@ -48,7 +48,7 @@ class MapNode(Node):
     def __init__(self, child: Node, function: Callable | None, *, batched: bool = False, batch_size: int | None = 1000,
                  with_indices: bool = False, input_columns: list[str] | None = None,
                  remove_columns: list[str] | None = None, fn_kwargs: dict | None = None,
-                 drop_last_batch: bool = False, input_note: str | None = None):
+                 drop_last_batch: bool = False, replace_input: bool = False):
         if function is None:
             function = _identity
         if not callable(function):
@@ -68,15 +68,18 @@ class MapNode(Node):
         self.drop_last_batch = bool(drop_last_batch)
         self.is_async = is_async_function(function)
         self._runner: AsyncRunner | None = None  # set while an async function is being iterated
-        #: said with any error the function raises (what its input is, when users may expect
-        #: another type); not a parameter: it changes neither the fingerprint nor the state
-        self.input_note = input_note
+        #: batched: the function's output replaces the batch (no input column is kept), as HF
+        #: does for a function given formatted tables (see ``formatted_calls.py``)
+        self.replace_input = bool(replace_input)
         super().__init__([child])
 
     def params(self) -> dict:
-        return {"batched": self.batched, "batch_size": self.batch_size if self.batched else None,
-                "with_indices": self.with_indices, "remove_columns": self.remove_columns,
-                "input_columns": self.input_columns, "drop_last_batch": self.drop_last_batch}
+        p = {"batched": self.batched, "batch_size": self.batch_size if self.batched else None,
+             "with_indices": self.with_indices, "remove_columns": self.remove_columns,
+             "input_columns": self.input_columns, "drop_last_batch": self.drop_last_batch}
+        if self.replace_input:  # only then: the other maps' fingerprints stay as they were
+            p["replace_input"] = True
+        return p
 
     def _own_state(self) -> dict:
         return {"index": 0, "prev": None, "skip": 0, "retry": ExampleList()}
@@ -105,8 +108,7 @@ class MapNode(Node):
         name = getattr(self.function, "__qualname__", repr(self.function))
         pos = self.children[0].position()
         where = f" (source {pos['source']} shard {pos['shard']}, row {pos['row']})" if pos else ""
-        note = f"; {self.input_note}" if self.input_note else ""
-        return f"in {self.kind}({name}) on {what}{where}{note}"
+        return f"in {self.kind}({name}) on {what}{where}"
 
     def _call(self, arg: Any, index: Any) -> Any:
         if self.input_columns is not None:
@@ -150,9 +152,11 @@ class MapNode(Node):
         elif not isinstance(out, Mapping):
             raise TypeError(f"batched {self.kind} function must return a dict of lists or None, "
                             f"got {type(out).__name__}")
-        if out is arg and self.remove_columns:  # it edited and returned its input: removed columns go (as in HF)
+        if (out is arg or self.replace_input) and self.remove_columns:
+            # it edited and returned its input, or its output replaces the batch: removed columns go (as in HF)
             out = {c: v for c, v in out.items() if c not in self.remove_columns}
-        kept = {c: v for c, v in batch.items() if c not in self.remove_columns and c not in out}
+        kept = {} if self.replace_input else {
+            c: v for c, v in batch.items() if c not in self.remove_columns and c not in out}
         lengths = {c: len(v) for c, v in out.items()}
         if len(set(lengths.values())) > 1:
             raise ValueError(f"batched {self.kind} function returned columns of different lengths: {lengths}")

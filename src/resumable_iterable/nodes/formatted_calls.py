@@ -1,0 +1,132 @@
+"""Functions given to ``map``/``filter`` after ``with_format`` receive formatted values, as in HF.
+
+The examples flowing between nodes stay Python dicts (states, fingerprints and resumption are
+those of the same pipeline without a format); :class:`FormattedCall` wraps the user's function so
+that it sees what HF gives it, and turns what it returns back into what the map or filter node
+takes. It runs through an ordinary ``map``/``filter`` node, so exactness at every cut point,
+worker and rank splits and elastic resume are those of any map.
+
+* **Tensor formats** (``numpy``, ``torch``, ``jax``, ``tensorflow``): the example or batch (or
+  the ``input_columns`` values) goes through the formatter's ``recursive_tensorize``, as HF does.
+  Tensors returned by a map become numpy arrays (a batch's columns are then split into rows by
+  the node); a filter's answer is read with ``bool``.
+* **Table formats** (``arrow``, ``pandas``, ``polars``): the function gets a table of the batch
+  (one row when not batched) in that format, or the batch's ``input_columns`` as pyarrow arrays,
+  and a map returns a table of the same kind, which replaces the batch (HF does not merge it with
+  the input columns; ``remove_columns`` are dropped from it). The facade runs these as batched
+  maps (one row at a time when ``batched=False``) that replace their input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+TABLE_FORMATS = ("arrow", "pandas", "polars")
+_TABLE_TYPES = {"arrow": "pyarrow.Table", "pandas": "pandas.DataFrame", "polars": "polars.DataFrame"}
+
+
+def _table_to_arrow(output: Any) -> Any:
+    """A table returned by a map as a ``pyarrow.Table`` (other values unchanged)."""
+    if isinstance(output, pa.Table):
+        return output
+    module = type(output).__module__.split(".")[0]
+    if module == "pandas":
+        import pandas as pd
+
+        if isinstance(output, pd.Series):
+            output = output.to_frame()
+        return pa.Table.from_pandas(output, preserve_index=False)
+    if module == "polars":
+        return output.to_arrow()
+    return output
+
+
+def _mask(output: Any) -> list:
+    """A batched filter's answer as a list of truth values."""
+    if isinstance(output, (pa.Array, pa.ChunkedArray)):
+        return output.to_pylist()
+    if hasattr(output, "tolist"):  # numpy, pandas, torch
+        return output.tolist()
+    if hasattr(output, "to_list"):  # polars
+        return output.to_list()
+    return list(output)
+
+
+def _to_numpy(value: Any) -> Any:
+    if isinstance(value, np.ndarray) or not hasattr(value, "__array__") or isinstance(value, (str, bytes)):
+        return value
+    return np.asarray(value)
+
+
+class FormattedCall:
+    """The user's ``function`` called with formatted values (see the module doc). Picklable, like
+    the function it wraps (DataLoader workers receive it).
+
+    ``n_data``: how many leading arguments are data (1, or one per input column); ``columns``:
+    the input column names (table formats build a table of those columns)."""
+
+    def __init__(self, function: Any, format_type: str, format_kwargs: dict, kind: str, batched: bool,
+                 columns: list[str] | None, schema: Any = None):
+        self.function = function
+        self.format_type = format_type
+        self.format_kwargs = dict(format_kwargs)
+        self.kind = kind
+        self.batched = batched
+        self.columns = columns
+        self.schema = schema
+        self.table = format_type in TABLE_FORMATS
+        self.__qualname__ = getattr(function, "__qualname__", type(function).__name__)
+        self._formatter = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_formatter": None}
+
+    def _format(self) -> Any:
+        if self._formatter is None:
+            from datasets.formatting import get_formatter
+
+            self._formatter = get_formatter(self.format_type, **self.format_kwargs)
+        return self._formatter
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        n = len(self.columns) if self.columns is not None else 1
+        data, rest = list(args[:n]), list(args[n:])
+        if self.table:
+            data = self._tables(data)
+            if rest and not self.batched:
+                rest[0] = rest[0][0]  # run one row at a time: HF passes that row's index
+        else:
+            tensorize = self._format().recursive_tensorize
+            data = [tensorize(d) for d in data]
+        out = self.function(*data, *rest, **kwargs)
+        return self._filter_output(out) if self.kind == "filter" else self._map_output(out)
+
+    def _tables(self, data: list) -> list:
+        from .format import python_batch_to_table
+
+        if self.columns is not None:  # HF passes the input columns as pyarrow arrays
+            table = python_batch_to_table(dict(zip(self.columns, data)), self.schema)
+            return [table[c] for c in self.columns]
+        return [self._format().format_batch(python_batch_to_table(data[0], self.schema))]
+
+    def _map_output(self, out: Any) -> Any:
+        if self.table:
+            table = _table_to_arrow(out)
+            if not isinstance(table, pa.Table):
+                raise TypeError(f"map function applied to a {_TABLE_TYPES[self.format_type]} (with_format("
+                                f"{self.format_type!r})) returned {type(out).__name__}: return a "
+                                f"{_TABLE_TYPES[self.format_type]} to update the dataset, as HF datasets requires")
+            return table.to_pydict()
+        if isinstance(out, dict):
+            return {k: _to_numpy(v) for k, v in out.items()}
+        return out
+
+    def _filter_output(self, out: Any) -> Any:
+        if self.table or self.batched:
+            if not self.batched and isinstance(out, (bool, np.bool_)):
+                return [bool(out)]  # one row at a time
+            return [bool(v) for v in _mask(out)]
+        return bool(out)
