@@ -55,8 +55,6 @@ pytestmark = pytest.mark.compat
 DRAIN_ORDER = ("deliberate difference: when the input ends, our shuffle buffer is permuted with its own (seed, epoch) "
                "stream and popped from the end (so a state taken while draining needs no RNG position); HF "
                "shuffles it with the running generator. Until then the order is HF's")
-ERROR_TEXT = ("deliberate difference: our error message words it differently ('batched map function returned 3 rows "
-              "for 6 input rows, so the input columns [...] cannot be kept: add them to remove_columns or return them')")
 NO_INFERENCE = ("deliberate difference: building an interleave/concatenation reads no example (it would run user "
                 "code), so unknown features stay unknown: no None-filling of missing columns, no features, no "
                 "duplicate-column check at the call; call resolve_features() on the inputs for HF's behaviour "
@@ -614,10 +612,8 @@ def test_iterable_dataset_vs_dataset_map(batched, batch_size, input_columns, rem
     assert all(x == y for x, y in zip(*r))
 
 
-# upstream matches HF's message "Column lengths mismatch"; ours says "returned 3 rows for 6 input rows, so ...":
-# the "hf" variant keeps upstream's pattern (a deliberate difference), the "ours" variant checks our message
-LENGTH_ERRORS = pytest.mark.parametrize("match", [pytest.param("Column lengths mismatch", marks=xfail(ERROR_TEXT)),
-                                                  "rows for .* input rows"])
+# upstream matches HF's message "Column lengths mismatch"; ours starts with it, then says which rows and columns
+LENGTH_ERRORS = pytest.mark.parametrize("match", ["Column lengths mismatch", "rows for .* input rows"])
 
 
 @LENGTH_ERRORS

@@ -159,11 +159,13 @@ class MapNode(Node):
             c: v for c, v in batch.items() if c not in self.remove_columns and c not in out}
         lengths = {c: len(v) for c, v in out.items()}
         if len(set(lengths.values())) > 1:
-            raise ValueError(f"batched {self.kind} function returned columns of different lengths: {lengths}")
+            raise ValueError(f"Column lengths mismatch: batched {self.kind} function returned columns of different "
+                             f"lengths: {lengths}")  # HF's words first: code matching HF's message keeps working
         n_out = next(iter(lengths.values())) if lengths else len(rows)
         if n_out != len(rows) and kept:
             raise ValueError(
-                f"batched {self.kind} function returned {n_out} rows for {len(rows)} input rows, so the input "
+                f"Column lengths mismatch: batched {self.kind} function returned {n_out} rows for {len(rows)} input "
+                f"rows, so the input "
                 f"columns {sorted(kept)} cannot be kept: add them to remove_columns or return them"
             )
         return batch_to_rows({**kept, **out}) if (kept or out) else [{} for _ in range(n_out)]
