@@ -223,25 +223,15 @@ class IterableDataset(_Base):
         return self._derive(node, features=self._features)
 
     def _formatted_call(self, function: Any, kind: str, batched: bool, batch_size: Any, input_columns: Any) -> tuple:
-        """``(function, batched, batch_size, replace_input)`` for a map/filter node: after
-        ``with_format``, the function wrapped to receive formatted values; a table format runs it
-        batched (one row at a time when ``batched=False``), its output replacing the batch."""
+        """``(function, batched, batch_size, replace_input)`` for a map/filter node (after
+        ``with_format`` the function receives formatted values: ``nodes/formatted_calls.py``)."""
         if self._format is None or function is None:
             return function, batched, batch_size, False
         from .nodes.arrow_batches import chain_schema
-        from .nodes.formatted_calls import TABLE_FORMATS, FormattedCall
-        from .nodes.map import is_async_function
+        from .nodes.formatted_calls import formatted_function
 
-        name, kwargs = self._format
-        if is_async_function(function):
-            raise TypeError(f"{kind}() after with_format({name!r}) takes a plain function, not an async one: "
-                            f"call with_format() after {kind}()")
-        columns = [input_columns] if isinstance(input_columns, str) else (
-            list(input_columns) if input_columns else None)
-        wrapped = FormattedCall(function, name, kwargs, kind, bool(batched), columns, chain_schema(self._node))
-        if name in TABLE_FORMATS:
-            return wrapped, True, batch_size if batched else 1, kind == "map"
-        return wrapped, batched, batch_size, False
+        return formatted_function(function, self._format, kind, batched, batch_size, input_columns,
+                                  chain_schema(self._node))
 
     def _columns(self, op: str, columns: Any) -> IterableDataset:
         node = ColumnsNode(self._node.clone(), op, columns)

@@ -61,6 +61,24 @@ def _to_numpy(value: Any) -> Any:
     return np.asarray(value)
 
 
+def formatted_function(function: Any, fmt: tuple, kind: str, batched: bool, batch_size: Any, input_columns: Any,
+                       schema: Any) -> tuple:
+    """``(function, batched, batch_size, replace_input)`` for the map/filter node of a dataset
+    formatted as ``fmt`` (``(type, kwargs)``): the function wrapped; a table format runs it
+    batched (one row at a time when ``batched=False``), a map's output replacing the batch."""
+    from .map import is_async_function
+
+    name, kwargs = fmt
+    if is_async_function(function):
+        raise TypeError(f"{kind}() after with_format({name!r}) takes a plain function, not an async one: "
+                        f"call with_format() after {kind}()")
+    columns = [input_columns] if isinstance(input_columns, str) else (list(input_columns) if input_columns else None)
+    wrapped = FormattedCall(function, name, kwargs, kind, bool(batched), columns, schema)
+    if name in TABLE_FORMATS:
+        return wrapped, True, batch_size if batched else 1, kind == "map"
+    return wrapped, batched, batch_size, False
+
+
 class FormattedCall:
     """The user's ``function`` called with formatted values (see the module doc). Picklable, like
     the function it wraps (DataLoader workers receive it).
