@@ -231,12 +231,12 @@ class Node:
         must depend on that row alone), or ``None`` if it may."""
         return f"a {self.kind!r} node, which is not a per-example transform"
 
-    def deferrable_decoder(self, tolerant: bool = False) -> Any:
+    def deferrable_decoder(self) -> Any:
         """For a source that decodes media (``Image``, ``Audio``...) as it reads, and the column
         operations above it: a function decoding one example yielded undecoded after
-        :meth:`defer_decoding` (``tolerant``: an example that may be decoded already, from a state
-        saved before decoding was deferred); ``None`` for any other node. A shuffle right above
-        buffers the files and decodes what it yields, as HF decodes after its shuffle."""
+        :meth:`defer_decoding` (an example decoded already, e.g. from a state saved before
+        decoding was deferred, is returned as it is); ``None`` for any other node. A shuffle right
+        above buffers the files and decodes what it yields, as HF decodes after its shuffle."""
         return None
 
     def defer_decoding(self, deferred: bool) -> None:

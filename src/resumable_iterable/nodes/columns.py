@@ -76,8 +76,8 @@ class ColumnsNode(Node):
                 yield {cols.get(k, k): v for k, v in ex.items()}
 
     # -- capabilities: media decoding deferred past a shuffle above passes through (see shuffle.py)
-    def deferrable_decoder(self, tolerant: bool = False):
-        decode = self.children[0].deferrable_decoder(tolerant)
+    def deferrable_decoder(self):
+        decode = self.children[0].deferrable_decoder()
         if decode is None or self.op != "rename":
             return decode  # selected or remaining columns decode under their own names
         cols = self.columns

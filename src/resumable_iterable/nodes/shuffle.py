@@ -188,21 +188,15 @@ class ShuffleNode(Node):
             return self._iter_replay()
         if "retry" not in self._state_dict:
             return self._iter_examples()
-        deferred = self._state_dict["retry"] is not None
-        self.children[0].defer_decoding(deferred)
-        return self._iter_decoded(deferred)
+        self.children[0].defer_decoding(self._state_dict["retry"] is not None)
+        return self._iter_decoded()
 
-    def _iter_decoded(self, deferred: bool) -> Iterator[dict]:
+    def _iter_decoded(self) -> Iterator[dict]:
         """``_iter_examples`` over undecoded examples, each decoded as it leaves the buffer. If
         decoding raises, the example stays in ``retry``: a state taken then decodes it again first.
-        Not ``deferred`` (a state saved before decoding was deferred): the source decodes, and a
-        buffered example still encoded (a source that did not decode then) is decoded here."""
+        The decoder leaves decoded examples as they are: after loading a state saved before decoding
+        was deferred (``retry`` ``None``), the source decodes and the buffer may hold both kinds."""
         st = self._state_dict
-        if not deferred:
-            decode = self.children[0].deferrable_decoder(tolerant=True)
-            for ex in self._iter_examples():
-                yield decode(ex)
-            return
         decode = self.children[0].deferrable_decoder()
         if st["retry"]:
             try:

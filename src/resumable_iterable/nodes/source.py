@@ -187,10 +187,8 @@ class SourceNode(Node):
             batch = self.decode_batch(batch)
         return batch_to_rows(batch, part.num_rows)
 
-    def deferrable_decoder(self, tolerant: bool = False) -> Any:
-        if self.decode_batch is None:
-            return None
-        return self.decode_row_if_encoded if tolerant else self.decode_row
+    def deferrable_decoder(self) -> Any:
+        return None if self.decode_batch is None else self.decode_row_if_encoded
 
     def defer_decoding(self, deferred: bool) -> None:
         self.deferred = bool(deferred)
