@@ -41,10 +41,15 @@ def features_of_schema(schema: Any) -> Any:
 
 
 def file_features(path: str, format: str) -> Any:
-    """The features in the schema of an Arrow / Parquet file; ``None`` for JSON / CSV (a schema
-    needs parsing) or a file that cannot be opened now (reading it reports the error)."""
+    """The features in the schema of an Arrow / Parquet file, ``{"text": string}`` for text files;
+    ``None`` for JSON / CSV (a schema needs parsing) or a file that cannot be opened now (reading
+    it reports the error)."""
     import pyarrow as pa
 
+    if format == "text":
+        from datasets import Features, Value
+
+        return Features({"text": Value("string")})
     try:
         if format == "parquet":
             import pyarrow.parquet as pq

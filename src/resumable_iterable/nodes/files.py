@@ -1,4 +1,4 @@
-"""Source over data files, one file per shard: Parquet, Arrow IPC, JSON Lines, CSV.
+"""Source over data files, one file per shard: Parquet, Arrow IPC, JSON Lines, CSV, text.
 
 Resuming seeks instead of re-reading where the format allows it:
 
@@ -7,6 +7,11 @@ Resuming seeks instead of re-reading where the format allows it:
 * Arrow IPC (file or stream format) - memory-mapped, sliced at the offset without a copy.
 * JSON Lines / CSV - parsed with pyarrow's readers and sliced at the offset (the file is parsed,
   but no Python objects are built for the rows before the offset).
+* text - one ``{"text": ...}`` row per line (or paragraph, or file), as HF's ``text`` builder
+  reads them (``reader_kwargs``: ``sample_by``, ``keep_linebreaks``, ``encoding``,
+  ``encoding_errors``, ``chunksize``); read a chunk at a time, the lines before the offset
+  counted, not converted. Only chosen explicitly (``load_dataset("text", ...)``, ``format="text"``):
+  a ``.txt`` file in a dataset folder is not taken for data.
 
 A file that vanished, or that now has fewer rows than the state says were read, raises a
 ``ValueError`` naming the file instead of silently skipping data.
@@ -22,7 +27,9 @@ import pyarrow as pa
 
 from .source import SourceNode
 
-FORMATS = ("parquet", "arrow", "json", "csv")
+FORMATS = ("parquet", "arrow", "json", "csv", "text")
+TEXT_OPTIONS = {"sample_by": "line", "keep_linebreaks": False, "encoding": "utf-8", "encoding_errors": None,
+                "chunksize": 10 << 20}
 _EXT = {".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow",
         ".json": "json", ".jsonl": "json", ".ndjson": "json", ".csv": "csv", ".tsv": "csv"}
 
@@ -51,6 +58,8 @@ class FileSource(SourceNode):
         self.paths = paths
         self.format = format
         self.reader_kwargs = dict(reader_kwargs or {})
+        if format == "text":
+            self.reader_kwargs = text_options(self.reader_kwargs)
         self._lengths: dict[int, int] = {}
         super().__init__(len(paths), shard_ids)
         self.set_features(features)  # media columns (Image, Audio...) are decoded as read, as HF does
@@ -78,6 +87,8 @@ class FileSource(SourceNode):
 
     def _table(self, shard_id: int) -> pa.Table:
         path = self.paths[shard_id]
+        if self.format == "text":
+            return pa.Table.from_batches(list(self._text_batches(shard_id, 0)), schema=TEXT_SCHEMA)
         try:
             if self.format == "arrow":
                 source = pa.memory_map(path, "r")
@@ -134,10 +145,30 @@ class FileSource(SourceNode):
                     skip = 0
                 yield batch
             return
+        if self.format == "text":
+            yield from self._text_batches(shard_id, offset)
+            return
         table = self._table(shard_id)
         self._lengths[shard_id] = table.num_rows
         self._check_offset(shard_id, offset, table.num_rows)
         yield from table.slice(offset).to_batches(max_chunksize=self.batch_rows)
+
+    def _text_batches(self, shard_id: int, offset: int) -> Iterator[pa.RecordBatch]:
+        """The rows of a text file from row ``offset`` on, a chunk of the file at a time."""
+        opts = self.reader_kwargs
+        seen = 0
+        try:
+            with open(self.paths[shard_id], encoding=opts["encoding"], errors=opts["encoding_errors"]) as f:
+                for rows in text_rows(f, opts):
+                    n = len(rows)
+                    start, seen = max(0, offset - seen), seen + n
+                    for k in range(start, n, self.batch_rows):
+                        yield pa.RecordBatch.from_arrays([pa.array(rows[k:k + self.batch_rows], pa.string())],
+                                                         names=["text"])
+        except (OSError, UnicodeDecodeError) as e:
+            raise self._open_error(shard_id, e) from None
+        self._lengths[shard_id] = seen
+        self._check_offset(shard_id, offset, seen)
 
     def record_batches(self, shard_id: int, offset: int) -> Iterator[pa.RecordBatch]:
         """Record batches of a shard from row ``offset`` on (read by the column-wise batch path)."""
@@ -232,3 +263,47 @@ class FileSource(SourceNode):
         for dst, ex in zip(order.tolist(), examples):
             out[dst] = ex
         return out
+
+
+# ---------------------------------------------------------------------- text files, as HF's text builder
+TEXT_SCHEMA = pa.schema({"text": pa.string()})
+
+
+def text_options(kwargs: dict) -> dict:
+    """The reader options of text files, checked; unknown ones are refused by name."""
+    unknown = sorted(set(kwargs) - set(TEXT_OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown} for text files; expected some of {sorted(TEXT_OPTIONS)}")
+    opts = {**TEXT_OPTIONS, **kwargs}
+    if opts["sample_by"] not in ("line", "paragraph", "document"):
+        raise ValueError(f"sample_by must be 'line', 'paragraph' or 'document', got {opts['sample_by']!r}")
+    if not isinstance(opts["chunksize"], int) or opts["chunksize"] < 1:
+        raise ValueError(f"chunksize must be a positive number of characters, got {opts['chunksize']!r}")
+    return opts
+
+
+def text_rows(f: Any, opts: dict) -> Iterator[list[str]]:
+    """The rows of an open text file (universal newlines), a list per chunk read: lines (without
+    their line break unless ``keep_linebreaks``), paragraphs (split on blank lines, empty ones
+    dropped) or the whole file, as HF's ``text`` builder makes them."""
+    import io
+
+    by, size = opts["sample_by"], opts["chunksize"]
+    if by == "document":
+        yield [f.read()]
+        return
+    rest = ""
+    while True:
+        chunk = f.read(size)
+        if not chunk:
+            break
+        chunk += f.readline()  # end on a whole line
+        if by == "line":
+            lines = io.StringIO(chunk).readlines()
+            yield lines if opts["keep_linebreaks"] else [line.rstrip("\n") for line in lines]
+            continue
+        parts = (rest + chunk).split("\n\n")
+        rest = parts.pop()
+        yield [p for p in parts if p]
+    if by == "paragraph" and rest:
+        yield [rest]

@@ -40,7 +40,7 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
     Args:
         path: a local folder, a Hub dataset repo id (``"user/repo"``), an
             ``hf://datasets/user/repo[@revision][/path]`` URL, or a format name (``"parquet"``,
-            ``"arrow"``, ``"json"``, ``"csv"``) together with ``data_files``.
+            ``"arrow"``, ``"json"``, ``"csv"``, ``"text"``) together with ``data_files``.
         name: the config of the dataset card (``configs:`` in ``README.md``) to use.
         data_dir: only consider files below this folder of the repo.
         data_files: a glob or list of globs (the ``train`` split) or a dict ``{split: glob(s)}``.
@@ -51,7 +51,8 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
         format: force the file format instead of inferring it from the extensions.
         streaming: accepted for compatibility with ``datasets.load_dataset``; the result is always
             lazy (files are read when iterated, one shard per file).
-        **reader_kwargs: passed to the pyarrow reader (JSON / CSV options).
+        **reader_kwargs: passed to the pyarrow reader (JSON / CSV options), or the text files' options
+            (``sample_by``, ``keep_linebreaks``, ``encoding``, ``encoding_errors``, ``chunksize``).
 
     Returns:
         An :class:`~resumable_iterable.IterableDataset` (one shard per file, in sorted path order)
