@@ -83,6 +83,14 @@ def test_bad_options_are_refused_by_name(files):
         ri.IterableDataset.from_files(files)  # .txt is not taken for a format by itself
 
 
+def test_a_state_of_lines_is_refused_by_a_pipeline_of_paragraphs(files):
+    ds = ri.IterableDataset.from_files(files, "text")
+    next(iter(ds))
+    paragraphs = ri.IterableDataset.from_files(files, "text", sample_by="paragraph")
+    with pytest.raises(ValueError, match="sample_by"):
+        paragraphs.load_state_dict(ds.state_dict())
+
+
 @pytest.mark.torch
 @pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning")
 def test_through_the_loader_with_workers(files):

@@ -65,7 +65,10 @@ class FileSource(SourceNode):
         self.set_features(features)  # media columns (Image, Audio...) are decoded as read, as HF does
 
     def params(self) -> dict:
-        return {**super().params(), "format": self.format}
+        p = {**super().params(), "format": self.format}
+        if self.format == "text":  # what a row is: a state of lines does not fit paragraphs
+            p.update(sample_by=self.reader_kwargs["sample_by"], keep_linebreaks=self.reader_kwargs["keep_linebreaks"])
+        return p
 
     # ------------------------------------------------------------------ reading
     def _open_error(self, shard_id: int, e: Exception) -> ValueError:
