@@ -1,4 +1,4 @@
-"""Parquet (row-group seek), Arrow IPC (file and stream), JSON Lines and CSV sources."""
+"""Parquet (row-group seek), Arrow IPC (file and stream), JSON Lines, JSON documents and CSV sources."""
 
 from __future__ import annotations
 
@@ -122,3 +122,33 @@ def test_generator_gen_kwargs_shards():
     assert [e["p"] for e in ds.shard(2, 0)] == ["a"] * 3 + ["b"] * 3
     with pytest.raises(ValueError, match="same length"):
         ri.IterableDataset.from_generator(gen, gen_kwargs={"paths": ["a"], "tag": ["x", "y"]})
+
+
+# ---------------------------------------------------------------------- JSON documents (not JSON Lines)
+JSON_DOCUMENTS = {
+    "list_of_objects.json": ([{"a": i, "b": f"x{i}", "c": [i, i + 1]} for i in range(17)], {}),
+    "field.json": ({"version": "1.1", "data": [{"q": f"q{i}", "n": i} for i in range(11)]}, {"field": "data"}),
+    "values.json": (list(range(9)), {}),
+}
+
+
+@pytest.mark.parametrize("name", list(JSON_DOCUMENTS))
+def test_json_documents_are_read_as_hf_reads_them_and_resume_exactly(tmp_path, name):
+    import datasets
+
+    doc, kwargs = JSON_DOCUMENTS[name]
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    ours = ri.load_dataset("json", data_files=str(path), split="train", **kwargs)
+    theirs = datasets.load_dataset("json", data_files=str(path), split="train", streaming=True, **kwargs)
+    assert list(ours) == list(theirs)
+    assert_resumes_exactly(lambda: ri.IterableDataset.from_files([str(path), str(path)], "json", **kwargs))
+
+
+def test_a_missing_json_field_is_named(tmp_path):
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps({"version": 1, "data": [{"a": 1}]}))
+    ds = ri.load_dataset("json", data_files=str(path), split="train", field="rows")
+    with pytest.raises(ValueError, match=r"doc\.json.*field 'rows' is not in the JSON document \(its keys: \['data', "
+                                         r"'version'\]\)"):
+        list(ds)

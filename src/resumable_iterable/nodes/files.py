@@ -6,7 +6,9 @@ Resuming seeks instead of re-reading where the format allows it:
   only the row group holding the offset is decoded.
 * Arrow IPC (file or stream format) - memory-mapped, sliced at the offset without a copy.
 * JSON Lines / CSV - parsed with pyarrow's readers and sliced at the offset (the file is parsed,
-  but no Python objects are built for the rows before the offset).
+  but no Python objects are built for the rows before the offset). A JSON file that is one
+  document - a list of objects, or an object whose ``field`` (a reader option, as in HF) holds
+  them - is read as HF's json builder reads it (pandas' ``read_json``).
 * text - one ``{"text": ...}`` row per line (or paragraph, or file), as HF's ``text`` builder
   reads them (``reader_kwargs``: ``sample_by``, ``keep_linebreaks``, ``encoding``,
   ``encoding_errors``, ``chunksize``); read a chunk at a time, the lines before the offset
@@ -103,14 +105,22 @@ class FileSource(SourceNode):
             if self.format == "json":
                 import pyarrow.json as pj
 
-                return pj.read_json(path, **self.reader_kwargs)
+                kwargs = dict(self.reader_kwargs)
+                field = kwargs.pop("field", None)
+                if field is None:
+                    try:
+                        return pj.read_json(path, **kwargs)
+                    except pa.ArrowInvalid:
+                        if kwargs:  # pyarrow options given: JSON Lines it is
+                            raise
+                return json_document(path, field)  # one JSON document, as HF reads it
             import pyarrow.csv as pc
 
             kwargs = dict(self.reader_kwargs)
             if path.lower().endswith(".tsv") and "parse_options" not in kwargs:
                 kwargs["parse_options"] = pc.ParseOptions(delimiter="\t")
             return pc.read_csv(path, **kwargs)
-        except (OSError, pa.ArrowException) as e:
+        except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: a JSON document pandas cannot read
             raise self._open_error(shard_id, e) from None
 
     def _batches(self, shard_id: int, offset: int) -> Iterator[pa.RecordBatch]:
@@ -310,3 +320,25 @@ def text_rows(f: Any, opts: dict) -> Iterator[list[str]]:
         yield [p for p in parts if p]
     if by == "paragraph" and rest:
         yield [rest]
+
+
+def json_document(path: str, field: str | None) -> pa.Table:
+    """A JSON file holding one document, as HF's json builder reads it: the rows of a list of
+    objects (or of a dict of columns), or of the document's ``field``."""
+    import io
+    import json
+
+    import pandas as pd
+
+    source: Any = path
+    if field is not None:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        if not isinstance(doc, dict) or field not in doc:
+            keys = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
+            raise ValueError(f"field {field!r} is not in the JSON document (its keys: {keys})")
+        source = io.StringIO(json.dumps(doc[field]))
+    df = pd.read_json(source, dtype_backend="pyarrow")
+    if df.columns.tolist() == [0]:
+        df.columns = ["text"]  # a list of plain values, as HF names it
+    return pa.Table.from_pandas(df, preserve_index=False)
