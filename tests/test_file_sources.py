@@ -152,3 +152,31 @@ def test_a_missing_json_field_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"doc\.json.*field 'rows' is not in the JSON document \(its keys: \['data', "
                                          r"'version'\]\)"):
         list(ds)
+
+
+# ---------------------------------------------------------------------- CSV as HF reads it
+CSV_TEXT = "a,b,c,d\n1,x,2024-01-02,1.5\n2,,2024-01-03,\n3,z,,2.5\n"
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"sep": ","}, {"column_names": ["w", "x", "y", "z"], "skiprows": 1}],
+                         ids=["default", "sep", "column_names"])
+def test_csv_is_read_as_hf_reads_it(tmp_path, kwargs):
+    """pandas' read_csv as in HF: an empty field is None (not ""), a date stays a string."""
+    import datasets
+
+    path = tmp_path / "t.csv"
+    path.write_text(CSV_TEXT)
+    ours = list(ri.load_dataset("csv", data_files=str(path), split="train", **kwargs))
+    assert ours == list(datasets.load_dataset("csv", data_files=str(path), split="train", streaming=True, **kwargs))
+    first = list(ours[1].values())
+    assert first[1] is None and first[2] == "2024-01-03"
+
+
+def test_csv_with_pyarrow_options_uses_pyarrow_and_tsv_is_tab_separated(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text(CSV_TEXT)
+    ds = ri.IterableDataset.from_files([str(path)], "csv", convert_options=pcsv.ConvertOptions(strings_can_be_null=False))
+    assert list(ds)[1]["b"] == ""  # pyarrow's reader, as its options ask
+    tsv = tmp_path / "t.tsv"
+    tsv.write_text("a\tb\n1\tx\n2\t\n")
+    assert list(ri.IterableDataset.from_files([str(tsv)])) == [{"a": 1, "b": "x"}, {"a": 2, "b": None}]

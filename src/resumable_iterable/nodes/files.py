@@ -5,8 +5,11 @@ Resuming seeks instead of re-reading where the format allows it:
 * Parquet - the row groups before the saved offset are skipped using the file metadata;
   only the row group holding the offset is decoded.
 * Arrow IPC (file or stream format) - memory-mapped, sliced at the offset without a copy.
-* JSON Lines / CSV - parsed with pyarrow's readers and sliced at the offset (the file is parsed,
-  but no Python objects are built for the rows before the offset). A JSON file that is one
+* JSON Lines / CSV - parsed whole and sliced at the offset (no Python objects are built for the
+  rows before the offset). CSV is read as HF's csv builder reads it (pandas' ``read_csv``: empty
+  fields are nulls, dates stay strings; ``reader_kwargs`` are pandas' and HF's ``sep``,
+  ``column_names``...), or with pyarrow's reader when pyarrow options (``read_options``,
+  ``parse_options``, ``convert_options``) are given; JSON Lines with pyarrow's. A JSON file that is one
   document - a list of objects, or an object whose ``field`` (a reader option, as in HF) holds
   them - is read as HF's json builder reads it (pandas' ``read_json``).
 * text - one ``{"text": ...}`` row per line (or paragraph, or file), as HF's ``text`` builder
@@ -114,9 +117,11 @@ class FileSource(SourceNode):
                         if kwargs:  # pyarrow options given: JSON Lines it is
                             raise
                 return json_document(path, field)  # one JSON document, as HF reads it
+            kwargs = dict(self.reader_kwargs)
+            if not PYARROW_CSV_OPTIONS & set(kwargs):
+                return csv_table(path, kwargs)  # as HF reads it
             import pyarrow.csv as pc
 
-            kwargs = dict(self.reader_kwargs)
             if path.lower().endswith(".tsv") and "parse_options" not in kwargs:
                 kwargs["parse_options"] = pc.ParseOptions(delimiter="\t")
             return pc.read_csv(path, **kwargs)
@@ -342,3 +347,21 @@ def json_document(path: str, field: str | None) -> pa.Table:
     if df.columns.tolist() == [0]:
         df.columns = ["text"]  # a list of plain values, as HF names it
     return pa.Table.from_pandas(df, preserve_index=False)
+
+
+# ---------------------------------------------------------------------- CSV, as HF's csv builder
+PYARROW_CSV_OPTIONS = frozenset(("read_options", "parse_options", "convert_options"))
+
+
+def csv_table(path: str, kwargs: dict) -> pa.Table:
+    """A CSV file as HF's csv builder reads it: pandas' ``read_csv`` (``sep``, ``names`` and the
+    other pandas options; HF's ``delimiter`` and ``column_names`` too; tab-separated for ``.tsv``)."""
+    import pandas as pd
+
+    kw = dict(kwargs)
+    if "delimiter" in kw:
+        kw["sep"] = kw.pop("delimiter")
+    if "column_names" in kw:
+        kw["names"] = kw.pop("column_names")
+    kw.setdefault("sep", "\t" if path.lower().endswith(".tsv") else ",")
+    return pa.Table.from_pandas(pd.read_csv(path, **kw), preserve_index=False)
