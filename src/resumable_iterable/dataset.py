@@ -329,7 +329,7 @@ class IterableDataset(_Base):
 
     def add_column(self, name: str, column: Any) -> IterableDataset:
         """Add a column whose value for example ``i`` is ``column[i]`` (as HF: by the map index)."""
-        # the function is ours: no note on what a user's function receives after with_format
+        # the function is ours and takes Python values: not wrapped for the format, as map() would
         out = self._derive(MapNode(self._node.clone(), AddColumn(name, column), with_indices=True),
                            features=None, column_names=None)
         if self._column_names is not None:

@@ -34,16 +34,6 @@ from .replay import MAX_INT, check_list
 from .rows import batch_to_rows
 
 
-def media_decoder(features: Any) -> Any:
-    """``features.decode_batch`` when HF ``features`` has a column to decode (``Image``, ``Audio``,
-    ``Video``...), else ``None``."""
-    if not hasattr(features, "decode_batch"):  # None, or not HF Features
-        return None
-    from datasets.features.features import require_decoding
-
-    return features.decode_batch if any(require_decoding(f) for f in features.values()) else None
-
-
 def split_positions(n: int, num_shards: int, index: int, contiguous: bool) -> range:
     """Which of ``n`` items go to group ``index`` of ``num_shards`` (HF's convention), as a range."""
     num_shards = as_int(num_shards, "num_shards", lo=1)
@@ -81,7 +71,8 @@ class SourceNode(Node):
     #: set on the sources of a pipeline whose shard order a ``shuffle`` above sets (copied along
     #: by ``clone`` and ``shard``); their states must then hold a shard seed, the others none
     shards_shuffled = False
-    #: HF ``features`` of the rows (``None``: unknown), and their media decoder (``media_decoder``)
+    #: HF ``features`` of the rows (``None``: unknown), their media columns (``Image``, ``Audio``,
+    #: ``Video``...) and ``features.decode_batch`` when there are some
     features: Any = None
     decode_batch: Any = None
     media_columns: list = []
@@ -166,11 +157,12 @@ class SourceNode(Node):
         """The HF ``features`` of the rows, which say the media columns to decode (not a parameter:
         the fingerprint and the state do not change)."""
         self.features = features
-        self.decode_batch = media_decoder(features)
-        if self.decode_batch is not None:
+        self.media_columns, self.decode_batch = [], None
+        if hasattr(features, "decode_batch"):  # HF Features (not None, not a plain dict)
             from datasets.features.features import require_decoding
 
             self.media_columns = [k for k, f in features.items() if require_decoding(f)]
+            self.decode_batch = features.decode_batch if self.media_columns else None
 
     def with_features(self, features: Any) -> SourceNode:
         """The same rows and shards, decoded with other HF ``features`` (e.g. ``Image(decode=False)``)."""
