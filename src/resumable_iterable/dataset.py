@@ -358,12 +358,18 @@ class IterableDataset(_Base):
         return self._derive(RepeatNode(self._node.clone(), num_times), features=self._features)
 
     def shuffle(self, seed: int | None = None, generator: Any = None, buffer_size: int | None = 1000,
-                max_buffer_input_shards: int = 1, buffer_state: str = "examples") -> IterableDataset:
+                max_buffer_input_shards: int = 1, buffer_state: str = "examples",
+                large_examples: str = "positions") -> IterableDataset:
         """Shuffle the shard order (per epoch) and mix examples through a buffer of ``buffer_size``.
 
         ``buffer_state`` chooses what a state keeps of the buffer: ``"examples"`` (exact, the
         default), ``"replay"`` (exact, stores only where each buffered example came from) or
         ``"drop"`` (like HF ``datasets``: smaller, but the buffered examples are lost on resume).
+
+        ``large_examples``: in DataLoader workers, with ``"examples"``, large examples (arrays,
+        images, files) read straight from sources (no ``map``/``filter`` below the shuffle) are
+        kept in the state as where they came from and re-read on resume, instead of being copied
+        to the main process (``"positions"``, the default); ``"stored"`` always stores them.
 
         ``max_buffer_input_shards=k`` feeds the buffer from ``k`` groups of shards at a time, taken in
         turn (as HF ``datasets``, whose default is 10; here the default 1 reads one shard at a time).
@@ -386,7 +392,8 @@ class IterableDataset(_Base):
             child = self._node.clone()
             if max_buffer_input_shards != 1:
                 child = ShardInterleaveNode(child, max_buffer_input_shards)
-            node = ShuffleNode(child, seed=seed, buffer_size=buffer_size, buffer_state=buffer_state)
+            node = ShuffleNode(child, seed=seed, buffer_size=buffer_size, buffer_state=buffer_state,
+                               large_examples=large_examples)
         return self._derive(node, features=self._features)
 
     def batch(self, batch_size: int | None = None, by_column: str | list[str] | None = None,

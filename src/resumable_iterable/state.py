@@ -31,7 +31,8 @@ from typing import Any, Iterator
 
 from .state_buffers import (CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList,  # noqa: F401
                             HeldExamples, PositionList, copy_example, inline_buffers, replay_journal)
-from .state_logs import BufferLog, buffer_lock, journaling, live_buffer_ids, set_buffer_packer  # noqa: F401
+from .state_logs import (BufferLog, buffer_lock, journaling, live_buffer_ids, prefers_positions,  # noqa: F401
+                         set_buffer_packer)
 
 FORMAT = "resumable_iterable.state"
 #: version 2 (0.2): nodes keep what they hold after an error (batch rows, concat row parts,

@@ -69,15 +69,19 @@ class ExampleChunks(Logged, list):
     every copy that shares examples starts a new generation (``gen``). An example older than the
     current generation may be shared with a state already taken, so the node hands out a copy
     of it (:func:`copy_example`): what the consumer does to it in place cannot reach that state.
+    ``positions`` (a list of slot positions, or ``None``) is kept by a shuffle that logs large
+    examples as where they came from (``nodes/shuffle.py``): such a slot's log entry is its
+    position, and ``pending`` records the position too.
     """
 
-    __slots__ = ("owned", "gen", "born") + LOG_SLOTS
+    __slots__ = ("owned", "gen", "born", "positions") + LOG_SLOTS
 
     def __init__(self, chunks: Any = ()):
         super().__init__(chunks)
         self.owned = bytearray(len(self))
         self.gen = 0
         self.born: list | None = None  # built by start(): [-1] * n, every example counted as shared
+        self.positions: list | None = None  # slot -> position logged instead of its example (or None)
         self.init_log()
 
     def start(self) -> list:
@@ -89,11 +93,19 @@ class ExampleChunks(Logged, list):
 
     def log(self) -> BufferLog:
         """The buffer's state in a DataLoader worker: a new :class:`BufferLog` when the buffer
-        changed since the last one, else that same log."""
-        log = take_log(self, sum(map(len, self)), lambda: (ex for ch in self for ex in ch))
+        changed since the last one, else that same log. A slot with a position in ``positions``
+        is logged as that position (a tuple, see ``nodes/shuffle.py``) instead of its example."""
+        log = take_log(self, sum(map(len, self)), self._entries)
         if not self.tracker.packer.by_value:
             self.gen += 1  # the log shares the examples: the live buffer must not hand them out
         return log
+
+
+    def _entries(self) -> Any:
+        """What each slot is logged as, in slot order."""
+        examples = (ex for ch in self for ex in ch)
+        pos = self.positions
+        return examples if pos is None else (ex if p is None else p for p, ex in zip(pos, examples))
 
 
 class PositionList(Logged, ExampleList):

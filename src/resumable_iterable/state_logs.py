@@ -148,8 +148,16 @@ def live_buffer_ids() -> tuple:
 def set_buffer_packer(packer: Any) -> None:
     """Install the packer of buffer logs: ``pack([slot, example, ...]) -> (payload, refs)`` takes
     the examples *by value* when ``packer.by_value`` (``integrations/torch/buffers.py`` pickles
-    them at once), and ``decode(refs) -> examples``."""
+    them at once), and ``decode(refs) -> examples``. Optional: ``prefers_positions(example)``,
+    whether logging such examples as where they came from is cheaper than sending them (a
+    shuffle that can re-read its examples asks it about the first example of a pass)."""
     _buffer_packer[0] = packer
+
+
+def prefers_positions(example: Any) -> bool:
+    """Whether the installed packer would rather log examples like ``example`` as positions."""
+    ask = getattr(_buffer_packer[0], "prefers_positions", None)
+    return ask is not None and bool(ask(example))
 
 
 #: the slots a buffer kept in a list (``state_buffers.ExampleChunks``, ``PositionList``) declares

@@ -209,6 +209,14 @@ class Node:
         replay-mode shuffle (this node only; its inputs are asked in turn), or ``None`` if they can."""
         return f"'{self.kind}' nodes do not support replay"
 
+    def rereads_plainly(self) -> bool:
+        """Whether this node's examples can be re-derived from their provenance with nothing but
+        the sources reading the same rows again: no function of the user's run again (``map``,
+        ``filter``) and no tracking to arm before the first read. A default shuffle in a DataLoader
+        worker logs large examples as positions only when every node below says so (resuming a
+        source relies on reading the same rows again anyway). Default: it supports replay."""
+        return self.replay_problem() is None
+
     def provenance_reader(self) -> Any:
         """A function ``() -> list`` giving the provenance of the last example this node yielded, built when a
         replay-mode shuffle above starts iterating (nodes that read ahead arm their tracking here).

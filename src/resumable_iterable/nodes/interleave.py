@@ -284,6 +284,9 @@ class InterleaveNode(Node):
     def replay_problem(self) -> str | None:
         return None
 
+    def rereads_plainly(self) -> bool:
+        return False  # tracking what it reads ahead must be armed before it reads (and a state then has it)
+
     def provenance_reader(self):
         """Arms the traced loop (it records what it peeks); ``last_pos`` is ``[input, *position]``."""
         self._trace = [c.provenance_reader() for c in self.children]

@@ -181,6 +181,9 @@ class MapNode(Node):
                     "re-derived alone")
         return None
 
+    def rereads_plainly(self) -> bool:
+        return False  # re-deriving runs the user's function again
+
     def provenance_reader(self):
         child = self.children[0].provenance_reader()
         if not self.with_indices:

@@ -16,7 +16,9 @@ State: ``{"node", "seed", "epoch", "rng", "rng_pos", "buffer", "draining", "chil
     the list shallowly: a new list holding the same example objects (in a DataLoader worker, a
     log of the buffer's writes instead - see ``state.ExampleChunks.log``). An example a taken
     state may share is yielded as a copy, so that a consumer editing it in place cannot change
-    that state.
+    that state. In a DataLoader worker, a pass over large examples read straight from sources
+    logs *positions* instead (a tuple per slot, as in ``"replay"`` mode; see ``_input``): such
+    a state's buffer holds tuples in place of those examples, re-read when it is loaded.
   - ``"drop"`` (HF-compatible, lossy): nothing. A resumed pipeline refills the buffer from where
     the input stood, so the examples that were in the buffer are lost - as in HF ``datasets``.
   - ``"replay"`` (exact, small): where each buffered example came from - a short list of
@@ -38,11 +40,12 @@ State: ``{"node", "seed", "epoch", "rng", "rng_pos", "buffer", "draining", "chil
 
 from __future__ import annotations
 
+import itertools
 from typing import Iterator
 from zlib import crc32
 
 from ..state import (CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList, PositionList, copy_example,
-                     journaling)
+                     journaling, prefers_positions)
 from .base import (Node, add_context, as_int, check_bool, check_epoch, check_examples, check_int, check_rng,
                    resolve_seed, rng_from_seed, rng_from_state, split_seed)
 from .replay import DIGEST_MASK, buffer_digest, replay_buffer, require_replay_support, slot_hash
@@ -51,8 +54,9 @@ BLOCK = 1024
 
 
 def _flatten(buffer: list) -> list | None:
-    """The examples of a buffer given as chunks (lists) or flat (dicts); ``None`` if it mixes them."""
-    if all(isinstance(x, dict) for x in buffer):
+    """The entries of a buffer given as chunks (lists) or flat (examples, which are dicts, and
+    positions, which are tuples); ``None`` if it mixes them."""
+    if all(isinstance(x, (dict, tuple)) for x in buffer):
         return list(buffer)
     if all(isinstance(x, list) for x in buffer):
         return [ex for ch in buffer for ex in ch]
@@ -60,6 +64,8 @@ def _flatten(buffer: list) -> list | None:
 
 
 BUFFER_STATES = ("examples", "drop", "replay")
+LARGE_EXAMPLES = ("positions", "stored")
+_END = object()
 
 
 def _note_decoding_error(e: Exception, how: str) -> None:
@@ -70,10 +76,15 @@ def _note_decoding_error(e: Exception, how: str) -> None:
 class ShuffleNode(Node):
     kind = "shuffle"
 
-    def __init__(self, child: Node, seed: int | None = None, buffer_size: int = 1000, buffer_state: str = "examples"):
+    def __init__(self, child: Node, seed: int | None = None, buffer_size: int = 1000, buffer_state: str = "examples",
+                 large_examples: str = "positions"):
         buffer_size = as_int(buffer_size, "buffer_size", lo=1)
         if buffer_state not in BUFFER_STATES:
             raise ValueError(f"unknown buffer_state {buffer_state!r}; expected one of {BUFFER_STATES}")
+        if large_examples not in LARGE_EXAMPLES:
+            raise ValueError(f"unknown large_examples {large_examples!r}; expected one of {LARGE_EXAMPLES}")
+        # not a parameter: either way the same examples come out, and each form of state loads in both
+        self.large_examples = large_examples
         if buffer_state == "replay":
             require_replay_support(child)
         self._live = None  # replay mode: (provenance buffer, examples, slot hashes) beside the state
@@ -140,12 +151,11 @@ class ShuffleNode(Node):
         check_bool(state, "draining", where)
         if self.buffer_state == "examples":
             # chunks of examples, or (as written before chunking) a flat list of examples
-            examples = _flatten(state["buffer"])
-            if examples is None:
+            entries = _flatten(state["buffer"])
+            if entries is None:
                 raise ValueError(f"{where}: 'buffer' must be a list of examples or of chunks (lists of examples)")
-            n = len(examples)
-            if not all(isinstance(ex, dict) for ex in examples):
-                raise ValueError(f"{where}: every buffered example must be an object")
+            n = len(entries)
+            self._validate_entries(entries, where)
         else:
             n = len(state["buffer"])
         if n > self.buffer_size:
@@ -155,6 +165,21 @@ class ShuffleNode(Node):
             self._validate_replay(state, where)
         elif self.buffer_state == "drop" and not all(isinstance(ex, dict) for ex in state["buffer"]):
             raise ValueError(f"{where}: every buffered example must be an object")
+
+    def _validate_entries(self, entries: list, where: str) -> None:
+        """Buffered examples (objects) and, where this pipeline can re-read them, positions (tuples)."""
+        check = self.children[0].check_provenance
+        rereadable = None
+        for k, ex in enumerate(entries):
+            if type(ex) is tuple:
+                if rereadable is None:
+                    rereadable = self._rereadable()
+                if not rereadable:
+                    raise ValueError(f"{where}: buffer entry {k} is a position, but this pipeline cannot re-read its "
+                                     "examples from their positions (only examples can be loaded here)")
+                check(list(ex), f"{where}.buffer[{k}]")
+            elif not isinstance(ex, dict):
+                raise ValueError(f"{where}: every buffered example must be an object")
 
     def _validate_replay(self, state: dict, where: str) -> None:
         check_int(state, "digest", where, hi=2**64 - 1)
@@ -221,7 +246,10 @@ class ShuffleNode(Node):
         written (see ``ExampleChunks``). Once full, each incoming example replaces the one at a
         random index, which is yielded; when the input ends, the rest is permuted once and popped.
         An example that entered before the last state copy may be shared with that state: it is
-        yielded as a copy (``copy_example``), so that editing it in place cannot change the state."""
+        yielded as a copy (``copy_example``), so that editing it in place cannot change the state.
+
+        In a DataLoader worker, a pass may log its examples as positions (see :meth:`_input`):
+        ``positions`` then holds each slot's position and the logs record those."""
         st = self._state_dict
         buf = st["buffer"]
         owned = buf.owned
@@ -230,12 +258,19 @@ class ShuffleNode(Node):
         pending = buf.pending
         size = self.buffer_size
         mask = CHUNK - 1
+        reread = self._reread_positions(buf)
         if not st["draining"]:
             rng = rng_from_state(st["rng"])
             block = rng.integers(0, size, size=BLOCK).tolist()
             pos = st["rng_pos"]
             n = len(born)
-            for ex in self.children[0]:
+            source, provenance = self._input(buf, record, reread)
+            positions = buf.positions
+            w = None
+            for ex in source:
+                if provenance is not None:
+                    p = provenance()  # read at once: the nodes below still describe this example
+                    w = None if p is None else tuple(p)  # unknown: logged by value
                 if n < size:
                     if not buf or len(buf[-1]) == CHUNK:
                         buf.append([ex])
@@ -247,7 +282,9 @@ class ShuffleNode(Node):
                             owned[k] = 1
                         buf[k].append(ex)
                     if record:
-                        pending[n] = ex
+                        pending[n] = ex if w is None else w
+                    if positions is not None:
+                        positions.append(w)
                     born.append(buf.gen)
                     n += 1
                     continue
@@ -267,7 +304,9 @@ class ShuffleNode(Node):
                 out = ch[j]
                 ch[j] = ex
                 if record:
-                    pending[i] = ex
+                    pending[i] = ex if w is None else w
+                if positions is not None:
+                    positions[i] = w
                 gen = buf.gen
                 if born[i] != gen:
                     out = copy_example(out)
@@ -277,10 +316,15 @@ class ShuffleNode(Node):
             order = rng_from_seed(st["seed"], st["epoch"], 2).permutation(len(flat)).tolist()
             flat = [flat[i] for i in order]
             born[:] = [born[i] for i in order]
+            if positions is not None:
+                positions[:] = [positions[i] for i in order]
             buf[:] = [flat[k:k + CHUNK] for k in range(0, len(flat), CHUNK)]
             owned[:] = b"\x01" * len(buf)
             buf.reordered()
             st["draining"] = True
+        else:
+            buf.positions = reread if record and self._logs_positions() else None
+        positions = buf.positions
         while buf:
             k = len(buf) - 1
             ch = buf[k]
@@ -291,9 +335,72 @@ class ShuffleNode(Node):
             if not ch:
                 buf.pop()
                 owned.pop()
+            if positions is not None:
+                positions.pop()
             if born.pop() != buf.gen:
                 ex = copy_example(ex)
             yield ex
+
+    # -- large examples logged as positions in DataLoader workers
+    def _rereadable(self) -> bool:
+        """Whether the examples below can be re-read from their positions with nothing but the
+        sources reading the same rows again (no function of the user's re-run, nothing decoded
+        after the buffer)."""
+        child = self.children[0]
+        return self.buffer_state == "examples" and child.deferrable_decoder() is None and all(
+            n.rereads_plainly() for n in child.walk())
+
+    def _logs_positions(self) -> bool:
+        return self.large_examples == "positions" and self._rereadable()
+
+    def _input(self, buf: ExampleChunks, record: bool, reread: list | None) -> tuple:
+        """The input of a pass and, when the pass logs positions, the function giving the position
+        of the example just pulled (else ``None``).
+
+        A pass logs positions in a DataLoader worker (``record``) when the examples can be re-read
+        (:meth:`_rereadable`), ``large_examples="positions"``, and the worker's packer would rather
+        not copy the pass's first example to the main process (a large array, image or file). The
+        examples then never cross: the main process holds where they came from, and a resumed
+        pipeline re-reads them (:meth:`_reread_positions`), as a ``"replay"`` buffer does. Examples
+        the buffer held before (loaded by value) keep being logged by value."""
+        if not (record and self._logs_positions()):
+            buf.positions = None
+            return iter(self.children[0]), None
+        provenance = self.children[0].provenance_reader()
+        it = iter(self.children[0])
+        first = next(it, _END)
+        if first is _END:
+            buf.positions = reread
+            return iter(()), None
+        if not prefers_positions(first):
+            buf.positions = None
+            return itertools.chain((first,), it), None
+        buf.positions = reread if reread is not None else [None] * sum(map(len, buf))
+        return itertools.chain((first,), it), provenance
+
+    def _reread_positions(self, buf: ExampleChunks) -> list | None:
+        """Re-read the examples a loaded state holds as positions (tuples), in place; the positions
+        by slot (``None`` for the other slots), or ``None`` when it holds none."""
+        flat = [ex for ch in buf for ex in ch]
+        where = [k for k, ex in enumerate(flat) if type(ex) is tuple]
+        if not where:
+            return None
+        try:
+            got = replay_buffer(self.children[0], [list(flat[k]) for k in where])
+        except Exception as e:
+            add_context(e, "in shuffle: re-reading the buffered examples the state holds as positions (a DataLoader "
+                           "worker logs large examples as where they came from)")
+            raise
+        positions: list = [None] * len(flat)
+        owned = buf.owned
+        for k, ex in zip(where, got):
+            c = k >> CHUNK_BITS
+            if not owned[c]:  # shared with a state copy taken since the load
+                buf[c] = buf[c].copy()
+                owned[c] = 1
+            buf[c][k & (CHUNK - 1)] = ex
+            positions[k] = flat[k]
+        return positions
 
     def _live_buffer(self) -> tuple[list, list, list]:
         """The examples of a replay-mode buffer, re-read from the sources after a load."""

@@ -85,6 +85,8 @@ class TorchPacker:
     is what a message sends."""
 
     by_value = True
+    #: examples with large buffers are cheaper logged as positions, when the shuffle can re-read them
+    prefers_positions = staticmethod(_has_large_array)
 
     @staticmethod
     def pack(items: list) -> tuple[tuple, list]:

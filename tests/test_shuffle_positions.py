@@ -1,0 +1,258 @@
+"""A default shuffle in DataLoader workers logs large examples as positions.
+
+In a worker, a shuffle buffer's state crosses to the main process after every batch. When the
+examples below come straight from sources (no ``map``/``filter``: re-reading them runs nothing of
+the user's) and the pass's first example is large (an array, image or file of 16 KB or more), the
+worker logs where each buffered example came from instead of copying it; a resumed pipeline
+re-reads those examples from the sources. These tests hold that to the state contract: every
+cut resumes exactly, JSON/binary/pickle round trips included, with elastic resumes, in-place
+edits after the shuffle, a drain, an interleave below, persistent workers and bad states.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import resumable_iterable as ri  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning"),
+              pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")]
+
+LARGE = 4096  # float32: 16 KB, the size from which an example counts as large
+SHARDS = [0, 1, 2, 3]
+
+
+def rows(shards, n=12, width=LARGE):
+    for s in shards:
+        for i in range(n):
+            k = s * 100 + i
+            yield {"id": k, "x": np.full(width, k, dtype=np.float32)}
+
+
+def shuffled(width=LARGE, n=12, **kw):
+    return (ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": SHARDS, "n": n, "width": width})
+            .shuffle(seed=3, buffer_size=7, **kw))
+
+
+def checked(batch):
+    """A batch as ids, each example checked to hold its own values (a re-read gone wrong shows)."""
+    for ex in batch:
+        assert ex["x"].dtype == np.float32 and (ex["x"] == ex["id"]).all(), ex["id"]
+    return [ex["id"] for ex in batch]
+
+
+def loader(ds, workers=2, **kw):
+    return ri.StatefulDataLoader(ds, batch_size=4, num_workers=workers, collate_fn=checked, **kw)
+
+
+def worker_buffers(state) -> list:
+    """The shuffle buffers of each worker in a loader state."""
+    snaps = state["_snapshot"]["_worker_snapshots"]
+    return [list(snaps[w]["dataset_state"]["buffers"]["0"]) for w in sorted(snaps)]
+
+
+def run_with_states(make):
+    dl = make()
+    batches, states = [], [ri.dumps_state(dl.state_dict())]
+    for b in dl:
+        batches.append(b)
+        states.append(ri.dumps_state(dl.state_dict()))
+    return batches, states
+
+
+def test_workers_log_large_examples_as_positions_and_every_cut_resumes_exactly():
+    batches, states = run_with_states(lambda: loader(shuffled()))
+    assert sorted(k for b in batches for k in b) == sorted(s * 100 + i for s in SHARDS for i in range(12))
+    held = worker_buffers(ri.loads_state(states[3]))
+    assert all(held) and all(type(e) is tuple and len(e) == 2 for buf in held for e in buf)
+    for cut in range(len(states)):
+        again = loader(shuffled())
+        again.load_state_dict(ri.loads_state(states[cut]))
+        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], cut
+
+
+@pytest.mark.parametrize("workers", [0, 1, 3])
+def test_a_state_of_positions_resumes_with_another_worker_count(workers):
+    batches, states = run_with_states(lambda: loader(shuffled()))
+    full = sorted(k for b in batches for k in b)
+    for cut in (1, 4, len(batches) - 2):
+        again = loader(shuffled(), workers=workers)
+        again.load_state_dict(ri.loads_state(states[cut]))
+        assert sorted([k for b in batches[:cut] for k in b] + [k for b in again for k in b]) == full, cut
+
+
+def test_small_examples_mapped_examples_and_stored_ones_stay_examples():
+    def mapped():
+        return (ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": SHARDS}).map(lambda ex: ex)
+                .shuffle(seed=3, buffer_size=7))
+
+    for make in (lambda: shuffled(width=8), mapped, lambda: shuffled(large_examples="stored")):
+        dl = loader(make())
+        it = iter(dl)
+        for _ in range(3):
+            next(it)
+        held = worker_buffers(dl.state_dict())
+        assert all(held) and all(type(e) is dict for buf in held for e in buf)
+
+
+def test_in_a_process_the_state_holds_the_examples():
+    ds = shuffled()
+    it = iter(ds)
+    for _ in range(5):
+        next(it)
+    buf = [e for ch in ds.state_dict()["state"]["buffer"] for e in ch]
+    assert len(buf) == 7 and all(type(e) is dict for e in buf)
+
+
+def test_an_in_place_edit_after_the_shuffle_cannot_change_a_state_of_positions():
+    def edit(ex):
+        ex["x"] += 1000  # in place, in the worker
+        ex["x"] -= 1000
+        ex["id"] = ex["id"]
+        return ex
+
+    def make():
+        return loader(shuffled().map(edit))
+
+    batches, states = run_with_states(make)
+    for cut in (2, 5):
+        again = make()
+        again.load_state_dict(ri.loads_state(states[cut]))
+        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b]
+
+
+def test_states_of_positions_round_trip_through_files_pickle_and_torch_weights_only(tmp_path):
+    batches, states = run_with_states(lambda: loader(shuffled()))
+    state = ri.loads_state(states[4])
+    path = tmp_path / "state.ri"
+    ri.save_state(state, path)
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    for loaded in (ri.load_state(path), pickle.loads(pickle.dumps(state)), torch.load(buf, weights_only=True)):
+        again = loader(shuffled())
+        again.load_state_dict(loaded)
+        assert [k for b in again for k in b] == [k for b in batches[4:] for k in b]
+
+
+def test_a_state_taken_while_draining_resumes_exactly():
+    batches, states = run_with_states(lambda: loader(shuffled()))
+    n = len(batches)
+    for cut in (n - 3, n - 2, n - 1):  # the buffers are draining here (7 of 24 rows per worker)
+        again = loader(shuffled())
+        again.load_state_dict(ri.loads_state(states[cut]))
+        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], cut
+
+
+def test_an_interleave_below_keeps_the_examples_stored():
+    # it reads one example ahead per input: where that example came from is tracked only when a
+    # replay-mode shuffle arms it before it starts, so a default shuffle above it stores examples
+    def make():
+        a = ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": [0, 1]})
+        b = ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": [2, 3], "n": 9})
+        ds = ri.interleave_datasets([a, b], probabilities=[0.5, 0.5], seed=1, stopping_strategy="all_exhausted")
+        return loader(ds.shuffle(seed=2, buffer_size=6))
+
+    batches, states = run_with_states(make)
+    held = worker_buffers(ri.loads_state(states[2]))
+    assert all(held) and all(type(e) is dict for buf in held for e in buf)
+    for cut in range(0, len(states), 2):
+        again = make()
+        again.load_state_dict(ri.loads_state(states[cut]))
+        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], cut
+
+
+def test_arrow_sources_are_re_read_by_position():
+    datasets = pytest.importorskip("datasets")
+    table = datasets.Dataset.from_dict({"id": list(range(40)), "blob": [bytes([i]) * 20_000 for i in range(40)]})
+
+    def make():
+        ds = ri.to_iterable_dataset(table, num_shards=4).shuffle(seed=1, buffer_size=6)
+        return ri.StatefulDataLoader(ds, batch_size=4, num_workers=2,
+                                     collate_fn=lambda b: [ex["id"] for ex in b if ex["blob"] == bytes([ex["id"]]) * 20_000])
+
+    batches, states = run_with_states(make)
+    assert sorted(k for b in batches for k in b) == list(range(40))
+    assert all(type(e) is tuple for buf in worker_buffers(ri.loads_state(states[2])) for e in buf)
+    for cut in (1, 3, 6):
+        again = make()
+        again.load_state_dict(ri.loads_state(states[cut]))
+        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b]
+
+
+def test_a_state_of_stored_examples_resumes_in_a_pipeline_that_logs_positions():
+    batches, states = run_with_states(lambda: loader(shuffled(large_examples="stored")))
+    assert all(type(e) is dict for buf in worker_buffers(ri.loads_state(states[3])) for e in buf)
+    again = loader(shuffled())
+    again.load_state_dict(ri.loads_state(states[3]))
+    assert [k for b in again for k in b] == [k for b in batches[3:] for k in b]
+    back = loader(shuffled(large_examples="stored"))  # and the other way round
+    _, states2 = run_with_states(lambda: loader(shuffled()))
+    back.load_state_dict(ri.loads_state(states2[3]))
+    assert [k for b in back for k in b] == [k for b in batches[3:] for k in b]
+
+
+def test_data_that_changed_since_the_state_was_saved_is_named():
+    _, states = run_with_states(lambda: loader(shuffled()))
+    fewer = (ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": SHARDS, "n": 2})
+             .shuffle(seed=3, buffer_size=7))
+    again = ri.StatefulDataLoader(fewer, batch_size=4, num_workers=0, collate_fn=checked)
+    again.load_state_dict(ri.loads_state(states[3]))
+    with pytest.raises(ValueError) as e:
+        list(again)
+    text = str(e.value) + "".join(getattr(e.value, "__notes__", []))
+    assert "positions" in text and "fewer rows" in text
+
+
+def test_a_bad_position_is_refused_with_where_it_is():
+    _, states = run_with_states(lambda: loader(shuffled()))
+    state = ri.loads_state(states[3])
+    snap = state["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset_state"]
+    snap["buffers"]["0"][2] = (9, 0)  # a shard this worker does not read
+    again = loader(shuffled())
+    with pytest.raises(ValueError, match=r"buffer\[2\].*shard 9"):
+        again.load_state_dict(state)
+
+    mapped = (ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": SHARDS}).map(lambda ex: ex)
+              .shuffle(seed=3, buffer_size=7))
+    own = mapped.state_dict()
+    own["state"]["buffer"] = [[(0, 1)]]
+    with pytest.raises(ValueError, match="cannot re-read its examples from their positions"):
+        mapped.load_state_dict(own)
+
+
+def test_unknown_large_examples_is_refused():
+    with pytest.raises(ValueError, match="unknown large_examples 'never'"):
+        shuffled(large_examples="never")
+
+
+def test_inspect_says_which_buffered_examples_are_positions(tmp_path, capsys):
+    from resumable_iterable.cli import main
+
+    _, states = run_with_states(lambda: loader(shuffled()))
+    ri.save_state(ri.loads_state(states[3]), tmp_path / "s.ri")
+    assert main(["inspect", str(tmp_path / "s.ri")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("buffer 7/7, all as positions, re-read on resume") == 2
+
+
+def test_concatenated_sources_and_column_operations_below_are_re_read_by_position():
+    def make():
+        a = ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": [0, 1]})
+        b = ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": [2, 3], "n": 9})
+        ds = ri.concatenate_datasets([a, b]).rename_column("x", "pixels").rename_column("pixels", "x")
+        return loader(ds.shuffle(seed=2, buffer_size=6))
+
+    batches, states = run_with_states(make)
+    held = worker_buffers(ri.loads_state(states[2]))
+    assert all(held) and all(type(e) is tuple and len(e) == 3 for buf in held for e in buf)  # [input, shard, row]
+    for cut in range(0, len(states), 2):
+        again = make()
+        again.load_state_dict(ri.loads_state(states[cut]))
+        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], cut
