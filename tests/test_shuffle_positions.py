@@ -256,3 +256,45 @@ def test_concatenated_sources_and_column_operations_below_are_re_read_by_positio
         again = make()
         again.load_state_dict(ri.loads_state(states[cut]))
         assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], cut
+
+
+@pytest.fixture()
+def parquet_files(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    paths = []
+    for f in range(2):
+        ids = list(range(f * 100, f * 100 + 40))
+        table = pa.table({"id": ids, "blob": [bytes([i % 256]) * 20_000 for i in ids]})
+        path = tmp_path / f"part-{f}.parquet"
+        pq.write_table(table, path, row_group_size=8)  # 5 row groups per file
+        paths.append(str(path))
+    return paths
+
+
+def test_parquet_files_re_read_only_the_row_groups_holding_the_buffered_rows(parquet_files, monkeypatch):
+    import pyarrow.parquet as pq
+
+    def make(workers=2):
+        ds = ri.IterableDataset.from_parquet(parquet_files).shuffle(seed=4, buffer_size=6)
+        return ri.StatefulDataLoader(ds, batch_size=4, num_workers=workers, collate_fn=lambda b: [
+            ex["id"] for ex in b if ex["blob"] == bytes([ex["id"] % 256]) * 20_000])
+
+    batches, states = run_with_states(make)
+    assert sorted(k for b in batches for k in b) == [f * 100 + i for f in range(2) for i in range(40)]
+    assert all(type(e) is tuple for buf in worker_buffers(ri.loads_state(states[3])) for e in buf)
+    for cut in (1, 3, 7):
+        again = make()
+        again.load_state_dict(ri.loads_state(states[cut]))
+        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b]
+
+    read = []
+    original = pq.ParquetFile.read_row_groups
+    monkeypatch.setattr(pq.ParquetFile, "read_row_groups",
+                        lambda self, groups, *a, **k: read.append(list(groups)) or original(self, groups, *a, **k))
+    again = make(workers=0)  # re-read in this process, where the spy sees it (an elastic resume)
+    again.load_state_dict(ri.loads_state(states[3]))
+    assert sorted(k for b in again for k in b) == sorted(k for b in batches[3:] for k in b)
+    held = {(sid, row // 8) for buf in worker_buffers(ri.loads_state(states[3])) for sid, row in buf}
+    assert read and sum(len(g) for g in read) == len(held) < 10

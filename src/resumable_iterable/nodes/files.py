@@ -207,13 +207,26 @@ class FileSource(SourceNode):
                 yield row
 
     def read_rows(self, shard_id: int, rows: list[int]) -> list[dict]:
-        if self.format == "parquet":
-            import pyarrow.parquet as pq
+        if self.format != "parquet":
+            return self.rows_of(self._table(shard_id).take(pa.array(rows, type=pa.int64())))
+        import pyarrow.parquet as pq
 
-            table = pq.read_table(self.paths[shard_id])
-        else:
-            table = self._table(shard_id)
-        return self.rows_of(table.take(pa.array(rows, type=pa.int64())))
+        # only the row groups holding the rows: a resume re-reads a few buffered rows of a file
+        # that may hold gigabytes of images
+        pf = pq.ParquetFile(self.paths[shard_id])
+        md = pf.metadata
+        starts = [0]
+        for g in range(md.num_row_groups):
+            starts.append(starts[-1] + md.row_group(g).num_rows)
+        groups = sorted({bisect.bisect_right(starts, r) - 1 for r in rows})
+        if any(not 0 <= g < md.num_row_groups for g in groups):
+            raise IndexError(f"a row is past the end of the file ({md.num_rows} rows)")
+        table = pf.read_row_groups(groups)
+        first, n = {}, 0  # row group -> its first row in ``table``
+        for g in groups:
+            first[g], n = n, n + md.row_group(g).num_rows
+        local = [first[g] + r - starts[g] for r, g in ((r, bisect.bisect_right(starts, r) - 1) for r in rows)]
+        return self.rows_of(table.take(pa.array(local, type=pa.int64())))
 
     def shard_label(self, sid: int) -> str:
         return f"{self.kind} source shard {sid} (file {self.paths[sid]!r})"
