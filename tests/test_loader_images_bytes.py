@@ -22,7 +22,7 @@ pytest.importorskip("torchdata")
 Image = pytest.importorskip("PIL.Image")
 
 import resumable_iterable as ri  # noqa: E402
-from resumable_iterable.state import ExampleChunks  # noqa: E402
+from resumable_iterable.state import ExampleChunks, is_position  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning")]
 
@@ -212,15 +212,17 @@ def image_digests(batch):
     return [(e["id"], type(e["image"]).__name__, hashlib.sha1(e["image"].tobytes()).hexdigest()) for e in batch]
 
 
-def test_an_image_dataset_shuffled_as_files_yields_the_same_and_resumes_exactly():
+@pytest.mark.parametrize("large_examples", ["stored", "positions"])
+def test_an_image_dataset_shuffled_as_files_yields_the_same_and_resumes_exactly(large_examples):
     """``decode(False).shuffle(...).decode()``: the buffer (and a worker's state) holds the image
     files, decoded after the shuffle as HF decodes (what ``shuffle()`` right above the source does
-    by itself, ``test_shuffle_deferred_decoding.py``); the examples are those of a shuffle
-    decoding in the source."""
+    by itself, ``test_shuffle_deferred_decoding.py``), or, by default, a worker's state holds their
+    positions in the table; the examples are those of a shuffle decoding in the source."""
     hf = jpeg_files(40)
 
     def files_in_buffer():
-        return ri.to_iterable_dataset(hf, num_shards=4).decode(False).shuffle(seed=3, buffer_size=8).decode()
+        return ri.to_iterable_dataset(hf, num_shards=4).decode(False).shuffle(
+            seed=3, buffer_size=8, large_examples=large_examples).decode()
 
     # replay-mode shuffles decode in the source
     decoded = [image_digests([e])[0] for e in ri.to_iterable_dataset(hf, num_shards=4).shuffle(
@@ -239,7 +241,10 @@ def test_an_image_dataset_shuffled_as_files_yields_the_same_and_resumes_exactly(
     assert all(d[1] == "JpegImageFile" for b in batches for d in b)
     worker = ri.loads_state(states[3])["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset_state"]
     held = [ex for ex in worker["buffers"]["0"]]
-    assert held and all(type(ex["image"]) is dict and type(ex["image"]["bytes"]) is bytes for ex in held)
+    if large_examples == "stored":
+        assert held and all(type(ex["image"]) is dict and type(ex["image"]["bytes"]) is bytes for ex in held)
+    else:
+        assert held and all(is_position(ex) for ex in held)
     for cut in (0, 2, 5, len(batches) - 1):
         again = make()
         again.load_state_dict(ri.loads_state(states[cut]))

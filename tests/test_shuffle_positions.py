@@ -20,6 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import resumable_iterable as ri  # noqa: E402
+from resumable_iterable.state import is_position, position_entry  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning"),
               pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")]
@@ -70,7 +71,7 @@ def test_workers_log_large_examples_as_positions_and_every_cut_resumes_exactly()
     batches, states = run_with_states(lambda: loader(shuffled()))
     assert sorted(k for b in batches for k in b) == sorted(s * 100 + i for s in SHARDS for i in range(12))
     held = worker_buffers(ri.loads_state(states[3]))
-    assert all(held) and all(type(e) is tuple and len(e) == 2 for buf in held for e in buf)
+    assert all(held) and all(is_position(e) and len(e["at"]) == 2 for buf in held for e in buf)
     for cut in range(len(states)):
         again = loader(shuffled())
         again.load_state_dict(ri.loads_state(states[cut]))
@@ -98,7 +99,7 @@ def test_small_examples_mapped_examples_and_stored_ones_stay_examples():
         for _ in range(3):
             next(it)
         held = worker_buffers(dl.state_dict())
-        assert all(held) and all(type(e) is dict for buf in held for e in buf)
+        assert all(held) and all(type(e) is dict and not is_position(e) for buf in held for e in buf)
 
 
 def test_in_a_process_the_state_holds_the_examples():
@@ -107,7 +108,7 @@ def test_in_a_process_the_state_holds_the_examples():
     for _ in range(5):
         next(it)
     buf = [e for ch in ds.state_dict()["state"]["buffer"] for e in ch]
-    assert len(buf) == 7 and all(type(e) is dict for e in buf)
+    assert len(buf) == 7 and not any(map(is_position, buf))
 
 
 def test_an_in_place_edit_after_the_shuffle_cannot_change_a_state_of_positions():
@@ -161,7 +162,7 @@ def test_an_interleave_below_keeps_the_examples_stored():
 
     batches, states = run_with_states(make)
     held = worker_buffers(ri.loads_state(states[2]))
-    assert all(held) and all(type(e) is dict for buf in held for e in buf)
+    assert all(held) and all(type(e) is dict and not is_position(e) for buf in held for e in buf)
     for cut in range(0, len(states), 2):
         again = make()
         again.load_state_dict(ri.loads_state(states[cut]))
@@ -179,7 +180,7 @@ def test_arrow_sources_are_re_read_by_position():
 
     batches, states = run_with_states(make)
     assert sorted(k for b in batches for k in b) == list(range(40))
-    assert all(type(e) is tuple for buf in worker_buffers(ri.loads_state(states[2])) for e in buf)
+    assert all(is_position(e) for buf in worker_buffers(ri.loads_state(states[2])) for e in buf)
     for cut in (1, 3, 6):
         again = make()
         again.load_state_dict(ri.loads_state(states[cut]))
@@ -188,7 +189,7 @@ def test_arrow_sources_are_re_read_by_position():
 
 def test_a_state_of_stored_examples_resumes_in_a_pipeline_that_logs_positions():
     batches, states = run_with_states(lambda: loader(shuffled(large_examples="stored")))
-    assert all(type(e) is dict for buf in worker_buffers(ri.loads_state(states[3])) for e in buf)
+    assert all(type(e) is dict and not is_position(e) for buf in worker_buffers(ri.loads_state(states[3])) for e in buf)
     again = loader(shuffled())
     again.load_state_dict(ri.loads_state(states[3]))
     assert [k for b in again for k in b] == [k for b in batches[3:] for k in b]
@@ -214,7 +215,7 @@ def test_a_bad_position_is_refused_with_where_it_is():
     _, states = run_with_states(lambda: loader(shuffled()))
     state = ri.loads_state(states[3])
     snap = state["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset_state"]
-    snap["buffers"]["0"][2] = (9, 0)  # a shard this worker does not read
+    snap["buffers"]["0"][2] = position_entry([9, 0])  # a shard this worker does not read
     again = loader(shuffled())
     with pytest.raises(ValueError, match=r"buffer\[2\].*shard 9"):
         again.load_state_dict(state)
@@ -222,7 +223,7 @@ def test_a_bad_position_is_refused_with_where_it_is():
     mapped = (ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": SHARDS}).map(lambda ex: ex)
               .shuffle(seed=3, buffer_size=7))
     own = mapped.state_dict()
-    own["state"]["buffer"] = [[(0, 1)]]
+    own["state"]["buffer"] = [[position_entry([0, 1])]]
     with pytest.raises(ValueError, match="cannot re-read its examples from their positions"):
         mapped.load_state_dict(own)
 
@@ -251,7 +252,7 @@ def test_concatenated_sources_and_column_operations_below_are_re_read_by_positio
 
     batches, states = run_with_states(make)
     held = worker_buffers(ri.loads_state(states[2]))
-    assert all(held) and all(type(e) is tuple and len(e) == 3 for buf in held for e in buf)  # [input, shard, row]
+    assert all(held) and all(is_position(e) and len(e["at"]) == 3 for buf in held for e in buf)  # [input, shard, row]
     for cut in range(0, len(states), 2):
         again = make()
         again.load_state_dict(ri.loads_state(states[cut]))
@@ -283,7 +284,7 @@ def test_parquet_files_re_read_only_the_row_groups_holding_the_buffered_rows(par
 
     batches, states = run_with_states(make)
     assert sorted(k for b in batches for k in b) == [f * 100 + i for f in range(2) for i in range(40)]
-    assert all(type(e) is tuple for buf in worker_buffers(ri.loads_state(states[3])) for e in buf)
+    assert all(is_position(e) for buf in worker_buffers(ri.loads_state(states[3])) for e in buf)
     for cut in (1, 3, 7):
         again = make()
         again.load_state_dict(ri.loads_state(states[cut]))
@@ -296,5 +297,34 @@ def test_parquet_files_re_read_only_the_row_groups_holding_the_buffered_rows(par
     again = make(workers=0)  # re-read in this process, where the spy sees it (an elastic resume)
     again.load_state_dict(ri.loads_state(states[3]))
     assert sorted(k for b in again for k in b) == sorted(k for b in batches[3:] for k in b)
-    held = {(sid, row // 8) for buf in worker_buffers(ri.loads_state(states[3])) for sid, row in buf}
+    held = {(e["at"][0], e["at"][1] // 8) for buf in worker_buffers(ri.loads_state(states[3])) for e in buf}
     assert read and sum(len(g) for g in read) == len(held) < 10
+
+
+def test_small_rows_of_a_table_are_logged_as_positions_and_survive_a_plain_json_round_trip():
+    # re-reading rows of an Arrow table is a take: a few integers cross instead of each row
+    import json
+
+    datasets = pytest.importorskip("datasets")
+    table = datasets.Dataset.from_dict({"id": list(range(60)), "text": [f"row {i}" for i in range(60)]})
+
+    def make(workers=2):
+        ds = ri.to_iterable_dataset(table, num_shards=4).shuffle(seed=2, buffer_size=5)
+        return ri.StatefulDataLoader(ds, batch_size=4, num_workers=workers,
+                                     collate_fn=lambda b: [ex["id"] for ex in b if ex["text"] == f"row {ex['id']}"])
+
+    dl = make()
+    batches, states = [], [json.dumps(dl.state_dict())]
+    for b in dl:
+        batches.append(b)
+        states.append(json.dumps(dl.state_dict()))  # the plain JSON of the docs' training loop
+    assert sorted(k for b in batches for k in b) == list(range(60))
+    held = worker_buffers(json.loads(states[4]))
+    assert all(held) and all(is_position(e) for buf in held for e in buf)
+    for cut in range(len(states)):
+        again = make()
+        again.load_state_dict(json.loads(states[cut]))
+        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], cut
+    rest = make(workers=0)
+    rest.load_state_dict(json.loads(states[5]))
+    assert sorted([k for b in batches[:5] for k in b] + [k for b in rest for k in b]) == list(range(60))

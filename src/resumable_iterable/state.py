@@ -30,7 +30,8 @@ import json
 from typing import Any, Iterator
 
 from .state_buffers import (CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList,  # noqa: F401
-                            HeldExamples, PositionList, copy_example, inline_buffers, replay_journal)
+                            HeldExamples, PositionList, copy_example, inline_buffers, is_position, position_entry,
+                            replay_journal)
 from .state_logs import (BufferLog, buffer_lock, journaling, live_buffer_ids, prefers_positions,  # noqa: F401
                          set_buffer_packer)
 

@@ -11,6 +11,8 @@
 * :class:`PositionList` - a replay-mode buffer (where each example came from), logged likewise.
 * :func:`copy_example` - the copy a node yields when a state may share the example, so that a
   user's function editing it in place cannot change a state taken earlier.
+* :func:`position_entry` / :func:`is_position` - a buffer slot held as where its example came
+  from (a shuffle in a DataLoader worker logs large examples so, ``nodes/shuffle.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,20 @@ from typing import Any
 
 import numpy as np
 
+from .state_codec import TAG
 from .state_logs import LOG_SLOTS, BufferLog, Logged, take_log
+
+
+def position_entry(position: list) -> dict:
+    """A buffer entry standing for the example read at ``position`` (a provenance, see
+    ``nodes/replay.py``): ``{"__ri__": "position", "at": [...]}``, an object like the examples
+    beside it, kept as it is by a plain JSON round trip, ``torch.load(weights_only=True)`` and the
+    state codec (which escapes examples holding the ``"__ri__"`` key)."""
+    return {TAG: "position", "at": position}
+
+
+def is_position(entry: Any) -> bool:
+    return type(entry) is dict and len(entry) == 2 and entry.get(TAG) == "position" and "at" in entry
 
 
 class ExampleList(list):
@@ -69,9 +84,9 @@ class ExampleChunks(Logged, list):
     every copy that shares examples starts a new generation (``gen``). An example older than the
     current generation may be shared with a state already taken, so the node hands out a copy
     of it (:func:`copy_example`): what the consumer does to it in place cannot reach that state.
-    ``positions`` (a list of slot positions, or ``None``) is kept by a shuffle that logs large
-    examples as where they came from (``nodes/shuffle.py``): such a slot's log entry is its
-    position, and ``pending`` records the position too.
+    ``positions`` (per slot, a :func:`position_entry` or ``None``; or ``None``) is kept by a
+    shuffle that logs large examples as where they came from (``nodes/shuffle.py``): such a
+    slot's log entry is its position, and ``pending`` records the position too.
     """
 
     __slots__ = ("owned", "gen", "born", "positions") + LOG_SLOTS

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..nodes.source import shard_order, split_positions
+from ..state import is_position
 from .document import InspectError
 
 #: the fields of a source state (plus ``stop``, set on the shards a plan segment hands off)
@@ -114,7 +115,7 @@ def analyse_node(shape: dict, state: dict, where: str) -> dict:
         buf = state["buffer"]
         if mode == "examples" and isinstance(buf, list):  # a DataLoader worker logs large examples as positions
             chunked = all(isinstance(c, list) for c in buf)
-            held = sum(type(e) is tuple for e in ([e for c in buf for e in c] if chunked else buf))
+            held = sum(map(is_position, [e for c in buf for e in c] if chunked else buf))
             if held:
                 fill = buffer_fill(buf, mode)
                 stored = (f"{'all' if held == fill else held} as positions, re-read on resume (large examples "

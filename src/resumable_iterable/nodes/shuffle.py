@@ -16,9 +16,10 @@ State: ``{"node", "seed", "epoch", "rng", "rng_pos", "buffer", "draining", "chil
     the list shallowly: a new list holding the same example objects (in a DataLoader worker, a
     log of the buffer's writes instead - see ``state.ExampleChunks.log``). An example a taken
     state may share is yielded as a copy, so that a consumer editing it in place cannot change
-    that state. In a DataLoader worker, a pass over large examples read straight from sources
-    logs *positions* instead (a tuple per slot, as in ``"replay"`` mode; see ``_input``): such
-    a state's buffer holds tuples in place of those examples, re-read when it is loaded.
+    that state. In a DataLoader worker, a pass over examples read straight from sources may log
+    *positions* instead (``{"__ri__": "position", "at": [...]}`` per slot, the provenance of
+    ``"replay"`` mode; see ``_input``): such a state's buffer holds those in place of the
+    examples, re-read when it is iterated.
   - ``"drop"`` (HF-compatible, lossy): nothing. A resumed pipeline refills the buffer from where
     the input stood, so the examples that were in the buffer are lost - as in HF ``datasets``.
   - ``"replay"`` (exact, small): where each buffered example came from - a short list of
@@ -45,7 +46,7 @@ from typing import Iterator
 from zlib import crc32
 
 from ..state import (CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList, PositionList, copy_example,
-                     journaling, prefers_positions)
+                     is_position, journaling, position_entry, prefers_positions)
 from .base import (Node, add_context, as_int, check_bool, check_epoch, check_examples, check_int, check_rng,
                    resolve_seed, rng_from_seed, rng_from_state, split_seed)
 from .replay import DIGEST_MASK, buffer_digest, replay_buffer, require_replay_support, slot_hash
@@ -54,9 +55,9 @@ BLOCK = 1024
 
 
 def _flatten(buffer: list) -> list | None:
-    """The entries of a buffer given as chunks (lists) or flat (examples, which are dicts, and
-    positions, which are tuples); ``None`` if it mixes them."""
-    if all(isinstance(x, (dict, tuple)) for x in buffer):
+    """The entries of a buffer given as chunks (lists) or flat (examples and positions, which are
+    dicts); ``None`` if it mixes them."""
+    if all(isinstance(x, dict) for x in buffer):
         return list(buffer)
     if all(isinstance(x, list) for x in buffer):
         return [ex for ch in buffer for ex in ch]
@@ -167,17 +168,17 @@ class ShuffleNode(Node):
             raise ValueError(f"{where}: every buffered example must be an object")
 
     def _validate_entries(self, entries: list, where: str) -> None:
-        """Buffered examples (objects) and, where this pipeline can re-read them, positions (tuples)."""
+        """Buffered examples (objects) and, where this pipeline can re-read them, positions."""
         check = self.children[0].check_provenance
         rereadable = None
         for k, ex in enumerate(entries):
-            if type(ex) is tuple:
+            if is_position(ex):
                 if rereadable is None:
                     rereadable = self._rereadable()
                 if not rereadable:
                     raise ValueError(f"{where}: buffer entry {k} is a position, but this pipeline cannot re-read its "
                                      "examples from their positions (only examples can be loaded here)")
-                check(list(ex), f"{where}.buffer[{k}]")
+                check(ex["at"], f"{where}.buffer[{k}].at")
             elif not isinstance(ex, dict):
                 raise ValueError(f"{where}: every buffered example must be an object")
 
@@ -270,7 +271,7 @@ class ShuffleNode(Node):
             for ex in source:
                 if provenance is not None:
                     p = provenance()  # read at once: the nodes below still describe this example
-                    w = None if p is None else tuple(p)  # unknown: logged by value
+                    w = None if p is None else position_entry(p)  # unknown: logged by value
                 if n < size:
                     if not buf or len(buf[-1]) == CHUNK:
                         buf.append([ex])
@@ -353,16 +354,28 @@ class ShuffleNode(Node):
     def _logs_positions(self) -> bool:
         return self.large_examples == "positions" and self._rereadable()
 
+    def _sources_random_access(self) -> bool:
+        """Whether every source below reads rows by position without reading what comes before them
+        (Arrow tables, Parquet and Arrow IPC files; not generators or text formats)."""
+        for n in self.children[0].walk():
+            if not n.children:
+                check = getattr(n, "random_access_problem", None)
+                if check is None or check() is not None:
+                    return False
+        return True
+
     def _input(self, buf: ExampleChunks, record: bool, reread: list | None) -> tuple:
         """The input of a pass and, when the pass logs positions, the function giving the position
         of the example just pulled (else ``None``).
 
         A pass logs positions in a DataLoader worker (``record``) when the examples can be re-read
-        (:meth:`_rereadable`), ``large_examples="positions"``, and the worker's packer would rather
-        not copy the pass's first example to the main process (a large array, image or file). The
-        examples then never cross: the main process holds where they came from, and a resumed
-        pipeline re-reads them (:meth:`_reread_positions`), as a ``"replay"`` buffer does. Examples
-        the buffer held before (loaded by value) keep being logged by value."""
+        (:meth:`_rereadable`), ``large_examples="positions"``, and either the worker's packer would
+        rather not copy the pass's first example to the main process (a large array, image or
+        file) or re-reading is cheap (:meth:`_sources_random_access`: a resume then takes the
+        buffered rows at once, and a few integers cross instead of each row). The examples then
+        never cross: the main process holds where they came from, and a resumed pipeline re-reads
+        them (:meth:`_reread_positions`), as a ``"replay"`` buffer does. Examples the buffer held
+        before (loaded by value) keep being logged by value."""
         if not (record and self._logs_positions()):
             buf.positions = None
             return iter(self.children[0]), None
@@ -372,21 +385,21 @@ class ShuffleNode(Node):
         if first is _END:
             buf.positions = reread
             return iter(()), None
-        if not prefers_positions(first):
+        if not (prefers_positions(first) or self._sources_random_access()):
             buf.positions = None
             return itertools.chain((first,), it), None
         buf.positions = reread if reread is not None else [None] * sum(map(len, buf))
         return itertools.chain((first,), it), provenance
 
     def _reread_positions(self, buf: ExampleChunks) -> list | None:
-        """Re-read the examples a loaded state holds as positions (tuples), in place; the positions
-        by slot (``None`` for the other slots), or ``None`` when it holds none."""
+        """Re-read the examples a loaded state holds as positions, in place; the positions by slot
+        (``None`` for the other slots), or ``None`` when it holds none."""
         flat = [ex for ch in buf for ex in ch]
-        where = [k for k, ex in enumerate(flat) if type(ex) is tuple]
+        where = [k for k, ex in enumerate(flat) if is_position(ex)]
         if not where:
             return None
         try:
-            got = replay_buffer(self.children[0], [list(flat[k]) for k in where])
+            got = replay_buffer(self.children[0], [flat[k]["at"] for k in where])
         except Exception as e:
             add_context(e, "in shuffle: re-reading the buffered examples the state holds as positions (a DataLoader "
                            "worker logs large examples as where they came from)")
