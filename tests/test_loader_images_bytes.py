@@ -212,8 +212,8 @@ def image_digests(batch):
     return [(e["id"], type(e["image"]).__name__, hashlib.sha1(e["image"].tobytes()).hexdigest()) for e in batch]
 
 
-@pytest.mark.parametrize("large_examples", ["stored", "positions"])
-def test_an_image_dataset_shuffled_as_files_yields_the_same_and_resumes_exactly(large_examples):
+@pytest.mark.parametrize("worker_positions", [False, True])
+def test_an_image_dataset_shuffled_as_files_yields_the_same_and_resumes_exactly(worker_positions):
     """``decode(False).shuffle(...).decode()``: the buffer (and a worker's state) holds the image
     files, decoded after the shuffle as HF decodes (what ``shuffle()`` right above the source does
     by itself, ``test_shuffle_deferred_decoding.py``), or, by default, a worker's state holds their
@@ -222,7 +222,7 @@ def test_an_image_dataset_shuffled_as_files_yields_the_same_and_resumes_exactly(
 
     def files_in_buffer():
         return ri.to_iterable_dataset(hf, num_shards=4).decode(False).shuffle(
-            seed=3, buffer_size=8, large_examples=large_examples).decode()
+            seed=3, buffer_size=8, worker_positions=worker_positions).decode()
 
     # replay-mode shuffles decode in the source
     decoded = [image_digests([e])[0] for e in ri.to_iterable_dataset(hf, num_shards=4).shuffle(
@@ -241,7 +241,7 @@ def test_an_image_dataset_shuffled_as_files_yields_the_same_and_resumes_exactly(
     assert all(d[1] == "JpegImageFile" for b in batches for d in b)
     worker = ri.loads_state(states[3])["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset_state"]
     held = [ex for ex in worker["buffers"]["0"]]
-    if large_examples == "stored":
+    if not worker_positions:
         assert held and all(type(ex["image"]) is dict and type(ex["image"]["bytes"]) is bytes for ex in held)
     else:
         assert held and all(is_position(ex) for ex in held)

@@ -472,7 +472,7 @@ def test_main_process_forgets_the_blocks_of_workers_that_exited():
 
     def epoch():
         ds = ri.IterableDataset.from_generator(big_rows, gen_kwargs={"shards": [0, 1]})
-        return [b["id"].tolist() for b in TorchdataLoader(ds.shuffle(seed=2, buffer_size=5, large_examples="stored"), batch_size=2,
+        return [b["id"].tolist() for b in TorchdataLoader(ds.shuffle(seed=2, buffer_size=5, worker_positions=False), batch_size=2,
                                                           num_workers=2)]
 
     import os
@@ -556,7 +556,7 @@ def test_the_main_process_reads_each_large_example_from_shared_memory_and_extent
     import resumable_iterable.integrations.torch.buffers as ri_torch
 
     def make():
-        return ri.IterableDataset.from_generator(big, gen_kwargs={"shards": [0, 1, 2, 3]}).shuffle(seed=3, buffer_size=20, large_examples="stored")
+        return ri.IterableDataset.from_generator(big, gen_kwargs={"shards": [0, 1, 2, 3]}).shuffle(seed=3, buffer_size=20, worker_positions=False)
 
     full = [ex["id"] for ex in make()]
     seen = []
@@ -584,7 +584,7 @@ def test_the_main_process_reads_each_large_example_from_shared_memory_and_extent
 
 def test_a_state_the_user_keeps_keeps_its_examples_while_the_worker_goes_on(monkeypatch):
     def make():
-        return ri.IterableDataset.from_generator(big, gen_kwargs={"shards": [0, 1]}).shuffle(seed=4, buffer_size=12, large_examples="stored")
+        return ri.IterableDataset.from_generator(big, gen_kwargs={"shards": [0, 1]}).shuffle(seed=4, buffer_size=12, worker_positions=False)
 
     kept: dict = {}
 
@@ -604,7 +604,7 @@ def test_a_worker_state_with_large_arrays_reads_the_same_in_the_worker_itself(mo
     """JSON, pickle and deepcopy of a state taken in a worker give the examples, not the worker's
     records of them."""
     monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: _OnlyWorker())
-    ds = ri.IterableDataset.from_generator(big, gen_kwargs={"shards": [0, 1]}).shuffle(seed=5, buffer_size=10, large_examples="stored")
+    ds = ri.IterableDataset.from_generator(big, gen_kwargs={"shards": [0, 1]}).shuffle(seed=5, buffer_size=10, worker_positions=False)
     it = iter(ds)
     ds.state_dict()
     for _ in range(25):
@@ -620,8 +620,8 @@ def test_a_worker_state_with_large_arrays_reads_the_same_in_the_worker_itself(mo
         assert [(ex["id"], ex["x"].tolist()) for ex in v["state"]["buffer"]] == first
     monkeypatch.undo()
     full = [ex["id"] for ex in ri.IterableDataset.from_generator(big, gen_kwargs={"shards": [0, 1]})
-            .shuffle(seed=5, buffer_size=10, large_examples="stored")]
-    again = ri.IterableDataset.from_generator(big, gen_kwargs={"shards": [0, 1]}).shuffle(seed=5, buffer_size=10, large_examples="stored")
+            .shuffle(seed=5, buffer_size=10, worker_positions=False)]
+    again = ri.IterableDataset.from_generator(big, gen_kwargs={"shards": [0, 1]}).shuffle(seed=5, buffer_size=10, worker_positions=False)
     again.load_state_dict(views[0])
     assert [ex["id"] for ex in again] == full[25:]
 
@@ -639,19 +639,19 @@ def test_extents_are_filled_without_faulting_them_in_ahead_when_the_kernel_canno
     monkeypatch.setattr(ri_arena, "arena", ri_arena.Arena())  # new extents: the populate path runs
     ids = []
     as_worker_sends(monkeypatch, ri.IterableDataset.from_generator(big, gen_kwargs={"shards": [0]})
-                    .shuffle(seed=6, buffer_size=8, large_examples="stored"), 4,
+                    .shuffle(seed=6, buffer_size=8, worker_positions=False), 4,
                     lambda step, st: ids.append(sorted(ex["id"] for ex in inline_buffers(st)["state"]["buffer"])))
     assert calls == [ri_arena.MADV_POPULATE_WRITE] and ri_arena.populate_with == [None]
     assert ids and all(len(b) <= 8 for b in ids)
 
 
-@pytest.mark.parametrize("large_examples", ["stored", "positions"])
-def test_persistent_workers_send_large_arrays_over_epochs_and_resume_exactly(large_examples):
+@pytest.mark.parametrize("worker_positions", [False, True])
+def test_persistent_workers_send_large_arrays_over_epochs_and_resume_exactly(worker_positions):
     """Persistent workers keep their arena (or their positions) across epochs; a state taken in
     the second epoch resumes exactly."""
     def make():
         ds = ri.IterableDataset.from_generator(big, gen_kwargs={"shards": [0, 1, 2, 3], "n": 24})
-        return ri.StatefulDataLoader(ds.shuffle(seed=7, buffer_size=10, large_examples=large_examples), batch_size=4,
+        return ri.StatefulDataLoader(ds.shuffle(seed=7, buffer_size=10, worker_positions=worker_positions), batch_size=4,
                                      num_workers=2, persistent_workers=True)
 
     dl = make()

@@ -93,7 +93,7 @@ def test_small_examples_mapped_examples_and_stored_ones_stay_examples():
         return (ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": SHARDS}).map(lambda ex: ex)
                 .shuffle(seed=3, buffer_size=7))
 
-    for make in (lambda: shuffled(width=8), mapped, lambda: shuffled(large_examples="stored")):
+    for make in (lambda: shuffled(width=8), mapped, lambda: shuffled(worker_positions=False)):
         dl = loader(make())
         it = iter(dl)
         for _ in range(3):
@@ -188,12 +188,12 @@ def test_arrow_sources_are_re_read_by_position():
 
 
 def test_a_state_of_stored_examples_resumes_in_a_pipeline_that_logs_positions():
-    batches, states = run_with_states(lambda: loader(shuffled(large_examples="stored")))
+    batches, states = run_with_states(lambda: loader(shuffled(worker_positions=False)))
     assert all(type(e) is dict and not is_position(e) for buf in worker_buffers(ri.loads_state(states[3])) for e in buf)
     again = loader(shuffled())
     again.load_state_dict(ri.loads_state(states[3]))
     assert [k for b in again for k in b] == [k for b in batches[3:] for k in b]
-    back = loader(shuffled(large_examples="stored"))  # and the other way round
+    back = loader(shuffled(worker_positions=False))  # and the other way round
     _, states2 = run_with_states(lambda: loader(shuffled()))
     back.load_state_dict(ri.loads_state(states2[3]))
     assert [k for b in back for k in b] == [k for b in batches[3:] for k in b]
@@ -228,9 +228,9 @@ def test_a_bad_position_is_refused_with_where_it_is():
         mapped.load_state_dict(own)
 
 
-def test_unknown_large_examples_is_refused():
-    with pytest.raises(ValueError, match="unknown large_examples 'never'"):
-        shuffled(large_examples="never")
+def test_worker_positions_must_be_a_bool():
+    with pytest.raises(TypeError, match="worker_positions must be True or False, got 'never'"):
+        shuffled(worker_positions="never")
 
 
 def test_inspect_says_which_buffered_examples_are_positions(tmp_path, capsys):

@@ -359,17 +359,19 @@ class IterableDataset(_Base):
 
     def shuffle(self, seed: int | None = None, generator: Any = None, buffer_size: int | None = 1000,
                 max_buffer_input_shards: int = 1, buffer_state: str = "examples",
-                large_examples: str = "positions") -> IterableDataset:
+                worker_positions: bool = True) -> IterableDataset:
         """Shuffle the shard order (per epoch) and mix examples through a buffer of ``buffer_size``.
 
         ``buffer_state`` chooses what a state keeps of the buffer: ``"examples"`` (exact, the
         default), ``"replay"`` (exact, stores only where each buffered example came from) or
         ``"drop"`` (like HF ``datasets``: smaller, but the buffered examples are lost on resume).
 
-        ``large_examples``: in DataLoader workers, with ``"examples"``, large examples (arrays,
-        images, files) read straight from sources (no ``map``/``filter`` below the shuffle) are
-        kept in the state as where they came from and re-read on resume, instead of being copied
-        to the main process (``"positions"``, the default); ``"stored"`` always stores them.
+        ``worker_positions`` (default ``True``): in DataLoader workers, with ``"examples"``, the
+        examples read straight from sources (no ``map``/``filter``/``interleave_datasets`` below
+        the shuffle) that are large (arrays, images, files) or come from sources with random
+        access (tables, Parquet/Arrow files) are kept in the state as where they came from and
+        re-read on resume, instead of being copied to the main process; ``False`` always stores
+        them. The examples and their order are the same either way.
 
         ``max_buffer_input_shards=k`` feeds the buffer from ``k`` groups of shards at a time, taken in
         turn (as HF ``datasets``, whose default is 10; here the default 1 reads one shard at a time).
@@ -393,7 +395,7 @@ class IterableDataset(_Base):
             if max_buffer_input_shards != 1:
                 child = ShardInterleaveNode(child, max_buffer_input_shards)
             node = ShuffleNode(child, seed=seed, buffer_size=buffer_size, buffer_state=buffer_state,
-                               large_examples=large_examples)
+                               worker_positions=worker_positions)
         return self._derive(node, features=self._features)
 
     def batch(self, batch_size: int | None = None, by_column: str | list[str] | None = None,

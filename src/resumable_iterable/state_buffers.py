@@ -12,7 +12,7 @@
 * :func:`copy_example` - the copy a node yields when a state may share the example, so that a
   user's function editing it in place cannot change a state taken earlier.
 * :func:`position_entry` / :func:`is_position` - a buffer slot held as where its example came
-  from (a shuffle in a DataLoader worker logs large examples so, ``nodes/shuffle.py``).
+  from (a shuffle in a DataLoader worker may log examples so, ``nodes/shuffle.py``).
 """
 
 from __future__ import annotations
@@ -85,8 +85,8 @@ class ExampleChunks(Logged, list):
     current generation may be shared with a state already taken, so the node hands out a copy
     of it (:func:`copy_example`): what the consumer does to it in place cannot reach that state.
     ``positions`` (per slot, a :func:`position_entry` or ``None``; or ``None``) is kept by a
-    shuffle that logs large examples as where they came from (``nodes/shuffle.py``): such a
-    slot's log entry is its position, and ``pending`` records the position too.
+    shuffle that logs examples as where they came from (``nodes/shuffle.py``): such a slot's log
+    entry is its position, and ``pending`` records the position too.
     """
 
     __slots__ = ("owned", "gen", "born", "positions") + LOG_SLOTS
@@ -109,12 +109,11 @@ class ExampleChunks(Logged, list):
     def log(self) -> BufferLog:
         """The buffer's state in a DataLoader worker: a new :class:`BufferLog` when the buffer
         changed since the last one, else that same log. A slot with a position in ``positions``
-        is logged as that position (a tuple, see ``nodes/shuffle.py``) instead of its example."""
+        is logged as that position (see ``nodes/shuffle.py``) instead of its example."""
         log = take_log(self, sum(map(len, self)), self._entries)
         if not self.tracker.packer.by_value:
             self.gen += 1  # the log shares the examples: the live buffer must not hand them out
         return log
-
 
     def _entries(self) -> Any:
         """What each slot is logged as, in slot order."""

@@ -113,13 +113,13 @@ def analyse_node(shape: dict, state: dict, where: str) -> dict:
         mode = params.get("buffer_state", "examples")
         stored = {"examples": "examples", "replay": "positions", "drop": "nothing"}.get(mode, mode)
         buf = state["buffer"]
-        if mode == "examples" and isinstance(buf, list):  # a DataLoader worker logs large examples as positions
+        if mode == "examples" and isinstance(buf, list):  # a DataLoader worker may log positions instead
             chunked = all(isinstance(c, list) for c in buf)
             held = sum(map(is_position, [e for c in buf for e in c] if chunked else buf))
             if held:
                 fill = buffer_fill(buf, mode)
-                stored = (f"{'all' if held == fill else held} as positions, re-read on resume (large examples "
-                          "a DataLoader worker read straight from the sources)")
+                stored = (f"{'all' if held == fill else held} as positions, re-read on resume (examples a "
+                          "DataLoader worker read straight from the sources)")
         report["buffer"] = {"fill": buffer_fill(buf, mode) if isinstance(buf, list) else None,
                             "size": params.get("buffer_size"), "stored": stored,
                             "draining": bool(state.get("draining"))}

@@ -213,8 +213,8 @@ class Node:
         """Whether this node's examples can be re-derived from their provenance with nothing but
         the sources reading the same rows again: no function of the user's run again (``map``,
         ``filter``) and no tracking to arm before the first read. A default shuffle in a DataLoader
-        worker logs large examples as positions only when every node below says so (resuming a
-        source relies on reading the same rows again anyway). Default: it supports replay."""
+        worker logs examples as positions only when every node below says so (resuming a source
+        relies on reading the same rows again anyway). Default: it supports replay."""
         return self.replay_problem() is None
 
     def provenance_reader(self) -> Any:

@@ -65,7 +65,6 @@ def _flatten(buffer: list) -> list | None:
 
 
 BUFFER_STATES = ("examples", "drop", "replay")
-LARGE_EXAMPLES = ("positions", "stored")
 _END = object()
 
 
@@ -78,14 +77,14 @@ class ShuffleNode(Node):
     kind = "shuffle"
 
     def __init__(self, child: Node, seed: int | None = None, buffer_size: int = 1000, buffer_state: str = "examples",
-                 large_examples: str = "positions"):
+                 worker_positions: bool = True):
         buffer_size = as_int(buffer_size, "buffer_size", lo=1)
         if buffer_state not in BUFFER_STATES:
             raise ValueError(f"unknown buffer_state {buffer_state!r}; expected one of {BUFFER_STATES}")
-        if large_examples not in LARGE_EXAMPLES:
-            raise ValueError(f"unknown large_examples {large_examples!r}; expected one of {LARGE_EXAMPLES}")
+        if type(worker_positions) is not bool:
+            raise TypeError(f"worker_positions must be True or False, got {worker_positions!r}")
         # not a parameter: either way the same examples come out, and each form of state loads in both
-        self.large_examples = large_examples
+        self.worker_positions = worker_positions
         if buffer_state == "replay":
             require_replay_support(child)
         self._live = None  # replay mode: (provenance buffer, examples, slot hashes) beside the state
@@ -342,7 +341,7 @@ class ShuffleNode(Node):
                 ex = copy_example(ex)
             yield ex
 
-    # -- large examples logged as positions in DataLoader workers
+    # -- examples logged as positions in DataLoader workers
     def _rereadable(self) -> bool:
         """Whether the examples below can be re-read from their positions with nothing but the
         sources reading the same rows again (no function of the user's re-run, nothing decoded
@@ -352,7 +351,7 @@ class ShuffleNode(Node):
             n.rereads_plainly() for n in child.walk())
 
     def _logs_positions(self) -> bool:
-        return self.large_examples == "positions" and self._rereadable()
+        return self.worker_positions and self._rereadable()
 
     def _sources_random_access(self) -> bool:
         """Whether every source below reads rows by position without reading what comes before them
@@ -369,7 +368,7 @@ class ShuffleNode(Node):
         of the example just pulled (else ``None``).
 
         A pass logs positions in a DataLoader worker (``record``) when the examples can be re-read
-        (:meth:`_rereadable`), ``large_examples="positions"``, and either the worker's packer would
+        (:meth:`_rereadable`), ``worker_positions`` is set, and either the worker's packer would
         rather not copy the pass's first example to the main process (a large array, image or
         file) or re-reading is cheap (:meth:`_sources_random_access`: a resume then takes the
         buffered rows at once, and a few integers cross instead of each row). The examples then
@@ -402,7 +401,7 @@ class ShuffleNode(Node):
             got = replay_buffer(self.children[0], [flat[k]["at"] for k in where])
         except Exception as e:
             add_context(e, "in shuffle: re-reading the buffered examples the state holds as positions (a DataLoader "
-                           "worker logs large examples as where they came from)")
+                           "worker logs examples read straight from the sources as where they came from)")
             raise
         positions: list = [None] * len(flat)
         owned = buf.owned
