@@ -328,3 +328,24 @@ def test_small_rows_of_a_table_are_logged_as_positions_and_survive_a_plain_json_
     rest = make(workers=0)
     rest.load_state_dict(json.loads(states[5]))
     assert sorted([k for b in batches[:5] for k in b] + [k for b in rest for k in b]) == list(range(60))
+
+
+def test_each_rank_resumes_exactly_with_positions_in_its_workers():
+    # split_dataset_by_node below or above the shuffle, as users write it: 2 ranks x 2 workers
+    def make(rank, split_first):
+        ds = ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": list(range(8)), "n": 6})
+        if split_first:
+            return loader(ri.split_dataset_by_node(ds, rank=rank, world_size=2).shuffle(seed=3, buffer_size=5))
+        return loader(ri.split_dataset_by_node(ds.shuffle(seed=3, buffer_size=5), rank=rank, world_size=2))
+
+    for split_first in (True, False):
+        seen = []
+        for rank in (0, 1):
+            batches, states = run_with_states(lambda: make(rank, split_first))
+            seen += [k for b in batches for k in b]
+            assert all(is_position(e) for buf in worker_buffers(ri.loads_state(states[2])) for e in buf)
+            for cut in (1, 3, len(batches) - 1):
+                again = make(rank, split_first)
+                again.load_state_dict(ri.loads_state(states[cut]))
+                assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], (rank, cut)
+        assert sorted(seen) == sorted(s * 100 + i for s in range(8) for i in range(6))
