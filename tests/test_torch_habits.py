@@ -260,3 +260,15 @@ print("ok")
 def test_torch_base_whatever_the_import_order(order):
     code = _BUILD + ORDERS[order] + _CHECK
     assert run_fresh(textwrap.dedent(code), timeout=180) == "ok"
+
+
+@pytest.mark.parametrize("torch_import", ["import torch\n", ""])
+def test_our_loader_first_on_a_dataset_built_before_torch(torch_import):
+    # nothing asks isinstance before the loader does: resumable_iterable.StatefulDataLoader (which
+    # imports torch itself when there is no import) must still see a torch IterableDataset
+    code = _BUILD + "import resumable_iterable as ri\nds = build()\n" + torch_import + """
+loader = ri.StatefulDataLoader(ds, batch_size=4, num_workers=2)
+assert sorted(i for b in loader for i in b["id"].tolist()) == list(range(40))
+print("ok")
+"""
+    assert run_fresh(textwrap.dedent(code), timeout=180) == "ok"

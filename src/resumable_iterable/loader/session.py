@@ -66,11 +66,12 @@ class IterationSession:
     def prepare_for_workers(self) -> None:
         """Before DataLoader workers start (or ``isinstance`` asks whether this is a torch
         dataset): the shared epoch slot, and the shared record for a state loaded before torch
-        was imported. Nothing without a framework's worker hooks."""
-        if self.epoch_slot is None:
-            h = hooks.current()
-            if h is not None:
-                h.prepare_for_workers(self)
+        was imported. Nothing without a framework's worker hooks. Asking for the hooks also gives
+        the dataset class its framework base when the framework was imported since (a loader may
+        have prepared the session already, so this is asked every time)."""
+        h = hooks.current()
+        if h is not None and self.epoch_slot is None:
+            h.prepare_for_workers(self)
 
     # ------------------------------------------------------------------ the node tree iterated
     def process_node(self, worker: Any = "current") -> Node:
