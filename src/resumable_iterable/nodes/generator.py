@@ -4,7 +4,9 @@ As in HF ``IterableDataset.from_generator``: every list in ``gen_kwargs`` must h
 length *n*, and shard *i* calls ``generator(**kwargs)`` with each list replaced by ``[lst[i]]``.
 A generator cannot seek, so resuming inside a shard re-runs the generator and discards the
 ``offset`` examples already yielded (with a progress bar when that is long); shards already
-finished are never re-run.
+finished are not re-run to resume the source itself. A shuffle buffer whose state holds
+positions (``buffer_state="replay"``, or a DataLoader worker's buffer of large examples) re-runs
+each shard its buffered rows came from, finished or not, up to the last of them (``read_rows``).
 """
 
 from __future__ import annotations

@@ -266,8 +266,8 @@ class SourceNode(Node):
                 raise ValueError(f"cannot re-read the shuffle buffer from {self.shard_label(sid)}: {e}") from None
             except (OSError, IndexError, pa.ArrowException, OverflowError) as e:
                 raise ValueError(
-                    f"cannot re-read rows {_rows_text(wanted)} of {self.shard_label(sid)} to resume a replay-mode "
-                    f"shuffle: {type(e).__name__}: {e} (did the data change since the state was saved?)"
+                    f"cannot re-read rows {_rows_text(wanted)} of {self.shard_label(sid)} to refill the shuffle "
+                    f"buffer of the state: {type(e).__name__}: {e} (did the data change since the state was saved?)"
                 ) from None
             if len(got) != len(wanted):
                 raise ValueError(f"{self.shard_label(sid)} returned {len(got)} rows for {len(wanted)} requested")
