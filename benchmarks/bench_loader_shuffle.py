@@ -13,6 +13,9 @@ on these kinds of examples:
 * an image dataset as ``load_dataset`` gives one (JPEG files in an ``Image()`` column), the
   shuffle right above the source (its buffer holds the files, decoded as they leave it, as HF
   does) or after a map (its buffer holds the decoded images);
+* what a resume costs with the arrays: from the saved state file to the first batch, our default
+  (the workers' states hold positions, re-read by re-running the generator shards) beside the
+  stored examples (``worker_positions=False``) and HF's (which drops its buffer);
 * small text rows (``{"id": int, "text": str}``, a 200 k-row ``Dataset`` in 8 shards),
   ``shuffle(buffer 1000)``, 2 workers, batches of 32; beside them the loader's own ceiling (the
   same rows ready-made in a Python list, no state), which bounds what any dataset can reach.
@@ -151,6 +154,78 @@ def run_arrays(per_shard: int = 800, limit: int = 6_000, buffer: int = 300, batc
     ]
 
 
+def resume_ms(make_ds, batch_size: int, cut: int, path: str, repeats: int, ours: bool = True) -> tuple[float, int]:
+    """Milliseconds from a saved state file to the first batch of the resumed loader (reading the
+    file, ``load_state_dict``, starting the workers, refilling what the state holds), best of
+    ``repeats``; and the file's size in bytes. The state is taken after ``cut`` batches and saved
+    with ``ri.save_state`` (ours) or ``torch.save`` (HF's, as its users save it)."""
+    import os
+    import time
+
+    import torch
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    import resumable_iterable as ri
+
+    dl = StatefulDataLoader(make_ds(), batch_size=batch_size, num_workers=WORKERS)
+    it = iter(dl)
+    for _ in range(cut):
+        next(it)
+    if ours:
+        ri.save_state(dl.state_dict(), path)
+    else:
+        torch.save(dl.state_dict(), path)
+    del it, dl
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        again = StatefulDataLoader(make_ds(), batch_size=batch_size, num_workers=WORKERS)
+        again.load_state_dict(ri.load_state(path) if ours else torch.load(path, weights_only=False))
+        next(iter(again))
+        best = min(best, time.perf_counter() - t0)
+        del again
+    return best * 1e3, os.path.getsize(path)
+
+
+def run_resume(per_shard: int = 800, buffer: int = 300, batch_size: int = 16, cut: int = 100,
+               repeats: int = 3) -> list[Result]:
+    """What logging positions costs at resume: a saved state to the first batch, 256 KB arrays from a
+    generator (its shards are re-run up to the buffered rows) beside the stored examples. HF's
+    shuffled generator dataset is tried too: its resume through the loader fails (``IndexError``
+    in its ``load_state_dict`` with datasets 5.2), which the note says."""
+    import tempfile
+
+    import torch  # noqa: F401
+    import datasets
+
+    import resumable_iterable as ri
+
+    kwargs = {"shards": list(range(NUM_SHARDS)), "per_shard": per_shard}
+
+    def ours(positions):
+        return lambda: ri.IterableDataset.from_generator(array_rows, gen_kwargs=kwargs).shuffle(
+            seed=42, buffer_size=buffer, worker_positions=positions)
+
+    def hf():
+        return datasets.IterableDataset.from_generator(array_rows, gen_kwargs=kwargs).shuffle(seed=42, buffer_size=buffer)
+
+    with tempfile.TemporaryDirectory() as d:
+        pos, pos_size = resume_ms(ours(True), batch_size, cut, f"{d}/positions.state", repeats)
+        stored, stored_size = resume_ms(ours(False), batch_size, cut, f"{d}/stored.state", repeats)
+        try:
+            hf_ms, _ = resume_ms(hf, batch_size, cut, f"{d}/hf.state", 1, ours=False)
+            hf_note = f"HF (which drops its buffer): {hf_ms:.0f} ms"
+        except Exception as e:  # noqa: BLE001 - reported, not hidden
+            hf_note = f"HF's resume of the same pipeline fails ({str(e).splitlines()[-1][:80]})"
+    what = f"256 KB arrays, buffer {buffer}, state after {cut} batches of {batch_size}"
+    return [
+        Result(f"resume to first batch, positions vs stored examples, {what}", pos, stored, "ms",
+               ref_label="ours, stored",
+               note=f"state files {pos_size / 1e3:.0f} KB and {stored_size / 1e6:.0f} MB; the workers re-run their "
+                    f"generator shards up to the buffered rows; {hf_note}"),
+    ]
+
+
 def run_media(kind: str, per_shard: int = 800, limit: int = 6_000, buffer: int = 300, batch_size: int = 16,
               repeats: int = 3) -> list[Result]:
     """PIL images or encoded bytes through the loader, each shuffle mode beside HF's."""
@@ -268,11 +343,12 @@ def run_text(n_rows: int = 200_000, limit: int = 32_000, buffer: int = 1000, bat
 def run(quick: bool = False, repeats: int = 3, hf_ds=None) -> list[Result]:
     if quick:
         return (run_arrays(per_shard=8, limit=48, buffer=8, batch_size=8, repeats=1)
+                + run_resume(per_shard=8, buffer=8, batch_size=8, cut=2, repeats=1)
                 + [r for kind in ("image", "bytes")
                    for r in run_media(kind, per_shard=8, limit=48, buffer=8, batch_size=8, repeats=1)]
                 + run_image_dataset(n=64, limit=48, buffer=8, batch_size=8, repeats=1)
                 + run_text(n_rows=2_000, limit=320, buffer=50, repeats=1, hf_ds=hf_ds))
-    return (run_arrays(repeats=repeats) + run_media("image", repeats=repeats) + run_media("bytes", repeats=repeats)
+    return (run_arrays(repeats=repeats) + run_resume(repeats=repeats) + run_media("image", repeats=repeats) + run_media("bytes", repeats=repeats)
             + run_image_dataset(repeats=repeats) + run_text(repeats=repeats, hf_ds=hf_ds))
 
 
