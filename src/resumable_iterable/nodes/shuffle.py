@@ -18,7 +18,7 @@ State: ``{"node", "seed", "epoch", "rng", "rng_pos", "buffer", "draining", "chil
     state may share is yielded as a copy, so that a consumer editing it in place cannot change
     that state. In a DataLoader worker, a pass over examples read straight from sources may log
     *positions* instead (``{"__ri__": "position", "at": [...]}`` per slot, the provenance of
-    ``"replay"`` mode; see ``_input``): such a state's buffer holds those in place of the
+    ``"replay"`` mode; see ``worker_positions.py``): such a state's buffer holds those in place of the
     examples, re-read when it is iterated.
   - ``"drop"`` (HF-compatible, lossy): nothing. A resumed pipeline refills the buffer from where
     the input stood, so the examples that were in the buffer are lost - as in HF ``datasets``.
@@ -41,15 +41,15 @@ State: ``{"node", "seed", "epoch", "rng", "rng_pos", "buffer", "draining", "chil
 
 from __future__ import annotations
 
-import itertools
 from typing import Iterator
 from zlib import crc32
 
 from ..state import (CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList, PositionList, copy_example,
-                     is_position, journaling, position_entry, prefers_positions)
+                     is_position, journaling, position_entry)
 from .base import (Node, add_context, as_int, check_bool, check_epoch, check_examples, check_int, check_rng,
                    resolve_seed, rng_from_seed, rng_from_state, split_seed)
 from .replay import DIGEST_MASK, buffer_digest, replay_buffer, require_replay_support, slot_hash
+from .worker_positions import pass_input, reread_positions, rereadable
 
 BLOCK = 1024
 
@@ -65,7 +65,6 @@ def _flatten(buffer: list) -> list | None:
 
 
 BUFFER_STATES = ("examples", "drop", "replay")
-_END = object()
 
 
 def _note_decoding_error(e: Exception, how: str) -> None:
@@ -248,7 +247,7 @@ class ShuffleNode(Node):
         An example that entered before the last state copy may be shared with that state: it is
         yielded as a copy (``copy_example``), so that editing it in place cannot change the state.
 
-        In a DataLoader worker, a pass may log its examples as positions (see :meth:`_input`):
+        In a DataLoader worker, a pass may log its examples as positions (``worker_positions.py``):
         ``positions`` then holds each slot's position and the logs record those."""
         st = self._state_dict
         buf = st["buffer"]
@@ -258,13 +257,13 @@ class ShuffleNode(Node):
         pending = buf.pending
         size = self.buffer_size
         mask = CHUNK - 1
-        reread = self._reread_positions(buf)
+        reread = reread_positions(self.children[0], buf)
         if not st["draining"]:
             rng = rng_from_state(st["rng"])
             block = rng.integers(0, size, size=BLOCK).tolist()
             pos = st["rng_pos"]
             n = len(born)
-            source, provenance = self._input(buf, record, reread)
+            source, provenance = pass_input(self.children[0], buf, reread, record and self._logs_positions())
             positions = buf.positions
             w = None
             for ex in source:
@@ -341,78 +340,12 @@ class ShuffleNode(Node):
                 ex = copy_example(ex)
             yield ex
 
-    # -- examples logged as positions in DataLoader workers
+    # -- examples logged as positions in DataLoader workers (see ``worker_positions.py``)
     def _rereadable(self) -> bool:
-        """Whether the examples below can be re-read from their positions with nothing but the
-        sources reading the same rows again (no function of the user's re-run, nothing decoded
-        after the buffer)."""
-        child = self.children[0]
-        return self.buffer_state == "examples" and child.deferrable_decoder() is None and all(
-            n.rereads_plainly() for n in child.walk())
+        return self.buffer_state == "examples" and rereadable(self.children[0])
 
     def _logs_positions(self) -> bool:
         return self.worker_positions and self._rereadable()
-
-    def _sources_random_access(self) -> bool:
-        """Whether every source below reads rows by position without reading what comes before them
-        (Arrow tables, Parquet and Arrow IPC files; not generators or text formats)."""
-        for n in self.children[0].walk():
-            if not n.children:
-                check = getattr(n, "random_access_problem", None)
-                if check is None or check() is not None:
-                    return False
-        return True
-
-    def _input(self, buf: ExampleChunks, record: bool, reread: list | None) -> tuple:
-        """The input of a pass and, when the pass logs positions, the function giving the position
-        of the example just pulled (else ``None``).
-
-        A pass logs positions in a DataLoader worker (``record``) when the examples can be re-read
-        (:meth:`_rereadable`), ``worker_positions`` is set, and either the worker's packer would
-        rather not copy the pass's first example to the main process (a large array, image or
-        file) or re-reading is cheap (:meth:`_sources_random_access`: a resume then takes the
-        buffered rows at once, and a few integers cross instead of each row). The examples then
-        never cross: the main process holds where they came from, and a resumed pipeline re-reads
-        them (:meth:`_reread_positions`), as a ``"replay"`` buffer does. Examples the buffer held
-        before (loaded by value) keep being logged by value."""
-        if not (record and self._logs_positions()):
-            buf.positions = None
-            return iter(self.children[0]), None
-        provenance = self.children[0].provenance_reader()
-        it = iter(self.children[0])
-        first = next(it, _END)
-        if first is _END:
-            buf.positions = reread
-            return iter(()), None
-        if not (prefers_positions(first) or self._sources_random_access()):
-            buf.positions = None
-            return itertools.chain((first,), it), None
-        buf.positions = reread if reread is not None else [None] * sum(map(len, buf))
-        return itertools.chain((first,), it), provenance
-
-    def _reread_positions(self, buf: ExampleChunks) -> list | None:
-        """Re-read the examples a loaded state holds as positions, in place; the positions by slot
-        (``None`` for the other slots), or ``None`` when it holds none."""
-        flat = [ex for ch in buf for ex in ch]
-        where = [k for k, ex in enumerate(flat) if is_position(ex)]
-        if not where:
-            return None
-        try:
-            got = replay_buffer(self.children[0], [flat[k]["at"] for k in where])
-        except Exception as e:
-            add_context(e, "in shuffle: re-reading the buffered examples the state holds as positions (a DataLoader "
-                           "worker logs examples read straight from the sources as where they came from)")
-            raise
-        positions: list = [None] * len(flat)
-        owned = buf.owned
-        for k, ex in zip(where, got):
-            c = k >> CHUNK_BITS
-            if not owned[c]:  # shared with a state copy taken since the load
-                buf[c] = buf[c].copy()
-                owned[c] = 1
-            buf[c][k & (CHUNK - 1)] = ex
-            positions[k] = flat[k]
-        return positions
 
     def _live_buffer(self) -> tuple[list, list, list]:
         """The examples of a replay-mode buffer, re-read from the sources after a load."""
