@@ -168,12 +168,12 @@ class ShuffleNode(Node):
     def _validate_entries(self, entries: list, where: str) -> None:
         """Buffered examples (objects) and, where this pipeline can re-read them, positions."""
         check = self.children[0].check_provenance
-        rereadable = None
+        can_reread = None
         for k, ex in enumerate(entries):
             if is_position(ex):
-                if rereadable is None:
-                    rereadable = self._rereadable()
-                if not rereadable:
+                if can_reread is None:
+                    can_reread = self._rereadable()
+                if not can_reread:
                     raise ValueError(f"{where}: buffer entry {k} is a position, but this pipeline cannot re-read its "
                                      "examples from their positions (only examples can be loaded here)")
                 check(ex["at"], f"{where}.buffer[{k}].at")
