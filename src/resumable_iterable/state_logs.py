@@ -71,6 +71,7 @@ class BufferTracker:
         self.chain = True
         with buffer_lock:  # the feeder thread may be listing them
             _live_buffers[self.uid] = self
+            _live_ids[0] = None
 
     def add(self, seq: int, payload: Any, full: bool) -> None:
         with buffer_lock:
@@ -137,12 +138,18 @@ _log_numbers = itertools.count(1)
 #: the trackers of this process's buffers that still exist (a message names them, so that the main
 #: process forgets the buffers of passes that ended)
 _live_buffers: "weakref.WeakValueDictionary[int, BufferTracker]" = weakref.WeakValueDictionary()
+#: ``live_buffer_ids()`` as last listed (every message names them); ``None`` once a buffer came, and
+#: a buffer that went shows as a shorter ``_live_buffers``
+_live_ids: list = [None]
 
 
 def live_buffer_ids() -> tuple:
     """The buffers of this process that still exist (a message names them)."""
-    with buffer_lock:
-        return tuple(_live_buffers.keys())
+    ids = _live_ids[0]
+    if ids is None or len(ids) != len(_live_buffers):
+        with buffer_lock:
+            ids = _live_ids[0] = tuple(_live_buffers.keys())
+    return ids
 
 
 def set_buffer_packer(packer: Any) -> None:
