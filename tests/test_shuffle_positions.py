@@ -349,3 +349,34 @@ def test_each_rank_resumes_exactly_with_positions_in_its_workers():
                 again.load_state_dict(ri.loads_state(states[cut]))
                 assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], (rank, cut)
         assert sorted(seen) == sorted(s * 100 + i for s in range(8) for i in range(6))
+
+
+def images(shards, n=10):
+    from PIL import Image
+
+    for s in shards:
+        for i in range(n):
+            k = s * 100 + i
+            yield {"id": k, "image": Image.new("RGB", (80, 80), (k % 256, s * 40, i * 20))}  # 19 KB of pixels
+
+
+def test_pil_images_from_a_generator_are_logged_as_positions_and_resume_exactly():
+    pytest.importorskip("PIL")
+
+    def pixels(batch):
+        for ex in batch:
+            assert ex["image"].getpixel((5, 5)) == (ex["id"] % 256, ex["id"] // 100 * 40, ex["id"] % 100 * 20)
+        return [ex["id"] for ex in batch]
+
+    def make():
+        ds = ri.IterableDataset.from_generator(images, gen_kwargs={"shards": SHARDS}).shuffle(seed=6, buffer_size=6)
+        return ri.StatefulDataLoader(ds, batch_size=4, num_workers=2, collate_fn=pixels)
+
+    batches, states = run_with_states(make)
+    assert sorted(k for b in batches for k in b) == sorted(s * 100 + i for s in SHARDS for i in range(10))
+    held = worker_buffers(ri.loads_state(states[2]))
+    assert all(held) and all(is_position(e) for buf in held for e in buf)
+    for cut in range(len(states)):
+        again = make()
+        again.load_state_dict(ri.loads_state(states[cut]))
+        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], cut
