@@ -67,15 +67,20 @@ def run_with_states(make):
     return batches, states
 
 
+def assert_resumes(make, batches, states, cuts, decode=None):
+    """A fresh ``make()`` loaded with the state after each cut yields exactly the uninterrupted tail."""
+    for cut in cuts:
+        again = make()
+        again.load_state_dict((decode or ri.loads_state)(states[cut]))
+        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], cut
+
+
 def test_workers_log_large_examples_as_positions_and_every_cut_resumes_exactly():
     batches, states = run_with_states(lambda: loader(shuffled()))
     assert sorted(k for b in batches for k in b) == sorted(s * 100 + i for s in SHARDS for i in range(12))
     held = worker_buffers(ri.loads_state(states[3]))
     assert all(held) and all(is_position(e) and len(e["at"]) == 2 for buf in held for e in buf)
-    for cut in range(len(states)):
-        again = loader(shuffled())
-        again.load_state_dict(ri.loads_state(states[cut]))
-        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], cut
+    assert_resumes(lambda: loader(shuffled()), batches, states, range(len(states)))
 
 
 @pytest.mark.parametrize("workers", [0, 1, 3])
@@ -122,10 +127,7 @@ def test_an_in_place_edit_after_the_shuffle_cannot_change_a_state_of_positions()
         return loader(shuffled().map(edit))
 
     batches, states = run_with_states(make)
-    for cut in (2, 5):
-        again = make()
-        again.load_state_dict(ri.loads_state(states[cut]))
-        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b]
+    assert_resumes(make, batches, states, (2, 5))
 
 
 def test_states_of_positions_round_trip_through_files_pickle_and_torch_weights_only(tmp_path):
@@ -145,10 +147,8 @@ def test_states_of_positions_round_trip_through_files_pickle_and_torch_weights_o
 def test_a_state_taken_while_draining_resumes_exactly():
     batches, states = run_with_states(lambda: loader(shuffled()))
     n = len(batches)
-    for cut in (n - 3, n - 2, n - 1):  # the buffers are draining here (7 of 24 rows per worker)
-        again = loader(shuffled())
-        again.load_state_dict(ri.loads_state(states[cut]))
-        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], cut
+    # the buffers are draining here (7 of 24 rows per worker)
+    assert_resumes(lambda: loader(shuffled()), batches, states, (n - 3, n - 2, n - 1))
 
 
 def test_an_interleave_below_keeps_the_examples_stored():
@@ -163,10 +163,7 @@ def test_an_interleave_below_keeps_the_examples_stored():
     batches, states = run_with_states(make)
     held = worker_buffers(ri.loads_state(states[2]))
     assert all(held) and all(type(e) is dict and not is_position(e) for buf in held for e in buf)
-    for cut in range(0, len(states), 2):
-        again = make()
-        again.load_state_dict(ri.loads_state(states[cut]))
-        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], cut
+    assert_resumes(make, batches, states, range(0, len(states), 2))
 
 
 def test_arrow_sources_are_re_read_by_position():
@@ -175,16 +172,13 @@ def test_arrow_sources_are_re_read_by_position():
 
     def make():
         ds = ri.to_iterable_dataset(table, num_shards=4).shuffle(seed=1, buffer_size=6)
-        return ri.StatefulDataLoader(ds, batch_size=4, num_workers=2,
-                                     collate_fn=lambda b: [ex["id"] for ex in b if ex["blob"] == bytes([ex["id"]]) * 20_000])
+        return ri.StatefulDataLoader(ds, batch_size=4, num_workers=2, collate_fn=lambda b: [
+            ex["id"] for ex in b if ex["blob"] == bytes([ex["id"]]) * 20_000])
 
     batches, states = run_with_states(make)
     assert sorted(k for b in batches for k in b) == list(range(40))
     assert all(is_position(e) for buf in worker_buffers(ri.loads_state(states[2])) for e in buf)
-    for cut in (1, 3, 6):
-        again = make()
-        again.load_state_dict(ri.loads_state(states[cut]))
-        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b]
+    assert_resumes(make, batches, states, (1, 3, 6))
 
 
 def test_a_state_of_stored_examples_resumes_in_a_pipeline_that_logs_positions():
@@ -253,10 +247,7 @@ def test_concatenated_sources_and_column_operations_below_are_re_read_by_positio
     batches, states = run_with_states(make)
     held = worker_buffers(ri.loads_state(states[2]))
     assert all(held) and all(is_position(e) and len(e["at"]) == 3 for buf in held for e in buf)  # [input, shard, row]
-    for cut in range(0, len(states), 2):
-        again = make()
-        again.load_state_dict(ri.loads_state(states[cut]))
-        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], cut
+    assert_resumes(make, batches, states, range(0, len(states), 2))
 
 
 @pytest.fixture()
@@ -285,10 +276,7 @@ def test_parquet_files_re_read_only_the_row_groups_holding_the_buffered_rows(par
     batches, states = run_with_states(make)
     assert sorted(k for b in batches for k in b) == [f * 100 + i for f in range(2) for i in range(40)]
     assert all(is_position(e) for buf in worker_buffers(ri.loads_state(states[3])) for e in buf)
-    for cut in (1, 3, 7):
-        again = make()
-        again.load_state_dict(ri.loads_state(states[cut]))
-        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b]
+    assert_resumes(make, batches, states, (1, 3, 7))
 
     read = []
     original = pq.ParquetFile.read_row_groups
@@ -321,10 +309,7 @@ def test_small_rows_of_a_table_are_logged_as_positions_and_survive_a_plain_json_
     assert sorted(k for b in batches for k in b) == list(range(60))
     held = worker_buffers(json.loads(states[4]))
     assert all(held) and all(is_position(e) for buf in held for e in buf)
-    for cut in range(len(states)):
-        again = make()
-        again.load_state_dict(json.loads(states[cut]))
-        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], cut
+    assert_resumes(make, batches, states, range(len(states)), decode=json.loads)
     rest = make(workers=0)
     rest.load_state_dict(json.loads(states[5]))
     assert sorted([k for b in batches[:5] for k in b] + [k for b in rest for k in b]) == list(range(60))
@@ -344,10 +329,7 @@ def test_each_rank_resumes_exactly_with_positions_in_its_workers():
             batches, states = run_with_states(lambda: make(rank, split_first))
             seen += [k for b in batches for k in b]
             assert all(is_position(e) for buf in worker_buffers(ri.loads_state(states[2])) for e in buf)
-            for cut in (1, 3, len(batches) - 1):
-                again = make(rank, split_first)
-                again.load_state_dict(ri.loads_state(states[cut]))
-                assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], (rank, cut)
+            assert_resumes(lambda: make(rank, split_first), batches, states, (1, 3, len(batches) - 1))
         assert sorted(seen) == sorted(s * 100 + i for s in range(8) for i in range(6))
 
 
@@ -376,7 +358,4 @@ def test_pil_images_from_a_generator_are_logged_as_positions_and_resume_exactly(
     assert sorted(k for b in batches for k in b) == sorted(s * 100 + i for s in SHARDS for i in range(10))
     held = worker_buffers(ri.loads_state(states[2]))
     assert all(held) and all(is_position(e) for buf in held for e in buf)
-    for cut in range(len(states)):
-        again = make()
-        again.load_state_dict(ri.loads_state(states[cut]))
-        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], cut
+    assert_resumes(make, batches, states, range(len(states)))
