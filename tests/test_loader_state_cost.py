@@ -440,20 +440,25 @@ def test_torchdata_loader_sends_large_arrays_through_shared_memory_and_resumes()
     assert head + [b["id"].tolist() for b in again] == full
 
 
-def test_inspect_reads_the_buffers_of_worker_states(tmp_path, capsys):
+@pytest.mark.parametrize("positions", [False, True])
+def test_inspect_reads_the_buffers_of_worker_states(tmp_path, capsys, positions):
     import json
 
     from data import src
 
     from resumable_iterable.cli import main
 
-    dl = ri.StatefulDataLoader(src(4).shuffle(seed=1, buffer_size=10).batch(2), batch_size=None, num_workers=2)
+    dl = ri.StatefulDataLoader(src(4).shuffle(seed=1, buffer_size=10, worker_positions=positions).batch(2),
+                               batch_size=None, num_workers=2)
     it = iter(dl)
     for _ in range(6):
         next(it)
     state = dl.state_dict()
     worker = state["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset_state"]
-    assert type(worker["buffers"]["0"]) is list and worker["state"]["children"][0]["buffer"] == "0"
+    if positions:  # rows of a table: a buffer of positions, described by arithmetic
+        assert worker["state"]["children"][0]["buffer"]["__ri__"] == "derived" and "buffers" not in worker
+    else:  # the log of the stored examples
+        assert type(worker["buffers"]["0"]) is list and worker["state"]["children"][0]["buffer"] == "0"
     path = tmp_path / "loader.json"
     path.write_text(ri.dumps_state(state))
     assert main(["inspect", str(path), "--json"]) == 0

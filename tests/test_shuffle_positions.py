@@ -20,6 +20,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import resumable_iterable as ri  # noqa: E402
+from resumable_iterable.nodes.shuffle import BLOCK  # noqa: E402
+from resumable_iterable.nodes.worker_positions import derived_entries, is_derived  # noqa: E402
 from resumable_iterable.state import is_position, position_entry  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning"),
@@ -53,9 +55,17 @@ def loader(ds, workers=2, **kw):
 
 
 def worker_buffers(state) -> list:
-    """The shuffle buffers of each worker in a loader state."""
+    """The shuffle buffers of each worker in a loader state (a derived buffer's entries worked out)."""
     snaps = state["_snapshot"]["_worker_snapshots"]
-    return [list(snaps[w]["dataset_state"]["buffers"]["0"]) for w in sorted(snaps)]
+    out = []
+    for w in sorted(snaps):
+        ds = snaps[w]["dataset_state"]
+        node, shape = ds["state"], ds["pipeline"]
+        while "buffer" not in node:  # down to the shuffle
+            node, shape = node["children"][0], shape["children"][0]
+        buf = node["buffer"]
+        out.append(derived_entries(buf, shape["buffer_size"], BLOCK) if is_derived(buf) else list(ds["buffers"][buf]))
+    return out
 
 
 def run_with_states(make):
@@ -207,12 +217,19 @@ def test_data_that_changed_since_the_state_was_saved_is_named():
 
 def test_a_bad_position_is_refused_with_where_it_is():
     _, states = run_with_states(lambda: loader(shuffled()))
-    state = ri.loads_state(states[3])
-    snap = state["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset_state"]
-    snap["buffers"]["0"][2] = position_entry([9, 0])  # a shard this worker does not read
+    snap = lambda state: state["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset_state"]  # noqa: E731
+    # the buffer as a log of slots (it drains at the end of the pass)
+    state = next(s for s in map(ri.loads_state, states) if len(snap(s).get("buffers", {}).get("0", ())) > 2)
+    snap(state)["buffers"]["0"][2] = position_entry([9, 0])  # a shard this worker does not read
     again = loader(shuffled())
     with pytest.raises(ValueError, match=r"buffer\[2\].*shard 9"):
         again.load_state_dict(state)
+    # a derived buffer (while it fills and mixes): the slot holding that input is named
+    state = ri.loads_state(states[3])
+    assert is_derived(snap(state)["state"]["buffer"])
+    snap(state)["state"]["buffer"]["runs"][0][1] = [9, 0]
+    with pytest.raises(ValueError, match=r"buffer\[\d+\]\.at.*shard 9"):
+        loader(shuffled()).load_state_dict(state)
 
     mapped = (ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": SHARDS}).map(lambda ex: ex)
               .shuffle(seed=3, buffer_size=7))

@@ -75,6 +75,8 @@ def copy_state(obj: Any, buffers: dict | None = None) -> Any:
         return list.copy(obj)
     if t is ExampleChunks or t is PositionList:
         if buffers is not None:
+            if t is ExampleChunks and obj.derived is not None:
+                return obj.derived.describe()  # a few integers; lists shared, never changed in place
             key = str(len(buffers))
             buffers[key] = obj.log()  # one value, compared by identity: sent only when it changed
             return key

@@ -86,10 +86,12 @@ class ExampleChunks(Logged, list):
     of it (:func:`copy_example`): what the consumer does to it in place cannot reach that state.
     ``positions`` (per slot, a :func:`position_entry` or ``None``; or ``None``) is kept by a
     shuffle that logs examples as where they came from (``nodes/shuffle.py``): such a slot's log
-    entry is its position, and ``pending`` records the position too.
+    entry is its position, and ``pending`` records the position too. ``derived`` (or ``None``)
+    describes the buffer of such a pass by arithmetic instead (``nodes/worker_positions.Derived``):
+    a worker's state then holds what its ``describe()`` gives in place of a log.
     """
 
-    __slots__ = ("owned", "gen", "born", "positions") + LOG_SLOTS
+    __slots__ = ("owned", "gen", "born", "positions", "derived") + LOG_SLOTS
 
     def __init__(self, chunks: Any = ()):
         super().__init__(chunks)
@@ -97,6 +99,7 @@ class ExampleChunks(Logged, list):
         self.gen = 0
         self.born: list | None = None  # built by start(): [-1] * n, every example counted as shared
         self.positions: list | None = None  # slot -> position logged instead of its example (or None)
+        self.derived: Any = None  # a pass describing its buffer by arithmetic (``nodes/worker_positions.py``)
         self.init_log()
 
     def start(self) -> list:

@@ -16,6 +16,7 @@ from ..nodes.base import check_int
 from ..nodes.interleave import BLOCK as INTERLEAVE_BLOCK
 from ..nodes.shuffle import BLOCK as SHUFFLE_BLOCK
 from ..nodes.source import shard_order
+from ..nodes.worker_positions import buffer_entries
 from ..state import MAX_EPOCH
 from .tree import SOURCE_FIELDS, buffer_fill, leaf_of, shard_rows
 
@@ -126,6 +127,12 @@ def check_node(shape: dict, state: dict, where: str, problems: list[str], shuffl
         problems.append(f"{here}: 'draining' must be true or false, got {state['draining']!r}")
     if kind == "shuffle":
         size, buf = params.get("buffer_size"), state.get("buffer")
+        if type(size) is int and params.get("buffer_state", "examples") == "examples":
+            try:  # a DataLoader worker may describe it by arithmetic (``nodes/worker_positions.py``)
+                buf = buffer_entries(buf, size, SHUFFLE_BLOCK, here)
+            except ValueError as e:
+                problems.append(str(e))
+                buf = []
         if not isinstance(buf, list):
             problems.append(f"{here}: 'buffer' must be a list, got {type(buf).__name__}")
         elif type(size) is int:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..nodes.shuffle import BLOCK as SHUFFLE_BLOCK
 from ..nodes.source import shard_order, split_positions
+from ..nodes.worker_positions import buffer_entries
 from ..state import is_position
 from .document import InspectError
 
@@ -113,6 +115,11 @@ def analyse_node(shape: dict, state: dict, where: str) -> dict:
         mode = params.get("buffer_state", "examples")
         stored = {"examples": "examples", "replay": "positions", "drop": "nothing"}.get(mode, mode)
         buf = state["buffer"]
+        if mode == "examples" and type(params.get("buffer_size")) is int:
+            try:  # a DataLoader worker may describe it by arithmetic (``nodes/worker_positions.py``)
+                buf = buffer_entries(buf, params["buffer_size"], SHUFFLE_BLOCK, f"{where} ({kind})")
+            except ValueError as e:
+                raise InspectError(str(e)) from None
         if mode == "examples" and isinstance(buf, list):  # a DataLoader worker may log positions instead
             chunked = all(isinstance(c, list) for c in buf)
             held = sum(map(is_position, [e for c in buf for e in c] if chunked else buf))

@@ -19,7 +19,9 @@ State: ``{"node", "seed", "epoch", "rng", "rng_pos", "buffer", "draining", "chil
     that state. In a DataLoader worker, a pass over examples read straight from sources may log
     *positions* instead (``{"__ri__": "position", "at": [...]}`` per slot, the provenance of
     ``"replay"`` mode; see ``worker_positions.py``): such a state's buffer holds those in place of the
-    examples, re-read when it is iterated.
+    examples, re-read when it is iterated. While such a pass fills and mixes its buffer, the worker's
+    state describes it by arithmetic instead, ``{"__ri__": "derived", ...}`` (which inputs were read
+    and where the generator stood; a load draws the same indices again to work the slots out).
   - ``"drop"`` (HF-compatible, lossy): nothing. A resumed pipeline refills the buffer from where
     the input stood, so the examples that were in the buffer are lost - as in HF ``datasets``.
   - ``"replay"`` (exact, small): where each buffered example came from - a short list of
@@ -49,7 +51,7 @@ from ..state import (CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleLis
 from .base import (Node, add_context, as_int, check_bool, check_epoch, check_examples, check_int, check_rng,
                    resolve_seed, rng_from_seed, rng_from_state, split_seed)
 from .replay import DIGEST_MASK, buffer_digest, replay_buffer, require_replay_support, slot_hash
-from .worker_positions import pass_input, reread_positions, rereadable
+from .worker_positions import buffer_entries, pass_input, reread_positions, rereadable, stop_deriving
 
 BLOCK = 1024
 
@@ -146,17 +148,20 @@ class ShuffleNode(Node):
         check_epoch(state, where)
         check_rng(state["rng"], where)
         check_int(state, "rng_pos", where, hi=BLOCK)
-        check_examples(state["buffer"], where, "buffer")
         check_bool(state, "draining", where)
+        buffer = state["buffer"]
+        if self.buffer_state == "examples" and state["draining"] is False:
+            buffer = buffer_entries(buffer, self.buffer_size, BLOCK, where)
+        check_examples(buffer, where, "buffer")
         if self.buffer_state == "examples":
             # chunks of examples, or (as written before chunking) a flat list of examples
-            entries = _flatten(state["buffer"])
+            entries = _flatten(buffer)
             if entries is None:
                 raise ValueError(f"{where}: 'buffer' must be a list of examples or of chunks (lists of examples)")
             n = len(entries)
             self._validate_entries(entries, where)
         else:
-            n = len(state["buffer"])
+            n = len(buffer)
         if n > self.buffer_size:
             raise ValueError(f"{where}: the buffer holds {n} examples, more than "
                              f"buffer_size={self.buffer_size}")
@@ -198,7 +203,7 @@ class ShuffleNode(Node):
             st["buffer"] = PositionList(st["buffer"])
         else:
             cls = ExampleChunks if self.buffer_state == "examples" else DroppedChunks
-            flat = _flatten(st["buffer"])
+            flat = _flatten(buffer_entries(st["buffer"], self.buffer_size, BLOCK, "state"))
             st["buffer"] = cls(flat[k:k + CHUNK] for k in range(0, len(flat), CHUNK))
             st["buffer"].owned[:] = b"\x01" * len(st["buffer"])  # fresh chunks
             # its examples count as shared with the loaded state (``born`` starts at -1)
@@ -263,12 +268,24 @@ class ShuffleNode(Node):
             block = rng.integers(0, size, size=BLOCK).tolist()
             pos = st["rng_pos"]
             n = len(born)
-            source, provenance = pass_input(self.children[0], buf, reread, record and self._logs_positions())
+            source, provenance = pass_input(self.children[0], buf, reread, record and self._logs_positions(),
+                                            (st["rng"], pos, size, BLOCK))
             positions = buf.positions
+            drv = buf.derived
+            if drv is not None:
+                record = buf.recording = False  # no log to take while the buffer is derived
             w = None
             for ex in source:
                 if provenance is not None:
                     p = provenance()  # read at once: the nodes below still describe this example
+                    if drv is not None:
+                        if drv.inputs >= drv.limit:
+                            drv.rebase(st["rng"], st["rng_pos"])
+                        if drv.add(p):
+                            p = None  # counted: nothing to log for its slot
+                        else:  # not a position that runs on: log the slots from now on
+                            positions, record = stop_deriving(buf), True
+                            drv = None
                     w = None if p is None else position_entry(p)  # unknown: logged by value
                 if n < size:
                     if not buf or len(buf[-1]) == CHUNK:
@@ -311,6 +328,8 @@ class ShuffleNode(Node):
                     out = copy_example(out)
                 born[i] = gen
                 yield out
+            if drv is not None:  # the buffer drains: its slots are logged from now on
+                positions = stop_deriving(buf)
             flat = [ex for ch in buf for ex in ch]
             order = rng_from_seed(st["seed"], st["epoch"], 2).permutation(len(flat)).tolist()
             flat = [flat[i] for i in order]

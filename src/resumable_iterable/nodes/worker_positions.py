@@ -19,18 +19,44 @@ the main process holds those in the state in place of the examples, and the pipe
 continues the state re-reads them before it yields anything (:func:`reread_positions`), in a
 worker or in a process. Examples a loaded state held by value keep being logged by value. In a
 process without workers the state holds the examples: nothing here runs.
+
+**Derived buffers.** Even a log of positions costs the main process - the DataLoader's
+bottleneck - some 15-40 µs per batch to rebuild the buffer's list, more than anything else the
+state adds. Yet while a pass fills and mixes its buffer, which input sits in which slot follows
+from the generator's draws alone, and inputs read straight from sources have positions that
+run on by one row at a time. So such a pass (every buffered entry a position, every position a
+flat list of integers) describes its buffer by :class:`Derived` instead: the entries it started
+from (``base``), the generator state then, the number of inputs since, and the position at each
+jump (``runs``) - a few integers that change per batch, the lists only at a shard's end. The
+state's ``"buffer"`` is then ``{"__ri__": "derived", ...}``; :func:`derived_entries` turns it back
+into the slots' positions when it is loaded, by drawing the same indices again. Every
+:data:`REBASE` inputs (or :data:`MAX_RUNS` jumps) the worker writes the slots' positions out as
+the new ``base``, so that loading never draws more than that; a pass that drains its buffer, or
+meets an input without such a position, goes back to logging slots.
 """
 
 from __future__ import annotations
 
 import itertools
+from bisect import bisect_right
 from typing import Any, Iterator
 
-from ..state import CHUNK, CHUNK_BITS, ExampleChunks, is_position, prefers_positions
-from .base import Node, add_context
+import numpy as np
+
+from ..state import CHUNK, CHUNK_BITS, ExampleChunks, is_position, position_entry, prefers_positions
+from ..state_codec import TAG
+from .base import Node, add_context, check_examples, check_int, check_rng, rng_from_state
 from .replay import replay_buffer
 
 _END = object()
+#: the tag of a derived buffer in a state (see the module doc)
+DERIVED = "derived"
+#: inputs after which a worker writes its derived buffer's positions out as the new base
+REBASE = 1 << 16
+#: jumps in the positions after which it does so too
+MAX_RUNS = 512
+#: the most inputs a derived buffer in a state may count (a load draws one index per input)
+MAX_INPUTS = 1 << 26
 
 
 def rereadable(child: Node) -> bool:
@@ -51,11 +77,15 @@ def sources_random_access(child: Node) -> bool:
     return True
 
 
-def pass_input(child: Node, buf: ExampleChunks, reread: list | None, enabled: bool) -> tuple[Iterator, Any]:
+def pass_input(child: Node, buf: ExampleChunks, reread: list | None, enabled: bool,
+               derive: "tuple | None" = None) -> tuple[Iterator, Any]:
     """The input of a shuffle pass over ``child`` and, when the pass logs positions, the function
-    giving the position of the example just pulled (else ``None``); sets ``buf.positions``.
-    ``enabled``: in a DataLoader worker, with positions allowed (see the module doc); ``reread``:
-    the positions of the slots :func:`reread_positions` just re-read."""
+    giving the position of the example just pulled (else ``None``); sets ``buf.positions`` and
+    ``buf.derived``. ``enabled``: in a DataLoader worker, with positions allowed (see the module
+    doc); ``reread``: the positions of the slots :func:`reread_positions` just re-read;
+    ``derive``: ``(rng state, rng_pos, buffer_size, block)`` of a pass that may derive its buffer
+    (it is filling or mixing)."""
+    buf.derived = None
     if not enabled:
         buf.positions = None
         return iter(child), None
@@ -68,7 +98,12 @@ def pass_input(child: Node, buf: ExampleChunks, reread: list | None, enabled: bo
     if not (prefers_positions(first) or sources_random_access(child)):
         buf.positions = None
         return itertools.chain((first,), it), None
-    buf.positions = reread if reread is not None else [None] * sum(map(len, buf))
+    held = sum(map(len, buf))
+    if derive is not None and (held == 0 or reread is not None and None not in reread):
+        buf.derived = Derived(list(reread or ()), *derive)
+        buf.positions = None
+    else:
+        buf.positions = reread if reread is not None else [None] * held
     return itertools.chain((first,), it), provenance
 
 
@@ -95,3 +130,135 @@ def reread_positions(child: Node, buf: ExampleChunks) -> list | None:
         buf[c][k & (CHUNK - 1)] = ex
         positions[k] = flat[k]
     return positions
+
+
+def stop_deriving(buf: ExampleChunks) -> list:
+    """A derived buffer goes back to logging its slots: their positions, as ``buf.positions``."""
+    buf.positions = buf.derived.entries()
+    buf.derived = None
+    buf.refs = None  # the next log holds every slot
+    buf.recording = True
+    return buf.positions
+
+
+def buffer_entries(buffer: Any, size: int, block: int, where: str) -> Any:
+    """A state's ``buffer`` as it is, or a derived buffer's entries worked out (a shuffle of
+    ``size`` drawing ``block`` indices at a time); ``ValueError`` names what is wrong with one."""
+    if not is_derived(buffer):
+        return buffer
+    check_derived(buffer, size, block, where)
+    return derived_entries(buffer, size, block)
+
+
+class Derived:
+    """A buffer described by arithmetic (see the module doc): ``base`` (the slots' entries when
+    it was last written out), ``rng`` / ``rng_pos`` (the shuffle's generator state and position
+    then), ``inputs`` (examples read since) and ``runs`` (``[input, position]`` where the
+    positions jumped; in between each input's position is the previous one's plus one row).
+    ``base``, ``rng`` and ``runs`` are never changed in place (a state shares them). The shuffle
+    calls :meth:`rebase` before an input once ``inputs`` reaches ``limit``."""
+
+    __slots__ = ("base", "rng", "rng_pos", "size", "block", "inputs", "runs", "expect", "limit")
+
+    def __init__(self, base: list, rng: dict, rng_pos: int, size: int, block: int):
+        self.base, self.rng, self.rng_pos, self.size, self.block = base, rng, rng_pos, size, block
+        self.inputs = 0
+        self.runs: list = []
+        self.expect: list | None = None  # the position the next input has if the run goes on
+        self.limit = REBASE
+
+    def add(self, p: Any) -> bool:
+        """Count the input at position ``p``; ``False`` (nothing counted) when ``p`` is not a
+        flat list of integers: the pass must log its slots from now on."""
+        expect = self.expect
+        if p != expect:
+            if type(p) is not list or not p or not all(type(v) is int for v in p):
+                return False
+            self.runs = [*self.runs, [self.inputs, p]]  # a new list: states taken share the old one
+            if len(self.runs) >= MAX_RUNS:
+                self.limit = self.inputs + 1  # written out before the next input
+            expect = self.expect = [*p[:-1], p[-1]]
+        expect[-1] += 1
+        self.inputs += 1
+        return True
+
+    def rebase(self, rng: dict, rng_pos: int) -> None:
+        """Write the slots' positions out as the new base (the shuffle's generator is now at ``rng``
+        / ``rng_pos``)."""
+        self.base = self.entries()
+        self.rng, self.rng_pos = rng, rng_pos
+        self.inputs, self.runs, self.expect, self.limit = 0, [], None, REBASE
+
+    def describe(self) -> "dict | list":
+        """The buffer in a state: ``{"__ri__": "derived", ...}`` (``[]`` while it is empty)."""
+        if not self.inputs and not self.base:
+            return []
+        return {TAG: DERIVED, "base": self.base, "rng": self.rng, "rng_pos": self.rng_pos,
+                "inputs": self.inputs, "runs": self.runs}
+
+    def entries(self) -> list:
+        """The slots' entries now."""
+        return derived_entries(self.describe(), self.size, self.block) if self.inputs else list(self.base)
+
+
+def is_derived(buffer: Any) -> bool:
+    return type(buffer) is dict and buffer.get(TAG) == DERIVED
+
+
+def derived_entries(d: dict, size: int, block: int) -> list:
+    """The entries of a derived buffer ``d`` (validated: :func:`check_derived`), slot by slot:
+    the shuffle's draws since ``d["rng"]`` tell which input each slot holds last, ``d["runs"]``
+    where that input came from."""
+    base, inputs, runs = d["base"], d["inputs"], d["runs"]
+    n0 = len(base)
+    fill = min(inputs, size - n0)
+    steps = inputs - fill
+    holder = np.empty(n0 + fill, dtype=np.int64)  # the input each slot holds; -1: its base entry
+    holder[:n0] = -1
+    holder[n0:] = np.arange(fill)
+    if steps:  # the buffer is full: input fill + t replaced the slot of draw t, as the loop draws them
+        rng = rng_from_state(d["rng"])
+        pos, t = d["rng_pos"], 0
+        while t < steps:
+            draws = rng.integers(0, size, size=block)[pos:][:steps - t]
+            pos = 0
+            slots, first = np.unique(draws[::-1], return_index=True)  # each slot's last draw here
+            holder[slots] = fill + t + len(draws) - 1 - first
+            t += len(draws)
+    starts = [r[0] for r in runs]
+    out = []
+    for j, k in enumerate(holder.tolist()):
+        if k < 0:
+            out.append(base[j])
+            continue
+        start, p = runs[bisect_right(starts, k) - 1]
+        out.append(position_entry([*p[:-1], p[-1] + k - start]))
+    return out
+
+
+def check_derived(d: dict, size: int, block: int, where: str) -> None:
+    """Raise ``ValueError`` naming what is wrong with derived buffer ``d`` (its entries are checked
+    once :func:`derived_entries` made them)."""
+    keys = {TAG, "base", "rng", "rng_pos", "inputs", "runs"}
+    if set(d) != keys:
+        raise ValueError(f"{where}: a derived buffer holds {sorted(keys)}, got {sorted(d)}")
+    check_examples(d["base"], where, "buffer.base")
+    if len(d["base"]) > size:
+        raise ValueError(f"{where}: the derived buffer's base holds {len(d['base'])} entries, more than "
+                         f"buffer_size={size}")
+    check_rng(d["rng"], where, "buffer.rng")
+    check_int(d, "rng_pos", where, hi=block)
+    check_int(d, "inputs", where, hi=MAX_INPUTS)  # a worker writes its base out long before
+    runs = d["runs"]
+    if type(runs) is not list:
+        raise ValueError(f"{where}: 'buffer.runs' must be a list, got {type(runs).__name__}")
+    prev = -1
+    for i, run in enumerate(runs):
+        ok = (type(run) is list and len(run) == 2 and type(run[0]) is int and type(run[1]) is list and run[1]
+              and all(type(v) is int for v in run[1]))
+        if not ok or not prev < run[0] < max(d["inputs"], 1) or (i == 0 and run[0] != 0):
+            raise ValueError(f"{where}: buffer.runs[{i}] must be [input, position] with inputs counted from 0, "
+                             f"increasing and below 'inputs' ({d['inputs']}), got {run!r}")
+        prev = run[0]
+    if d["inputs"] and not runs:
+        raise ValueError(f"{where}: a derived buffer with inputs needs 'runs' saying where they came from")

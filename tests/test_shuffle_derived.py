@@ -1,0 +1,151 @@
+"""A worker's buffer of positions described by arithmetic (``nodes/worker_positions.Derived``).
+
+While a pass of positions fills and mixes its buffer, a DataLoader worker's state says which
+inputs it read (``inputs``, ``runs``) and where the shuffle's generator stood (``rng``), not
+which example each slot holds: the main process then does no per-batch work for the buffer. A
+load draws the same indices again to work the slots out. These tests hold that to the logged
+form (the same entries at every cut), to exact resumes when the worker writes its base out often
+or goes back to logging mid-pass, and to named errors for damaged derived buffers.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import resumable_iterable as ri  # noqa: E402
+from resumable_iterable.nodes import worker_positions  # noqa: E402
+from resumable_iterable.nodes.worker_positions import is_derived  # noqa: E402
+from resumable_iterable.state import is_position  # noqa: E402
+from test_shuffle_positions import (assert_resumes, loader, run_with_states, shuffled,  # noqa: E402
+                                    worker_buffers)
+
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning"),
+              pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")]
+
+
+def snapshot(state, w=0):
+    return state["_snapshot"]["_worker_snapshots"][f"worker_{w}"]["dataset_state"]
+
+
+def test_a_derived_buffer_works_out_to_the_slots_the_logged_form_holds(monkeypatch):
+    make = lambda: loader(shuffled(n=30))  # noqa: E731
+    _, derived = run_with_states(make)
+    monkeypatch.setattr(worker_positions.Derived, "add", lambda self, p: False)  # log the slots instead
+    _, logged = run_with_states(make)
+    assert len(derived) == len(logged)
+    seen = 0
+    for a, b in zip(map(ri.loads_state, derived), map(ri.loads_state, logged)):
+        seen += is_derived(snapshot(a)["state"]["buffer"])
+        assert not is_derived(snapshot(b)["state"]["buffer"])
+        assert worker_buffers(a) == worker_buffers(b)
+    assert seen > len(derived) // 2
+
+
+def test_the_main_process_receives_no_buffer_log_while_the_buffer_is_derived():
+    dl = loader(shuffled(n=30))
+    it = iter(dl)
+    for _ in range(6):
+        next(it)
+    for w in (0, 1):
+        snap = snapshot(dl.state_dict(), w)
+        assert "buffers" not in snap
+        buf = snap["state"]["buffer"]
+        assert is_derived(buf) and buf["base"] == [] and buf["inputs"] > 7
+        assert buf["runs"][0][0] == 0 and all(type(v) is int for v in buf["runs"][0][1])
+
+
+def test_every_cut_resumes_exactly_when_the_worker_writes_its_base_out_often(monkeypatch):
+    monkeypatch.setattr(worker_positions, "REBASE", 5)
+    make = lambda: loader(shuffled(n=30))  # noqa: E731
+    batches, states = run_with_states(make)
+    bases = [snapshot(ri.loads_state(s))["state"]["buffer"] for s in states]
+    assert any(is_derived(b) and b["base"] and all(map(is_position, b["base"])) for b in bases)
+    assert_resumes(make, batches, states, range(len(states)))
+
+
+def test_every_cut_resumes_exactly_when_positions_jump_at_every_row(monkeypatch):
+    monkeypatch.setattr(worker_positions, "MAX_RUNS", 3)
+    make = lambda: loader(shuffled(n=2))  # two rows per shard: a jump every other input  # noqa: E731
+    batches, states = run_with_states(make)
+    assert_resumes(make, batches, states, range(len(states)))
+
+
+def test_a_pass_that_goes_back_to_logging_midway_resumes_exactly(monkeypatch):
+    add = worker_positions.Derived.add
+
+    def flaky(self, p):  # the 26th input has no position that runs on
+        return False if self.inputs == 25 else add(self, p)
+
+    monkeypatch.setattr(worker_positions.Derived, "add", flaky)
+    make = lambda: loader(shuffled(n=30))  # noqa: E731
+    batches, states = run_with_states(make)
+    forms = [is_derived(snapshot(ri.loads_state(s))["state"]["buffer"]) for s in states]
+    assert True in forms and "buffers" in snapshot(ri.loads_state(states[-3]))
+    assert_resumes(make, batches, states, range(len(states)))
+
+
+def test_a_resumed_pass_derives_its_buffer_from_the_positions_it_re_read():
+    make = lambda: loader(shuffled(n=30))  # noqa: E731
+    batches, states = run_with_states(make)
+    again = make()
+    again.load_state_dict(ri.loads_state(states[5]))
+    it = iter(again)
+    got = [next(it) for _ in range(3)]
+    state = again.state_dict()
+    buf = snapshot(state)["state"]["buffer"]
+    assert is_derived(buf) and len(buf["base"]) == 7 and all(map(is_position, buf["base"]))
+    assert got + list(it) == batches[5:]
+    third = make()  # a state taken in the resumed pass resumes exactly too
+    third.load_state_dict(ri.loads_state(ri.dumps_state(state)))
+    assert list(third) == batches[8:]
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda b: b.pop("runs"), r"a derived buffer holds"),
+    (lambda b: b["runs"].insert(0, [0, [0, 0]]), r"buffer.runs\[1\] must be \[input, position\]"),
+    (lambda b: b["runs"].__setitem__(0, [1, b["runs"][0][1]]), r"buffer.runs\[0\]"),
+    (lambda b: b.__setitem__("runs", []), r"needs 'runs'"),
+    (lambda b: b.__setitem__("base", [{}] * 8), r"more than buffer_size=7"),
+    (lambda b: b.__setitem__("rng_pos", 5000), r"rng_pos"),
+    (lambda b: b.__setitem__("inputs", -1), r"inputs"),
+    (lambda b: b.__setitem__("inputs", 2**40), r"inputs"),  # refused, not drawn for hours
+    (lambda b: b.__setitem__("rng", {"bit_generator": "MT19937"}), r"buffer.rng"),
+    (lambda b: b.__setitem__("inputs", b["inputs"] + 500), r"fewer rows|out of range|buffer\[\d+\]\.at"),
+])
+def test_a_damaged_derived_buffer_is_refused_with_what_is_wrong(damage, message):
+    _, states = run_with_states(lambda: loader(shuffled(n=30)))
+    state = ri.loads_state(states[4])
+    buf = snapshot(state)["state"]["buffer"]
+    assert is_derived(buf)
+    damage(buf)
+    again = loader(shuffled(n=30))
+    with pytest.raises(ValueError, match=message):
+        again.load_state_dict(copy.deepcopy(state))
+        list(again)  # a generator's rows are counted when they are re-read
+
+
+def test_inspect_and_check_read_a_derived_buffer(tmp_path, capsys):
+    from resumable_iterable.cli import main
+
+    _, states = run_with_states(lambda: loader(shuffled(n=30)))
+    state = ri.loads_state(states[4])
+    assert is_derived(snapshot(state)["state"]["buffer"])
+    ri.save_state(state, tmp_path / "s.ri")
+    assert main(["inspect", str(tmp_path / "s.ri")]) == 0
+    assert capsys.readouterr().out.count("buffer 7/7, all as positions, re-read on resume") == 2
+    snapshot(state)["state"]["buffer"]["runs"] = []
+    ri.save_state(state, tmp_path / "bad.ri")
+    assert main(["inspect", str(tmp_path / "bad.ri")]) != 0
+    assert "needs 'runs'" in capsys.readouterr().err
+
+
+def test_a_state_without_workers_never_derives():
+    ds = shuffled(n=30)
+    it = iter(ds)
+    for _ in range(20):
+        next(it)
+    assert isinstance(ds.state_dict()["state"]["buffer"], list)
