@@ -114,6 +114,7 @@ def test_a_resumed_pass_derives_its_buffer_from_the_positions_it_re_read():
     (lambda b: b.__setitem__("inputs", -1), r"inputs"),
     (lambda b: b.__setitem__("inputs", 2**40), r"inputs"),  # refused, not drawn for hours
     (lambda b: b.__setitem__("rng", {"bit_generator": "MT19937"}), r"buffer.rng"),
+    (lambda b: b["rng"].__setitem__(2, 7), r"buffer.rng"),
     (lambda b: b.__setitem__("inputs", b["inputs"] + 500), r"fewer rows|out of range|buffer\[\d+\]\.at"),
 ])
 def test_a_damaged_derived_buffer_is_refused_with_what_is_wrong(damage, message):

@@ -45,7 +45,7 @@ import numpy as np
 
 from ..state import CHUNK, CHUNK_BITS, ExampleChunks, is_position, position_entry, prefers_positions
 from ..state_codec import TAG
-from .base import Node, add_context, check_examples, check_int, check_rng, rng_from_state
+from .base import Node, add_context, check_examples, check_int, rng_from_state
 from .replay import replay_buffer
 
 _END = object()
@@ -161,7 +161,7 @@ class Derived:
     __slots__ = ("base", "rng", "rng_pos", "size", "block", "inputs", "runs", "expect", "limit")
 
     def __init__(self, base: list, rng: dict, rng_pos: int, size: int, block: int):
-        self.base, self.rng, self.rng_pos, self.size, self.block = base, rng, rng_pos, size, block
+        self.base, self.rng, self.rng_pos, self.size, self.block = base, pcg64_list(rng), rng_pos, size, block
         self.inputs = 0
         self.runs: list = []
         self.expect: list | None = None  # the position the next input has if the run goes on
@@ -186,7 +186,7 @@ class Derived:
         """Write the slots' positions out as the new base (the shuffle's generator is now at ``rng``
         / ``rng_pos``)."""
         self.base = self.entries()
-        self.rng, self.rng_pos = rng, rng_pos
+        self.rng, self.rng_pos = pcg64_list(rng), rng_pos
         self.inputs, self.runs, self.expect, self.limit = 0, [], None, REBASE
 
     def describe(self) -> "dict | list":
@@ -205,6 +205,13 @@ def is_derived(buffer: Any) -> bool:
     return type(buffer) is dict and buffer.get(TAG) == DERIVED
 
 
+def pcg64_list(rng: dict) -> list:
+    """A numpy PCG64 ``bit_generator.state`` as ``[state, inc, has_uint32, uinteger]``: one value
+    for torchdata (it flattens dicts into leaves and rebuilds them in the main process after every
+    batch, for every worker)."""
+    return [rng["state"]["state"], rng["state"]["inc"], rng["has_uint32"], rng["uinteger"]]
+
+
 def derived_entries(d: dict, size: int, block: int) -> list:
     """The entries of a derived buffer ``d`` (validated: :func:`check_derived`), slot by slot:
     the shuffle's draws since ``d["rng"]`` tell which input each slot holds last, ``d["runs"]``
@@ -217,7 +224,9 @@ def derived_entries(d: dict, size: int, block: int) -> list:
     holder[:n0] = -1
     holder[n0:] = np.arange(fill)
     if steps:  # the buffer is full: input fill + t replaced the slot of draw t, as the loop draws them
-        rng = rng_from_state(d["rng"])
+        s, inc, has32, u32 = d["rng"]
+        rng = rng_from_state({"bit_generator": "PCG64", "state": {"state": s, "inc": inc}, "has_uint32": has32,
+                              "uinteger": u32})
         pos, t = d["rng_pos"], 0
         while t < steps:
             draws = rng.integers(0, size, size=block)[pos:][:steps - t]
@@ -246,7 +255,11 @@ def check_derived(d: dict, size: int, block: int, where: str) -> None:
     if len(d["base"]) > size:
         raise ValueError(f"{where}: the derived buffer's base holds {len(d['base'])} entries, more than "
                          f"buffer_size={size}")
-    check_rng(d["rng"], where, "buffer.rng")
+    rng = d["rng"]
+    if not (type(rng) is list and len(rng) == 4 and all(type(v) is int and v >= 0 for v in rng)
+            and rng[0] < 2**128 and rng[1] < 2**128 and rng[2] in (0, 1) and rng[3] < 2**32):
+        raise ValueError(f"{where}: 'buffer.rng' must be a PCG64 generator state as [state, inc, has_uint32, "
+                         f"uinteger], got {rng!r}")
     check_int(d, "rng_pos", where, hi=block)
     check_int(d, "inputs", where, hi=MAX_INPUTS)  # a worker writes its base out long before
     runs = d["runs"]
