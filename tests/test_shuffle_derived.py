@@ -150,3 +150,77 @@ def test_a_state_without_workers_never_derives():
     for _ in range(20):
         next(it)
     assert isinstance(ds.state_dict()["state"]["buffer"], list)
+
+
+def _random_pipeline(seed: int):
+    """A pipeline whose shuffle a worker may derive: Arrow or generator sources, a concatenation,
+    skip/take or column operations below it; random buffer size."""
+    import random
+
+    import numpy as np
+    from datasets import Dataset
+
+    r = random.Random(seed)
+    kind = r.choice(["arrow", "generator", "concat", "take", "columns"])
+
+    def table(n, offset=0):
+        return Dataset.from_dict({"id": list(range(offset, offset + n)), "v": list(range(n))})
+
+    if kind == "generator":
+        per = {s: r.randint(0, 30) for s in range(6)}
+
+        def gen(shards, per):
+            for s in shards:
+                for i in range(per[s]):
+                    yield {"id": s * 1000 + i, "x": np.full(4096, i, dtype=np.float32)}
+
+        ds = ri.IterableDataset.from_generator(gen, gen_kwargs={"shards": list(range(6)), "per": per})
+    else:
+        ds = ri.to_iterable_dataset(table(r.randint(20, 200)), num_shards=r.randint(1, 6))
+        if kind == "concat":
+            other = ri.to_iterable_dataset(table(r.randint(5, 100), offset=10_000), num_shards=r.randint(1, 4))
+            ds = ri.concatenate_datasets([ds, other])
+        elif kind == "take":
+            ds = ds.skip(r.randint(0, 10)).take(r.randint(5, 150))
+        elif kind == "columns":
+            ds = ds.rename_column("v", "w").remove_columns(["w"])
+    return ds.shuffle(seed=r.randint(0, 99), buffer_size=r.randint(1, 50))
+
+
+def _ids(batch):
+    return [int(ex["id"]) for ex in batch]
+
+
+@pytest.mark.slow  # 3 pipelines here, 40 with `make soak` (about 20 s)
+def test_random_pipelines_resume_exactly_at_random_cuts_with_any_worker_count(soak, monkeypatch):
+    import json
+    import random
+
+    derived = 0
+    for seed in range(40 if soak else 3):
+        r = random.Random(seed)
+        monkeypatch.setattr(worker_positions, "REBASE", r.choice([3, 7, 50, 1 << 16]))
+        monkeypatch.setattr(worker_positions, "MAX_RUNS", r.choice([2, 5, 512]))
+        bs, w = r.randint(1, 7), r.choice([1, 2, 3])
+
+        def make(workers=w):
+            return ri.StatefulDataLoader(_random_pipeline(seed), batch_size=bs, num_workers=workers, collate_fn=_ids)
+
+        dl = make()
+        batches, states = [], [json.dumps(dl.state_dict())]
+        for b in dl:
+            batches.append(b)
+            states.append(json.dumps(dl.state_dict()))
+        full = [k for b in batches for k in b]
+        assert len(full) == len(set(full)), seed
+        derived += sum('"derived"' in s for s in states)
+        for cut in sorted(r.sample(range(len(states)), min(6, len(states)))):
+            workers = r.choice([w, w, 0, 1, 2, 3])
+            again = make(workers)
+            again.load_state_dict(json.loads(states[cut]))
+            head, tail = [k for b in batches[:cut] for k in b], [k for b in again for k in b]
+            if workers == w:  # the same continuation
+                assert tail == full[len(head):], (seed, cut)
+            else:  # elastic: every example once
+                assert sorted(head + tail) == sorted(full), (seed, cut, workers)
+    assert derived  # some of those states described their buffer by arithmetic
