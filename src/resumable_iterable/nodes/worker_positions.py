@@ -208,7 +208,8 @@ def is_derived(buffer: Any) -> bool:
 def pcg64_list(rng: dict) -> list:
     """A numpy PCG64 ``bit_generator.state`` as ``[state, inc, has_uint32, uinteger]``: one value
     for torchdata (it flattens dicts into leaves and rebuilds them in the main process after every
-    batch, for every worker)."""
+    batch, for every worker). A list, because a dict-valued leaf does not survive that rebuild:
+    torchdata's ``_unflatten`` recurses into it and splits its string keys into characters."""
     return [rng["state"]["state"], rng["state"]["inc"], rng["has_uint32"], rng["uinteger"]]
 
 
