@@ -67,10 +67,12 @@ def test_every_cut_resumes_exactly_when_the_worker_writes_its_base_out_often(mon
     assert_resumes(make, batches, states, range(len(states)))
 
 
-def test_every_cut_resumes_exactly_when_positions_jump_at_every_row(monkeypatch):
-    monkeypatch.setattr(worker_positions, "MAX_RUNS", 3)
-    make = lambda: loader(shuffled(n=2))  # two rows per shard: a jump every other input  # noqa: E731
+def test_every_cut_resumes_exactly_when_the_worker_writes_its_base_out_at_a_jump(monkeypatch):
+    monkeypatch.setattr(worker_positions, "MAX_RUNS", 2)  # the second shard's first row: written out
+    make = lambda: loader(shuffled(n=30))  # noqa: E731
     batches, states = run_with_states(make)
+    bases = [snapshot(ri.loads_state(s))["state"]["buffer"] for s in states]
+    assert any(is_derived(b) and b["base"] for b in bases)  # a fresh pass starts from an empty base
     assert_resumes(make, batches, states, range(len(states)))
 
 
@@ -149,7 +151,9 @@ def test_a_state_without_workers_never_derives():
     it = iter(ds)
     for _ in range(20):
         next(it)
-    assert isinstance(ds.state_dict()["state"]["buffer"], list)
+    buf = ds.state_dict()["state"]["buffer"]
+    assert isinstance(buf, list) and len([e for ch in buf for e in ch]) == 7
+    assert not any(is_position(e) for ch in buf for e in ch)
 
 
 def _random_pipeline(seed: int):
