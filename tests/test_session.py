@@ -42,6 +42,36 @@ def test_a_shallow_copy_iterates_and_keeps_its_epoch_on_its_own():
     assert [e["id"] for e in twin] == [e["id"] for e in other]
 
 
+def test_a_shallow_copy_of_a_loaded_dataset_resumes_on_its_own():
+    full = [e["id"] for e in build()]
+    ds = build()
+    it = iter(ds)
+    [next(it) for _ in range(5)]
+    state = ds.state_dict()
+    loaded = build()
+    loaded.load_state_dict(state)
+    twin = copy.copy(loaded)
+    twin_it = iter(twin)
+    twin_head = [next(twin_it)["id"] for _ in range(3)]
+    assert [e["id"] for e in loaded] == full[5:]  # the copy did not consume the original's resume
+    assert twin_head + [e["id"] for e in twin_it] == full[5:]
+
+
+def test_set_epoch_after_a_state_dict_taken_before_the_pass_gives_the_new_epoch():
+    ref = build()
+    ref.set_epoch(1)
+    expected = [e["id"] for e in ref]
+    ds = build()
+    before = ds.state_dict()  # describes a fresh pass of epoch 0
+    ds.set_epoch(1)
+    assert ds.state_dict()["epoch"] == 1 and before["epoch"] == 0
+    assert [e["id"] for e in ds] == expected
+    again = build()
+    again.load_state_dict(before)  # a loaded state keeps its own epoch
+    again.set_epoch(1)
+    assert [e["id"] for e in again] == [e["id"] for e in build()]
+
+
 def test_state_dict_reads_the_pipeline_shape_once_per_pass(monkeypatch):
     calls = []
     real = node_base.shape_fingerprint

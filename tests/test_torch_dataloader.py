@@ -251,6 +251,23 @@ def test_epoch_after_a_resumed_epoch_is_a_full_epoch(num_workers, persistent):
     assert run(loader) == ref2  # and again (no epoch change)
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("loader_cls", [TorchdataLoader, ri.StatefulDataLoader])
+def test_a_state_taken_at_the_end_of_an_epoch_then_set_epoch_gives_the_next_epoch(loader_cls, num_workers):
+    # torchdata with num_workers=0 loads the dataset state when the iterator is made, after the
+    # loop's set_epoch(1): the loaded epoch 0 must not become the epoch of the pass that follows
+    ref1 = epoch_reference(True, 1, num_workers)
+    ds = pipeline(True)
+    loader = loader_cls(ds, batch_size=5, num_workers=num_workers)
+    run(loader)
+    state = json_roundtrip(loader.state_dict())  # epoch 0 has ended
+    ds = pipeline(True)
+    loader = loader_cls(ds, batch_size=5, num_workers=num_workers)
+    loader.load_state_dict(state)
+    ds.set_epoch(1)
+    assert run(loader) == ref1
+
+
 @pytest.mark.parametrize("loader_cls", [DataLoader, TorchdataLoader])
 def test_set_epoch_reaches_persistent_workers(loader_cls):
     refs = [epoch_reference(True, e, 2) for e in range(3)]

@@ -15,7 +15,8 @@ import os
 from typing import Any, Callable, Iterator
 
 from . import state as _state
-from .features import batched_features, decode_only_change, features_of_schema, file_features, infer_features, map_feature
+from .features import (batched_features, decode_only_change, features_of_schema, file_features, infer_features,
+                       map_feature, row_features)
 from .loader import hooks
 from .loader.session import IterationSession
 from .nodes.arrow import ArrowSource
@@ -479,7 +480,8 @@ class IterableDataset(_Base):
 
         # a pipeline ending in batch() may be wrapped when it is split by rank or resumed elastically:
         # its items are still batches
-        return iter(present(node, self._format, batch, template=self._node))
+        rows = row_features(self._features) if isinstance(self._node, BatchNode) else None
+        return iter(present(node, self._format, batch, template=self._node, features=rows))
 
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> IterableDataset:
         """The part of this dataset made of shard group ``index`` out of ``num_shards``."""
@@ -536,7 +538,7 @@ class IterableDataset(_Base):
 
         Any integer type in [0, 2**63 - 1] (epochs seed the random generators and reach DataLoader
         workers as an ``int64``)."""
-        self._session.set_epoch(as_epoch(epoch))
+        self._session.set_epoch(as_epoch(epoch), by_user=True)
 
     def __repr__(self) -> str:
         cols = self._column_names

@@ -19,6 +19,7 @@ iterated travels with it.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from .. import state as _state
@@ -32,10 +33,15 @@ from .resume import fresh_node, load_node, split_description, validate_loader_st
 class IterationSession:
     """The per-process iteration state of one dataset (see the module doc)."""
 
+    #: ``active`` is a fresh pass made only so that ``state_dict`` could describe it (nothing
+    #: loaded, nothing iterated): a later ``set_epoch`` replaces it by a pass of the new epoch
+    placeholder = False
+
     def __init__(self, template: Node, split: tuple, epoch: int):
         self.template = template  # the dataset's unsplit pipeline; never iterated itself
         self.split = tuple(split)  # ("rank", rank, world_size) entries, applied at iteration
         self.epoch_slot: Any = None  # set by the worker hooks
+        self.epoch_set_by_user = False
         self.active: Node | None = None
         self.active_worker: tuple[int, int] | None = None
         self.active_epoch = epoch
@@ -46,9 +52,12 @@ class IterationSession:
         self.set_epoch(epoch)
 
     # ------------------------------------------------------------------ epochs
-    def set_epoch(self, epoch: int) -> None:
-        """The epoch of the next fresh pass (already checked); DataLoader workers read it too."""
+    def set_epoch(self, epoch: int, by_user: bool = False) -> None:
+        """The epoch of the next fresh pass (already checked); DataLoader workers read it too.
+        ``by_user``: the dataset's ``set_epoch`` - from then on a loaded state resumes its own pass
+        in its epoch but leaves the epoch of later passes to the user."""
         self.epoch = epoch
+        self.epoch_set_by_user = self.epoch_set_by_user or by_user
         h = hooks.current()
         if h is not None:  # DataLoader workers, persistent ones too, read the main process's epoch
             h.publish_epoch(self, epoch)
@@ -83,6 +92,7 @@ class IterationSession:
         epoch = self.requested_epoch()
         node = fresh_node(self.template, self.split, epoch)
         self.active, self.active_worker, self.active_epoch = node, worker, epoch
+        self.placeholder = False
         return node
 
     def _drop_pending(self) -> None:
@@ -100,6 +110,10 @@ class IterationSession:
         is dropped.
         """
         if not self.pending or self.active is None:
+            return
+        if self.placeholder:
+            if self.active_worker != worker or self.requested_epoch() != self.active_epoch:
+                self._drop_pending()  # made for another process, or the epoch was set since
             return
         loaded_in = self.active_worker
         claims = self.claims
@@ -140,7 +154,7 @@ class IterationSession:
         if self.active is None or self.active_worker != worker:
             self._start_fresh(worker)
             self.loaded = self.claims = None  # a fresh start, not a loaded state
-            self.pending = True
+            self.pending = self.placeholder = True
         return self.active
 
     # ------------------------------------------------------------------ states
@@ -174,11 +188,16 @@ class IterationSession:
             h = hooks.current()
             if h is not None:
                 claims = h.new_claims()  # lets DataLoader workers split this state among themselves once
-        self.set_epoch(epoch)
+        if not self.epoch_set_by_user:
+            # the passes after it follow the loaded epoch, unless the user sets epochs: a loader may
+            # load a state lazily, after the loop's set_epoch (torchdata with num_workers=0 loads it
+            # when the iterator is made; for a state taken at the end of an epoch it then starts
+            # the next pass at once, in the epoch the loop set)
+            self.set_epoch(epoch)
         self.active, self.active_worker, self.active_epoch = node, worker, epoch
         self.loaded = _state.copy_state(state_dict) if worker is None else None
         self.claims = claims
-        self.pending = True
+        self.pending, self.placeholder = True, False
 
     def validate_loader_state(self, loader_state: dict, num_workers: int) -> int:
         """Check a ``StatefulDataLoader`` state for a loader with ``num_workers`` workers over this
@@ -191,6 +210,16 @@ class IterationSession:
         if not d["pending"]:
             d["active"] = None  # a pipeline being iterated is not shipped to DataLoader workers
         return d
+
+    def __copy__(self) -> IterationSession:
+        # as pickling does, but the copy gets its own copy of a loaded pass not iterated yet: both
+        # would otherwise consume one node tree (what the copy yields, the original would skip)
+        new = object.__new__(type(self))
+        d = self.__getstate__()
+        if d["active"] is not None:
+            d["active"] = copy.deepcopy(d["active"])
+        new.__setstate__(d)
+        return new
 
     def __setstate__(self, d: dict) -> None:
         self.__dict__.update(d)
