@@ -130,6 +130,38 @@ def test_python_source_rows_and_batches_equal_hf(fmt):
     same(list(ours.iter(5)), list(theirs.iter(5)), f"{fmt} iter(5)")
 
 
+def png_rows(shards):
+    import io
+
+    from PIL import Image
+
+    for s in shards:
+        for i in range(3):
+            buf = io.BytesIO()
+            Image.fromarray(np.full((4, 5, 3), s * 10 + i, dtype=np.uint8)).save(buf, format="PNG")
+            yield {"id": s * 10 + i, "image": {"bytes": buf.getvalue(), "path": None}}
+
+
+@pytest.mark.parametrize("order", ["format, batch", "batch, format"])
+@pytest.mark.parametrize("fmt", ["numpy", "torch"])
+def test_batches_of_decoded_images_from_a_generator_are_one_array_as_hf(fmt, order):
+    # not Arrow-backed: the rows are batched, then formatted with the image feature (decoded, stacked)
+    from datasets import Features, Image, Value
+
+    features = Features({"id": Value("int64"), "image": {"bytes": Value("binary"), "path": Value("string")}})
+    got = {}
+    for name, cls in (("ours", ri.IterableDataset), ("hf", HFIterable)):
+        ds = cls.from_generator(png_rows, gen_kwargs={"shards": [0, 1]}, features=features)
+        ds = ds.cast_column("image", Image())
+        ds = ds.with_format(fmt).batch(4) if order == "format, batch" else ds.batch(4).with_format(fmt)
+        got[name] = list(ds)
+    assert [b["image"].shape for b in got["ours"]] == [b["image"].shape for b in got["hf"]]
+    assert tuple(got["ours"][0]["image"].shape) in ((4, 4, 5, 3), (4, 3, 4, 5))
+    for a, b in zip(got["ours"], got["hf"]):
+        assert np.array_equal(np.asarray(a["image"]), np.asarray(b["image"]))
+        assert np.array_equal(np.asarray(a["id"]), np.asarray(b["id"]))
+
+
 @pytest.mark.parametrize("fmt", ["numpy", "torch", "arrow"])
 def test_column_operations_and_indices_equal_hf(fmt):
     """Column operations and an indices mapping (HF ``select``/``shuffle``) on the column-wise path.

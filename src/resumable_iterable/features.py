@@ -79,6 +79,17 @@ def batched_features(features: Any) -> Any:
     return features.__class__({c: List(f) for c, f in features.items()})
 
 
+def row_features(features: Any) -> Any:
+    """The features of the examples ``batch()`` grouped, from those of its batches (each column a
+    list of them); ``None`` when not known."""
+    if features is None:
+        return None
+    inner = {c: getattr(f, "feature", None) for c, f in features.items()}
+    if any(f is None for f in inner.values()):
+        return None
+    return features.__class__(inner)
+
+
 def map_feature(feature: Any, fn: Callable[[Any], Any]) -> Any:
     """``fn`` applied to every leaf feature of a (possibly nested) HF feature."""
     if isinstance(feature, dict):

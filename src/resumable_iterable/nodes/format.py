@@ -347,7 +347,8 @@ def python_batch_to_table(batch: dict, schema: pa.Schema | None = None) -> pa.Ta
     return pa.Table.from_pydict(batch)
 
 
-def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template: Node | None = None) -> Node:
+def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template: Node | None = None,
+            features: Any = None) -> Node:
     """The node to iterate for the live pipeline ``node`` shown in format ``fmt`` (``(type, kwargs)``
     or ``None``), grouped into batches when ``batch`` is ``(batch_size, drop_last_batch)``.
 
@@ -357,6 +358,8 @@ def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template:
     unsplit pipeline ``template`` is a :class:`BatchNode` but ``node`` is not (a ``.batch()``
     pipeline split by rank with a step, or resumed elastically), ``node`` still yields batches:
     they are formatted as batches, with the column types of the column-wise path where known.
+    ``features`` are those of the rows a ``.batch()`` pipeline groups: batches of rows that are not
+    Arrow-backed are decoded with them, as HF does (an ``Image`` column becomes one array or tensor).
     """
     live_batches = node if batch is None and isinstance(node, BatchNode) else None
     if live_batches is not None:
@@ -368,11 +371,12 @@ def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template:
         # rows batched by the pipeline's own batch node: iterate that node, whose state holds the
         # rows of a batch interrupted by an error, and format its batches
         return FormatNode(live_batches, name, kwargs, "batch_dicts",
-                          features=None, schema=chain_schema(node))
+                          features=features, schema=chain_schema(node))
     if batch is None and isinstance(template, BatchNode):
         rows = template.children[0]
         chain = arrow_chain(rows)
-        return FormatNode(node, name, kwargs, "batch_dicts", features=chain_features(*chain) if chain else None,
+        return FormatNode(node, name, kwargs, "batch_dicts",
+                          features=chain_features(*chain) if chain else features,
                           schema=chain_schema(rows))
     chain = arrow_chain(node)
     if chain is not None:
