@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
+from datasets import Dataset
 
 import resumable_iterable as ri
 from data import HF_B, gen_src, src
@@ -223,6 +224,24 @@ def test_map_error_over_generator_and_parquet_sources_names_their_shard(tmp_path
     with pytest.raises(ValueError, match="cannot tokenize") as info:
         list(ri.IterableDataset.from_parquet(paths).map(boom))
     assert "source files shard 2, row 7" in _notes(info) and "example #27" in _notes(info)
+
+
+def test_a_batched_map_error_names_the_rows_of_the_failing_batch():
+    def boom(batch):
+        if 23 in batch["id"]:
+            raise ValueError("bad batch")
+        return batch
+
+    hf = Dataset.from_dict({"id": list(range(50))})  # 3 shards: ids 0-16, 17-33, 34-49
+    for size, rows in ((4, "rows 3..6"), (3, "rows 4..6")):
+        with pytest.raises(ValueError, match="bad batch") as info:
+            list(ri.to_iterable_dataset(hf, num_shards=3).map(boom, batched=True, batch_size=size))
+        assert f"source arrow shard 1, {rows})" in _notes(info), (size, _notes(info))
+    # the items are batches of ``batch()``: from the first row of the first to the last of the last
+    with pytest.raises(ValueError, match="bad batch") as info:
+        list(ri.to_iterable_dataset(hf, num_shards=3).batch(4).map(
+            lambda b: boom({"id": [i for r in b["id"] for i in r]}) and b, batched=True, batch_size=2))
+    assert "from source arrow shard 0, row 16 to source arrow shard 1, row 6" in _notes(info), _notes(info)
 
 
 @TORCH

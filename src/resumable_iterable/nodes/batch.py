@@ -25,6 +25,8 @@ from .rows import rows_to_batch
 
 class BatchNode(Node):
     kind = "batch"
+    #: where the first row of the last batch yielded came from, for error notes (not state)
+    _first: dict | None = None
 
     def __init__(self, child: Node, batch_size: int, drop_last_batch: bool = False):
         self.batch_size = as_int(batch_size, "batch_size", lo=1)
@@ -56,9 +58,15 @@ class BatchNode(Node):
         it = iter(self.children[0])
         size = self.batch_size
         islice = itertools.islice
+        position = self.children[0].position
         while True:
             # read into the state itself: if the input raises part-way, the rows read so far stay
             # there (list.extend keeps what it appended before the error)
+            if rows:
+                self._first = None  # rows held in a state: where the first came from is not known here
+            else:
+                rows.extend(islice(it, 1))
+                self._first = position()
             rows.extend(islice(it, max(size - len(rows), 0)))
             if len(rows) > size:  # a state saved with a larger batch size held more rows
                 batch = rows_to_batch(rows[:size])
@@ -71,6 +79,12 @@ class BatchNode(Node):
             batch = rows_to_batch(rows)
             rows.clear()
             yield batch
+
+    def position(self) -> dict | None:
+        """The last row of the last batch, with ``"first"``: where that batch's first row came from."""
+        pos = self.children[0].position()
+        first = self._first
+        return pos if pos is None or first is None else {**pos, "first": first}
 
     # -- capabilities (see ``Node``)
     def replay_problem(self) -> str | None:

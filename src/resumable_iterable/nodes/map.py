@@ -104,10 +104,23 @@ class MapNode(Node):
                              "hold the one example its function raised on")
 
     # ------------------------------------------------------------------ calling the function
-    def _describe(self, what: str) -> str:
+    def _describe(self, what: str, first: dict | None = None) -> str:
+        """The note added to an error: the node, ``what`` failed, and where it was read (``first``:
+        the position of a batch's first row; the child's position is that of its last)."""
         name = getattr(self.function, "__qualname__", repr(self.function))
         pos = self.children[0].position()
-        where = f" (source {pos['source']} shard {pos['shard']}, row {pos['row']})" if pos else ""
+        if (pos and "first" in pos) or (first and "first" in first):  # the input items are batches
+            first = first.get("first") if first else None  # the first row of the first of them
+            pos = {k: v for k, v in pos.items() if k != "first"} if pos else pos
+        if not pos:
+            where = ""
+        elif not first or first == pos:
+            where = f" (source {pos['source']} shard {pos['shard']}, row {pos['row']})"
+        elif (first["source"], first["shard"]) == (pos["source"], pos["shard"]):
+            where = f" (source {pos['source']} shard {pos['shard']}, rows {first['row']}..{pos['row']})"
+        else:
+            where = (f" (from source {first['source']} shard {first['shard']}, row {first['row']} "
+                     f"to source {pos['source']} shard {pos['shard']}, row {pos['row']})")
         return f"in {self.kind}({name}) on {what}{where}"
 
     def _call(self, arg: Any, index: Any) -> Any:
@@ -329,7 +342,10 @@ class MapNode(Node):
         while True:
             snapshot = child.state_dict()
             try:
-                rows = list(itertools.islice(it, size)) if size else list(it)
+                rows = list(itertools.islice(it, 1))
+                first = child.position() if rows else None  # for an error's note: the batch's first row
+                if rows and size != 1:
+                    rows.extend(itertools.islice(it, size - 1) if size else it)
             except BaseException:
                 child.load(snapshot)  # the input raised part-way: a state taken now re-reads the whole batch
                 raise
@@ -339,8 +355,9 @@ class MapNode(Node):
             try:
                 outputs = self._apply_batch(rows, st["index"])
             except BaseException as e:
+                what = self._describe(f"the batch of examples #{st['index']}..#{st['index'] + len(rows) - 1}", first)
                 child.load(snapshot)  # the batch is not consumed: a state taken now retries it
-                add_context(e, self._describe(f"the batch of examples #{st['index']}..#{st['index'] + len(rows) - 1}"))
+                add_context(e, what)
                 raise
             st["prev"] = snapshot
             for j in range(skip, len(outputs)):
