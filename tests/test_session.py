@@ -68,8 +68,32 @@ def test_set_epoch_after_a_state_dict_taken_before_the_pass_gives_the_new_epoch(
     assert [e["id"] for e in ds] == expected
     again = build()
     again.load_state_dict(before)  # a loaded state keeps its own epoch
-    again.set_epoch(1)
+    again.set_epoch(0)
     assert [e["id"] for e in again] == [e["id"] for e in build()]
+
+
+def test_set_epoch_to_another_epoch_drops_a_loaded_state_not_iterated_yet(caplog):
+    # an HF loop resumed from a state taken at the end of epoch 0 goes on with set_epoch(1)
+    ds = build()
+    list(ds)
+    end_of_0 = ds.state_dict()
+    ref = build()
+    ref.set_epoch(1)
+    expected = [e["id"] for e in ref]
+    resumed = build()
+    resumed.load_state_dict(end_of_0)
+    resumed.set_epoch(1)
+    assert "dropped" in caplog.text
+    assert [e["id"] for e in resumed] == expected
+    # set to the loaded epoch, the state is kept (and the pass after it is epoch 0 again)
+    ds = build()
+    it = iter(ds)
+    head = [next(it)["id"] for _ in range(9)]
+    mid = ds.state_dict()
+    resumed = build()
+    resumed.load_state_dict(mid)
+    resumed.set_epoch(0)
+    assert head + [e["id"] for e in resumed] == [e["id"] for e in build()]
 
 
 def test_state_dict_reads_the_pipeline_shape_once_per_pass(monkeypatch):

@@ -20,6 +20,7 @@ iterated travels with it.
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
 
 from .. import state as _state
@@ -28,6 +29,8 @@ from ..nodes.base import Node
 from . import hooks
 from .elastic import SegmentsNode, plan_state
 from .resume import fresh_node, load_node, split_description, validate_loader_state, worker_part
+
+logger = logging.getLogger(__name__)
 
 
 class IterationSession:
@@ -55,7 +58,16 @@ class IterationSession:
     def set_epoch(self, epoch: int, by_user: bool = False) -> None:
         """The epoch of the next fresh pass (already checked); DataLoader workers read it too.
         ``by_user``: the dataset's ``set_epoch`` - from then on a loaded state resumes its own pass
-        in its epoch but leaves the epoch of later passes to the user."""
+        in its epoch but leaves the epoch of later passes to the user; and a loaded state not
+        iterated yet, of another epoch, is dropped: the loop has moved on to a new epoch (an HF
+        loop resumed from a state taken at the end of an epoch would otherwise get that epoch's
+        empty rest in place of the new one)."""
+        if (by_user and self.pending and not self.placeholder and self.active is not None
+                and epoch != self.active_epoch):
+            logger.warning("set_epoch(%d) before iterating the state loaded for epoch %d: that state is dropped and "
+                           "the next pass is epoch %d from its start (to resume the loaded pass, set epoch %d)",
+                           epoch, self.active_epoch, epoch, self.active_epoch)
+            self._drop_pending()
         self.epoch = epoch
         self.epoch_set_by_user = self.epoch_set_by_user or by_user
         h = hooks.current()
