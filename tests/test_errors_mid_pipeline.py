@@ -523,6 +523,49 @@ def test_async_map_that_raises_keeps_the_failed_example():
     assert got + [i for b in resumed for i in b["id"]] == [x["id"] for x in other()]
 
 
+def test_async_calls_run_at_once_as_in_hf_and_a_state_taken_meanwhile_resumes_exactly():
+    running, peak = [0], [0]
+
+    async def slow(ex):
+        running[0] += 1
+        peak[0] = max(peak[0], running[0])
+        await asyncio.sleep(0.001)
+        running[0] -= 1
+        ex["tags"].append("seen")  # edits its input in place: the inputs held in states stay as read
+        return {"y": ex["id"] * 2}
+
+    want = [{**x, "y": x["id"] * 2, "tags": x["tags"] + ["seen"]} for x in other()]
+    assert [normalize(x) for x in other().map(slow)] == [normalize(x) for x in want]
+    assert peak[0] > 1  # HF runs up to 1000 calls of an async function at once; so do we
+    assert_resumes_exactly(lambda: other().map(slow).shuffle(seed=3, buffer_size=4), roundtrip=codec_roundtrip)
+
+
+def test_an_input_that_raises_under_async_calls_comes_after_the_outputs_read_before_it():
+    broken = {"on": True}
+
+    def gen(parts):
+        for p in parts:
+            for i in range(10):
+                if p == 1 and i == 4 and broken["on"]:
+                    raise Boom("generator failure")
+                yield {"id": p * 10 + i}
+
+    def build():
+        return ri.IterableDataset.from_generator(gen, gen_kwargs={"parts": [0, 1, 2]}).map(slow_double)
+
+    ds = build()
+    got = []
+    with pytest.raises(Boom):
+        for x in ds:
+            got.append(x["id"])
+    assert got == list(range(14))  # every input read before the failure was processed and yielded
+    saved = codec_roundtrip(ds.state_dict())
+    broken["on"] = False
+    resumed = build()
+    resumed.load_state_dict(saved)
+    assert got + [x["id"] for x in resumed] == list(range(30))
+
+
 def test_async_map_under_a_dataloader_worker():
     torch = pytest.importorskip("torch")
     loader = torch.utils.data.DataLoader(other().map(slow_double), batch_size=None, num_workers=1)

@@ -317,6 +317,84 @@ def test_decode_false_gives_the_original_image_bytes():
     assert list(ds.decode(False)) == [{"img": {"bytes": raw, "path": None}}]
 
 
+def png_bytes(i: int) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (3 + i % 4, 2), (i % 256, 10, 30)).save(buf, format="PNG", compress_level=1)
+    return buf.getvalue()
+
+
+def image_source(n: int = 23, shards: int = 3) -> ri.IterableDataset:
+    from datasets import Image
+
+    def gen(parts):
+        for p in parts:
+            for i in range(p * n, p * n + n):
+                yield {"id": i, "img": {"bytes": png_bytes(i), "path": None}}
+
+    return ri.IterableDataset.from_generator(gen, gen_kwargs={"parts": list(range(shards))},
+                                             features=Features({"id": Value("int64"), "img": Image()}))
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_decode_with_threads_gives_what_decode_gives_and_resumes_exactly(threads):
+    pytest.importorskip("PIL")
+    from harness import codec_roundtrip
+
+    def pixels(ds):
+        return [(e["id"], e["img"].size, e["img"].tobytes()) for e in ds]
+
+    want = pixels(image_source())
+    assert pixels(image_source().decode(num_threads=threads)) == want
+    # files read undecoded, 2 * threads decoded at a time: a state holds the files being decoded
+    assert_resumes_exactly(lambda: image_source(8).decode(num_threads=threads).shuffle(seed=2, buffer_size=5),
+                           roundtrip=codec_roundtrip)
+    hf = Dataset.from_dict({"id": list(range(30)), "img": [{"bytes": png_bytes(i), "path": None} for i in range(30)]})
+    from datasets import Image
+
+    hf = hf.cast_column("img", Image())
+    assert pixels(ri.to_iterable_dataset(hf, num_shards=3).decode(num_threads=threads)) == pixels(
+        ri.to_iterable_dataset(hf, num_shards=3))
+    with pytest.raises(ValueError, match="num_threads"):
+        image_source().decode(num_threads=-1)
+
+
+def test_decode_with_threads_resumes_exactly_through_dataloader_workers():
+    pytest.importorskip("PIL")
+    pytest.importorskip("torchdata")
+    from harness import assert_loader_resumes_exactly
+
+    full = assert_loader_resumes_exactly(lambda: image_source(7).decode(num_threads=2), workers=2, batch_size=None,
+                                         item=lambda ex: (int(ex["id"]), ex["img"].size, ex["img"].tobytes()),
+                                         cuts=lambda n: range(1, n, 2))
+    assert sorted(i for i, _, _ in full) == list(range(21))
+
+
+def test_decode_with_threads_decodes_on_several_threads_at_once():
+    import threading
+    import time
+
+    running, peak, lock = [0], [0], threading.Lock()
+
+    class Slow(Decodable):
+        def decode_example(self, value, token_per_repo_id=None):
+            with lock:
+                running[0] += 1
+                peak[0] = max(peak[0], running[0])
+            time.sleep(0.01)
+            with lock:
+                running[0] -= 1
+            return super().decode_example(value)
+
+    rows = [{"i": str(i)} for i in range(12)]
+    ds = ri.IterableDataset.from_generator(lambda: iter(rows), features=Features({"i": Slow()}))
+    assert list(ds.decode(num_threads=4)) == [{"i": f"decoded {i}"} for i in range(12)]
+    assert peak[0] > 1
+
+
 # ---------------------------------------------------------------------------- info
 
 

@@ -299,25 +299,39 @@ class IterableDataset(_Base):
             features = Features({column: feature})
         return self._with_features(features)
 
-    def decode(self, enable: bool = True, num_threads: int | None = None) -> IterableDataset:
-        """Turn decoding of media features (``Image``, ``Audio``, ``Video``) on or off, as HF does."""
+    def decode(self, enable: bool = True, num_threads: int | None = 0) -> IterableDataset:
+        """Turn decoding of media features (``Image``, ``Audio``, ``Video``) on or off, as HF does.
+
+        ``num_threads=n`` (> 0): the files are read undecoded and decoded by ``n`` threads, ``2 * n``
+        examples at a time (as HF); the examples whose decoding is under way when a state is taken
+        are kept in it, undecoded, and decoded again on resume."""
+        threads = 0 if num_threads is None else as_int(num_threads, "num_threads", lo=0)
         if self._features is None:
             return self._derive(self._node, features=None)
+
+        def with_decode(flag: bool) -> Any:
+            def set_decode(feature: Any) -> Any:
+                if hasattr(feature, "decode") and hasattr(feature, "__dataclass_fields__"):
+                    feature = copy.copy(feature)  # as HF: set on a copy, whether or not `decode` is an __init__ field
+                    feature.decode = flag
+                return feature
+
+            return Features({k: map_feature(v, set_decode) for k, v in self._features.items()})
+
         from datasets import Features
+        from datasets.features.features import require_decoding
 
-        def set_decode(feature: Any) -> Any:
-            if hasattr(feature, "decode") and hasattr(feature, "__dataclass_fields__"):
-                feature = copy.copy(feature)  # as HF: set on a copy, whether or not `decode` is an __init__ field
-                feature.decode = enable
-            return feature
-
-        features = Features({k: map_feature(v, set_decode) for k, v in self._features.items()})
-        node = self._node
+        features = with_decode(enable)
+        base, node = self, self._node
         if isinstance(node, MapNode) and isinstance(node.function, ApplyFeatures):
             # the examples below that map are not decoded yet: decode them the new way there (as HF,
             # which applies its features once), not on top of the old decoding
-            return self._derive(node.children[0], features=self._features)._with_features(features)
-        return self._with_features(features)
+            base = self._derive(node.children[0], features=self._features)
+        if not (enable and threads) or not any(require_decoding(f) for f in features.values()):
+            return base._with_features(features)  # no threads, or nothing to decode
+        below = base._with_features(with_decode(False))
+        typed = MapNode(below._node.clone(), ApplyFeatures(features), threads=threads)
+        return below._derive(typed, features=features, column_names=list(features))
 
     def _with_features(self, features: Any) -> IterableDataset:
         node = self._node

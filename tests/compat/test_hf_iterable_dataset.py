@@ -66,9 +66,6 @@ WORKER_DRAWS = ("deliberate difference: other random draws. HF's assertion (no r
                 "streams each of the ~870 runs is all-one-input with probability 1/1000, and our draws give 4 such "
                 "runs. The property it stands for (each worker draws its own stream) is "
                 "test_iterable_dataset_interleave_dataset_with_multiple_workers_streams")
-DECODE_THREADS = ("deliberate difference: decode(num_threads=n) decodes each example when it is yielded; HF decodes "
-                  "up to 2*n examples ahead in a thread pool, so it has made 2 decode calls after one example (our "
-                  "count is 1). decode(False) / decode(True) behave as HF's")
 PUSH_TO_HUB = "missing API: push_to_hub"
 
 
@@ -2475,7 +2472,6 @@ class DecodableFeature:
         return pa.string()
 
 
-@xfail(DECODE_THREADS)
 def test_decode():
     data = [{"i": str(i)} for i in range(10)]
     features = Features({"i": DecodableFeature()})

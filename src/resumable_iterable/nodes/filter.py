@@ -30,8 +30,8 @@ class FilterNode(MapNode):
         del p["remove_columns"], p["drop_last_batch"]
         return p
 
-    def _apply_one(self, ex: dict, index: int) -> Any:
-        return ex if self._call(dict(ex), index) else None
+    def _finish(self, ex: dict, inp: dict, out: Any) -> Any:
+        return ex if out else None
 
     def _iter_examples_plain(self) -> Iterator[dict]:
         """The hot path: ``function(example)`` with no extra arguments, inlined (same result as

@@ -66,7 +66,7 @@ def formatted_function(function: Any, fmt: tuple, kind: str, batched: bool, batc
     """``(function, batched, batch_size, replace_input)`` for the map/filter node of a dataset
     formatted as ``fmt`` (``(type, kwargs)``): the function wrapped; a table format runs it
     batched (one row at a time when ``batched=False``), a map's output replacing the batch."""
-    from .map import is_async_function
+    from .calls import is_async_function
 
     name, kwargs = fmt
     if is_async_function(function):

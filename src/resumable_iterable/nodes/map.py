@@ -9,10 +9,11 @@ State: ``{"node", "index", "prev", "skip", "retry", "children"}``
   re-computes the batch and skips the ``skip`` rows already yielded: no row is replayed and
   none is dropped. This needs the batched function to be deterministic, as HF assumes too.
   Between batches ``prev`` is ``None``.
-* ``retry`` - *per-example mode*: empty, or the one input example the function raised on.
-  A state taken after such an error processes that example again first when it is loaded,
-  instead of skipping it (in batched mode the batch is simply not consumed: ``prev`` rewinds it).
-  The retried example is copied first (a state copy shares it).
+* ``retry`` - *per-example mode*: the input examples read and not yet processed: empty, or the
+  one the function raised on, or (calls started ahead, below) those whose calls were in flight.
+  A state taken then processes them again first when it is loaded, instead of skipping them (in
+  batched mode the batch is simply not consumed: ``prev`` rewinds it). They are copied first (a
+  state copy shares them).
 
 Errors raised *below* the node (a generator, or another function, failing while a batch is being
 read) rewind the child to the start of the batch as well, so no row read for it is lost.
@@ -22,24 +23,29 @@ never reach examples still referenced by a shuffle buffer or a saved state. With
 ``remove_columns``, as in HF, the removed columns are gone from the output unless the function
 returned them in a new dict (a function that edits and returns its input loses them too).
 
-``async def`` functions (per example or batched; ``map`` and ``filter``) are awaited one call at
-a time on an event loop the iteration owns (on a helper thread when the caller already runs a
-loop), so the state stays exact: every input counted as consumed has its output yielded or held.
+``async def`` functions run on an event loop the iteration owns (on a helper thread when the
+caller already runs a loop; see ``calls.py``). Per example, as in HF, up to ``ahead`` calls (HF's
+1000 for an ``async`` function; ``decode(num_threads=n)``: ``2 * n`` calls on ``n`` threads) run at
+once: that many inputs are read, their calls started together and waited for, and the outputs
+yielded in order; the inputs stay in ``retry`` until their output is yielded, so the state stays
+exact (a resumed pass calls the function again on those not yielded).
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import itertools
-import threading
 from collections.abc import Mapping
 from typing import Any, Callable, Iterator
 
 from ..state import ExampleList, copy_example
 from .base import Node, add_context, check_int
+from .calls import AsyncRunner, CallsAhead, is_async_function
 from .replay import MAX_INT, check_list
 from .rows import batch_to_rows, rows_to_batch
+
+
+#: per-example calls of an ``async`` function run at once (HF's ``max_num_running_async_map_functions_in_parallel``)
+ASYNC_AHEAD = 1000
 
 
 class MapNode(Node):
@@ -48,7 +54,7 @@ class MapNode(Node):
     def __init__(self, child: Node, function: Callable | None, *, batched: bool = False, batch_size: int | None = 1000,
                  with_indices: bool = False, input_columns: list[str] | None = None,
                  remove_columns: list[str] | None = None, fn_kwargs: dict | None = None,
-                 drop_last_batch: bool = False, replace_input: bool = False):
+                 drop_last_batch: bool = False, replace_input: bool = False, threads: int = 0):
         if function is None:
             function = _identity
         if not callable(function):
@@ -68,6 +74,10 @@ class MapNode(Node):
         self.drop_last_batch = bool(drop_last_batch)
         self.is_async = is_async_function(function)
         self._runner: AsyncRunner | None = None  # set while an async function is being iterated
+        # per example, calls run at once (not a parameter: the outputs and the states are the same):
+        # a plain function on `threads` threads, 2 * threads calls at a time (HF's decode(num_threads))
+        self.threads = int(threads)
+        self.ahead = 1 if self.batched else (ASYNC_AHEAD if self.is_async else max(1, 2 * self.threads))
         #: batched: the function's output replaces the batch (no input column is kept), as HF
         #: does for a function given formatted tables (see ``formatted_calls.py``)
         self.replace_input = bool(replace_input)
@@ -98,17 +108,16 @@ class MapNode(Node):
         elif state["skip"]:
             raise ValueError(f"{where}: 'skip' must be 0 when no batch is in progress")
         retry = state["retry"]
-        if not isinstance(retry, list) or len(retry) > (0 if self.batched else 1) or not all(
-                isinstance(ex, dict) for ex in retry):
+        if not isinstance(retry, list) or (self.batched and retry) or not all(isinstance(ex, dict) for ex in retry):
             raise ValueError(f"{where}: 'retry' must be an empty list or (per-example {self.kind} only) "
-                             "hold the one example its function raised on")
+                             "hold the examples read and not processed yet (objects)")
 
     # ------------------------------------------------------------------ calling the function
-    def _describe(self, what: str, first: dict | None = None) -> str:
+    def _describe(self, what: str, first: dict | None = None, at: Any = "child") -> str:
         """The note added to an error: the node, ``what`` failed, and where it was read (``first``:
-        the position of a batch's first row; the child's position is that of its last)."""
+        the position of a batch's first row; ``at``: of the (last) row, by default the child's)."""
         name = getattr(self.function, "__qualname__", repr(self.function))
-        pos = self.children[0].position()
+        pos = self.children[0].position() if at == "child" else at
         if (pos and "first" in pos) or (first and "first" in first):  # the input items are batches
             first = first.get("first") if first else None  # the first row of the first of them
             pos = {k: v for k, v in pos.items() if k != "first"} if pos else pos
@@ -123,13 +132,14 @@ class MapNode(Node):
                      f"to source {pos['source']} shard {pos['shard']}, row {pos['row']})")
         return f"in {self.kind}({name}) on {what}{where}"
 
-    def _call(self, arg: Any, index: Any) -> Any:
-        if self.input_columns is not None:
-            args = [arg[c] for c in self.input_columns]
-        else:
-            args = [arg]
+    def _args(self, arg: Any, index: Any) -> list:
+        args = [arg[c] for c in self.input_columns] if self.input_columns is not None else [arg]
         if self.with_indices:
             args.append(index)
+        return args
+
+    def _call(self, arg: Any, index: Any) -> Any:
+        args = self._args(arg, index)
         if not self.is_async:
             return self.function(*args, **self.fn_kwargs)
         runner = self._runner
@@ -144,7 +154,14 @@ class MapNode(Node):
     def _apply_one(self, ex: dict, index: int) -> Any:
         """Output example, or ``None`` to drop it (filter)."""
         inp = dict(ex)
-        out = self._call(inp, index)
+        return self._finish(ex, inp, self._call(inp, index))
+
+    async def _apply_one_async(self, ex: dict, index: int) -> Any:
+        inp = dict(ex)
+        return self._finish(ex, inp, await self.function(*self._args(inp, index), **self.fn_kwargs))
+
+    def _finish(self, ex: dict, inp: dict, out: Any) -> Any:
+        """The output example for input ``ex`` given to the function as ``inp``, which returned ``out``."""
         if out is None:
             out = inp
         elif not isinstance(out, Mapping):
@@ -198,6 +215,9 @@ class MapNode(Node):
         return False  # re-deriving runs the user's function again
 
     def provenance_reader(self):
+        # a node above reads where each example came from as it receives it: calls one at a time,
+        # so that the nodes below describe the example being yielded
+        self.ahead = 1
         child = self.children[0].provenance_reader()
         if not self.with_indices:
             return child
@@ -264,6 +284,8 @@ class MapNode(Node):
             runner.close()
 
     def _iter_examples(self) -> Iterator[dict]:
+        if self.ahead > 1:
+            return self._iter_ahead()
         general = self.input_columns is not None or self.with_indices or self.fn_kwargs or self.is_async
         loop = self._iter_examples_general if general else self._iter_examples_plain
         if self._state_dict["retry"]:
@@ -279,18 +301,62 @@ class MapNode(Node):
         add_context(e, self._describe(f"example #{index}"))
 
     def _iter_retry(self) -> Iterator[dict]:
-        """First, the example the function raised on when the loaded state was taken."""
+        """First, the examples read and not processed when the loaded state was taken."""
         st = self._state_dict
-        ex, index = copy_example(st["retry"][0]), st["index"]  # a state copy may share the stored one
+        retry = st["retry"]
+        while retry:
+            ex, index = copy_example(retry[0]), st["index"]  # a state copy may share the stored one
+            try:
+                out = self._apply_one(ex, index)
+            except BaseException as e:
+                add_context(e, self._describe(f"example #{index} (retried from the state)", at=None))
+                raise
+            del retry[0]
+            st["index"] = index + 1
+            if out is not None:
+                yield out
+
+    def _iter_ahead(self) -> Iterator[dict]:
+        """Per example, ``ahead`` calls at once: read that many inputs (after those held in the
+        state), start their calls, wait for them all, yield the outputs in order. The inputs stay
+        in ``retry`` until their output is yielded; a call that raised leaves its input first there,
+        after the outputs of the inputs before it were yielded. An input that raises while read
+        comes after the outputs of the inputs read before it."""
+        st = self._state_dict
+        held = st["retry"]
+        child = self.children[0]
+        it = iter(child)
+        calls = CallsAhead(self._apply_one_async if self.is_async else self._apply_one, self.threads, self._runner)
+        more, failure = True, None
         try:
-            out = self._apply_one(ex, index)
-        except BaseException as e:
-            add_context(e, self._describe(f"example #{index} (retried from the state)"))
-            raise
-        st["retry"] = ExampleList()
-        st["index"] = index + 1
-        if out is not None:
-            yield out
+            while True:
+                where = [None] * len(held)  # where each input was read (unknown for those from a state)
+                while more and len(held) < self.ahead:
+                    try:
+                        ex = next(it)
+                    except StopIteration:
+                        more = False
+                    except BaseException as e:  # raised after the outputs of the inputs read before it
+                        more, failure = False, e
+                    else:
+                        held.append(ex)
+                        where.append(child.position())
+                if not held:
+                    if failure is not None:
+                        raise failure
+                    return
+                base = st["index"]
+                results = calls.run([(copy_example(ex), base + j) for j, ex in enumerate(held)])  # a state may share ex
+                for j, (out, error) in enumerate(results):
+                    if error is not None:
+                        add_context(error, self._describe(f"example #{st['index']}", at=where[j]))
+                        raise error
+                    del held[0]
+                    st["index"] += 1
+                    if out is not None:
+                        yield out
+        finally:
+            calls.close()
 
     def _iter_examples_general(self) -> Iterator[dict]:
         st = self._state_dict
@@ -372,43 +438,3 @@ def _identity(x: Any, *args: Any, **kwargs: Any) -> Any:
     return x
 
 
-def is_async_function(function: Any) -> bool:
-    """``async def`` function (or a callable object whose ``__call__`` is one), as HF detects them."""
-    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(getattr(function, "__call__", None))
-
-
-class AsyncRunner:
-    """Runs coroutines one at a time to completion on an event loop of its own.
-
-    When the calling thread already runs an event loop (a notebook, an async training loop), a
-    second loop cannot run there, so the loop runs on a helper thread and the caller waits."""
-
-    def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-
-    def run(self, coro: Any) -> Any:
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.new_event_loop()
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                pass
-            else:
-                self._thread = threading.Thread(target=loop.run_forever, name="resumable_iterable-async",
-                                                daemon=True)
-                self._thread.start()
-        if self._thread is None:
-            return loop.run_until_complete(coro)
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
-
-    def close(self) -> None:
-        loop, self._loop = self._loop, None
-        if loop is None:
-            return
-        if self._thread is not None:
-            loop.call_soon_threadsafe(loop.stop)
-            self._thread.join()
-            self._thread = None
-        loop.close()
