@@ -58,21 +58,32 @@ class IterationSession:
     def set_epoch(self, epoch: int, by_user: bool = False) -> None:
         """The epoch of the next fresh pass (already checked); DataLoader workers read it too.
         ``by_user``: the dataset's ``set_epoch`` - from then on a loaded state resumes its own pass
-        in its epoch but leaves the epoch of later passes to the user; and a loaded state not
-        iterated yet, of another epoch, is dropped: the loop has moved on to a new epoch (an HF
-        loop resumed from a state taken at the end of an epoch would otherwise get that epoch's
-        empty rest in place of the new one)."""
-        if (by_user and self.pending and not self.placeholder and self.active is not None
-                and epoch != self.active_epoch):
-            logger.warning("set_epoch(%d) before iterating the state loaded for epoch %d: that state is dropped and "
-                           "the next pass is epoch %d from its start (to resume the loaded pass, set epoch %d)",
-                           epoch, self.active_epoch, epoch, self.active_epoch)
-            self._drop_pending()
+        in its epoch but leaves the epoch of later passes to the user, and a loaded state of an
+        earlier epoch is dropped (:meth:`moved_past`)."""
         self.epoch = epoch
         self.epoch_set_by_user = self.epoch_set_by_user or by_user
+        if by_user and self.pending and not self.placeholder and self.active is not None:
+            if self.moved_past(self.active_epoch):
+                self._drop_pending()
         h = hooks.current()
         if h is not None:  # DataLoader workers, persistent ones too, read the main process's epoch
             h.publish_epoch(self, epoch)
+
+    def moved_past(self, loaded_epoch: int) -> bool:
+        """Whether the user's loop has set a later epoch than that of a state loaded (or being
+        loaded): then that state is not resumed - with a warning - and the next pass is the set
+        epoch from its start. An HF-style loop resumed from a state taken at the end of epoch 0
+        goes on with ``set_epoch(1)`` and would otherwise get epoch 0's empty rest in place of
+        epoch 1; a loader may load the state only when its iterator is made, after that
+        ``set_epoch`` (torchdata does: with ``num_workers=0`` in the main process, else in each
+        worker, where the epoch set is the main process's)."""
+        epoch = self.requested_epoch()
+        if not self.epoch_set_by_user or epoch <= loaded_epoch:
+            return False
+        logger.warning("the state loaded is one of epoch %d, but epoch %d was set: it is not resumed, and the next "
+                       "pass is epoch %d from its start (to resume that state, set epoch %d before iterating)",
+                       loaded_epoch, epoch, epoch, loaded_epoch)
+        return True
 
     def requested_epoch(self) -> int:
         """The epoch a new pass uses: inside a DataLoader worker, the main process's current epoch
@@ -195,6 +206,9 @@ class IterationSession:
         """Validate ``state_dict`` completely, then make it the next pass (see ``IterableDataset``)."""
         worker = current_worker()
         node, epoch = load_node(self.template, self.split, state_dict, worker)
+        if self.moved_past(epoch):
+            self._drop_pending()
+            return
         claims = None
         if worker is None:
             h = hooks.current()

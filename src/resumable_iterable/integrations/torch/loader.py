@@ -48,9 +48,17 @@ if _TorchdataLoader is not None:
             if _is_ours(dataset):
                 prepare_for_workers(dataset.session)
             super().__init__(dataset, *args, **kwargs)
+            self._saved_epoch: int | None = None  # the epoch of a state given and not iterated yet
 
         def _get_iterator(self):
             if _is_ours(self.dataset):
+                saved = self._saved_epoch
+                if saved is not None and self.next_iter_state is not None:
+                    self._saved_epoch = None
+                    if self.dataset.session.moved_past(saved):
+                        # the loop set a later epoch since the state was given: a fresh pass of it
+                        # (torchdata's own state, e.g. its fetcher ended, would empty it otherwise)
+                        self.next_iter_state = None
                 prepare_for_workers(self.dataset.session)  # before the workers fork
                 if self.num_workers > 1:
                     shards = self.dataset.session.process_node(worker=None).num_shards
@@ -65,6 +73,7 @@ if _TorchdataLoader is not None:
             new = elastic.remap_loader_state(state_dict, self.num_workers)
             epoch = self.dataset.session.validate_loader_state(new, self.num_workers)
             super().load_state_dict(new)
+            self._saved_epoch = epoch
             if self.num_workers > 0:
                 # as with num_workers=0 (where the main-process dataset loads the state itself),
                 # the dataset's epoch becomes the saved one
