@@ -566,6 +566,24 @@ def test_an_input_that_raises_under_async_calls_comes_after_the_outputs_read_bef
     assert got + [x["id"] for x in resumed] == list(range(30))
 
 
+def test_an_async_call_that_raises_again_after_a_resume_is_named_as_retried():
+    async def f(ex):
+        await asyncio.sleep(0)
+        if ex["id"] == 1103:
+            raise Boom("still broken")
+        return {"y": 1}
+
+    ds = other().map(f)
+    with pytest.raises(Boom) as first:
+        list(ds)
+    assert "example #7 (source generator shard 1, row 3)" in "".join(first.value.__notes__)
+    resumed = other().map(f)
+    resumed.load_state_dict(codec_roundtrip(ds.state_dict()))
+    with pytest.raises(Boom) as again:
+        list(resumed)
+    assert "example #7 (retried from the state)" in "".join(again.value.__notes__)
+
+
 def test_async_map_under_a_dataloader_worker():
     torch = pytest.importorskip("torch")
     loader = torch.utils.data.DataLoader(other().map(slow_double), batch_size=None, num_workers=1)

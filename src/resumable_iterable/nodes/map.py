@@ -44,6 +44,8 @@ from .replay import MAX_INT, check_list
 from .rows import batch_to_rows, rows_to_batch
 
 
+#: where an input held in a loaded state was read: not known
+_HELD = object()
 #: per-example calls of an ``async`` function run at once (HF's ``max_num_running_async_map_functions_in_parallel``)
 ASYNC_AHEAD = 1000
 
@@ -309,7 +311,9 @@ class MapNode(Node):
             try:
                 out = self._apply_one(ex, index)
             except BaseException as e:
-                add_context(e, self._describe(f"example #{index} (retried from the state)", at=None))
+                # one example held: the child's state is right after it (else: where it is, unknown)
+                add_context(e, self._describe(f"example #{index} (retried from the state)",
+                                              at="child" if len(retry) == 1 else None))
                 raise
             del retry[0]
             st["index"] = index + 1
@@ -330,7 +334,7 @@ class MapNode(Node):
         more, failure = True, None
         try:
             while True:
-                where = [None] * len(held)  # where each input was read (unknown for those from a state)
+                where = [_HELD] * len(held)  # where each input was read (unknown for those from a state)
                 while more and len(held) < self.ahead:
                     try:
                         ex = next(it)
@@ -349,7 +353,9 @@ class MapNode(Node):
                 results = calls.run([(copy_example(ex), base + j) for j, ex in enumerate(held)])  # a state may share ex
                 for j, (out, error) in enumerate(results):
                     if error is not None:
-                        add_context(error, self._describe(f"example #{st['index']}", at=where[j]))
+                        held_in_state = where[j] is _HELD
+                        what = f"example #{st['index']}" + (" (retried from the state)" if held_in_state else "")
+                        add_context(error, self._describe(what, at=None if held_in_state else where[j]))
                         raise error
                     del held[0]
                     st["index"] += 1
