@@ -41,7 +41,7 @@ from ..state import ExampleList, copy_example
 from .base import Node, add_context, check_int
 from .calls import AsyncRunner, CallsAhead, is_async_function
 from .replay import MAX_INT, check_list
-from .rows import batch_to_rows, rows_to_batch
+from .rows import batch_to_rows, rows_read, rows_to_batch
 
 
 #: where an input held in a loaded state was read: not known
@@ -119,19 +119,7 @@ class MapNode(Node):
         """The note added to an error: the node, ``what`` failed, and where it was read (``first``:
         the position of a batch's first row; ``at``: of the (last) row, by default the child's)."""
         name = getattr(self.function, "__qualname__", repr(self.function))
-        pos = self.children[0].position() if at == "child" else at
-        if (pos and "first" in pos) or (first and "first" in first):  # the input items are batches
-            first = first.get("first") if first else None  # the first row of the first of them
-            pos = {k: v for k, v in pos.items() if k != "first"} if pos else pos
-        if not pos:
-            where = ""
-        elif not first or first == pos:
-            where = f" (source {pos['source']} shard {pos['shard']}, row {pos['row']})"
-        elif (first["source"], first["shard"]) == (pos["source"], pos["shard"]):
-            where = f" (source {pos['source']} shard {pos['shard']}, rows {first['row']}..{pos['row']})"
-        else:
-            where = (f" (from source {first['source']} shard {first['shard']}, row {first['row']} "
-                     f"to source {pos['source']} shard {pos['shard']}, row {pos['row']})")
+        where = rows_read(first, self.children[0].position() if at == "child" else at)
         return f"in {self.kind}({name}) on {what}{where}"
 
     def _args(self, arg: Any, index: Any) -> list:

@@ -1,5 +1,6 @@
 """Rows and columns: the two shapes of a batch of examples, and the C-level transposes between
-them (used by sources, ``map``/``filter`` in batched mode, ``batch``, ``group`` and formats)."""
+them (used by sources, ``map``/``filter`` in batched mode, ``batch``, ``group`` and formats); and
+where rows came from, in words (error notes)."""
 
 from __future__ import annotations
 
@@ -51,3 +52,20 @@ def batch_to_rows(batch: Mapping[str, Any], num_rows: int = 0) -> list[dict]:
         for r, v in zip(rows, batch[c]):
             r[c] = v
     return rows
+
+
+def rows_read(first: dict | None, last: dict | None) -> str:
+    """`` (source S shard N, row R)`` for the positions (``Node.position()``) of the first and last
+    rows of what failed (``first`` ``None``: one row); ``""`` when unknown. A position with
+    ``"first"`` is that of a batch (``batch()``): where its first row came from."""
+    if (last and "first" in last) or (first and "first" in first):  # the items are batches
+        first = first.get("first") if first else None  # the first row of the first of them
+        last = {k: v for k, v in last.items() if k != "first"} if last else last
+    if not last:
+        return ""
+    if not first or first == last:
+        return f" (source {last['source']} shard {last['shard']}, row {last['row']})"
+    if (first["source"], first["shard"]) == (last["source"], last["shard"]):
+        return f" (source {last['source']} shard {last['shard']}, rows {first['row']}..{last['row']})"
+    return (f" (from source {first['source']} shard {first['shard']}, row {first['row']} "
+            f"to source {last['source']} shard {last['shard']}, row {last['row']})")
