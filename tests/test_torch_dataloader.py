@@ -291,6 +291,43 @@ def test_a_state_saved_after_the_last_batch_then_the_next_epoch_gives_all_of_it(
     assert run(loader) == epoch_reference(True, 3, num_workers)
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("where", ["mid", "last"])
+def test_ri_loader_a_later_epoch_set_before_the_state_is_loaded_gives_that_epoch(num_workers, where):
+    ref2 = epoch_reference(True, 2, num_workers)
+    ds = pipeline(True)
+    ds.set_epoch(1)
+    loader = ri.StatefulDataLoader(ds, batch_size=5, num_workers=num_workers)
+    batches = run(loader)
+    loader = ri.StatefulDataLoader(pipeline(True), batch_size=5, num_workers=num_workers)
+    loader.dataset.set_epoch(1)
+    it = iter(loader)
+    for _ in range(3 if where == "mid" else len(batches)):
+        next(it)
+    state = json_roundtrip(loader.state_dict())
+    del it, loader
+    ds = pipeline(True)
+    ds.set_epoch(2)  # the loop moved on to epoch 2, then loads the epoch-1 state
+    loader = ri.StatefulDataLoader(ds, batch_size=5, num_workers=num_workers)
+    loader.load_state_dict(state)
+    assert run(loader) == ref2
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_ri_loader_state_dict_before_the_first_pass_then_set_epoch_gives_that_epoch(num_workers):
+    # torchdata's state_dict() makes the iterator (and starts the workers) at once; a set_epoch
+    # after it must still decide the pass (an initial checkpoint before the epoch loop)
+    ds = pipeline(True)
+    loader = ri.StatefulDataLoader(ds, batch_size=5, num_workers=num_workers)
+    initial = json_roundtrip(loader.state_dict())
+    ds.set_epoch(3)
+    assert run(loader) == epoch_reference(True, 3, num_workers)
+    resumed = pipeline(True)
+    loader = ri.StatefulDataLoader(resumed, batch_size=5, num_workers=num_workers)
+    loader.load_state_dict(initial)
+    assert run(loader) == epoch_reference(True, 0, num_workers)  # the state taken then: a fresh epoch 0
+
+
 @pytest.mark.parametrize("loader_cls", [DataLoader, TorchdataLoader])
 def test_set_epoch_reaches_persistent_workers(loader_cls):
     refs = [epoch_reference(True, e, 2) for e in range(3)]

@@ -49,22 +49,40 @@ if _TorchdataLoader is not None:
                 prepare_for_workers(dataset.session)
             super().__init__(dataset, *args, **kwargs)
             self._saved_epoch: int | None = None  # the epoch of a state given and not iterated yet
+            # (the loader state, the epoch set, the saved epoch) the iterator was made with
+            self._made_with: tuple | None = None
 
         def _get_iterator(self):
             if _is_ours(self.dataset):
+                session = self.dataset.session
                 saved = self._saved_epoch
+                self._made_with = (self.next_iter_state, session.requested_epoch(), saved)
                 if saved is not None and self.next_iter_state is not None:
                     self._saved_epoch = None
-                    if self.dataset.session.moved_past(saved):
+                    if session.moved_past(saved):
                         # the loop set a later epoch since the state was given: a fresh pass of it
                         # (torchdata's own state, e.g. its fetcher ended, would empty it otherwise)
                         self.next_iter_state = None
-                prepare_for_workers(self.dataset.session)  # before the workers fork
+                prepare_for_workers(session)  # before the workers fork
                 if self.num_workers > 1:
                     shards = self.dataset.session.process_node(worker=None).num_shards
                     if self.num_workers > shards:
                         warn_too_many_workers(self.num_workers, shards)
             return super()._get_iterator()
+
+        def __iter__(self):
+            made = self._made_with
+            if (self._initial_iter_for_state_dict and made is not None and _is_ours(self.dataset)
+                    and self.dataset.session.requested_epoch() != made[1]):
+                # state_dict() made the iterator before the loop's set_epoch: make it again, for
+                # the epoch set now (nothing was read from it; its workers have read ahead)
+                old, self._iterator = self._iterator, None
+                self._initial_iter_for_state_dict = False
+                shutdown = getattr(old, "_shutdown_workers", None)
+                if shutdown is not None:
+                    shutdown()
+                self.next_iter_state, self._saved_epoch = made[0], made[2]
+            return super().__iter__()
 
         def load_state_dict(self, state_dict: dict[str, Any]) -> None:
             """Load a state saved by a ``StatefulDataLoader`` with any number of workers."""
@@ -74,10 +92,11 @@ if _TorchdataLoader is not None:
             epoch = self.dataset.session.validate_loader_state(new, self.num_workers)
             super().load_state_dict(new)
             self._saved_epoch = epoch
-            if self.num_workers > 0:
+            session = self.dataset.session
+            if self.num_workers > 0 and not session.epoch_set_by_user:
                 # as with num_workers=0 (where the main-process dataset loads the state itself),
-                # the dataset's epoch becomes the saved one
-                self.dataset.set_epoch(epoch)
+                # the dataset's epoch becomes the saved one unless the loop sets epochs
+                session.set_epoch(epoch)
 
 else:  # pragma: no cover
 
