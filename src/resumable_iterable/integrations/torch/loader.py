@@ -75,12 +75,10 @@ if _TorchdataLoader is not None:
             if (self._initial_iter_for_state_dict and made is not None and _is_ours(self.dataset)
                     and self.dataset.session.requested_epoch() != made[1]):
                 # state_dict() made the iterator before the loop's set_epoch: make it again, for
-                # the epoch set now (nothing was read from it; its workers have read ahead)
-                old, self._iterator = self._iterator, None
+                # the epoch set now (nothing was read from it; its workers, which have read ahead,
+                # stop when it is collected, as any dropped iterator's)
+                self._iterator = None
                 self._initial_iter_for_state_dict = False
-                shutdown = getattr(old, "_shutdown_workers", None)
-                if shutdown is not None:
-                    shutdown()
                 self.next_iter_state, self._saved_epoch = made[0], made[2]
             return super().__iter__()
 
