@@ -67,6 +67,10 @@ def f_add(ex, name, k):
     return {name: _num(ex) % 97 + k}
 
 
+async def f_async_add(ex, name, k):  # its calls run up to 1000 at once (map.py, calls.py)
+    return {name: _num(ex) % 97 + k}
+
+
 def f_index(ex, i, name, k):
     return {name: i * 7 + k}
 
@@ -169,7 +173,8 @@ def operations(draw, child, uid):
     k = draw(st.integers(0, 5))
     name = f"c{uid}"
     if op == "map":
-        kind = draw(st.sampled_from(["add", "index", "inplace", "batched_add", "batched_index", "batched_rows"]))
+        kind = draw(st.sampled_from(["add", "async_add", "index", "inplace", "batched_add", "batched_index",
+                                     "batched_rows"]))
         batch_size = draw(st.sampled_from([1, 2, 3, 7, 1000]))
         return ("map", kind, name, k, batch_size, draw(st.booleans()), recipe), (
             cols if kind == "batched_rows" else cols | {name})
@@ -279,6 +284,8 @@ def build(recipe) -> ri.IterableDataset:
         ds = build(child)
         if fk == "add":
             return ds.map(functools.partial(f_add, name=name, k=k))
+        if fk == "async_add":
+            return ds.map(functools.partial(f_async_add, name=name, k=k))
         if fk == "index":
             return ds.map(functools.partial(f_index, name=name, k=k), with_indices=True)
         if fk == "inplace":
