@@ -321,7 +321,11 @@ def test_ri_loader_state_dict_before_the_first_pass_then_set_epoch_gives_that_ep
     loader = ri.StatefulDataLoader(ds, batch_size=5, num_workers=num_workers)
     initial = json_roundtrip(loader.state_dict())
     ds.set_epoch(3)
+    again = json_roundtrip(loader.state_dict())  # still before the first batch: a fresh pass of epoch 3
     assert run(loader) == epoch_reference(True, 3, num_workers)
+    later = ri.StatefulDataLoader(pipeline(True), batch_size=5, num_workers=num_workers)
+    later.load_state_dict(again)
+    assert run(later) == epoch_reference(True, 3, num_workers)
     resumed = pipeline(True)
     loader = ri.StatefulDataLoader(resumed, batch_size=5, num_workers=num_workers)
     loader.load_state_dict(initial)

@@ -70,17 +70,25 @@ if _TorchdataLoader is not None:
                         warn_too_many_workers(self.num_workers, shards)
             return super()._get_iterator()
 
-        def __iter__(self):
+        def _forget_early_iterator(self) -> None:
+            """If ``state_dict()`` made the iterator before the loop's ``set_epoch`` changed the
+            epoch, drop it, so that the next one is made for the epoch set now (nothing was read
+            from it; its workers, which have read ahead, stop when it is collected, as any dropped
+            iterator's)."""
             made = self._made_with
             if (self._initial_iter_for_state_dict and made is not None and _is_ours(self.dataset)
                     and self.dataset.session.requested_epoch() != made[1]):
-                # state_dict() made the iterator before the loop's set_epoch: make it again, for
-                # the epoch set now (nothing was read from it; its workers, which have read ahead,
-                # stop when it is collected, as any dropped iterator's)
                 self._iterator = None
                 self._initial_iter_for_state_dict = False
                 self.next_iter_state, self._saved_epoch = made[0], made[2]
+
+        def __iter__(self):
+            self._forget_early_iterator()
             return super().__iter__()
+
+        def state_dict(self) -> dict[str, Any]:
+            self._forget_early_iterator()  # a state taken before the first batch is the epoch set now
+            return super().state_dict()
 
         def load_state_dict(self, state_dict: dict[str, Any]) -> None:
             """Load a state saved by a ``StatefulDataLoader`` with any number of workers."""
