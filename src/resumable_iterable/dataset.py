@@ -308,6 +308,8 @@ class IterableDataset(_Base):
         threads = 0 if num_threads is None else as_int(num_threads, "num_threads", lo=0)
         if self._features is None:
             return self._derive(self._node, features=None)
+        from datasets import Features
+        from datasets.features.features import require_decoding
 
         def with_decode(flag: bool) -> Any:
             def set_decode(feature: Any) -> Any:
@@ -317,9 +319,6 @@ class IterableDataset(_Base):
                 return feature
 
             return Features({k: map_feature(v, set_decode) for k, v in self._features.items()})
-
-        from datasets import Features
-        from datasets.features.features import require_decoding
 
         features = with_decode(enable)
         base, node = self, self._node

@@ -1,8 +1,8 @@
 """How ``map`` / ``filter`` call a function: ``async def`` functions on an event loop the iteration
-owns (:class:`AsyncRunner`), and calls started ahead of the one whose result is needed
-(:class:`CallsAhead`): many coroutines at once on that loop, or calls of a plain function on a
-pool of threads (``decode(num_threads=)``), started together and waited for together. What a node
-keeps in its state about calls in flight is the node's business (``map.py``: their inputs).
+owns (:class:`AsyncRunner`), and several calls made at once (:class:`CallsAhead`): coroutines
+gathered on that loop, or calls of a plain function on a pool of threads (``decode(num_threads=)``),
+started together and waited for together. What a node keeps in its state about the calls in
+flight is the node's business (``map.py``: their inputs).
 """
 
 from __future__ import annotations
