@@ -8,12 +8,14 @@ Importing this package needs ``torch``; :class:`StatefulDataLoader` also needs `
 * ``buffers.py`` - a worker's shuffle-buffer logs, sent as the writes since the last one, and
   their rebuilding in the main process;
 * ``arena.py`` - the worker's shared-memory arena, where large arrays of those examples are copied once;
-* ``loader.py`` - ``StatefulDataLoader`` with elastic resume.
+* ``transport.py`` - small tensors of a worker's batch sent by value (:class:`InlineSmallTensors`);
+* ``loader.py`` - ``StatefulDataLoader`` with elastic resume, sending small tensors by value.
 """
 
 from __future__ import annotations
 
 from . import buffers, loader
+from .transport import InlineSmallTensors
 from .workers import TorchDatasetMixin, register
 
 register()
@@ -25,4 +27,4 @@ def __getattr__(name: str):
         return loader.StatefulDataLoader
     raise AttributeError(name)
 
-__all__ = ["StatefulDataLoader", "TorchDatasetMixin"]
+__all__ = ["InlineSmallTensors", "StatefulDataLoader", "TorchDatasetMixin"]

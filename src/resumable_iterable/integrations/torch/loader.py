@@ -8,6 +8,7 @@ from typing import Any
 from ...distributed import warn_too_many_workers
 from ...loader import elastic
 from ...loader.session import IterationSession
+from .transport import INLINE_MAX_BYTES, InlineSmallTensors
 from .workers import prepare_for_workers
 
 try:
@@ -42,12 +43,21 @@ if _TorchdataLoader is not None:
         Needs ``snapshot_every_n_steps=1`` (the default) in the loader that saved the state when
         the worker count changes. With ``drop_last=True`` each worker drops its last incomplete
         batch, so which examples are dropped can differ after an elastic resume.
+
+        **Small tensors travel by value.** With workers, each tensor of a batch of at most
+        ``inline_tensor_bytes`` bytes (64 KB by default; 0 turns this off) reaches the main
+        process inside the worker's message instead of through a shared-memory segment, whose
+        handshake costs the main process far more than copying a few KB: the loader yields the
+        same tensors, 1.5-3x faster for batches of small rows (see ``transport.py``). The loader's
+        ``collate_fn`` attribute is then an ``InlineSmallTensors`` wrapping yours (``.collate_fn``).
         """
 
-        def __init__(self, dataset: Any, *args: Any, **kwargs: Any):
+        def __init__(self, dataset: Any, *args: Any, inline_tensor_bytes: int = INLINE_MAX_BYTES, **kwargs: Any):
             if _is_ours(dataset):
                 prepare_for_workers(dataset.session)
             super().__init__(dataset, *args, **kwargs)
+            if inline_tensor_bytes > 0 and self.num_workers > 0:
+                self.collate_fn = InlineSmallTensors(self.collate_fn, inline_tensor_bytes)
             self._saved_epoch: int | None = None  # the epoch of a state given and not iterated yet
             # (the loader state, the epoch set, the saved epoch) the iterator was made with
             self._made_with: tuple | None = None

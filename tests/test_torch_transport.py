@@ -1,0 +1,172 @@
+"""``ri.StatefulDataLoader`` sends the small tensors of a worker's batch by value
+(``integrations/torch/transport.py``): the loader yields the very same tensors as torchdata's,
+only the path differs (inside the message, not through a shared-memory segment)."""
+
+from __future__ import annotations
+
+import collections
+import pickle
+from multiprocessing.reduction import ForkingPickler
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchdata")
+import torch.multiprocessing  # noqa: E402,F401 - registers torch's reductions with ForkingPickler
+from torch.utils.data import IterableDataset, default_collate, get_worker_info  # noqa: E402
+from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader  # noqa: E402
+
+import resumable_iterable as ri  # noqa: E402
+from data import src  # noqa: E402
+from resumable_iterable.integrations.torch.transport import (  # noqa: E402
+    INLINE_BUDGET, InlineSmallTensors, inline_small_tensors)
+
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning")]
+
+Pair = collections.namedtuple("Pair", "a b")
+
+
+def crossed(obj):
+    """``obj`` as the main process receives it from a worker's queue."""
+    return pickle.loads(ForkingPickler.dumps(obj))
+
+
+def kinds(i: int) -> dict:
+    """One batch with tensors of many kinds, each shaped by ``i``."""
+    g = torch.Generator().manual_seed(i)
+    return {
+        "id": torch.arange(i, i + 32),
+        "mask": torch.rand(32, generator=g) > 0.5,
+        "half": torch.rand(4, 3, generator=g).to(torch.bfloat16),
+        "zero_d": torch.tensor(float(i), dtype=torch.float16),
+        "empty": torch.empty(0, 7, dtype=torch.int32),
+        "complex": torch.rand(5, dtype=torch.complex64, generator=g),
+        "large": torch.full((40_000,), float(i)),  # 160 KB: above the limit
+        "transposed": torch.arange(12.0).view(3, 4).t() + i,  # not contiguous
+        "nested": [torch.tensor([i, 1]), (torch.tensor([i, 2]), Pair(torch.tensor([3]), "x"))],
+        "text": [f"row {i}"] * 3,
+    }
+
+
+class Batches(IterableDataset):
+    """Ready-made batches of :func:`kinds`, split among workers."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __iter__(self):
+        info = get_worker_info()
+        k, w = (info.id, info.num_workers) if info is not None else (0, 1)
+        for i in range(k, self.n, w):
+            yield kinds(i)
+
+
+def flat(x, path=""):
+    if isinstance(x, torch.Tensor):
+        yield path, x
+    elif isinstance(x, dict):
+        for k, v in x.items():
+            yield from flat(v, f"{path}/{k}")
+    elif isinstance(x, (list, tuple)):
+        for k, v in enumerate(x):
+            yield from flat(v, f"{path}/{k}")
+
+
+def test_the_loader_yields_the_same_tensors_and_only_small_ones_travel_inline():
+    ours = list(ri.StatefulDataLoader(Batches(6), batch_size=None, num_workers=2))
+    theirs = list(TorchdataLoader(Batches(6), batch_size=None, num_workers=2))
+    assert len(ours) == len(theirs) == 6
+    for a, b in zip(ours, theirs):
+        assert a["text"] == b["text"] and type(a["nested"][1][1]) is Pair and a["nested"][1][1].b == "x"
+        fa, fb = dict(flat(a)), dict(flat(b))
+        assert fa.keys() == fb.keys()
+        for path, t in fa.items():
+            u = fb[path]
+            assert type(t) is torch.Tensor and t.dtype == u.dtype and t.shape == u.shape and t.stride() == u.stride()
+            assert torch.equal(t, u), path
+            big_or_strided = path in ("/large", "/transposed")
+            assert t.is_shared() == big_or_strided, path  # inline tensors are plain new tensors
+            assert u.is_shared() or u.numel() == 0, path  # torchdata sends all through shared memory
+        a["id"] += 1  # writable
+
+
+def test_per_example_dicts_collated_by_the_loader_resume_exactly_with_inline_ids():
+    def loader():
+        return ri.StatefulDataLoader(src(4).shuffle(seed=1, buffer_size=5), batch_size=4, num_workers=2)
+
+    whole = [b["id"].tolist() for b in loader()]
+    first = loader()
+    it, head = iter(first), []
+    for _ in range(5):
+        head.append(next(it)["id"].tolist())
+    state = first.state_dict()
+    again = loader()
+    again.load_state_dict(state)
+    tail = [b["id"].tolist() for b in again]
+    assert head + tail == whole
+    assert not ri.StatefulDataLoader(src(2), batch_size=4, num_workers=1).__iter__().__next__()["id"].is_shared()
+
+
+def test_the_budget_bounds_the_bytes_inline_in_one_batch():
+    quarter = torch.zeros(60_000 // 4)  # 60 KB each: four fit in 256 KB, the fifth does not
+    assert 4 * quarter.nbytes <= INLINE_BUDGET < 5 * quarter.nbytes
+    batch = [quarter.clone() for _ in range(5)]
+    sent = inline_small_tensors(batch)
+    assert [type(t) is torch.Tensor for t in sent] == [False] * 4 + [True]
+    got = crossed(sent)
+    assert all(torch.equal(g, q) for g, q in zip(got, batch))
+    assert [t.is_shared() for t in got] == [False] * 4 + [True]
+
+
+def test_one_tensor_twice_arrives_as_one_object_and_untouched_containers_stay_themselves():
+    t = torch.arange(3)
+    got = crossed(inline_small_tensors({"a": t, "b": [t], "c": t}))
+    assert got["a"] is got["c"] is got["b"][0]
+    plain = {"ids": list(range(10_000)), "text": ["a"] * 3, "od": collections.OrderedDict(t=t)}
+    assert inline_small_tensors(plain) is plain  # no tensor inline: the same objects
+    assert inline_small_tensors(plain["od"]) is plain["od"]  # other mappings are left to torch
+
+
+@pytest.mark.parametrize("t", [torch.zeros(3, requires_grad=True), torch.nn.Parameter(torch.zeros(3)),
+                               torch.zeros(4, 4)[:, 1], torch.zeros(3, dtype=torch.complex64).conj(),
+                               torch.zeros(20_000)], ids=["grad", "parameter", "strided", "conj", "80KB"])
+def test_tensors_left_to_torch(t):
+    assert inline_small_tensors({"t": t})["t"] is t
+
+
+def raising_collate(rows):
+    raise ValueError("the user's collate_fn raised")
+
+
+def test_the_wrapper_passes_through_outside_workers_pickles_and_keeps_errors():
+    batch = [{"id": 1}, {"id": 2}]
+    wrapped = InlineSmallTensors(default_collate)
+    assert torch.equal(wrapped(batch)["id"], torch.tensor([1, 2]))  # main process: torch's own result
+    again = pickle.loads(pickle.dumps(wrapped))  # a spawned worker gets it pickled
+    assert again.collate_fn is default_collate and again.max_bytes == wrapped.max_bytes
+    loader = ri.StatefulDataLoader(src(2), batch_size=4, num_workers=2, collate_fn=raising_collate)
+    assert loader.collate_fn.collate_fn is raising_collate
+    with pytest.raises(ValueError, match="the user's collate_fn raised"):
+        next(iter(loader))
+
+
+def test_turned_off_or_without_workers_the_collate_fn_is_the_users():
+    assert ri.StatefulDataLoader(src(2), batch_size=4, num_workers=0, collate_fn=raising_collate).collate_fn \
+        is raising_collate
+    off = ri.StatefulDataLoader(src(2), batch_size=4, num_workers=2, inline_tensor_bytes=0)
+    assert off.collate_fn is default_collate
+    assert next(iter(off))["id"].is_shared()
+
+
+def test_the_public_wrapper_speeds_torchs_own_loader_too():
+    """``InlineSmallTensors`` from ``integrations.torch`` works in torch's DataLoader (batch_size=None:
+    around ``default_convert``), as documented in docs/torch.md."""
+    from torch.utils.data import DataLoader, default_convert
+
+    from resumable_iterable.integrations.torch import InlineSmallTensors as Public
+
+    ds = src(2).with_format("numpy").batch(4)
+    got = list(DataLoader(ds, batch_size=None, num_workers=2, collate_fn=Public(default_convert)))
+    plain = list(DataLoader(ds, batch_size=None, num_workers=2))
+    assert [b["id"].tolist() for b in got] == [b["id"].tolist() for b in plain]
+    assert not any(b["id"].is_shared() for b in got) and all(b["id"].is_shared() for b in plain)
