@@ -170,3 +170,9 @@ def test_the_public_wrapper_speeds_torchs_own_loader_too():
     plain = list(DataLoader(ds, batch_size=None, num_workers=2))
     assert [b["id"].tolist() for b in got] == [b["id"].tolist() for b in plain]
     assert not any(b["id"].is_shared() for b in got) and all(b["id"].is_shared() for b in plain)
+
+
+@pytest.mark.parametrize("bad", ["64KB", -1, 1.5, True])
+def test_a_bad_inline_limit_is_refused_naming_it(bad):
+    with pytest.raises(ValueError, match="inline_tensor_bytes must be a number of bytes"):
+        ri.StatefulDataLoader(src(2), batch_size=4, num_workers=2, inline_tensor_bytes=bad)

@@ -55,6 +55,9 @@ if _TorchdataLoader is not None:
         def __init__(self, dataset: Any, *args: Any, inline_tensor_bytes: int = INLINE_MAX_BYTES, **kwargs: Any):
             if _is_ours(dataset):
                 prepare_for_workers(dataset.session)
+            if isinstance(inline_tensor_bytes, bool) or not isinstance(inline_tensor_bytes, int) or inline_tensor_bytes < 0:
+                raise ValueError(f"inline_tensor_bytes must be a number of bytes (an int >= 0, 0 turns sending "
+                                 f"small tensors by value off), got {inline_tensor_bytes!r}")
             super().__init__(dataset, *args, **kwargs)
             if inline_tensor_bytes > 0 and self.num_workers > 0:
                 self.collate_fn = InlineSmallTensors(self.collate_fn, inline_tensor_bytes)

@@ -13,9 +13,9 @@ loader moved no more than 1-2k batches a second whatever the workers did.
 plain CPU tensor of the collated batch (at most ``max_bytes``, and at most :data:`INLINE_BUDGET`
 bytes per batch) by a stand-in whose pickle carries the tensor's bytes, dtype and shape. The
 main process unpickles a new tensor with the same values, dtype and shape: what the loader yields
-is unchanged, only its path. Measured on 2 cores, one tensor per batch, 2 workers: 3x the batches
-per second up to 16 KB, 2.2x at 64 KB, 1.3x at 256 KB, slower from 1 MB on (with ``file_system``
-too).
+is unchanged, only its path. Measured on 2 cores, one tensor per batch, 2 workers: 2.8-3.2x the
+batches per second up to 16 KB, 2.2x at 64 KB, 1.3x at 256 KB, half from 1 MB on (with
+``file_system``: 2.0-2.4x, 1.5x, 1.1x, 0.5x).
 
 What stays on torch's path: tensors larger than the limit, subclasses of ``torch.Tensor``
 (``nn.Parameter``, tensor wrappers), tensors that require grad, are not contiguous, not on the
