@@ -193,8 +193,6 @@ ATTRIBUTE_ALLOWED = [
                                       "(ModuleSpec._initializing, read the same way by importlib itself)"),
     ("integrations.torch.arena", "_new_shared", "torch has no public constructor of a storage in shared memory "
                                           "(the worker buffer arena)"),
-    ("integrations.torch.transport", "_fields", "a named tuple is told from a plain tuple by its public "
-                                                "_fields (as torch's default_collate does)"),
 ]
 
 

@@ -1,10 +1,12 @@
 """``ri.StatefulDataLoader`` sends the small tensors of a worker's batch by value
-(``integrations/torch/transport.py``): the loader yields the very same tensors as torchdata's,
-only the path differs (inside the message, not through a shared-memory segment)."""
+(``integrations/torch/transport.py``): the loader yields the very same batches as torchdata's -
+values, dtypes, shapes, strides, storage offsets, shared storages, containers, identity - only
+the path of small storages differs (inside the message, not through a shared-memory segment)."""
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import pickle
 from multiprocessing.reduction import ForkingPickler
 
@@ -21,7 +23,10 @@ from data import src  # noqa: E402
 from resumable_iterable.integrations.torch.transport import (  # noqa: E402
     INLINE_BUDGET, InlineSmallTensors, inline_small_tensors)
 
-pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning")]
+pack_sequence = torch.nn.utils.rnn.pack_sequence
+
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning"),
+              pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")]
 
 Pair = collections.namedtuple("Pair", "a b")
 
@@ -31,20 +36,36 @@ def crossed(obj):
     return pickle.loads(ForkingPickler.dumps(obj))
 
 
+@dataclasses.dataclass
+class Meta:
+    ids: torch.Tensor
+    name: str
+
+
 def kinds(i: int) -> dict:
-    """One batch with tensors of many kinds, each shaped by ``i``."""
+    """One batch with tensors and containers of many kinds, each shaped by ``i``."""
     g = torch.Generator().manual_seed(i)
+    base = torch.arange(100.0) + i
+    ids = torch.arange(i, i + 32)
+    gray = torch.rand(2, 1, 4, 4, generator=g).contiguous(memory_format=torch.channels_last)
     return {
-        "id": torch.arange(i, i + 32),
+        "id": ids,
         "mask": torch.rand(32, generator=g) > 0.5,
         "half": torch.rand(4, 3, generator=g).to(torch.bfloat16),
         "zero_d": torch.tensor(float(i), dtype=torch.float16),
-        "empty": torch.empty(0, 7, dtype=torch.int32),
+        "empty": torch.zeros(3, 5, dtype=torch.int32)[:, :0],
         "complex": torch.rand(5, dtype=torch.complex64, generator=g),
         "large": torch.full((40_000,), float(i)),  # 160 KB: above the limit
         "transposed": torch.arange(12.0).view(3, 4).t() + i,  # not contiguous
+        "gray": gray,  # contiguous, with a size-1 dimension's stride of its own
+        "views": [base[:10], base[10:20], base[50:].view(5, 10)],  # one storage, offsets
+        "meta": Meta(ids, f"batch {i}"),  # the same tensor in a dataclass
+        "param": torch.nn.Parameter(torch.rand(3, generator=g)),
+        "packed": pack_sequence([torch.arange(3.0) + i, torch.arange(2.0)]),
+        "nested_tensor": torch.nested.nested_tensor([torch.arange(2.0), torch.arange(3.0) + i]),
         "nested": [torch.tensor([i, 1]), (torch.tensor([i, 2]), Pair(torch.tensor([3]), "x"))],
         "text": [f"row {i}"] * 3,
+        "names": ["first", torch.tensor([i])],  # a tensor after a string
     }
 
 
@@ -62,8 +83,12 @@ class Batches(IterableDataset):
 
 
 def flat(x, path=""):
-    if isinstance(x, torch.Tensor):
+    if isinstance(x, torch.nn.utils.rnn.PackedSequence):
+        yield from flat(tuple(x), f"{path}/packed")
+    elif isinstance(x, torch.Tensor):
         yield path, x
+    elif isinstance(x, Meta):
+        yield from flat(x.ids, f"{path}/ids")
     elif isinstance(x, dict):
         for k, v in x.items():
             yield from flat(v, f"{path}/{k}")
@@ -72,20 +97,27 @@ def flat(x, path=""):
             yield from flat(v, f"{path}/{k}")
 
 
-def test_the_loader_yields_the_same_tensors_and_only_small_ones_travel_inline():
+def test_the_loader_yields_the_same_batches_and_only_small_storages_travel_inline():
     ours = list(ri.StatefulDataLoader(Batches(6), batch_size=None, num_workers=2))
     theirs = list(TorchdataLoader(Batches(6), batch_size=None, num_workers=2))
     assert len(ours) == len(theirs) == 6
     for a, b in zip(ours, theirs):
-        assert a["text"] == b["text"] and type(a["nested"][1][1]) is Pair and a["nested"][1][1].b == "x"
+        assert a["text"] == b["text"] and a["meta"].name == b["meta"].name
+        assert type(a["nested"][1][1]) is Pair and a["nested"][1][1].b == "x"
+        assert type(a["packed"]) is torch.nn.utils.rnn.PackedSequence and type(a["param"]) is torch.nn.Parameter
+        assert a["meta"].ids is a["id"]  # one object stays one object
+        assert a["views"][0].untyped_storage().data_ptr() == a["views"][2].untyped_storage().data_ptr()
         fa, fb = dict(flat(a)), dict(flat(b))
         assert fa.keys() == fb.keys()
         for path, t in fa.items():
             u = fb[path]
-            assert type(t) is torch.Tensor and t.dtype == u.dtype and t.shape == u.shape and t.stride() == u.stride()
+            assert type(t) is type(u) and t.dtype == u.dtype and t.is_nested == u.is_nested, path
+            if t.is_nested:
+                assert all(torch.equal(x, y) for x, y in zip(t.unbind(), u.unbind())), path
+                continue
+            assert t.shape == u.shape and t.stride() == u.stride() and t.storage_offset() == u.storage_offset(), path
             assert torch.equal(t, u), path
-            big_or_strided = path in ("/large", "/transposed")
-            assert t.is_shared() == big_or_strided, path  # inline tensors are plain new tensors
+            assert t.is_shared() == (path == "/large"), path  # small storages arrive as plain new ones
             assert u.is_shared() or u.numel() == 0, path  # torchdata sends all through shared memory
         a["id"] += 1  # writable
 
@@ -111,27 +143,44 @@ def test_the_budget_bounds_the_bytes_inline_in_one_batch():
     quarter = torch.zeros(60_000 // 4)  # 60 KB each: four fit in 256 KB, the fifth does not
     assert 4 * quarter.nbytes <= INLINE_BUDGET < 5 * quarter.nbytes
     batch = [quarter.clone() for _ in range(5)]
-    sent = inline_small_tensors(batch)
-    assert [type(t) is torch.Tensor for t in sent] == [False] * 4 + [True]
-    got = crossed(sent)
+    got = crossed(inline_small_tensors(batch))
     assert all(torch.equal(g, q) for g, q in zip(got, batch))
     assert [t.is_shared() for t in got] == [False] * 4 + [True]
+    big = crossed(inline_small_tensors([torch.zeros(100_000)] * 2, max_bytes=1 << 20))  # 400 KB each
+    assert [t.is_shared() for t in big] == [False, False] and big[0] is big[1]  # one limit above the budget
 
 
-def test_one_tensor_twice_arrives_as_one_object_and_untouched_containers_stay_themselves():
+def test_identity_and_cycles_are_kept():
     t = torch.arange(3)
-    got = crossed(inline_small_tensors({"a": t, "b": [t], "c": t}))
-    assert got["a"] is got["c"] is got["b"][0]
-    plain = {"ids": list(range(10_000)), "text": ["a"] * 3, "od": collections.OrderedDict(t=t)}
-    assert inline_small_tensors(plain) is plain  # no tensor inline: the same objects
-    assert inline_small_tensors(plain["od"]) is plain["od"]  # other mappings are left to torch
+    d = {"t": t}
+    cyclic = {"d": d, "again": d, "list": ["text", t]}
+    cyclic["self"] = cyclic
+    got = crossed(inline_small_tensors(cyclic))
+    assert got["self"] is got and got["d"] is got["again"] and got["d"]["t"] is got["list"][1]
+    assert not got["d"]["t"].is_shared()
+
+
+def test_what_cannot_be_pickled_is_left_to_torch():
+    batch = {"t": torch.arange(3), "f": lambda: 0}
+    assert inline_small_tensors(batch) is batch
 
 
 @pytest.mark.parametrize("t", [torch.zeros(3, requires_grad=True), torch.nn.Parameter(torch.zeros(3)),
                                torch.zeros(4, 4)[:, 1], torch.zeros(3, dtype=torch.complex64).conj(),
-                               torch.zeros(20_000)], ids=["grad", "parameter", "strided", "conj", "80KB"])
-def test_tensors_left_to_torch(t):
-    assert inline_small_tensors({"t": t})["t"] is t
+                               torch.zeros(6, 2).t()[0], torch.zeros(8).expand(4, 8)],
+                         ids=["grad", "parameter", "strided", "conj", "transposed-row", "expanded"])
+def test_small_tensors_of_every_kind_arrive_as_torch_rebuilds_them(t):
+    got = crossed(inline_small_tensors({"t": t}))["t"]
+    theirs = crossed({"t": t})["t"]
+    assert type(got) is type(theirs) and got.requires_grad == theirs.requires_grad and got.is_conj() == theirs.is_conj()
+    assert got.stride() == theirs.stride() and got.storage_offset() == theirs.storage_offset()
+    assert torch.equal(got.detach().resolve_conj(), theirs.detach().resolve_conj()) and not got.is_shared()
+
+
+def test_a_small_view_of_a_large_storage_keeps_torchs_path():
+    view = torch.zeros(100_000)[:4]  # 16 bytes, in a 400 KB storage
+    got = crossed(inline_small_tensors({"v": view}))["v"]
+    assert got.is_shared() and got.storage_offset() == 0 and got.untyped_storage().nbytes() == 400_000
 
 
 def raising_collate(rows):

@@ -44,11 +44,11 @@ if _TorchdataLoader is not None:
         the worker count changes. With ``drop_last=True`` each worker drops its last incomplete
         batch, so which examples are dropped can differ after an elastic resume.
 
-        **Small tensors travel by value.** With workers, each tensor of a batch of at most
-        ``inline_tensor_bytes`` bytes (64 KB by default; 0 turns this off) reaches the main
+        **Small tensors travel by value.** With workers, a batch's tensors whose storage holds at
+        most ``inline_tensor_bytes`` bytes (64 KB by default; 0 turns this off) reach the main
         process inside the worker's message instead of through a shared-memory segment, whose
         handshake costs the main process far more than copying a few KB: the loader yields the
-        same tensors, 1.5-3x faster for batches of small rows (see ``transport.py``). The loader's
+        same batches, 1.6-3x faster for batches of small rows (see ``transport.py``). The loader's
         ``collate_fn`` attribute is then an ``InlineSmallTensors`` wrapping yours (``.collate_fn``).
         """
 

@@ -9,100 +9,102 @@ column of a batch of 32 text rows it costs some hundred times the copy, and it i
 process, which all workers share: there it took about half the time of a text pipeline, and the
 loader moved no more than 1-2k batches a second whatever the workers did.
 
-:class:`InlineSmallTensors` wraps the loader's ``collate_fn``. In a worker it replaces each small
-plain CPU tensor of the collated batch (at most ``max_bytes``, and at most :data:`INLINE_BUDGET`
-bytes per batch) by a stand-in whose pickle carries the tensor's bytes, dtype and shape. The
-main process unpickles a new tensor with the same values, dtype and shape: what the loader yields
-is unchanged, only its path. Measured on 2 cores, one tensor per batch, 2 workers: 2.8-3.2x the
-batches per second up to 16 KB, 2.2x at 64 KB, 1.3x at 256 KB, half from 1 MB on (with
-``file_system``: 2.0-2.4x, 1.5x, 1.1x, 0.5x).
+:class:`InlineSmallTensors` wraps the loader's ``collate_fn``. In a worker it pickles the collated
+batch at once with torch's own pickler for the queue (``ForkingPickler`` and torch's reductions),
+changing one thing: the storage of a CPU tensor, when it holds at most ``max_bytes`` (and at most
+``max(INLINE_BUDGET, max_bytes)`` bytes of such storages per batch), is pickled as its bytes
+instead of being moved into shared memory. Everything else is torch's: the tensors rebuilt in the
+main process have the same values, dtype, shape, strides and storage offset, tensors that shared
+a storage still share one, ``nn.Parameter``, ``requires_grad``, nested and sparse tensors and
+tensor subclasses pickle as torch pickles them, and the batch's containers (of any kind:
+dataclasses, ``BatchEncoding``, named tuples, ``PackedSequence``) are rebuilt by pickle, an object
+met twice as one object. The only difference a user can see: a small tensor's storage is not in
+shared memory (``is_shared()`` is ``False``). The worker's queue then carries the batch's pickle;
+the main process unpickles it as the batch. If pickling fails here (an object that cannot be
+pickled), the batch is handed to the queue as it is, so torch reports the error as it would have.
 
-What stays on torch's path: tensors larger than the limit, subclasses of ``torch.Tensor``
-(``nn.Parameter``, tensor wrappers), tensors that require grad, are not contiguous, not on the
-CPU, not strided, quantized or carry a conjugate/negative bit, and anything inside
-containers other than ``dict``, ``list`` and ``tuple`` (named tuples included). A list whose first
-item is not a tensor or one of those containers is taken to hold no tensor (batches are
-homogeneous), so long lists of ints or strings cost nothing to look at. Tensors that shared memory
-with each other in the worker arrive as separate tensors (the same tensor object twice arrives as
-one object).
+Measured on 2 cores, one tensor per batch, 2 workers: 2.8-3.2x the batches per second up to
+16 KB, 2.2x at 64 KB, 1.3x at 256 KB, half from 1 MB on (with ``file_system``: 2.0-2.4x, 1.5x,
+1.1x, 0.5x). A small tensor that is a view into a large storage (a slice of a big array) goes
+through shared memory with its whole storage, as in torch.
 """
 
 from __future__ import annotations
 
+import io
+import pickle
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable
 
 import numpy as np
 import torch
+import torch.multiprocessing  # noqa: F401 - registers torch's reductions with ForkingPickler
 from torch.utils.data import get_worker_info
 
-#: tensors of at most this many bytes travel inside the worker's message by default
+#: storages of at most this many bytes travel inside the worker's message by default
 INLINE_MAX_BYTES = 64 << 10
-#: at most this many bytes of tensors travel inside one message; the rest go through shared memory
+#: at most this many bytes of storages travel inside one message (or one storage's limit, if larger);
+#: the rest go through shared memory
 INLINE_BUDGET = 256 << 10
 
-_SCALARS = (int, float, bool, str, bytes, type(None), np.ndarray, np.generic)  # never hold a tensor
 
-
-def tensor_from_bytes(data: bytes, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
-    """The tensor a :class:`_Inline` stand-in pickled: a new, writable tensor of ``dtype`` and
-    ``shape`` holding ``data``."""
-    t = torch.empty(shape, dtype=dtype)
+def storage_from_bytes(data: bytes) -> torch.UntypedStorage:
+    """A CPU storage pickled by :class:`_InliningPickler`: a new storage holding ``data``."""
+    t = torch.empty(len(data), dtype=torch.uint8)
     if data:
-        t.view(-1).view(torch.uint8).numpy()[:] = np.frombuffer(data, dtype=np.uint8)
-    return t
+        t.numpy()[:] = np.frombuffer(data, dtype=np.uint8)
+    return t.untyped_storage()
 
 
-class _Inline:
-    """A small tensor in a worker's batch, pickled as its bytes (unpickled as a tensor)."""
+def storage_bytes(storage: torch.UntypedStorage) -> bytes:
+    """The bytes a CPU storage holds."""
+    n = storage.nbytes()
+    if n == 0:
+        return b""
+    return torch.empty(0, dtype=torch.uint8).set_(storage, 0, (n,)).numpy().tobytes()
 
-    __slots__ = ("tensor",)
 
-    def __init__(self, tensor: torch.Tensor):
-        self.tensor = tensor
+class _InliningPickler(ForkingPickler):
+    """torch's pickler for the worker's queue, but small CPU storages are pickled by value."""
+
+    def __init__(self, file: io.BytesIO, max_bytes: int, budget: int):
+        super().__init__(file)
+        self.max_bytes, self.left = max_bytes, budget
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is not torch.UntypedStorage or obj.device.type != "cpu":
+            return NotImplemented
+        n = obj.nbytes()
+        if n > self.max_bytes or n > self.left:
+            return NotImplemented
+        self.left -= n
+        return storage_from_bytes, (storage_bytes(obj),)
+
+
+class _Pickled:
+    """A batch already pickled in the worker; it unpickles as the batch itself."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes):
+        self.data = data
 
     def __reduce__(self):
-        t = self.tensor
-        return (tensor_from_bytes, (t.reshape(-1).view(torch.uint8).numpy().tobytes(), t.dtype, tuple(t.shape)))
-
-
-def _inlinable(t: torch.Tensor, max_bytes: int) -> bool:
-    return (t.device.type == "cpu" and t.layout is torch.strided and not t.requires_grad
-            and t.nbytes <= max_bytes and t.is_contiguous() and not t.is_quantized
-            and not t.is_conj() and not t.is_neg())
+        return pickle.loads, (self.data,)
 
 
 def inline_small_tensors(batch: Any, max_bytes: int = INLINE_MAX_BYTES, budget: int = INLINE_BUDGET) -> Any:
-    """``batch`` with its small tensors replaced by stand-ins that pickle them by value (see the
-    module's docstring); containers holding none are returned as they are."""
-    left = [budget]
-    done: dict[int, Any] = {}  # id of a tensor -> its stand-in, so that one object stays one object
-
-    def walk(x: Any) -> Any:
-        kind = type(x)
-        if kind is torch.Tensor:
-            got = done.get(id(x))
-            if got is None:
-                got = x
-                if _inlinable(x, max_bytes) and x.nbytes <= left[0]:
-                    left[0] -= x.nbytes
-                    got = _Inline(x)
-                done[id(x)] = got
-            return got
-        if kind is dict:
-            items = {k: walk(v) for k, v in x.items()}
-            return x if all(items[k] is v for k, v in x.items()) else items
-        if isinstance(x, (list, tuple)) and (kind in (list, tuple) or hasattr(x, "_fields")):
-            if not x or isinstance(x[0], _SCALARS):
-                return x
-            items = [walk(v) for v in x]
-            if all(a is b for a, b in zip(items, x)):
-                return x
-            if kind is list:
-                return items
-            return tuple(items) if kind is tuple else kind(*items)
-        return x
-
-    return walk(batch)
+    """``batch`` pickled now with the storages of its small tensors by value (see the module's
+    docstring), as an object that unpickles as the batch; ``batch`` itself when it cannot be pickled
+    (torch's own path then reports why). The pickle is kept even when nothing went by value:
+    pickling a large tensor hands its shared memory to the main process, once per message."""
+    out = io.BytesIO()
+    pickler = _InliningPickler(out, max_bytes, max(budget, max_bytes))
+    try:
+        pickler.dump(batch)
+    except Exception:
+        return batch
+    return _Pickled(out.getvalue())
 
 
 class InlineSmallTensors:
