@@ -225,3 +225,15 @@ def test_the_public_wrapper_speeds_torchs_own_loader_too():
 def test_a_bad_inline_limit_is_refused_naming_it(bad):
     with pytest.raises(ValueError, match="inline_tensor_bytes must be a number of bytes"):
         ri.StatefulDataLoader(src(2), batch_size=4, num_workers=2, inline_tensor_bytes=bad)
+
+
+def test_a_loader_made_from_another_loaders_collate_fn_wraps_it_once():
+    """accelerate and others make a new loader from ``loader.collate_fn``."""
+    first = ri.StatefulDataLoader(src(2), batch_size=4, num_workers=2)
+    again = ri.StatefulDataLoader(src(2), batch_size=4, num_workers=2, collate_fn=first.collate_fn)
+    assert again.collate_fn is first.collate_fn
+    twice = InlineSmallTensors(InlineSmallTensors(default_collate))
+    from torch.utils.data import DataLoader
+
+    got = [b["id"].tolist() for b in DataLoader(src(2), batch_size=4, num_workers=2, collate_fn=twice)]
+    assert got == [b["id"].tolist() for b in first]

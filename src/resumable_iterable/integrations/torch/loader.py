@@ -59,7 +59,7 @@ if _TorchdataLoader is not None:
                 raise ValueError(f"inline_tensor_bytes must be a number of bytes (an int >= 0, 0 turns sending "
                                  f"small tensors by value off), got {inline_tensor_bytes!r}")
             super().__init__(dataset, *args, **kwargs)
-            if inline_tensor_bytes > 0 and self.num_workers > 0:
+            if inline_tensor_bytes > 0 and self.num_workers > 0 and not isinstance(self.collate_fn, InlineSmallTensors):
                 self.collate_fn = InlineSmallTensors(self.collate_fn, inline_tensor_bytes)
             self._saved_epoch: int | None = None  # the epoch of a state given and not iterated yet
             # (the loader state, the epoch set, the saved epoch) the iterator was made with

@@ -118,7 +118,7 @@ class InlineSmallTensors:
 
     def __call__(self, batch: Any) -> Any:
         out = self.collate_fn(batch)
-        if get_worker_info() is None:
+        if get_worker_info() is None or type(out) is _Pickled:  # main process, or wrapped twice
             return out
         return inline_small_tensors(out, self.max_bytes)
 
