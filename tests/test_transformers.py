@@ -20,6 +20,7 @@ from datasets import Dataset  # noqa: E402
 
 import resumable_iterable as ri  # noqa: E402
 from trainer_support import Crash, CrashAfterSave, Recorder  # noqa: E402
+from resumable_iterable.integrations.torch import InlineSmallTensors  # noqa: E402
 
 from resumable_iterable.integrations.transformers import (  # noqa: E402
     STATE_FILE,
@@ -80,6 +81,9 @@ def uninterrupted(tmp_path_factory):
             a, model = make_trainer(tmp_path_factory.mktemp(f"a{workers}"), workers)
             a.train()
             assert len(model.seen) == MAX_STEPS * BATCH
+            # with workers the callback wrapped the loader's collate_fn: small tensors come by value
+            base = a.callback_handler.train_dataloader.base_dataloader
+            assert isinstance(base.collate_fn, InlineSmallTensors) == (workers > 0)
             # the callback released the loader's iterator (and its worker processes) at the end
             assert a.callback_handler.train_dataloader.base_dataloader._iterator is None
             cache[workers] = model.seen
@@ -211,3 +215,24 @@ def test_resume_with_another_worker_count(tmp_path, uninterrupted, before, after
     # so the re-dealt rest of the second pass may take one batch more: C then stops a batch earlier)
     tail = model_c.seen[rest_of_pass:]
     assert len(tail) >= (MAX_STEPS - 20 - 1) * BATCH and tail == full_after[2 * ROWS: 2 * ROWS + len(tail)]
+
+
+def test_small_tensors_by_value_can_be_turned_off(tmp_path):
+    with pytest.raises(ValueError, match="inline_tensor_bytes must be a number of bytes"):
+        ResumableDataCallback(inline_tensor_bytes=-1)
+    trainer, model = make_trainer(tmp_path, 2, attach=False, max_steps=3)
+    ResumableDataCallback.attach(trainer, inline_tensor_bytes=0)
+    trainer.train()
+    base = trainer.callback_handler.train_dataloader.base_dataloader
+    assert not isinstance(base.collate_fn, InlineSmallTensors)
+    assert next(iter(base))["ids"].is_shared()  # torch's own path: shared memory
+    base.load_state_dict({})  # stop its workers
+
+
+def test_with_workers_the_training_batches_small_tensors_come_by_value(tmp_path):
+    trainer, model = make_trainer(tmp_path, 2, max_steps=3)
+    trainer.train()
+    base = trainer.callback_handler.train_dataloader.base_dataloader
+    batch = next(iter(base))
+    assert not batch["ids"].is_shared() and len(batch["ids"]) == BATCH
+    base.load_state_dict({})  # stop its workers

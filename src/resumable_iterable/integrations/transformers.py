@@ -57,6 +57,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from ..loader.loader_state import ITERATOR_FINISHED, loader_num_workers
 from ..state import TRAINER_FORMAT, find_documents
 from ..state_files import EncodedState, encode_state, load_state, state_file_digest
+from .torch.transport import INLINE_MAX_BYTES, InlineSmallTensors, check_inline_bytes
 
 logger = logging.getLogger("resumable_iterable")
 
@@ -104,6 +105,17 @@ def _check_dispatch(loader: Any) -> None:
             "split among the processes): the saved state is then exact.")
 
 
+def _inline_small_tensors(loader: Any, max_bytes: int) -> None:
+    """Let the training loader's workers send the small tensors of their batches by value, as
+    ``ri.StatefulDataLoader`` does (``integrations/torch/transport.py``): its ``collate_fn`` is
+    wrapped once, before its workers start. Without workers nothing changes."""
+    base = _base_loader(loader)
+    collate = getattr(base, "collate_fn", None)
+    if max_bytes > 0 and getattr(base, "num_workers", 0) > 0 and collate is not None \
+            and not isinstance(collate, InlineSmallTensors):
+        base.collate_fn = InlineSmallTensors(collate, max_bytes)
+
+
 def _drop_iterator(loader: Any) -> None:
     """Make a torchdata ``StatefulDataLoader`` forget its current iterator (and stop its workers);
     loading an empty state is torchdata's documented way to do that."""
@@ -122,12 +134,17 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
     Args:
         filename: name of the JSON file written into each checkpoint folder. Processes other
             than the main one (multi-process training) write ``<stem>.rank<N><suffix>``.
+        inline_tensor_bytes: with DataLoader workers, the training loader's batches send tensors
+            whose storage holds at most this many bytes inside the worker's message instead of
+            through shared memory, as ``ri.StatefulDataLoader`` does (the same batches, faster for
+            small rows; ``docs/torch.md``). 0 turns it off.
     """
 
-    def __init__(self, filename: str = STATE_FILE):
+    def __init__(self, filename: str = STATE_FILE, inline_tensor_bytes: int = INLINE_MAX_BYTES):
         if not isinstance(filename, str) or not filename or os.sep in filename:
             raise ValueError(f"filename must be a plain file name, got {filename!r}")
         self.filename = filename
+        self.inline_tensor_bytes = check_inline_bytes(inline_tensor_bytes)
         self.data_state_sha256: str | None = None
         self._loader: Any = None
         self._trainer_state: Any = None
@@ -202,6 +219,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
                 "ignore_data_skip=True."
             )
         _check_dispatch(loader)
+        _inline_small_tensors(loader, self.inline_tensor_bytes)
         self._loader = loader
         self._trainer_state = state
         self._args = args

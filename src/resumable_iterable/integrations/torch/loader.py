@@ -8,7 +8,7 @@ from typing import Any
 from ...distributed import warn_too_many_workers
 from ...loader import elastic
 from ...loader.session import IterationSession
-from .transport import INLINE_MAX_BYTES, InlineSmallTensors
+from .transport import INLINE_MAX_BYTES, InlineSmallTensors, check_inline_bytes
 from .workers import prepare_for_workers
 
 try:
@@ -55,9 +55,7 @@ if _TorchdataLoader is not None:
         def __init__(self, dataset: Any, *args: Any, inline_tensor_bytes: int = INLINE_MAX_BYTES, **kwargs: Any):
             if _is_ours(dataset):
                 prepare_for_workers(dataset.session)
-            if isinstance(inline_tensor_bytes, bool) or not isinstance(inline_tensor_bytes, int) or inline_tensor_bytes < 0:
-                raise ValueError(f"inline_tensor_bytes must be a number of bytes (an int >= 0, 0 turns sending "
-                                 f"small tensors by value off), got {inline_tensor_bytes!r}")
+            check_inline_bytes(inline_tensor_bytes)
             super().__init__(dataset, *args, **kwargs)
             if inline_tensor_bytes > 0 and self.num_workers > 0 and not isinstance(self.collate_fn, InlineSmallTensors):
                 self.collate_fn = InlineSmallTensors(self.collate_fn, inline_tensor_bytes)

@@ -48,6 +48,14 @@ INLINE_MAX_BYTES = 64 << 10
 INLINE_BUDGET = 256 << 10
 
 
+def check_inline_bytes(value: Any) -> int:
+    """``value`` if it is a valid ``inline_tensor_bytes`` (an ``int`` >= 0), else ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"inline_tensor_bytes must be a number of bytes (an int >= 0, 0 turns sending "
+                         f"small tensors by value off), got {value!r}")
+    return value
+
+
 def storage_from_bytes(data: bytes) -> torch.UntypedStorage:
     """A CPU storage pickled by :class:`_InliningPickler`: a new storage holding ``data``."""
     t = torch.empty(len(data), dtype=torch.uint8)
