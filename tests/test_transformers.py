@@ -8,6 +8,7 @@ import gc
 import hashlib
 import json
 import os
+import sys
 
 import pytest
 
@@ -229,10 +230,60 @@ def test_small_tensors_by_value_can_be_turned_off(tmp_path):
     base.load_state_dict({})  # stop its workers
 
 
-def test_with_workers_the_training_batches_small_tensors_come_by_value(tmp_path):
-    trainer, model = make_trainer(tmp_path, 2, max_steps=3)
+class LoggingCollator:
+    """``default_data_collator`` that notes, in a file, whether ``InlineSmallTensors`` called it
+    (DataLoader workers are other processes: the file is how they report)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __call__(self, features):
+        caller = type(sys._getframe(1).f_locals.get("self")).__name__
+        with open(self.path, "a") as f:
+            f.write(f"{os.getpid()}:{caller == 'InlineSmallTensors'}\n")
+        return transformers.default_data_collator(features)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_with_workers_every_training_batch_sends_its_small_tensors_by_value(tmp_path, persistent):
+    """From the first batch of a fresh run on (accelerate's early state_dict() had started the
+    workers with the collate_fn as it was), with persistent workers too."""
+    log = tmp_path / "calls.txt"
+    trainer, model = make_trainer(tmp_path, 2, max_steps=14, dataloader_persistent_workers=persistent)
+    trainer.data_collator = LoggingCollator(str(log))
     trainer.train()
+    calls = [line.split(":") for line in log.read_text().split()]
+    # the workers accelerate's state_dict() started collated a batch or two ahead, unwrapped, before
+    # they were stopped; every batch trained on came from workers with the wrapped collate_fn
+    assert sum(wrapped == "True" for _, wrapped in calls) >= 14
+    assert sum(wrapped == "False" for _, wrapped in calls) <= 2 * 2  # at most prefetch_factor per worker
+    assert all(len({w for p, w in calls if p == pid}) == 1 for pid, _ in calls)  # a worker is one or the other
     base = trainer.callback_handler.train_dataloader.base_dataloader
     batch = next(iter(base))
     assert not batch["ids"].is_shared() and len(batch["ids"]) == BATCH
     base.load_state_dict({})  # stop its workers
+
+
+def test_attach_applies_its_arguments_to_a_callback_already_there(tmp_path):
+    trainer, _ = make_trainer(tmp_path, 2, attach=False)
+    cb = ResumableDataCallback()
+    trainer.add_callback(cb)
+    assert ResumableDataCallback.attach(trainer, inline_tensor_bytes=0) is cb and cb.inline_tensor_bytes == 0
+    with pytest.raises(ValueError, match="already has this callback, with filename"):
+        ResumableDataCallback.attach(trainer, filename="other.json")
+
+
+def test_a_loader_of_ours_keeps_its_own_choice(tmp_path):
+    loader = ri.StatefulDataLoader(build(), batch_size=BATCH, num_workers=2, inline_tensor_bytes=0)
+
+    class OwnLoader(transformers.Trainer):
+        def get_train_dataloader(self):
+            return loader
+
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=BATCH,
+                                          report_to="none", use_cpu=True, logging_strategy="no",
+                                          remove_unused_columns=False, disable_tqdm=True, ignore_data_skip=True)
+    trainer = OwnLoader(model=Recorder(), args=args, train_dataset=build(), callbacks=[ResumableDataCallback()])
+    trainer.train()
+    assert loader.collate_fn is not None and not isinstance(loader.collate_fn, InlineSmallTensors)
+    loader.load_state_dict({})

@@ -108,12 +108,23 @@ def _check_dispatch(loader: Any) -> None:
 def _inline_small_tensors(loader: Any, max_bytes: int) -> None:
     """Let the training loader's workers send the small tensors of their batches by value, as
     ``ri.StatefulDataLoader`` does (``integrations/torch/transport.py``): its ``collate_fn`` is
-    wrapped once, before its workers start. Without workers nothing changes."""
+    wrapped once. Without workers nothing changes, and a ``ri.StatefulDataLoader`` has made its
+    own choice (``inline_tensor_bytes``).
+
+    accelerate asks the loader for its ``state_dict()`` when it wraps it, and torchdata answers by
+    making the iterator, whose workers start with the ``collate_fn`` of that moment. Nothing has been
+    read from it: it is dropped, so that the first pass starts its workers with the wrapped one
+    (a resume loads its state afterwards, which drops it too)."""
+    try:
+        from .torch.loader import StatefulDataLoader as OurLoader
+    except ImportError:  # pragma: no cover - without torchdata there is no loader of ours
+        OurLoader = ()
     base = _base_loader(loader)
     collate = getattr(base, "collate_fn", None)
-    if max_bytes > 0 and getattr(base, "num_workers", 0) > 0 and collate is not None \
-            and not isinstance(collate, InlineSmallTensors):
+    if (max_bytes > 0 and getattr(base, "num_workers", 0) > 0 and collate is not None
+            and not isinstance(collate, InlineSmallTensors) and not isinstance(base, OurLoader)):
         base.collate_fn = InlineSmallTensors(collate, max_bytes)
+        _drop_iterator(loader)
 
 
 def _drop_iterator(loader: Any) -> None:
@@ -158,19 +169,25 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
 
         Turns on accelerate's ``StatefulDataLoader`` for the training loader, sets
         ``trainer.args.ignore_data_skip = True`` and adds a callback (or reuses one already
-        added). Call it before ``trainer.train()``. Returns the callback.
+        added; the keyword arguments given then apply to it). Call it before ``trainer.train()``.
+        Returns the callback.
         """
         config = getattr(getattr(trainer, "accelerator", None), "dataloader_config", None)
         if config is None:
             raise TypeError("attach() expects a transformers.Trainer (it has no accelerator.dataloader_config)")
         config.use_stateful_dataloader = True
         trainer.args.ignore_data_skip = True
+        new = cls(**kwargs)  # checks the arguments
         for cb in trainer.callback_handler.callbacks:
             if isinstance(cb, cls):
+                if "filename" in kwargs and new.filename != cb.filename:
+                    raise ValueError(f"ResumableDataCallback.attach: the trainer already has this callback, with "
+                                     f"filename={cb.filename!r}, not {new.filename!r}")
+                if "inline_tensor_bytes" in kwargs:
+                    cb.inline_tensor_bytes = new.inline_tensor_bytes
                 return cb
-        cb = cls(**kwargs)
-        trainer.add_callback(cb)
-        return cb
+        trainer.add_callback(new)
+        return new
 
     def file_name(self, process_index: int = 0) -> str:
         """The data-state file name for a process."""
