@@ -273,17 +273,53 @@ def test_attach_applies_its_arguments_to_a_callback_already_there(tmp_path):
         ResumableDataCallback.attach(trainer, filename="other.json")
 
 
+class OwnLoader(transformers.Trainer):
+    """A Trainer whose training loader is a ``ri.StatefulDataLoader`` of the user's."""
+
+    loader_kwargs: dict = {}
+
+    def get_train_dataloader(self):
+        self.loader = ri.StatefulDataLoader(self.train_dataset, batch_size=BATCH, **self.loader_kwargs)
+        return self.loader
+
+
+def own_loader_trainer(out, max_steps, **loader_kwargs):
+    args = transformers.TrainingArguments(output_dir=str(out), max_steps=max_steps, per_device_train_batch_size=BATCH,
+                                          save_steps=ROWS // BATCH, report_to="none", use_cpu=True,
+                                          logging_strategy="no", remove_unused_columns=False, disable_tqdm=True,
+                                          ignore_data_skip=True, save_only_model=False)
+    model = Recorder()
+    trainer = OwnLoader(model=model, args=args, train_dataset=build(), callbacks=[ResumableDataCallback()])
+    trainer.loader_kwargs = loader_kwargs
+    return trainer, model
+
+
 def test_a_loader_of_ours_keeps_its_own_choice(tmp_path):
-    loader = ri.StatefulDataLoader(build(), batch_size=BATCH, num_workers=2, inline_tensor_bytes=0)
-
-    class OwnLoader(transformers.Trainer):
-        def get_train_dataloader(self):
-            return loader
-
-    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=BATCH,
-                                          report_to="none", use_cpu=True, logging_strategy="no",
-                                          remove_unused_columns=False, disable_tqdm=True, ignore_data_skip=True)
-    trainer = OwnLoader(model=Recorder(), args=args, train_dataset=build(), callbacks=[ResumableDataCallback()])
+    trainer, _ = own_loader_trainer(tmp_path, 2, num_workers=2, inline_tensor_bytes=0)
     trainer.train()
-    assert loader.collate_fn is not None and not isinstance(loader.collate_fn, InlineSmallTensors)
-    loader.load_state_dict({})
+    assert trainer.loader.collate_fn is not None and not isinstance(trainer.loader.collate_fn, InlineSmallTensors)
+    trainer.loader.load_state_dict({})
+
+
+@pytest.mark.parametrize("workers,crash_at", [(0, 10), (2, 10), (2, 6), (2, 12)])
+def test_own_loader_resumed_from_the_end_of_a_pass_goes_on_with_the_next(tmp_path, workers, crash_at):
+    """A checkpoint after the last batch of a pass (step 10): the loader had not yet seen the pass
+    end, so the resumed pass is empty; the Trainer would stop there (an epoch without batches).
+    Mid-pass checkpoints (6, 12) resume exactly too, with the epochs the Trainer sets."""
+    steps = ROWS // BATCH + 4
+    a, model_a = own_loader_trainer(tmp_path / "a", steps, num_workers=workers)
+    a.train()
+    full = model_a.seen
+    # the Trainer sets epochs on the loader, which passes them on: the second pass is reshuffled
+    assert full[ROWS:] != full[:len(full) - ROWS]
+    b, model_b = own_loader_trainer(tmp_path / "b", steps, num_workers=workers)
+    b.args.save_steps = crash_at
+    b.add_callback(CrashAfterSave(crash_at))
+    with pytest.raises(Crash):
+        b.train()
+    del b
+    gc.collect()
+    c, model_c = own_loader_trainer(tmp_path / "b", steps, num_workers=workers)
+    c.train(resume_from_checkpoint=str(tmp_path / "b" / f"checkpoint-{crash_at}"))
+    assert c.state.global_step == steps
+    assert model_b.seen + model_c.seen == full

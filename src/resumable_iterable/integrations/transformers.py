@@ -161,6 +161,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         self._trainer_state: Any = None
         self._args: Any = None
         self._pending: tuple[int, EncodedState] | None = None  # (global_step, encoded file) captured for a checkpoint
+        self._resumed_at: int | None = None  # the global step restored, until the first epoch after it ends
 
     # ------------------------------------------------------------------ setting up
     @classmethod
@@ -242,8 +243,10 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         self._args = args
         self._pending = None
         name = type(self).__name__
+        self._resumed_at = None
         if state.global_step > 0:
             self._restore(args, state, loader)
+            self._resumed_at = state.global_step
         # a checkpoint written without this callback has no entry for it; the Trainer would fail
         # with a KeyError when it saves the next checkpoint
         if isinstance(state.stateful_callbacks, dict) and name not in state.stateful_callbacks:
@@ -254,6 +257,16 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         self._capture_if_saving(state, control)
 
     def on_epoch_end(self, args, state, control, **kwargs):
+        resumed_at, self._resumed_at = self._resumed_at, None
+        if (resumed_at is not None and control.should_training_stop and state.global_step == resumed_at
+                and state.global_step < state.max_steps):
+            # The checkpoint was taken after the last batch of a pass that the loader had not yet
+            # seen end (accelerate's loader looks one batch ahead and marks it; a loader returned by
+            # get_train_dataloader may not): the rest of that pass is empty, and the Trainer stops on
+            # an epoch without batches. Training goes on with the next pass, as it would have.
+            logger.info("ResumableDataCallback: the checkpoint was at the end of a pass; training goes on with "
+                        "the next one")
+            control.should_training_stop = False
         self._capture_if_saving(state, control)
 
     def _capture_if_saving(self, state, control) -> None:

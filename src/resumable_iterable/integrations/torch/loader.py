@@ -97,6 +97,13 @@ if _TorchdataLoader is not None:
             self._forget_early_iterator()
             return super().__iter__()
 
+        def set_epoch(self, epoch: int) -> None:
+            """``dataset.set_epoch(epoch)``, as accelerate's loaders do: a loop (the ``transformers``
+            Trainer among them) that sets epochs on its loader reaches the dataset's shuffles."""
+            dataset_set_epoch = getattr(self.dataset, "set_epoch", None)
+            if callable(dataset_set_epoch):
+                dataset_set_epoch(epoch)
+
         def state_dict(self) -> dict[str, Any]:
             self._forget_early_iterator()  # a state taken before the first batch is the epoch set now
             return super().state_dict()
