@@ -30,7 +30,7 @@ The rows are ``{"id": int64, "label": int64, "x": 16 float32}`` (a small feature
 
 from __future__ import annotations
 
-from common import NUM_SHARDS, Result, arg_parser, print_section, time_iteration
+from common import NUM_SHARDS, Result, arg_parser, loader_class, print_section, time_iteration
 
 BATCH_SIZE = 32
 WORKERS = 2
@@ -89,11 +89,7 @@ def loader_rate(make_ds, batch_size: int | None, limit: int, repeats: int = 1, l
     """Examples per second through a ``StatefulDataLoader`` (torchdata's, or ours with ``loader="ri"``;
     best of ``repeats``), counting the examples of up to ``limit // BATCH_SIZE`` batches;
     ``batch_size=None`` when the dataset yields batches."""
-    from torchdata.stateful_dataloader import StatefulDataLoader
-
-    import resumable_iterable as ri
-
-    make_loader = ri.StatefulDataLoader if loader == "ri" else StatefulDataLoader
+    make_loader = loader_class(loader)
     batches = max(1, limit // BATCH_SIZE)
     best, examples = float("inf"), 0
     for _ in range(repeats):

@@ -38,7 +38,7 @@ from __future__ import annotations
 import argparse
 
 from bench_dataloader import rows_dataset
-from common import NUM_SHARDS, Result, make_hf_dataset, print_section, time_iteration
+from common import NUM_SHARDS, Result, loader_class, make_hf_dataset, print_section, time_iteration
 
 WORKERS = 2
 ARRAY_LEN = 65_536  # float32: 256 KB per example
@@ -93,11 +93,7 @@ def loader_rate(make_ds, batch_size: int, limit: int, collate_fn=None, loader: s
     """Examples per second through a ``StatefulDataLoader`` (torchdata's, or with ``loader="ri"``
     ours) with ``WORKERS`` workers over the first ``limit // batch_size`` batches (the run includes
     starting the workers and filling the shuffle buffers)."""
-    from torchdata.stateful_dataloader import StatefulDataLoader
-
-    import resumable_iterable as ri
-
-    make_loader = ri.StatefulDataLoader if loader == "ri" else StatefulDataLoader
+    make_loader = loader_class(loader)
     counted = [0]
 
     def stream():

@@ -30,6 +30,18 @@ N_ROWS = 200_000
 NUM_SHARDS = 8
 
 
+def loader_class(loader: str) -> type:
+    """The ``StatefulDataLoader`` a benchmark runs: torchdata's (``"torchdata"``) or ours (``"ri"``,
+    which sends small tensors by value)."""
+    if loader == "ri":
+        import resumable_iterable as ri
+
+        return ri.StatefulDataLoader
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    return StatefulDataLoader
+
+
 def text_of(i: int) -> str:
     return f"the quick brown fox {i} jumps over the lazy dog"
 
