@@ -196,6 +196,101 @@ def test_parquet_files_are_formatted_column_wise_like_hf(tmp_path):
     same(list(ours), list(theirs))
 
 
+# HF formats the rows of Arrow-backed sources from Arrow while they stay on its Arrow path (shuffle,
+# take, skip, repeat, shard, interleave, concatenate, cast): numpy scalars, np.str_, float32 lists,
+# '<U' string arrays in iter() batches. A Python map or filter ends that path: then 0-d arrays, str,
+# float64 lists and object string arrays, as recursive_tensorize makes them. Ours must give the same.
+TYPED = Dataset.from_list([{"id": i, "f": i + 0.25, "s": "ab"[i % 2] * (i % 3 + 1), "b": i % 3 == 0,
+                            "x": [i, -i], "y": [i / 2]} for i in range(12)])
+
+
+def kinds(x):
+    """The types (and dtypes, dimensions) of formatted values, without the values."""
+    if isinstance(x, dict):
+        return {k: kinds(v) for k, v in x.items()}
+    dtype = getattr(x, "dtype", None)
+    return type(x).__name__, "<U" if getattr(dtype, "kind", "") == "U" else str(dtype or ""), getattr(x, "ndim", None)
+
+
+def both(op):
+    from datasets import concatenate_datasets, interleave_datasets
+
+    ours = op(ri.to_iterable_dataset(TYPED, num_shards=2), ri)
+    theirs = op(TYPED.to_iterable_dataset(num_shards=2), {"interleave_datasets": interleave_datasets,
+                                                          "concatenate_datasets": concatenate_datasets})
+    return ours, theirs
+
+
+def _lib(lib, name):
+    return getattr(lib, name) if not isinstance(lib, dict) else lib[name]
+
+
+ARROW_PATH_OPS = {  # name: (operation, same order in both libraries)
+    "take": (lambda d, lib: d.take(7), True),
+    "skip": (lambda d, lib: d.skip(3), True),
+    "repeat": (lambda d, lib: d.repeat(2), True),
+    "shard": (lambda d, lib: d.shard(2, 1), True),
+    "interleave": (lambda d, lib: _lib(lib, "interleave_datasets")([d, d.skip(5)]), True),
+    "concatenate": (lambda d, lib: _lib(lib, "concatenate_datasets")([d.take(4), d]), True),
+    "cast": (lambda d, lib: d.cast_column("id", __import__("datasets").Value("int32")).take(5), True),
+    "shuffle": (lambda d, lib: d.shuffle(seed=3, buffer_size=4), False),
+    "map": (lambda d, lib: d.map(lambda e: e), True),
+    "filter": (lambda d, lib: d.filter(lambda e: e["id"] != 3), True),
+    "shuffle, map": (lambda d, lib: d.shuffle(seed=3, buffer_size=4).map(lambda e: e), False),
+}
+
+
+@pytest.mark.parametrize("name", list(ARROW_PATH_OPS))
+def test_numpy_types_of_arrow_backed_rows_after_each_operation_equal_hf(name):
+    op, ordered = ARROW_PATH_OPS[name]
+    ours, theirs = both(op)
+    ours, theirs = ours.with_format("numpy"), theirs.with_format("numpy")
+    got, want = list(ours), list(theirs)
+    if not ordered:  # our shuffle drains its buffer in another order (docs/compat.md)
+        got, want = (sorted(rows, key=lambda r: int(r["id"])) for rows in (got, want))
+    assert [kinds(r) for r in got] == [kinds(r) for r in want]
+    same(got, want, f"{name} rows")
+    got, want = list(ours.iter(5)), list(theirs.iter(5))
+    assert [kinds(b) for b in got] == [kinds(b) for b in want]
+    if ordered:
+        same(got, want, f"{name} iter(5)")
+
+
+def test_numpy_arrow_path_types_reach_the_default_collate_as_hf():
+    """The float lists of a shuffled Arrow source are float32 (HF's type): a model's float32 layers
+    take the loader's batches as they take HF's."""
+    from torch.utils.data import DataLoader
+
+    ours, theirs = both(lambda d, lib: d.shuffle(seed=3, buffer_size=4))
+    for ds in (ours, theirs):
+        batch = next(iter(DataLoader(ds.with_format("numpy"), batch_size=4)))
+        assert (batch["y"].dtype, batch["id"].dtype, batch["f"].dtype) == (torch.float32, torch.int64, torch.float64)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_map_after_with_format_gets_the_arrow_path_types_as_hf(batched):
+    seen = {}
+
+    def record(lib):
+        def f(e):
+            seen.setdefault(lib, []).append(kinds(e))
+            return e
+        return f
+
+    for lib, ds in zip(("ours", "hf"), both(lambda d, lib: d.take(8))):
+        list(ds.with_format("numpy").map(record(lib), batched=batched, batch_size=3))
+    assert seen["ours"] == seen["hf"]
+
+
+def test_batches_of_the_dataset_batch_hold_strings_as_objects_as_hf():
+    for op in (lambda d, lib: d.with_format("numpy").batch(5), lambda d, lib: d.batch(5).with_format("numpy"),
+               lambda d, lib: d.shuffle(seed=1, buffer_size=3).with_format("numpy").batch(5)):
+        ours, theirs = both(op)
+        got, want = list(ours), list(theirs)
+        assert [kinds(b)["s"] for b in got] == [kinds(b)["s"] for b in want] == [("ndarray", "object", 1)] * 3
+        assert all(type(v) is str for b in got for v in b["s"])
+
+
 def test_batch_then_format_equals_iter():
     """``with_format(f).batch(n)`` (or ``batch(n).with_format(f)``) yields what ``iter(n)`` yields."""
     ds = ri.to_iterable_dataset(HF, num_shards=2)

@@ -186,3 +186,63 @@ def test_max_buffer_input_shards_keeps_take_selection():
     base = ri.IterableDataset.from_dict(DATA, num_shards=4)
     taken = sorted(e["id"] for e in base.take(5))
     assert sorted(e["id"] for e in base.take(5).shuffle(seed=1, buffer_size=3, max_buffer_input_shards=4)) == taken
+
+
+# ---------------------------------------------------------------------- values that do not fit, names that clash
+
+
+def test_cast_checks_and_converts_numbers_as_hf_arrow_cast():
+    """HF casts Arrow tables (a safe cast): an integer out of the new type's range or a float with a
+    fraction for an integer type raises; a narrower float holds the rounded value. Ours too, with
+    the column named, instead of yielding values the features say cannot be there."""
+    hf = Dataset.from_dict({"big": [1, 300, -200], "x": [0.5, 1.7, -2.2], "w": [1.0, 2.0, 3.0]})
+    for column, dtype, message in [("big", "int8", "out of its range"), ("x", "int32", "would be truncated")]:
+        ours = ri.to_iterable_dataset(hf).cast_column(column, Value(dtype))
+        with pytest.raises(ValueError, match=f"cast: column '{column}' is {dtype}: .*{message}") as err:
+            list(ours)
+        row = 1 if column == "big" else 0  # which example, as any map error says
+        assert f"example #{row} (source arrow shard 0, row {row})" in "".join(err.value.__notes__)
+        with pytest.raises(Exception):
+            list(hf.to_iterable_dataset().cast_column(column, Value(dtype)))
+    ok = Features({"big": Value("int16"), "x": Value("float32"), "w": Value("int64")})
+    got = list(ri.to_iterable_dataset(hf).cast(ok))
+    assert got == list(hf.to_iterable_dataset().cast(ok))
+    assert [type(e["w"]) for e in got] == [int] * 3 and got[0]["x"] == float(np.float32(0.5))
+    assert got[1]["x"] == float(np.float32(1.7)) != 1.7
+
+
+def test_rename_onto_a_column_that_stays_is_refused_not_a_silent_loss():
+    hf = Dataset.from_dict({"id": [0, 1, 2], "s": list("abc")})
+    ds = ri.to_iterable_dataset(hf)
+    for rename in (lambda d: d.rename_column("id", "s"), lambda d: d.rename_columns({"id": "s"})):
+        with pytest.raises(ValueError, match=r"cannot rename \['id'\] to \['s'\]: column\(s\) \['s'\] already exist"):
+            rename(ds)
+        with pytest.raises(ValueError):
+            list(rename(hf.to_iterable_dataset()))
+
+    def gen():  # columns unknown when the dataset is built: refused when the first example comes
+        yield {"id": 0, "s": "a"}
+
+    with pytest.raises(ValueError, match="already exist"):
+        list(ri.IterableDataset.from_generator(gen).rename_column("id", "s"))
+    # a swap, or renaming onto a name that is itself renamed away, is fine
+    assert list(ds.rename_columns({"id": "s", "s": "id"}))[0] == {"s": 0, "id": "a"}
+    assert list(ri.IterableDataset.from_generator(gen).rename_columns({"id": "s", "s": "t"})) == [{"s": 0, "t": "a"}]
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "arrow", "pandas"])
+def test_declared_types_survive_row_operations_in_formatted_output_as_hf(fmt):
+    features = Features({"id": Value("int32"), "x": Value("float32"), "v": [Value("float32")]})
+    hf = Dataset.from_dict({"id": [1, 2, 3], "x": [0.5, 1.5, 2.5], "v": [[1.0], [2.0], [3.0]]}, features=features)
+
+    def types(item):
+        if fmt == "arrow":
+            return [(f.name, str(f.type)) for f in item.schema]
+        if fmt == "pandas":
+            return {k: str(v) for k, v in item.dtypes.items()}
+        return {k: str(getattr(v, "dtype", type(v).__name__)) for k, v in item.items()}
+
+    for op in (lambda d: d.take(2), lambda d: d.skip(1), lambda d: d.shuffle(seed=0, buffer_size=2)):
+        ours, theirs = (op(d.with_format(fmt)) for d in (ri.to_iterable_dataset(hf), hf.to_iterable_dataset()))
+        assert [types(r) for r in ours] == [types(r) for r in theirs]
+        assert [types(b) for b in ours.iter(2)] == [types(b) for b in theirs.iter(2)]

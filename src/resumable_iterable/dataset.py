@@ -228,11 +228,12 @@ class IterableDataset(_Base):
         ``with_format`` the function receives formatted values: ``nodes/formatted_calls.py``)."""
         if self._format is None or function is None:
             return function, batched, batch_size, False
-        from .nodes.arrow_batches import chain_schema
+        from .nodes.arrow_batches import arrow_rooted, chain_schema
         from .nodes.formatted_calls import formatted_function
 
+        arrow_rows = (self._features or {}) if arrow_rooted(self._node) else None
         return formatted_function(function, self._format, kind, batched, batch_size, input_columns,
-                                  chain_schema(self._node))
+                                  chain_schema(self._node), arrow_rows)
 
     def _columns(self, op: str, columns: Any) -> IterableDataset:
         node = ColumnsNode(self._node.clone(), op, columns)
@@ -243,6 +244,8 @@ class IterableDataset(_Base):
             missing = [c for c in asked if c not in known]
             if missing:
                 raise ValueError(f"{op}: column(s) {missing} not in the dataset (columns: {self._column_names})")
+            if op == "rename":
+                node.check_rename(self._column_names)
         features = None
         if self._features is not None:
             try:
@@ -493,7 +496,7 @@ class IterableDataset(_Base):
 
         # a pipeline ending in batch() may be wrapped when it is split by rank or resumed elastically:
         # its items are still batches
-        rows = row_features(self._features) if isinstance(self._node, BatchNode) else None
+        rows = row_features(self._features) if isinstance(self._node, BatchNode) else self._features
         return iter(present(node, self._format, batch, template=self._node, features=rows))
 
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> IterableDataset:

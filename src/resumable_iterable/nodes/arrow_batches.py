@@ -38,6 +38,25 @@ def arrow_chain(node: Node) -> tuple[Node, list[ColumnsNode]] | None:
     return node, ops[::-1]
 
 
+# node kinds that pass Arrow-backed rows on as they are, as HF's iterables with an Arrow path do
+# (a map or a filter ends HF's Arrow path: its rows are then formatted as Python values)
+ARROW_PATH_KINDS = frozenset({"shuffle", "skip", "take", "repeat", "interleave", "concat", "step",
+                              "shard_interleave", "columns", "prefetch", "permuted", "global_shuffle"})
+
+
+def arrow_rooted(node: Node) -> bool:
+    """True if ``node`` yields the rows of Arrow-backed sources through the nodes HF keeps on its
+    Arrow path (shuffle, take, interleave...): HF then formats the rows from Arrow tables, which
+    decides the types of formatted values. A map or filter whose function says ``keeps_arrow_rows``
+    counts too: ``cast`` (HF keeps it on its Arrow path) and functions given after ``with_format``
+    (HF passes on the formatted rows they get and return)."""
+    if type(node) in (ArrowSource, FileSource):
+        return True
+    if node.kind not in ARROW_PATH_KINDS and not getattr(getattr(node, "function", None), "keeps_arrow_rows", False):
+        return False
+    return bool(node.children) and all(arrow_rooted(c) for c in node.children)
+
+
 def _missing(op: ColumnsNode, col: str, names: list[str]) -> KeyError:
     return KeyError(f"{op.op}_columns: column {col!r} is not in the example (its columns: {sorted(names)})")
 
@@ -55,6 +74,7 @@ def apply_column_ops(table: pa.Table, ops: list[ColumnsNode]) -> pa.Table:
         elif op.op == "remove":
             table = table.drop_columns(list(cols))
         else:
+            op.check_rename(names)
             table = table.rename_columns([cols.get(c, c) for c in names])
     return table
 

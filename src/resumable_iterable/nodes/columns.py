@@ -26,6 +26,8 @@ class ColumnsNode(Node):
             if len(set(columns.values())) != len(columns):
                 raise ValueError(f"rename_columns maps several columns to one name: {columns}")
             self.columns = dict(columns)
+            # new names that an example must not have already (unless renamed away by this operation)
+            self.taken = [new for new in columns.values() if new not in columns]
         else:
             columns = [columns] if isinstance(columns, str) else list(columns)
             if not all(isinstance(c, str) for c in columns):
@@ -40,6 +42,15 @@ class ColumnsNode(Node):
     def _missing(self, ex: dict, col: str) -> KeyError:
         return KeyError(f"{self.op}_columns: column {col!r} is not in the example (its columns: {sorted(ex)})")
 
+    def check_rename(self, names) -> None:
+        """``ValueError`` if renaming would give a column the name of another one that stays
+        (which would drop that column's values), as HF refuses it."""
+        clash = [new for new in self.taken if new in names]
+        if clash:
+            old = [k for k, v in self.columns.items() if v in clash]
+            raise ValueError(f"rename_columns: cannot rename {old} to {clash}: column(s) {clash} already "
+                             f"exist (columns: {sorted(names)}); remove them first")
+
     def _apply_one(self, ex: dict) -> dict:
         """The operation on one example (used to re-derive replayed examples; :meth:`_iter` inlines it)."""
         cols = self.columns
@@ -51,6 +62,7 @@ class ColumnsNode(Node):
         if self.op == "remove":
             drop = set(cols)
             return {c: v for c, v in ex.items() if c not in drop}
+        self.check_rename(ex)
         return {cols.get(c, c): v for c, v in ex.items()}
 
     def _iter(self) -> Iterator[dict]:
@@ -69,10 +81,14 @@ class ColumnsNode(Node):
                         raise self._missing(ex, c)
                 yield {k: v for k, v in ex.items() if k not in drop}
         else:
+            taken = self.taken
             for ex in self.children[0]:
                 for c in cols:
                     if c not in ex:
                         raise self._missing(ex, c)
+                for c in taken:
+                    if c in ex:
+                        self.check_rename(ex)
                 yield {cols.get(k, k): v for k, v in ex.items()}
 
     # -- capabilities: media decoding deferred past a shuffle above passes through (see shuffle.py)

@@ -15,18 +15,24 @@ Like HF, the input decides the path:
   the Arrow columns, with the dtypes and copies HF's formatters produce; any other column is
   left to HF's formatter;
 * any other pipeline yields Python examples, formatted with ``recursive_tensorize`` (numpy,
-  torch, ...) or converted to an Arrow table first (arrow, pandas, polars).
+  torch, ...) or converted to an Arrow table first (arrow, pandas, polars). Where every source of
+  such a pipeline is Arrow-backed (a shuffle, take, map... over HF ``Dataset`` / Parquet sources),
+  HF still formats its rows from Arrow, so numpy values get the types of HF's Arrow path
+  (:class:`ArrowRowValues`: numpy scalars, ``np.str_``, float32 lists) rather than those of
+  ``recursive_tensorize`` (0-d arrays, ``str``, float64 lists);
+* batches made by the dataset's own ``batch()`` hold their strings in object arrays, as HF's
+  (whose ``batch()`` is a batched map); ``iter(batch_size)`` over Arrow gives ``'<U'`` arrays.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
-from .arrow_batches import ArrowBatchesNode, arrow_chain, chain_features, chain_schema
+from .arrow_batches import ArrowBatchesNode, arrow_chain, arrow_rooted, chain_features, chain_schema
 from .base import Node
 from .batch import BatchNode
 from .rows import rows_to_batch
@@ -207,6 +213,72 @@ def fast_tensor_rows(table: pa.Table, format_type: str, format_kwargs: dict) -> 
     return [dict(zip(names, row)) for row in zip(*columns)] if columns else [{} for _ in range(table.num_rows)]
 
 
+class ArrowRowValues:
+    """A Python example of an Arrow-backed pipeline as numpy values of the types HF's Arrow path gives
+    (HF formats such rows from Arrow tables; ``_row_values`` computes the same from Arrow columns):
+    ints and floats as numpy scalars (of the column's type when ``features`` say it), strings as
+    ``np.str_``, booleans as 0-d arrays, flat lists of numbers as int64 / float32 arrays
+    (``format_kwargs`` apply to arrays, as in HF). Any other value goes to ``tensorize`` (HF's
+    ``recursive_tensorize``), which is also what values already formatted get.
+
+    ``batch_rows``: the values of one row of HF's formatted *batch* instead (what HF gives a map or
+    filter after ``with_format``): ints as int64, floats as float32, booleans as ``np.bool_``."""
+
+    def __init__(self, features: Any, format_kwargs: dict, tensorize: Callable[[Any], Any],
+                 batch_rows: bool = False):
+        self.kwargs, self.tensorize, self.batch_rows = format_kwargs, tensorize, batch_rows
+        self.scalars: dict = {}  # column -> numpy scalar type, from a numeric ``Value`` feature
+        for name, feature in (() if batch_rows else (features or {}).items()):
+            try:
+                dtype = np.dtype(getattr(feature, "dtype", None) or "O") if type(feature).__name__ == "Value" else None
+            except TypeError:  # "string", "timestamp[s]"...: not a numpy dtype
+                dtype = None
+            if dtype is not None and dtype.kind in "iuf":
+                self.scalars[name] = dtype.type
+
+    def _list(self, values: list) -> Any:
+        kinds = {type(v) for v in values}
+        if kinds == {int}:
+            return np.asarray(values, **{"dtype": np.int64, **self.kwargs})
+        if kinds and kinds <= {int, float}:
+            return np.asarray(values, **{"dtype": np.float32, **self.kwargs})
+        if kinds == {bool}:
+            return np.asarray(values, **self.kwargs)
+        return self.tensorize(values)
+
+    def __call__(self, example: dict) -> dict:
+        out = {}
+        for name, v in example.items():
+            t = type(v)
+            if t is int or t is float:
+                scalar = self.scalars.get(name)
+                if scalar is None or (t is float and not issubclass(scalar, np.floating)):
+                    scalar = np.int64 if t is int else np.float32 if self.batch_rows else np.float64
+                try:
+                    out[name] = scalar(v)
+                except OverflowError:
+                    out[name] = self.tensorize(v)
+            elif t is str:
+                out[name] = np.str_(v)
+            elif t is bool:  # np.bool_ is no np.number: HF makes a 0-d array of it
+                out[name] = np.bool_(v) if self.batch_rows else np.asarray(v, **self.kwargs)
+            elif t is list:
+                out[name] = self._list(v)
+            else:
+                out[name] = self.tensorize(v)
+        return out
+
+
+def object_strings(batch: Any) -> Any:
+    """``batch`` with its ``'<U'`` arrays as object arrays of ``str``, as in the batches of HF's
+    ``batch()`` (a batched map, whose string cells reach the formatter as lists)."""
+    if isinstance(batch, dict):
+        for name, v in batch.items():
+            if isinstance(v, np.ndarray) and v.dtype.kind == "U":
+                batch[name] = v.astype(object)
+    return batch
+
+
 class RowFormatter:
     """Formats the rows of an Arrow table chunk (for :class:`ArrowBatchesNode`'s ``per_row``): the fast
     numpy / torch conversion where it applies, else HF's ``format_row`` on each one-row slice."""
@@ -246,7 +318,10 @@ class FormatNode(Node):
     one (``"rows"``) or grouped into batches of ``batch_size`` first (``"batches"``), Arrow batch
     tables (``"table_batches"``) or Python batches ``{column: [values]}`` (``"batch_dicts"``,
     formatted like Arrow batch tables). Formatted examples of an Arrow source are made by
-    :class:`ArrowBatchesNode` with a :class:`RowFormatter`. No state of its own;
+    :class:`ArrowBatchesNode` with a :class:`RowFormatter`. ``arrow_rows``: the Python examples
+    come from Arrow-backed sources (numpy values as :class:`ArrowRowValues` makes them, with the
+    types of ``features``); ``dataset_batches``: the batches are those of the dataset's own
+    ``batch()`` (numpy strings in object arrays). No state of its own;
     ``child`` is iterated as is (not copied), and a batch is assembled inside one ``next()``, so
     between yields the child's state counts every example of the yielded batch."""
 
@@ -255,7 +330,7 @@ class FormatNode(Node):
 
     def __init__(self, child: Node, format_type: str, format_kwargs: dict | None = None,
                  source: str = "rows", features: Any = None, batch_size: int = 1, drop_last_batch: bool = False,
-                 schema: pa.Schema | None = None):
+                 schema: pa.Schema | None = None, arrow_rows: bool = False, dataset_batches: bool = False):
         if source not in self.SOURCES:
             raise ValueError(f"unknown input {source!r}; expected one of {self.SOURCES}")
         if type(batch_size) is not int or batch_size < 1:
@@ -267,6 +342,8 @@ class FormatNode(Node):
         self.batch_size = batch_size
         self.drop_last_batch = bool(drop_last_batch)
         self.schema = schema
+        self.arrow_rows = arrow_rows and format_type == "numpy"
+        self.dataset_batches = dataset_batches and format_type == "numpy"
         super().__init__([child])
 
     def params(self) -> dict:
@@ -294,11 +371,13 @@ class FormatNode(Node):
             if source == "batch_dicts":
                 child = (self._to_table(b) for b in child)
             fmt = _formatter(self.format_type, self.format_kwargs, self.features).format_batch
+            if self.dataset_batches:
+                fmt = (lambda format_batch: lambda table: object_strings(format_batch(table)))(fmt)
             if self.format_type in ("numpy", "torch") and not _needs_decoding(self.features):
-                name, kwargs = self.format_type, self.format_kwargs
+                name, kwargs, strings = self.format_type, self.format_kwargs, self.dataset_batches
                 for table in child:
                     batch = fast_tensor_batch(table, name, kwargs)
-                    yield fmt(table) if batch is None else batch
+                    yield fmt(table) if batch is None else object_strings(batch) if strings else batch
             else:
                 for table in child:
                     yield fmt(table)
@@ -306,23 +385,41 @@ class FormatNode(Node):
         formatter = _formatter(self.format_type, self.format_kwargs)
         if isinstance(formatter, TensorFormatter):
             tensorize = formatter.recursive_tensorize
+            row = ArrowRowValues(self.features, self.format_kwargs, tensorize) if self.arrow_rows else tensorize
             if source == "rows":
                 for x in child:
-                    yield tensorize(x)
+                    yield row(x)
+            elif self.arrow_rows and not _needs_decoding(self.features):
+                # like HF's Arrow path: the batch as an Arrow table, formatted column-wise
+                schema = self.features.arrow_schema if self.features is not None else None
+                for rows in self._batches():
+                    batch = table_batch(rows_to_batch(rows), schema, self.format_kwargs)
+                    yield tensorize(rows_to_batch([row(x) for x in rows])) if batch is None else batch
             else:  # like HF: each example is formatted, then the batch of formatted examples
                 for rows in self._batches():
-                    yield tensorize(rows_to_batch([tensorize(x) for x in rows]))
+                    yield tensorize(rows_to_batch([row(x) for x in rows]))
         elif isinstance(formatter, TableFormatter):
             from datasets.features.features import cast_to_python_objects
+
+            schema = self.features.arrow_schema if self.features is not None else None
+
+            def table(rows: list) -> pa.Table:  # with the types the features declare, where they fit
+                rows = cast_to_python_objects(rows, only_1d_for_numpy=True)
+                if schema is not None:
+                    try:
+                        return pa.Table.from_pylist(rows, schema=schema)
+                    except (pa.ArrowException, TypeError, ValueError, KeyError):
+                        pass
+                return pa.Table.from_pylist(rows)
 
             if source == "rows":
                 fmt = formatter.format_row
                 for x in child:
-                    yield fmt(pa.Table.from_pylist(cast_to_python_objects([x], only_1d_for_numpy=True)))
+                    yield fmt(table([x]))
             else:
                 fmt = formatter.format_batch
                 for rows in self._batches():
-                    yield fmt(pa.Table.from_pylist(cast_to_python_objects(rows, only_1d_for_numpy=True)))
+                    yield fmt(table(rows))
         elif source == "rows":  # python objects: nothing to do
             yield from child
         else:
@@ -331,6 +428,16 @@ class FormatNode(Node):
 
 
 ROW_CHUNK = 256  # rows of an Arrow source formatted at a time when iterating formatted examples
+
+
+def table_batch(batch: dict, schema: pa.Schema | None, format_kwargs: dict) -> dict | None:
+    """A Python ``batch`` (``{column: values}``) as HF's numpy formatter makes the Arrow table of it,
+    or ``None`` when it does not make a table of simple columns."""
+    try:
+        table = python_batch_to_table(batch, schema)
+    except (pa.ArrowException, TypeError, ValueError):
+        return None
+    return fast_tensor_batch(table, "numpy", format_kwargs)
 
 
 def python_batch_to_table(batch: dict, schema: pa.Schema | None = None) -> pa.Table:
@@ -359,9 +466,11 @@ def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template:
     pipeline split by rank with a step, or resumed elastically), ``node`` still yields batches:
     they are formatted as batches, with the column types of the column-wise path where known.
     ``features`` are those of the rows a ``.batch()`` pipeline groups: batches of rows that are not
-    Arrow-backed are decoded with them, as HF does (an ``Image`` column becomes one array or tensor).
+    Arrow-backed are decoded with them, as HF does (an ``Image`` column becomes one array or tensor);
+    for any other dataset they are its own features (the numpy types of :class:`ArrowRowValues`).
     """
     live_batches = node if batch is None and isinstance(node, BatchNode) else None
+    own_batches = live_batches is not None or (batch is None and isinstance(template, BatchNode))
     if live_batches is not None:
         node, batch = node.children[0], (node.batch_size, node.drop_last_batch)
     if fmt is None or fmt[0] is None:
@@ -371,19 +480,22 @@ def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template:
         # rows batched by the pipeline's own batch node: iterate that node, whose state holds the
         # rows of a batch interrupted by an error, and format its batches
         return FormatNode(live_batches, name, kwargs, "batch_dicts",
-                          features=features, schema=chain_schema(node))
+                          features=features, schema=chain_schema(node), dataset_batches=True)
     if batch is None and isinstance(template, BatchNode):
         rows = template.children[0]
         chain = arrow_chain(rows)
         return FormatNode(node, name, kwargs, "batch_dicts",
                           features=chain_features(*chain) if chain else features,
-                          schema=chain_schema(rows))
+                          schema=chain_schema(rows), dataset_batches=True)
     chain = arrow_chain(node)
     if chain is not None:
         features = chain_features(*chain)
         if batch is None:
             return ArrowBatchesNode(node, ROW_CHUNK, per_row=RowFormatter(name, kwargs, features))
-        return FormatNode(ArrowBatchesNode(node, *batch), name, kwargs, "table_batches", features)
+        return FormatNode(ArrowBatchesNode(node, *batch), name, kwargs, "table_batches", features,
+                          dataset_batches=own_batches)
+    arrow_rows = arrow_rooted(node)
     if batch is None:
-        return FormatNode(node, name, kwargs, "rows")
-    return FormatNode(node, name, kwargs, "batches", batch_size=batch[0], drop_last_batch=batch[1])
+        return FormatNode(node, name, kwargs, "rows", features=features, arrow_rows=arrow_rows)
+    return FormatNode(node, name, kwargs, "batches", features=features, batch_size=batch[0],
+                      drop_last_batch=batch[1], arrow_rows=arrow_rows)

@@ -56,16 +56,18 @@ def _mask(output: Any) -> list:
 
 
 def _to_numpy(value: Any) -> Any:
-    if isinstance(value, np.ndarray) or not hasattr(value, "__array__") or isinstance(value, (str, bytes)):
+    if isinstance(value, (np.ndarray, np.generic)) or not hasattr(value, "__array__") or isinstance(value, (str, bytes)):
         return value
     return np.asarray(value)
 
 
 def formatted_function(function: Any, fmt: tuple, kind: str, batched: bool, batch_size: Any, input_columns: Any,
-                       schema: Any) -> tuple:
+                       schema: Any, arrow_rows: Any = None) -> tuple:
     """``(function, batched, batch_size, replace_input)`` for the map/filter node of a dataset
     formatted as ``fmt`` (``(type, kwargs)``): the function wrapped; a table format runs it
-    batched (one row at a time when ``batched=False``), a map's output replacing the batch."""
+    batched (one row at a time when ``batched=False``), a map's output replacing the batch.
+    ``arrow_rows``: the features (``{}`` if unknown) of the rows the node gets when they come from
+    Arrow-backed sources on HF's Arrow path; ``None`` otherwise."""
     from .calls import is_async_function
 
     name, kwargs = fmt
@@ -73,7 +75,7 @@ def formatted_function(function: Any, fmt: tuple, kind: str, batched: bool, batc
         raise TypeError(f"{kind}() after with_format({name!r}) takes a plain function, not an async one: "
                         f"call with_format() after {kind}()")
     columns = [input_columns] if isinstance(input_columns, str) else (list(input_columns) if input_columns else None)
-    wrapped = FormattedCall(function, name, kwargs, kind, bool(batched), columns, schema)
+    wrapped = FormattedCall(function, name, kwargs, kind, bool(batched), columns, schema, arrow_rows)
     if name in TABLE_FORMATS:
         return wrapped, True, batch_size if batched else 1, kind == "map"
     return wrapped, batched, batch_size, False
@@ -84,10 +86,14 @@ class FormattedCall:
     the function it wraps (DataLoader workers receive it).
 
     ``n_data``: how many leading arguments are data (1, or one per input column); ``columns``:
-    the input column names (table formats build a table of those columns)."""
+    the input column names (table formats build a table of those columns). ``arrow_rows`` (numpy):
+    the features of Arrow-backed input rows, which HF formats from Arrow (``format.ArrowRowValues``
+    for an example, a table for a batch), as iterating them would."""
+
+    keeps_arrow_rows = True  # HF passes the formatted rows on (``arrow_batches.arrow_rooted``)
 
     def __init__(self, function: Any, format_type: str, format_kwargs: dict, kind: str, batched: bool,
-                 columns: list[str] | None, schema: Any = None):
+                 columns: list[str] | None, schema: Any = None, arrow_rows: Any = None):
         self.function = function
         self.format_type = format_type
         self.format_kwargs = dict(format_kwargs)
@@ -96,6 +102,7 @@ class FormattedCall:
         self.columns = columns
         self.schema = schema
         self.table = format_type in TABLE_FORMATS
+        self.arrow_rows = arrow_rows if format_type == "numpy" and columns is None else None
         self.__qualname__ = getattr(function, "__qualname__", type(function).__name__)
         self._formatter = None
 
@@ -116,11 +123,29 @@ class FormattedCall:
             data = self._tables(data)
             if rest and not self.batched:
                 rest[0] = rest[0][0]  # run one row at a time: HF passes that row's index
+        elif self.arrow_rows is not None:
+            data = [self._arrow_data(data[0])]
         else:
             tensorize = self._format().recursive_tensorize
             data = [tensorize(d) for d in data]
         out = self.function(*data, *rest, **kwargs)
         return self._filter_output(out) if self.kind == "filter" else self._map_output(out)
+
+    def _arrow_data(self, data: dict) -> Any:
+        from .format import ArrowRowValues, object_strings, table_batch
+        from .rows import rows_to_batch
+
+        tensorize = self._format().recursive_tensorize
+        features = self.arrow_rows or None
+        if not self.batched:  # HF: a row of the formatted batch
+            return ArrowRowValues(features, self.format_kwargs, tensorize, batch_rows=True)(data)
+        batch = table_batch(data, features.arrow_schema if features is not None else None, self.format_kwargs)
+        if batch is not None:
+            return object_strings(batch)  # (HF's batches for a function hold strings as objects)
+        n = len(next(iter(data.values()), ()))
+        rows = [{k: v[i] for k, v in data.items()} for i in range(n)]
+        row = ArrowRowValues(features, self.format_kwargs, tensorize)
+        return tensorize(rows_to_batch([row(r) for r in rows]))
 
     def _tables(self, data: list) -> list:
         from .format import python_batch_to_table

@@ -14,18 +14,70 @@ Both are plain picklable objects (DataLoader workers receive them).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
+
+
+def _number_check(name: str, dtype: str) -> Callable[[Any], Any] | None:
+    """For a numeric ``Value(dtype)`` column: a function that gives a number the column's type as
+    Arrow's safe cast does (HF casts Arrow tables so) or raises ``ValueError`` naming the column:
+    an integer out of range, a float with a fraction for an integer type. ``None`` otherwise."""
+    import numpy as np
+
+    try:
+        np_dtype = np.dtype(dtype)
+    except TypeError:  # "string", "timestamp[s]"...
+        return None
+    if np_dtype.kind in "iu":
+        info = np.iinfo(np_dtype)
+
+        def check_int(v: Any) -> Any:
+            if isinstance(v, (float, np.floating)):
+                if not float(v).is_integer():
+                    raise ValueError(f"cast: column {name!r} is {dtype}: float value {v!r} would be truncated")
+                v = int(v)
+            if isinstance(v, (int, np.integer)) and not info.min <= v <= info.max:
+                raise ValueError(f"cast: column {name!r} is {dtype}: value {v!r} is out of its range "
+                                 f"[{info.min}, {info.max}]")
+            return v
+
+        return check_int
+    if np_dtype.kind == "f" and np_dtype.itemsize < 8:
+        scalar = np_dtype.type
+
+        def check_float(v: Any) -> Any:  # the value the narrower float holds, as Arrow's cast gives it
+            return float(scalar(v)) if isinstance(v, (int, float, np.number)) and not isinstance(v, bool) else v
+
+        return check_float
+    return None
 
 
 class ApplyFeatures:
+    keeps_arrow_rows = True  # HF's cast stays on its Arrow path (``arrow_batches.arrow_rooted``)
+
     def __init__(self, features: Any):
         self.features = features
+        self._checks: dict | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_checks": None}
+
+    def checks(self) -> dict:
+        """column -> the check of its numeric ``Value`` feature (see :func:`_number_check`)."""
+        if self._checks is None:
+            found = ((name, _number_check(name, f.dtype)) for name, f in self.features.items()
+                     if type(f).__name__ == "Value")
+            self._checks = {name: check for name, check in found if check is not None}
+        return self._checks
 
     def __call__(self, example: dict) -> dict:
         features = self.features
         for name in features:
             if name not in example:
                 example[name] = None
+        for name, check in self.checks().items():  # before encoding: HF's encoding truncates floats to ints
+            v = example[name]
+            if v is not None:
+                example[name] = check(v)
         return features.decode_example(features.encode_example(example))
 
     def __repr__(self) -> str:
