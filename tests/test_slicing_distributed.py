@@ -361,3 +361,75 @@ def test_concatenate_axis1_stays_aligned_under_shuffle_and_workers():
     rows = list(DataLoader(cat, batch_size=None, num_workers=2))
     assert sorted(int(r["id"]) for r in rows) == list(range(20))
     assert all(int(r["id"]) == int(r["j"]) for r in rows)
+
+
+# ---------------------------------------------------------------------- split_dataset_by_node(strategy=)
+
+
+@pytest.mark.parametrize("num_shards,world_size", [(4, 2), (5, 2), (6, 4), (3, 3), (2, 3), (1, 2)])
+@pytest.mark.parametrize("strategy", ["auto", "shards", "examples"])
+def test_split_strategies_give_hf_parts(num_shards, world_size, strategy):
+    """Each strategy yields, rank by rank, the examples HF's yields, with HF's ``num_shards``."""
+    if strategy == "shards" and num_shards < world_size:
+        with pytest.raises(ValueError, match="strategy='shards': some ranks would get no shard"):
+            ri.split_dataset_by_node(base(num_shards), 0, world_size, strategy=strategy)
+        with pytest.raises(ValueError):
+            hf_split(hf_base(num_shards), 0, world_size, strategy=strategy)
+        return
+    seen = []
+    for rank in range(world_size):
+        ours = ri.split_dataset_by_node(base(num_shards), rank, world_size, strategy=strategy)
+        theirs = hf_split(hf_base(num_shards), rank, world_size, strategy=strategy)
+        assert ids(ours) == ids(theirs)
+        assert ours.num_shards == theirs.num_shards
+        assert ours.rank_splits == ((rank, world_size) if strategy == "auto" else (rank, world_size, strategy),)
+        seen += ids(ours)
+    assert sorted(seen) == list(range(40))
+
+
+def test_an_unknown_strategy_is_refused():
+    for ds in (base(), hf_base()):
+        with pytest.raises(ValueError, match="strategy"):
+            ri.split_dataset_by_node(ds, 0, 2, strategy="rows")
+
+
+@pytest.mark.parametrize("strategy", ["shards", "examples"])
+def test_split_with_a_strategy_resumes_exactly_in_workers_and_after_interleave(strategy):
+    def part(rank):
+        return ri.split_dataset_by_node(base(5).shuffle(seed=3, buffer_size=4), rank, 2, strategy=strategy)
+
+    for rank in range(2):
+        assert_resumes_exactly(lambda: part(rank))
+    # DataLoader workers split the rank's part further: every example once
+    got = []
+    for rank in range(2):
+        got += [int(i) for b in DataLoader(part(rank), batch_size=None, num_workers=2) for i in [b["id"]]]
+    assert sorted(got) == list(range(40))
+    # a combination of split datasets is split the same way
+    mixed = ri.interleave_datasets([part(1), ri.split_dataset_by_node(base(5), 1, 2, strategy=strategy)])
+    assert mixed.rank_splits == ((1, 2, strategy),)
+
+
+@pytest.mark.parametrize("strategy,new_strategy", [("examples", None), ("shards", None), ("examples", "auto")])
+def test_redistribute_states_keeps_or_changes_the_strategy(strategy, new_strategy):
+    def part(rank, world_size, how):
+        return ri.split_dataset_by_node(base(6), rank, world_size, strategy=how)
+
+    states, yielded = [], []
+    for rank in range(2):
+        ds = part(rank, 2, strategy)
+        it = iter(ds)
+        yielded += ids(take(it, 5 + rank))
+        states.append(json_roundtrip(ds.state_dict()))
+    plans = ri.redistribute_states(states, world_size=3, strategy=new_strategy)
+    how = new_strategy or strategy
+    rest = []
+    for rank, plan in enumerate(plans):
+        ds = part(rank, 3, how)
+        ds.load_state_dict(json_roundtrip(plan))
+        rest += ids(ds)
+    assert sorted(yielded + rest) == list(range(40))
+    # loaded with another strategy than the plans were dealt for: a clear error
+    wrong = "auto" if how != "auto" else "examples"
+    with pytest.raises(ValueError, match=r"dealt to rank 0 of 3"):
+        part(0, 3, wrong).load_state_dict(plans[0])

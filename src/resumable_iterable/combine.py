@@ -67,8 +67,8 @@ def _aligned_nodes(datasets: list[IterableDataset], merged: Any) -> list:
 def _split_like(combined: IterableDataset, first: IterableDataset) -> IterableDataset:
     """``combined`` split by node as ``first`` (and every other input, see :func:`_check`) is, and at
     its epoch: a pipeline over datasets split by node is split the same way when it is iterated."""
-    for rank, world_size in first.rank_splits:
-        combined = split_dataset_by_node(combined, rank, world_size)
+    for entry in first.rank_splits:  # (rank, world_size[, strategy])
+        combined = split_dataset_by_node(combined, *entry)
     combined.set_epoch(first.epoch)
     return combined
 

@@ -15,6 +15,7 @@ import os
 from typing import Any, Callable, Iterator
 
 from . import state as _state
+from .distributed import check_strategy, rank_shards, ranks_of
 from .features import (batched_features, decode_only_change, features_of_schema, file_features, infer_features,
                        map_feature, row_features)
 from .loader import hooks
@@ -52,7 +53,7 @@ class IterableDataset(_Base):
         self._features = features
         self._column_names = list(column_names) if column_names is not None else (
             list(features) if features is not None else None)
-        # ("rank", rank, world_size) entries, applied at iteration; `_split` and `_epoch` are given
+        # ("rank", rank, world_size, strategy) entries, applied at iteration; `_split` and `_epoch` are given
         # only by derive (outside this module: derive, or split_dataset_by_node)
         self._split = tuple(_split)
         # everything about iterating this dataset in this process (loader/session.py)
@@ -163,27 +164,30 @@ class IterableDataset(_Base):
         return self._node
 
     @property
-    def rank_splits(self) -> tuple[tuple[int, int], ...]:
+    def rank_splits(self) -> tuple[tuple, ...]:
         """``(rank, world_size)`` of each ``split_dataset_by_node`` that made this dataset, first
-        to last (empty: not split by node)."""
-        return tuple((rank, world_size) for _, rank, world_size in self._split)
+        to last (empty: not split by node); ``(rank, world_size, strategy)`` where it was given a
+        strategy other than ``"auto"``."""
+        return tuple(tuple(entry) for entry in ranks_of(self._split))
 
     def derive(self, pipeline: Node, *, features: Any = None, column_names: list[str] | None = None,
-               split_by_node: tuple[int, int] | None = None) -> IterableDataset:
+               split_by_node: tuple | None = None) -> IterableDataset:
         """A dataset over ``pipeline`` that is otherwise this one: the same rank splits, epoch,
         format and info. This is how the chaining methods build their results.
 
         ``pipeline`` is a node tree built on this dataset's :attr:`pipeline` (see there);
         ``features`` and ``column_names`` describe its examples (``None``: unknown; the column
-        names default to the features'). ``split_by_node=(rank, world_size)`` adds a split by
-        node, as :func:`~resumable_iterable.split_dataset_by_node` (which calls this) does.
+        names default to the features'). ``split_by_node=(rank, world_size[, strategy])`` adds a
+        split by node, as :func:`~resumable_iterable.split_dataset_by_node` (which calls this) does.
         """
         split = self._split
         if split_by_node is not None:
-            rank, world_size = split_by_node
+            rank, world_size, *rest = split_by_node
             world_size = as_int(world_size, "world_size", lo=1)
             rank = as_int(rank, "rank", hi=world_size - 1)
-            split = (*split, ("rank", rank, world_size))
+            strategy = check_strategy(rest[0] if rest else "auto")
+            split = (*split, ("rank", rank, world_size, strategy))
+            rank_shards(pipeline.num_shards, ranks_of(split))  # too few shards: refused now, not when iterated
         new = type(self)(pipeline, features=features, column_names=column_names, _split=split, _epoch=self.epoch)
         new._format = self._format
         new._info = self._info
@@ -510,10 +514,7 @@ class IterableDataset(_Base):
     @property
     def num_shards(self) -> int:
         """The shards this dataset reads; after ``split_dataset_by_node`` the rank's (as HF)."""
-        n = self._node.num_shards
-        for _, _, world_size in self._split:  # a rank takes shards only when they divide evenly
-            n = n // world_size if n % world_size == 0 else n
-        return n
+        return rank_shards(self._node.num_shards, ranks_of(self._split))
 
     @property
     def n_shards(self) -> int:

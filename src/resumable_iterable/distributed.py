@@ -10,7 +10,8 @@ under the loader layer (``loader/``); it never imports the dataset facade.
 A split description is plain JSON stored in every state::
 
     {"base": "<fingerprint of the unsplit pipeline>",
-     "ranks": [[rank, world_size], ...],         # one pair per split_dataset_by_node
+     "ranks": [[rank, world_size], ...],         # one per split_dataset_by_node; [rank, world_size,
+                                                 # strategy] for strategy "shards" / "examples"
      "worker": [worker_id, num_workers] | null}   # null: not in a DataLoader worker
 """
 
@@ -26,23 +27,39 @@ from .nodes.step import StepNode
 logger = logging.getLogger("resumable_iterable")
 
 
-def split_dataset_by_node(dataset, rank: int, world_size: int):
+STRATEGIES = ("auto", "shards", "examples")
+
+
+def check_strategy(strategy) -> str:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown split strategy {strategy!r}; expected one of {list(STRATEGIES)}")
+    return strategy
+
+
+def split_dataset_by_node(dataset, rank: int, world_size: int, strategy: str = "auto"):
     """The part of ``dataset`` for ``rank`` out of ``world_size`` (as HF ``split_dataset_by_node``).
 
-    If the number of shards is a multiple of ``world_size``, each rank reads a disjoint set of
-    shards (shard ``i`` goes to rank ``i % world_size``); otherwise every rank reads all shards
-    and keeps one example in ``world_size`` (example ``j`` goes to rank ``j % world_size``); the
-    part's ``num_shards`` counts the shards it reads, as HF's.
-    Either way each rank's part is resumable on its own, and
-    :func:`resumable_iterable.redistribute_states` moves saved progress to another world size.
+    ``strategy`` (as HF's):
+
+    * ``"shards"``: each rank reads a disjoint set of shards (shard ``i`` goes to rank
+      ``i % world_size``; ``ValueError`` if there are fewer shards than ranks);
+    * ``"examples"``: every rank reads all shards and keeps one example in ``world_size``
+      (example ``j`` goes to rank ``j % world_size``);
+    * ``"auto"`` (default): ``"shards"`` if the number of shards is a multiple of ``world_size``,
+      else ``"examples"``.
+
+    The part's ``num_shards`` counts the shards it reads, as HF's. Either way each rank's part is
+    resumable on its own, and :func:`resumable_iterable.redistribute_states` moves saved progress
+    to another world size.
     """
+    check_strategy(strategy)
     if getattr(dataset, "rank_splits", None) is None:  # a HF datasets.Dataset / IterableDataset: HF's own split
         from datasets.distributed import split_dataset_by_node as hf_split
 
-        return hf_split(dataset, rank=rank, world_size=world_size)
+        return hf_split(dataset, rank=rank, world_size=world_size, **({"strategy": strategy} if strategy != "auto" else {}))
     # like HF, the part keeps the dataset's format and info (derive checks rank and world_size)
     return dataset.derive(dataset.pipeline, features=dataset.features, column_names=dataset.column_names,
-                          split_by_node=(rank, world_size))
+                          split_by_node=(rank, world_size, strategy))
 
 
 def _worker_info():
@@ -67,8 +84,31 @@ def effective_worker(worker) -> tuple[int, int] | None:
     return (int(w), int(n)) if n > 1 else None
 
 
-def ranks_of(split: tuple) -> list[list[int]]:
-    return [[int(r), int(n)] for _, r, n in split]
+def ranks_of(split: tuple) -> list[list]:
+    """The ``"ranks"`` entry of a split description from a dataset's ``("rank", rank, world_size[,
+    strategy])`` splits: ``[rank, world_size]``, with the strategy only when it is not ``"auto"``."""
+    return [[int(r), int(n), *(s for s in rest if s != "auto")] for _, r, n, *rest in split]
+
+
+def rank_strategy(n: int, entry) -> str:
+    """``"shards"`` or ``"examples"``: how the rank split ``entry`` (``[rank, world_size[, strategy]]``)
+    splits a pipeline of ``n`` shards. ``ValueError`` if ``"shards"`` leaves a rank without a shard."""
+    world_size, strategy = entry[1], (entry[2] if len(entry) > 2 else "auto")
+    if strategy == "auto":
+        return "shards" if n % world_size == 0 else "examples"
+    if strategy == "shards" and n < world_size:
+        raise ValueError(f"cannot split a dataset of {n} shard(s) among {world_size} ranks with strategy='shards': "
+                         f"some ranks would get no shard (use strategy='examples' or 'auto', or more shards)")
+    return strategy
+
+
+def rank_shards(num_shards: int, ranks) -> int:
+    """How many of ``num_shards`` shards a rank reads after the rank splits ``ranks`` (checking them)."""
+    n = num_shards
+    for entry in ranks:
+        if rank_strategy(n, entry) == "shards":
+            n = len(range(entry[0], n, entry[1]))
+    return n
 
 
 _warned: set = set()
@@ -115,9 +155,10 @@ def split_ranks(node: Node, ranks) -> Node:
     ``n``, as in HF ``datasets``; one made after ``split_dataset_by_node`` skips / takes ``n`` of
     each rank's part.
     """
-    for rank, world_size in ranks:
+    for entry in ranks:
+        rank, world_size = entry[0], entry[1]
         node = _enter_rank_split(node, world_size)
-        if node.num_shards % world_size == 0:
+        if rank_strategy(node.num_shards, entry) == "shards":
             node = node.shard(world_size, rank, contiguous=False)
         else:
             node = StepNode(node.clone(), world_size, rank)

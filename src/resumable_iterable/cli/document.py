@@ -63,8 +63,8 @@ def split_label(split: Any) -> str | None:
         return None
     parts = []
     for r in split.get("ranks") or ():
-        if isinstance(r, (list, tuple)) and len(r) == 2:
-            parts.append(f"rank {r[0]} of {r[1]}")
+        if isinstance(r, (list, tuple)) and len(r) in (2, 3):
+            parts.append(f"rank {r[0]} of {r[1]}" + (f" (by {r[2]})" if len(r) == 3 else ""))
     w = split.get("worker")
     if isinstance(w, (list, tuple)) and len(w) == 2:
         parts.append(f"DataLoader worker {w[0]} of {w[1]}")

@@ -35,7 +35,7 @@ import copy
 from typing import Any, Iterator
 
 from .. import state as _state
-from ..distributed import effective_worker, split_ranks, split_workers
+from ..distributed import check_strategy, effective_worker, split_ranks, split_workers
 from ..nodes.base import Node, as_int, check_int
 from .loader_state import NUM_YIELDED, SNAPSHOT, build_loader_state, loader_num_workers, parse_loader_state
 from .plan import (PLAN_FORMAT, check_plan_envelope, check_worker, describe_split, make_plan,  # noqa: F401
@@ -282,7 +282,7 @@ def remap_loader_state(state: dict, num_workers: int, carve: bool = True) -> dic
 
 
 def redistribute_states(states: list[dict], world_size: int, num_workers: int | None = None,
-                        carve: bool = True) -> list[dict]:
+                        carve: bool = True, strategy: str | None = None) -> list[dict]:
     """States saved by ``R = len(states)`` ranks → states for ``world_size`` ranks.
 
     ``states[r]`` is what rank ``r`` saved: either the dataset's ``state_dict()`` (the rank
@@ -299,7 +299,8 @@ def redistribute_states(states: list[dict], world_size: int, num_workers: int | 
 
     ``num_workers`` sets the worker count of the returned DataLoader states (default: the saved
     one, which must then be the same on every rank); ``resumable_iterable.StatefulDataLoader``
-    loads them with any worker count.
+    loads them with any worker count. ``strategy``: the ``split_dataset_by_node`` strategy the new
+    ranks use (default: the saved ranks' one).
     """
     if not isinstance(states, (list, tuple)) or not states:
         raise ValueError("redistribute_states expects the non-empty list of per-rank states, in rank order")
@@ -324,14 +325,14 @@ def redistribute_states(states: list[dict], world_size: int, num_workers: int | 
             if target["worker"] is not None and effective_worker(tuple(target["worker"])) is not None:
                 raise ValueError(f"rank {r} state was saved inside DataLoader worker {target['worker'][0]}: pass the "
                                  "DataLoader's state_dict() instead")
-        if old == 1 and (not ranks or ranks[-1] != [0, 1]):
+        if old == 1 and (not ranks or ranks[-1][:2] != [0, 1]):
             ranks = [*ranks, [0, 1]]  # one process that never called split_dataset_by_node: rank 0 of 1
-        if not ranks or ranks[-1] != [r, old]:
+        if not ranks or ranks[-1][:2] != [r, old]:
             raise ValueError(f"states[{r}] was not saved by rank {r} of {old} (it comes from "
                              f"{describe_split(ranks, None)}): pass the states of all ranks, in rank order")
         if prefix is None:
-            prefix = ranks[:-1]
-        elif ranks[:-1] != prefix:
+            prefix, saved_strategy = ranks[:-1], ranks[-1][2:]
+        elif ranks[:-1] != prefix or ranks[-1][2:] != saved_strategy:
             raise ValueError(f"states[{r}] comes from a differently split dataset")
         metas.append((base, epoch, finished))
         if not finished:
@@ -342,10 +343,15 @@ def redistribute_states(states: list[dict], world_size: int, num_workers: int | 
         raise ValueError(f"the rank states are from different epochs: {[m[1] for m in metas]}")
     base, epoch = metas[0][0], metas[0][1]
     finished = all(m[2] for m in metas)
+    if strategy is not None:
+        saved_strategy = [check_strategy(strategy)] if strategy != "auto" else []
+
+    def new_rank(r: int) -> list:
+        return [*prefix, [r, world_size, *saved_strategy]]
 
     if infos is None:
         bins = deal(units, world_size, carve=carve)
-        return [make_plan(base, epoch, {"ranks": [*prefix, [r, world_size]], "worker": None}, bins[r])
+        return [make_plan(base, epoch, {"ranks": new_rank(r), "worker": None}, bins[r])
                 for r in range(world_size)]
 
     if num_workers is None:
@@ -363,7 +369,7 @@ def redistribute_states(states: list[dict], world_size: int, num_workers: int | 
         for j in range(per):
             segs = bins[j * world_size + r] if not finished else []
             worker = [j, num_workers] if num_workers > 0 else None
-            plans.append(make_plan(base, epoch, {"ranks": [*prefix, [r, world_size]], "worker": worker}, segs))
+            plans.append(make_plan(base, epoch, {"ranks": new_rank(r), "worker": worker}, segs))
         # batches yielded so far by the old ranks this new rank takes over (a count for the loader's
         # bookkeeping only: what is left to yield is in the plans)
         mine = [o for o in range(old) if o % world_size == r]

@@ -58,11 +58,12 @@ def make_start(shard_pos: int, stop: int, shard_seed: int | None) -> dict:
     return {"shard_pos": shard_pos, "stop": stop, "shard_seed": shard_seed}
 
 
-def _check_ranks(value: Any, where: str) -> list[list[int]]:
+def _check_ranks(value: Any, where: str) -> list[list]:
     if not isinstance(value, list) or not all(
-            isinstance(p, list) and len(p) == 2 and all(type(x) is int for x in p) and 0 <= p[0] < p[1]
-            for p in value):
-        raise ValueError(f"{where}: 'ranks' must be a list of [rank, world_size] pairs, got {value!r}")
+            isinstance(p, list) and len(p) in (2, 3) and all(type(x) is int for x in p[:2]) and 0 <= p[0] < p[1]
+            and p[2:] in ([], ["shards"], ["examples"]) for p in value):
+        raise ValueError(f"{where}: 'ranks' must be a list of [rank, world_size] (or [rank, world_size, "
+                         f"'shards' | 'examples']) entries, got {value!r}")
     return value
 
 
@@ -84,7 +85,7 @@ def _check_split(split: Any, where: str) -> dict:
 
 
 def describe_split(ranks: list, worker) -> str:
-    parts = [f"rank {r} of {n}" for r, n in ranks]
+    parts = [f"rank {r[0]} of {r[1]}" + (f" (by {r[2]})" if len(r) > 2 else "") for r in ranks]
     eff = effective_worker(tuple(worker) if worker is not None else None)
     parts.append(f"DataLoader worker {eff[0]} of {eff[1]}" if eff else "no DataLoader worker split")
     return ", ".join(parts)

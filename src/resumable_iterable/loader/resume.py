@@ -3,7 +3,7 @@
 among DataLoader workers.
 
 Plain functions of a dataset's pipeline *template* (its unsplit node tree) and its rank
-*split* (``("rank", rank, world_size)`` entries); the process state that decides which one
+*split* (``("rank", rank, world_size, strategy)`` entries); the process state that decides which one
 applies is held by ``session.py``. Nothing here changes its arguments: a state is validated
 completely and loaded into a fresh copy of the pipeline.
 """

@@ -42,7 +42,7 @@ class IterationSession:
 
     def __init__(self, template: Node, split: tuple, epoch: int):
         self.template = template  # the dataset's unsplit pipeline; never iterated itself
-        self.split = tuple(split)  # ("rank", rank, world_size) entries, applied at iteration
+        self.split = tuple(split)  # ("rank", rank, world_size, strategy) entries, applied at iteration
         self.epoch_slot: Any = None  # set by the worker hooks
         self.epoch_set_by_user = False
         self.active: Node | None = None
