@@ -433,3 +433,56 @@ def test_redistribute_states_keeps_or_changes_the_strategy(strategy, new_strateg
     wrong = "auto" if how != "auto" else "examples"
     with pytest.raises(ValueError, match=r"dealt to rank 0 of 3"):
         part(0, 3, wrong).load_state_dict(plans[0])
+
+
+# ---------------------------------------------------------------------- a concatenation has its inputs' shards
+
+
+def single_shard_parts(k=4):
+    hf = [Dataset.from_dict({"id": list(range(j * 10, j * 10 + 10))}) for j in range(k)]
+    return hf, [ri.to_iterable_dataset(p, num_shards=1) for p in hf]
+
+
+def worker_ids(ds, workers):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def which(example):
+        return torch.utils.data.get_worker_info().id, int(example["id"])
+
+    return sorted(StatefulDataLoader(ds, batch_size=None, num_workers=workers, collate_fn=which))
+
+
+def test_concatenation_shards_are_the_sum_of_its_inputs_as_hf():
+    """Concatenated single-shard datasets (``to_iterable_dataset()``'s default) are read by as many
+    DataLoader workers and ranks as they have inputs, as in HF; before, one worker read them all."""
+    from datasets import concatenate_datasets as hf_concatenate
+
+    hf_parts, parts = single_shard_parts()
+    ours = ri.concatenate_datasets(parts + [base(3)])
+    theirs = hf_concatenate([p.to_iterable_dataset(num_shards=1) for p in hf_parts] + [hf_base(3)])
+    assert ours.num_shards == theirs.num_shards == 7
+    for n, i, contiguous in [(7, 3, True), (3, 0, True), (3, 2, True), (3, 1, False), (2, 1, False), (4, 3, True)]:
+        assert ids(ours.shard(n, i, contiguous=contiguous)) == ids(theirs.shard(n, i, contiguous=contiguous)), (n, i)
+    assert worker_ids(ours, 4) == worker_ids(theirs, 4)
+    for rank in range(7):  # 7 ranks: one input shard each
+        assert ids(ri.split_dataset_by_node(ours, rank, 7)) == ids(hf_split(theirs, rank, 7))
+    with pytest.raises(ValueError, match="cannot split 7 shards into 8 groups"):
+        ours.shard(8, 0)
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_concatenation_of_single_shard_datasets_resumes_exactly_through_workers(workers):
+    from harness import assert_loader_resumes_exactly
+
+    def build():
+        _, parts = single_shard_parts()
+        return ri.concatenate_datasets(parts).shuffle(seed=5, buffer_size=6)
+
+    full = assert_loader_resumes_exactly(build, workers=workers, batch_size=4, item=lambda b: b["id"].tolist(),
+                                         cuts=lambda n: range(1, n + 1))
+    assert sorted(i for b in full for i in b) == list(range(40))
+    per_worker = {}
+    for w, i in worker_ids(build(), workers):
+        per_worker.setdefault(w, set()).add(i // 10)
+    assert sorted(map(sorted, per_worker.values())) == sorted(map(sorted, ([j for j in range(4) if j % workers == w]
+                                                                           for w in range(workers))))

@@ -7,6 +7,11 @@
   (recomputed from the seed, never stored), and each input gets its own seed derived from it
   for its own shards. HF shuffles the shards of all inputs together; here the inputs are
   permuted, then the shards within each.
+
+  Shards, as in HF: the concatenation has the shards of all its inputs (their sum), so
+  DataLoader workers and ranks split a concatenation of single-shard datasets among them. A
+  part (:meth:`ConcatNode.shard`) is a concatenation of one-shard copies of the inputs: the
+  shards of the group, in the order of the inputs.
 * ``axis=1`` - each output row merges the next row of every input (column names must not
   clash). As in HF, it goes on until every input is exhausted; the columns of an exhausted
   input are then ``None``. State ``{"node", "exhausted", "columns", "pending", "children"}`` -
@@ -20,6 +25,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 from typing import Iterator
 
@@ -91,7 +97,29 @@ class ConcatNode(Node):
     def num_shards(self) -> int:
         # axis=1 is one shard, as in HF: splitting its inputs by shard among DataLoader workers or
         # ranks would pair rows of different positions unless every input had the same shard sizes
-        return 1 if self.axis == 1 else super().num_shards
+        return 1 if self.axis == 1 else sum(c.num_shards for c in self.children)
+
+    def shard(self, num_shards: int, index: int, contiguous: bool = True) -> Node:
+        """Shard group ``index`` of ``num_shards`` of the inputs' shards listed one input after
+        another (contiguous groups, or every ``num_shards``-th shard): a concatenation of one-shard
+        copies of the inputs, as HF's."""
+        if self.axis == 1:
+            return super().shard(num_shards, index, contiguous)
+        pieces = [(c, k) for c in self.children for k in range(c.num_shards)]
+        total = len(pieces)
+        if not (type(num_shards) is int and 1 <= num_shards <= total and type(index) is int and 0 <= index < num_shards):
+            raise ValueError(f"cannot take shard group {index!r} of {num_shards!r} from a concatenation of {total} shard(s)")
+        if contiguous:
+            div, mod = divmod(total, num_shards)
+            start = div * index + min(index, mod)
+            chosen = range(start, start + div + (1 if index < mod else 0))
+        else:
+            chosen = range(index, total, num_shards)
+        new = copy.copy(self)
+        new.forget_fingerprint()
+        new.children = [c.shard(c.num_shards, k, contiguous=False) for c, k in (pieces[j] for j in chosen)]
+        new._state_dict = new._fresh_state()
+        return new
 
     def order(self) -> tuple[int, ...]:
         """The inputs (``axis=0``) in the order this pass reads them."""
