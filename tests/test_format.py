@@ -25,7 +25,8 @@ from resumable_iterable.nodes.arrow import ArrowSource
 from resumable_iterable.nodes.arrow_batches import ArrowBatchesNode
 from resumable_iterable.nodes.columns import ColumnsNode
 from resumable_iterable.nodes import format as format_module
-from resumable_iterable.nodes.format import FormatNode, fast_tensor_batch, fast_tensor_rows, present
+from resumable_iterable.nodes.format import FormatNode, present
+from resumable_iterable.nodes.format_values import fast_tensor_batch, fast_tensor_rows
 
 torch = pytest.importorskip("torch")
 

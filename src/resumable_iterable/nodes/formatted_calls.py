@@ -132,7 +132,7 @@ class FormattedCall:
         return self._filter_output(out) if self.kind == "filter" else self._map_output(out)
 
     def _arrow_data(self, data: dict) -> Any:
-        from .format import ArrowRowValues, object_strings, table_batch
+        from .format_values import ArrowRowValues, object_strings, table_batch
         from .rows import rows_to_batch
 
         tensorize = self._format().recursive_tensorize
@@ -148,7 +148,7 @@ class FormattedCall:
         return tensorize(rows_to_batch([row(r) for r in rows]))
 
     def _tables(self, data: list) -> list:
-        from .format import python_batch_to_table
+        from .format_values import python_batch_to_table
 
         if self.columns is not None:  # HF passes the input columns as pyarrow arrays
             table = python_batch_to_table(dict(zip(self.columns, data)), self.schema)

@@ -1,0 +1,261 @@
+"""Formatted values: the numpy arrays, torch tensors and numpy scalars HF ``datasets``' numpy /
+torch formatters give, computed directly - from Arrow columns (column-wise batches and the rows
+of an Arrow chunk) and from Python rows of Arrow-backed pipelines (:class:`ArrowRowValues`), with
+HF's dtypes, copies and types. ``format.py`` (the format node) decides which applies where;
+anything not covered here goes to HF's formatters.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+
+
+# ---------------------------------------------------------------------- column-wise numpy / torch batches
+# HF's ``format_batch`` costs about a millisecond per batch whatever its size (it walks every value
+# through generic helpers, and starts a progress bar per call). For the column types below the
+# result is computed directly from the Arrow column - the same arrays, dtypes and copies HF returns
+# (the tests compare both). Any other column (nulls, NaN, nested, ragged lists, binary, extension
+# types, features to decode) sends the whole batch to HF's formatter.
+
+_NUMERIC = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean)
+
+
+def _numeric(t: pa.DataType) -> bool:
+    return any(f(t) for f in _NUMERIC) and not pa.types.is_uint64(t)
+
+
+def _column_to_numpy(col: pa.ChunkedArray) -> Any:
+    """The column as HF's numpy extraction builds it (a fresh array), or ``None`` if not a simple case."""
+    t = col.type
+    if col.null_count:
+        return None
+    if _numeric(t):
+        out = np.array(col.to_numpy())
+        if pa.types.is_floating(t) and np.isnan(out).any():
+            return None  # HF returns an object array there
+        return out
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "str"
+    if (pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)) and _numeric(t.value_type):
+        arr = col.combine_chunks()
+        flat = arr.flatten()
+        if flat.null_count:
+            return None
+        n = len(arr)
+        if pa.types.is_fixed_size_list(t):
+            k = t.list_size
+        else:
+            offsets = np.asarray(arr.offsets)
+            lengths = np.diff(offsets)
+            if n == 0 or (lengths != lengths[0]).any():
+                return None  # ragged: HF returns an object array of arrays
+            k = int(lengths[0])
+        out = np.array(flat.to_numpy(zero_copy_only=False)).reshape(n, k)
+        if pa.types.is_floating(t.value_type) and np.isnan(out).any():
+            return None
+        return out
+    return None
+
+
+def fast_tensor_batch(table: pa.Table, format_type: str, format_kwargs: dict) -> dict | None:
+    """``format_batch`` of HF's numpy / torch formatter for tables of simple columns, else ``None``.
+
+    Torch batches of numeric columns (no ``format_kwargs``) are views of one storage: a DataLoader
+    worker then hands the main process one shared-memory block per batch instead of one per
+    column, which is most of what a small batch costs to move."""
+    out = {}
+    torch_parts: dict = {}
+    for name, col in zip(table.column_names, table.columns):
+        values = _column_to_numpy(col)
+        if values is None:
+            return None
+        if isinstance(values, str):  # strings: a '<U' array (numpy) or a list (torch), as HF
+            strings = col.to_pylist()
+            out[name] = np.array(strings) if format_type == "numpy" else strings
+            continue
+        kind = values.dtype.kind
+        if format_type == "numpy":
+            default = {"dtype": np.int64} if kind in "iu" else {"dtype": np.float32} if kind == "f" else {}
+            out[name] = np.asarray(values, **{**default, **format_kwargs})
+        elif format_kwargs:
+            import torch
+
+            if values.dtype in (np.uint16, np.uint32):
+                values = values.astype(np.int64)
+            default = {"dtype": torch.int64} if kind in "iu" else {"dtype": torch.float32} if kind == "f" else {}
+            out[name] = torch.tensor(values, **{**default, **format_kwargs})
+        else:
+            # HF's defaults: integers as int64, floats as float32, booleans as they are
+            target = np.int64 if kind in "iu" else np.float32 if kind == "f" else None
+            torch_parts[name] = values if target is None else values.astype(target, copy=False)
+            out[name] = None  # keeps the column order
+    if torch_parts:
+        out.update(_one_storage(torch_parts))
+    return out
+
+
+def _one_storage(columns: dict) -> dict:
+    """Torch tensors of ``columns`` (numpy int64, float32 or bool arrays), each a view of one new storage."""
+    import torch
+
+    dtypes = {np.dtype(np.int64): torch.int64, np.dtype(np.float32): torch.float32, np.dtype(np.bool_): torch.bool}
+    offsets, total = [], 0
+    for v in columns.values():
+        offsets.append(total)
+        total += -(-v.nbytes // 64) * 64
+    buf = torch.empty(total, dtype=torch.uint8)
+    mem = buf.numpy()
+    out = {}
+    for (name, v), off in zip(columns.items(), offsets):
+        mem[off:off + v.nbytes].view(v.dtype).reshape(v.shape)[...] = v
+        out[name] = buf[off:off + v.nbytes].view(dtypes[v.dtype]).view(v.shape)
+    return out
+
+
+def _row_values(col: pa.ChunkedArray, format_type: str, kwargs: dict) -> list | None:
+    """One column of a chunk as the values HF's ``format_row`` gives, row by row, or ``None``."""
+    t = col.type
+    if col.null_count:
+        return None
+    torch_ = format_type == "torch"
+    if torch_:
+        import torch
+    if _numeric(t):
+        values = col.to_numpy()
+        if pa.types.is_boolean(t):  # not a numpy number: HF makes a 0-d array / tensor of it
+            return [torch.tensor(v, **kwargs) for v in values] if torch_ else [np.asarray(v, **kwargs) for v in values]
+        if not torch_:  # numpy scalars of the column's dtype, never cast (HF leaves scalars as they are)
+            return list(values)
+        if values.dtype in (np.uint16, np.uint32):
+            values = values.astype(np.int64)
+        opts = {"dtype": torch.int64 if values.dtype.kind in "iu" else torch.float32, **kwargs}
+        return [torch.tensor(v, **opts) for v in values]
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        strings = col.to_pylist()
+        return strings if torch_ else [np.str_(x) for x in strings]
+    if (pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)) and _numeric(t.value_type):
+        arr = col.combine_chunks()
+        flat = arr.flatten()
+        if flat.null_count:
+            return None
+        values = np.array(flat.to_numpy(zero_copy_only=False))
+        if pa.types.is_fixed_size_list(t):
+            k = t.list_size
+            cuts = range(0, len(arr) * k + 1, k)
+        else:
+            offsets = np.asarray(arr.offsets)
+            cuts = (offsets - offsets[0]).tolist()
+        kind = values.dtype.kind
+        if torch_:
+            if values.dtype in (np.uint16, np.uint32):
+                values = values.astype(np.int64)
+            opts = {**({"dtype": torch.int64} if kind in "iu" else {"dtype": torch.float32} if kind == "f" else {}),
+                    **kwargs}
+            return [torch.tensor(values[a:b], **opts) for a, b in zip(cuts, cuts[1:])]
+        opts = {**({"dtype": np.int64} if kind in "iu" else {"dtype": np.float32} if kind == "f" else {}), **kwargs}
+        return [np.asarray(values[a:b], **opts) for a, b in zip(cuts, cuts[1:])]
+    return None
+
+
+def fast_tensor_rows(table: pa.Table, format_type: str, format_kwargs: dict) -> list[dict] | None:
+    """``format_row`` of HF's numpy / torch formatter for each row of a table of simple columns, else ``None``."""
+    names, columns = table.column_names, []
+    for col in table.columns:
+        values = _row_values(col, format_type, format_kwargs)
+        if values is None:
+            return None
+        columns.append(values)
+    return [dict(zip(names, row)) for row in zip(*columns)] if columns else [{} for _ in range(table.num_rows)]
+
+
+class ArrowRowValues:
+    """A Python example of an Arrow-backed pipeline as numpy values of the types HF's Arrow path gives
+    (HF formats such rows from Arrow tables; ``_row_values`` computes the same from Arrow columns):
+    ints and floats as numpy scalars (of the column's type when ``features`` say it), strings as
+    ``np.str_``, booleans as 0-d arrays, flat lists of numbers as int64 / float32 arrays
+    (``format_kwargs`` apply to arrays, as in HF). Any other value goes to ``tensorize`` (HF's
+    ``recursive_tensorize``), which is also what values already formatted get.
+
+    ``batch_rows``: the values of one row of HF's formatted *batch* instead (what HF gives a map or
+    filter after ``with_format``): ints as int64, floats as float32, booleans as ``np.bool_``."""
+
+    def __init__(self, features: Any, format_kwargs: dict, tensorize: Callable[[Any], Any],
+                 batch_rows: bool = False):
+        self.kwargs, self.tensorize, self.batch_rows = format_kwargs, tensorize, batch_rows
+        self.scalars: dict = {}  # column -> numpy scalar type, from a numeric ``Value`` feature
+        for name, feature in (() if batch_rows else (features or {}).items()):
+            try:
+                dtype = np.dtype(getattr(feature, "dtype", None) or "O") if type(feature).__name__ == "Value" else None
+            except TypeError:  # "string", "timestamp[s]"...: not a numpy dtype
+                dtype = None
+            if dtype is not None and dtype.kind in "iuf":
+                self.scalars[name] = dtype.type
+
+    def _list(self, values: list) -> Any:
+        kinds = {type(v) for v in values}
+        if kinds == {int}:
+            return np.asarray(values, **{"dtype": np.int64, **self.kwargs})
+        if kinds and kinds <= {int, float}:
+            return np.asarray(values, **{"dtype": np.float32, **self.kwargs})
+        if kinds == {bool}:
+            return np.asarray(values, **self.kwargs)
+        return self.tensorize(values)
+
+    def __call__(self, example: dict) -> dict:
+        out = {}
+        for name, v in example.items():
+            t = type(v)
+            if t is int or t is float:
+                scalar = self.scalars.get(name)
+                if scalar is None or (t is float and not issubclass(scalar, np.floating)):
+                    scalar = np.int64 if t is int else np.float32 if self.batch_rows else np.float64
+                try:
+                    out[name] = scalar(v)
+                except OverflowError:
+                    out[name] = self.tensorize(v)
+            elif t is str:
+                out[name] = np.str_(v)
+            elif t is bool:  # np.bool_ is no np.number: HF makes a 0-d array of it
+                out[name] = np.bool_(v) if self.batch_rows else np.asarray(v, **self.kwargs)
+            elif t is list:
+                out[name] = self._list(v)
+            else:
+                out[name] = self.tensorize(v)
+        return out
+
+
+def object_strings(batch: Any) -> Any:
+    """``batch`` with its ``'<U'`` arrays as object arrays of ``str``, as in the batches of HF's
+    ``batch()`` (a batched map, whose string cells reach the formatter as lists)."""
+    if isinstance(batch, dict):
+        for name, v in batch.items():
+            if isinstance(v, np.ndarray) and v.dtype.kind == "U":
+                batch[name] = v.astype(object)
+    return batch
+
+
+def table_batch(batch: dict, schema: pa.Schema | None, format_kwargs: dict) -> dict | None:
+    """A Python ``batch`` (``{column: values}``) as HF's numpy formatter makes the Arrow table of it,
+    or ``None`` when it does not make a table of simple columns."""
+    try:
+        table = python_batch_to_table(batch, schema)
+    except (pa.ArrowException, TypeError, ValueError):
+        return None
+    return fast_tensor_batch(table, "numpy", format_kwargs)
+
+
+def python_batch_to_table(batch: dict, schema: pa.Schema | None = None) -> pa.Table:
+    """A batch of Python values as an Arrow table, with ``schema``'s types when they fit (the
+    types the column-wise path has for these columns)."""
+    from datasets.features.features import cast_to_python_objects
+
+    batch = cast_to_python_objects(batch, only_1d_for_numpy=True)
+    if schema is not None:
+        try:
+            return pa.Table.from_pydict(batch, schema=schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, ValueError):
+            pass
+    return pa.Table.from_pydict(batch)
