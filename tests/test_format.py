@@ -278,9 +278,17 @@ def test_map_after_with_format_gets_the_arrow_path_types_as_hf(batched):
             return e
         return f
 
+    out = {}
     for lib, ds in zip(("ours", "hf"), both(lambda d, lib: d.take(8))):
-        list(ds.with_format("numpy").map(record(lib), batched=batched, batch_size=3))
+        out[lib] = list(ds.with_format("numpy").map(record(lib), batched=batched, batch_size=3))
     assert seen["ours"] == seen["hf"]
+    # the columns a function leaves alone keep the values it was given (HF updates the formatted example)
+    for lib, ds in zip(("ours", "hf"), both(lambda d, lib: d.shuffle(seed=1, buffer_size=3))):
+        f = (lambda b: {"n": [len(s) for s in b["s"]]}) if batched else (lambda e: {"n": len(e["s"])})
+        out[lib] = list(ds.with_format("numpy").map(f, batched=batched, batch_size=3))
+    assert [kinds(r) for r in sorted(out["ours"], key=lambda r: int(r["id"]))] == \
+        [kinds(r) for r in sorted(out["hf"], key=lambda r: int(r["id"]))]
+    assert kinds(out["ours"][0])["f"] == ("float32", "float32", 0)
 
 
 def test_batches_of_the_dataset_batch_hold_strings_as_objects_as_hf():

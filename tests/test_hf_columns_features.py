@@ -246,3 +246,13 @@ def test_declared_types_survive_row_operations_in_formatted_output_as_hf(fmt):
         ours, theirs = (op(d.with_format(fmt)) for d in (ri.to_iterable_dataset(hf), hf.to_iterable_dataset()))
         assert [types(r) for r in ours] == [types(r) for r in theirs]
         assert [types(b) for b in ours.iter(2)] == [types(b) for b in theirs.iter(2)]
+
+
+def test_a_value_that_does_not_fit_its_new_feature_names_the_column():
+    from datasets import Sequence
+
+    ds = ri.to_iterable_dataset(Dataset.from_dict({"id": [1, 2], "t": ["a", "b"]}))
+    with pytest.raises(TypeError, match=r"cast: column 'id': value 1 does not fit List\(Value\('int64'\)\)"):
+        list(ds.cast_column("id", Sequence(Value("int64"))))
+    with pytest.raises(ValueError, match=r"cast: column 't': value 'a' does not fit ClassLabel.*Invalid string class label"):
+        list(ds.cast_column("t", ClassLabel(names=["x"])))

@@ -48,8 +48,8 @@ def arrow_rooted(node: Node) -> bool:
     """True if ``node`` yields the rows of Arrow-backed sources through the nodes HF keeps on its
     Arrow path (shuffle, take, interleave...): HF then formats the rows from Arrow tables, which
     decides the types of formatted values. A map or filter whose function says ``keeps_arrow_rows``
-    counts too: ``cast`` (HF keeps it on its Arrow path) and functions given after ``with_format``
-    (HF passes on the formatted rows they get and return)."""
+    counts too: ``cast`` (HF keeps it on its Arrow path) and a filter given after ``with_format``
+    (HF passes on the formatted rows it gets)."""
     if type(node) in (ArrowSource, FileSource):
         return True
     if node.kind not in ARROW_PATH_KINDS and not getattr(getattr(node, "function", None), "keeps_arrow_rows", False):

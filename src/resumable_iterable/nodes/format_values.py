@@ -228,13 +228,12 @@ class ArrowRowValues:
 
 
 def object_strings(batch: Any) -> Any:
-    """``batch`` with its ``'<U'`` arrays as object arrays of ``str``, as in the batches of HF's
-    ``batch()`` (a batched map, whose string cells reach the formatter as lists)."""
-    if isinstance(batch, dict):
-        for name, v in batch.items():
-            if isinstance(v, np.ndarray) and v.dtype.kind == "U":
-                batch[name] = v.astype(object)
-    return batch
+    """A copy of ``batch`` with its ``'<U'`` arrays as object arrays of ``str``, as in the batches of
+    HF's ``batch()`` (a batched map, whose string cells reach the formatter as lists)."""
+    if not isinstance(batch, dict):
+        return batch
+    return {name: v.astype(object) if isinstance(v, np.ndarray) and v.dtype.kind == "U" else v
+            for name, v in batch.items()}
 
 
 def table_batch(batch: dict, schema: pa.Schema | None, format_kwargs: dict) -> dict | None:

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from .format_values import object_strings
+
 TABLE_FORMATS = ("arrow", "pandas", "polars")
 _TABLE_TYPES = {"arrow": "pyarrow.Table", "pandas": "pandas.DataFrame", "polars": "polars.DataFrame"}
 
@@ -61,6 +63,13 @@ def _to_numpy(value: Any) -> Any:
     return np.asarray(value)
 
 
+def _same_length(formatted: dict, out: dict, batched: bool) -> bool:
+    if not batched:
+        return True
+    lengths = {len(v) for v in (*formatted.values(), *out.values()) if hasattr(v, "__len__")}
+    return len(lengths) <= 1
+
+
 def formatted_function(function: Any, fmt: tuple, kind: str, batched: bool, batch_size: Any, input_columns: Any,
                        schema: Any, arrow_rows: Any = None) -> tuple:
     """``(function, batched, batch_size, replace_input)`` for the map/filter node of a dataset
@@ -90,7 +99,11 @@ class FormattedCall:
     the features of Arrow-backed input rows, which HF formats from Arrow (``format.ArrowRowValues``
     for an example, a table for a batch), as iterating them would."""
 
-    keeps_arrow_rows = True  # HF passes the formatted rows on (``arrow_batches.arrow_rooted``)
+    @property
+    def keeps_arrow_rows(self) -> bool:
+        """A filter passes Arrow-backed rows on as HF's does (``arrow_batches.arrow_rooted``); a map's
+        rows carry the formatted values it was given, and HF formats what it adds as Python values."""
+        return self.kind == "filter"
 
     def __init__(self, function: Any, format_type: str, format_kwargs: dict, kind: str, batched: bool,
                  columns: list[str] | None, schema: Any = None, arrow_rows: Any = None):
@@ -119,20 +132,24 @@ class FormattedCall:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         n = len(self.columns) if self.columns is not None else 1
         data, rest = list(args[:n]), list(args[n:])
+        kept = None  # the formatted values a map's untouched columns keep, when not those given
         if self.table:
             data = self._tables(data)
             if rest and not self.batched:
                 rest[0] = rest[0][0]  # run one row at a time: HF passes that row's index
         elif self.arrow_rows is not None:
-            data = [self._arrow_data(data[0])]
+            kept = self._arrow_data(data[0])
+            data = [object_strings(kept) if self.batched else kept]
         else:
             tensorize = self._format().recursive_tensorize
             data = [tensorize(d) for d in data]
         out = self.function(*data, *rest, **kwargs)
-        return self._filter_output(out) if self.kind == "filter" else self._map_output(out)
+        if self.kind == "filter":
+            return self._filter_output(out)
+        return self._map_output(out, (kept or data[0]) if self.columns is None and not self.table else None)
 
     def _arrow_data(self, data: dict) -> Any:
-        from .format_values import ArrowRowValues, object_strings, table_batch
+        from .format_values import ArrowRowValues, table_batch
         from .rows import rows_to_batch
 
         tensorize = self._format().recursive_tensorize
@@ -141,7 +158,7 @@ class FormattedCall:
             return ArrowRowValues(features, self.format_kwargs, tensorize, batch_rows=True)(data)
         batch = table_batch(data, features.arrow_schema if features is not None else None, self.format_kwargs)
         if batch is not None:
-            return object_strings(batch)  # (HF's batches for a function hold strings as objects)
+            return batch  # (the function gets its strings as objects, as from HF: see __call__)
         n = len(next(iter(data.values()), ()))
         rows = [{k: v[i] for k, v in data.items()} for i in range(n)]
         row = ArrowRowValues(features, self.format_kwargs, tensorize)
@@ -155,7 +172,11 @@ class FormattedCall:
             return [table[c] for c in self.columns]
         return [self._format().format_batch(python_batch_to_table(data[0], self.schema))]
 
-    def _map_output(self, out: Any) -> Any:
+    def _map_output(self, out: Any, formatted: Any = None) -> Any:
+        """What the map node takes from the function's output ``out``. Like HF, the columns the
+        function leaves alone keep the values it was given (``formatted``, the formatted example or
+        batch): HF's map updates the formatted example with the output (a batch only when the
+        output has its length: else the map node's own rules for row counts apply)."""
         if self.table:
             table = _table_to_arrow(out)
             if not isinstance(table, pa.Table):
@@ -164,7 +185,10 @@ class FormattedCall:
                                 f"{_TABLE_TYPES[self.format_type]} to update the dataset, as HF datasets requires")
             return table.to_pydict()
         if isinstance(out, dict):
-            return {k: _to_numpy(v) for k, v in out.items()}
+            out = {k: _to_numpy(v) for k, v in out.items()}
+            if isinstance(formatted, dict) and _same_length(formatted, out, self.batched):
+                out = {**{k: _to_numpy(v) for k, v in formatted.items()}, **out}
+            return out
         return out
 
     def _filter_output(self, out: Any) -> Any:

@@ -78,7 +78,25 @@ class ApplyFeatures:
             v = example[name]
             if v is not None:
                 example[name] = check(v)
-        return features.decode_example(features.encode_example(example))
+        try:
+            encoded = features.encode_example(example)
+        except (TypeError, ValueError, KeyError) as e:
+            raise type(e)(self._which(example, e)) from e
+        return features.decode_example(encoded)
+
+    def _which(self, example: dict, error: Exception) -> str:
+        """``error`` of encoding ``example``, naming the column whose value does not fit its feature."""
+        from datasets.features.features import encode_nested_example
+
+        for name, feature in self.features.items():
+            value = example.get(name)
+            try:
+                encode_nested_example(feature, value)
+            except Exception:  # noqa: BLE001 - this column is the one
+                shown = repr(value)
+                shown = shown if len(shown) <= 80 else shown[:77] + "..."
+                return f"cast: column {name!r}: value {shown} does not fit {feature}: {error}"
+        return f"cast: {error}"
 
     def __repr__(self) -> str:
         return f"ApplyFeatures({list(self.features)})"
