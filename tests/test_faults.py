@@ -181,6 +181,53 @@ def test_training_process_killed_resumes_exactly_from_its_state_file(tmp_path):
     assert got == full and len(full) > 40
 
 
+_KILLED_WITH_WORKERS = textwrap.dedent("""
+    import os, signal, sys
+    import numpy as np
+    import resumable_iterable as ri
+    from resumable_iterable.integrations.torch import workers
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    workers.ORPHAN_GRACE = 1.0  # (10 s by default)
+
+    def gen(shards):
+        for s in shards:
+            for r in range(200):
+                yield {"id": s * 200 + r, "x": np.full(512, r, dtype=np.float64)}
+
+    ds = ri.IterableDataset.from_generator(gen, gen_kwargs={"shards": list(range(8))}).shuffle(seed=0, buffer_size=200)
+    make = ri.StatefulDataLoader if sys.argv[1] == "ri" else StatefulDataLoader
+    it = iter(make(ds, batch_size=16, num_workers=2))
+    for _ in range(3):
+        next(it)
+    print(" ".join(str(w.pid) for w in it._workers), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+@pytest.mark.parametrize("loader", ["ri", "torchdata"])
+def test_workers_do_not_outlive_a_killed_training_process(tmp_path, loader):
+    """Killed with SIGKILL (or by the out-of-memory killer), the main process cannot stop its
+    DataLoader workers. Torch's loop in a worker notices, but the worker then hung at exit on a full
+    pipe (the states and batches it had queued) and stayed, holding its memory, for ever."""
+    script = tmp_path / "killed.py"
+    script.write_text(_KILLED_WITH_WORKERS)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    with open(out, "w") as o, open(err, "w") as e:  # files, not pipes: workers left behind would hold pipes open
+        r = subprocess.run([sys.executable, str(script), loader], env=env, timeout=120, stdout=o, stderr=e)
+    assert r.returncode == -signal.SIGKILL, err.read_text()
+    pids = [int(p) for p in out.read_text().split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
+        time.sleep(0.2)
+    alive = [p for p in pids if os.path.exists(f"/proc/{p}")]
+    for p in alive:
+        os.kill(p, signal.SIGKILL)
+    assert not alive, f"DataLoader workers {alive} outlived their killed main process"
+
+
 # ============================================================================ user code that raises
 
 

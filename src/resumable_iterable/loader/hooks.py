@@ -10,7 +10,9 @@ framework's integration (``integrations/torch/workers.py``), which registers it 
 * ``new_claims`` / ``claim`` / ``claimed``: the shared record of which workers took their part
   of a state loaded in the main process;
 * ``prepare_for_workers`` / ``adopt_unpickled``: a session about to be sent to workers, or just
-  unpickled or copied.
+  unpickled or copied;
+* ``worker_started``: called in a DataLoader worker when a pass starts there (the worker then
+  watches for the death of its main process).
 
 Who imports that integration? The package's ``__init__`` registers a *provider*
 (:func:`register_provider`): the modules that must be imported (``torch``) and a function that
@@ -39,6 +41,7 @@ class WorkerHooks:
     claimed: Callable[[Any], bool]
     prepare_for_workers: Callable[[Any], None]
     adopt_unpickled: Callable[[Any], None]
+    worker_started: Callable[[], None]
 
 
 _providers: list[tuple[tuple[str, ...], Callable[[], None]]] = []

@@ -162,6 +162,10 @@ class IterationSession:
     def pass_node(self) -> Node:
         """The live node tree of the pass about to start: a loaded state not iterated yet, or a fresh one."""
         worker = current_worker()
+        if worker is not None:
+            h = hooks.current()
+            if h is not None:
+                h.worker_started()
         self._resolve_pending(worker)
         if self.pending and self.active is not None:
             self.pending = False

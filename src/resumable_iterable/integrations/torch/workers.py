@@ -20,12 +20,21 @@ persistent workers, and the record of which workers took their part of a loaded 
   ``set_epoch`` on either reach the other's workers.
 * **A state loaded in the main process** is split among the DataLoader workers of the next pass:
   each takes its part once (:func:`claim`), so a later pass starts from scratch.
+* **A worker outlives no killed main process** (:func:`worker_started`). When the main process
+  dies without shutting its loader down (``SIGKILL``, the out-of-memory killer), torch's worker
+  loop notices and returns, but the worker can then hang for ever at exit: ``multiprocessing``
+  waits for its queue's feeder thread, which blocks on a full pipe that no one reads (our
+  workers send more through it than torch's: states, small tensors by value). A thread in each
+  worker ends the process if it is still alive some seconds after its main process died.
 """
 
 from __future__ import annotations
 
 import abc
+import multiprocessing
 import os
+import threading
+import time
 
 import torch
 import torch.utils.data
@@ -182,8 +191,35 @@ def claimed(claims: torch.Tensor) -> bool:
     return int(claims[0]) != 0
 
 
+# ============================================================================ workers of a killed main process
+
+ORPHAN_POLL = 1.0  # seconds between two looks at the main process
+ORPHAN_GRACE = 10.0  # seconds an orphaned worker is given to exit by itself (torch's loop looks every 5 s)
+_watching: list = [None]  # the pid of the process whose worker watch is running
+
+
+def worker_started() -> None:
+    """In a DataLoader worker: start (once per process) the daemon thread that ends the process
+    ``ORPHAN_GRACE`` seconds after its main process died, if it is still there then."""
+    pid = os.getpid()
+    parent = multiprocessing.parent_process()
+    if _watching[0] == pid or parent is None:
+        return
+    _watching[0] = pid
+    threading.Thread(target=_watch_main_process, args=(parent.pid,), daemon=True,
+                     name="resumable_iterable worker watch").start()
+
+
+def _watch_main_process(main_pid: int) -> None:
+    while os.getppid() == main_pid:
+        time.sleep(ORPHAN_POLL)
+    time.sleep(ORPHAN_GRACE)
+    os._exit(1)  # nothing is left to deliver to, and exiting normally may block for ever (see above)
+
+
 def register() -> None:
     """Hand the hooks above to the loader layer (done once, when ``integrations.torch`` is imported)."""
     register_hooks(WorkerHooks(attach_base=attach_torch_base, publish_epoch=publish_epoch, shared_epoch=shared_epoch,
                                new_claims=new_claims, claim=claim, claimed=claimed,
-                               prepare_for_workers=prepare_for_workers, adopt_unpickled=adopt_unpickled))
+                               prepare_for_workers=prepare_for_workers, adopt_unpickled=adopt_unpickled,
+                               worker_started=worker_started))
