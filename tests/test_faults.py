@@ -195,27 +195,29 @@ _KILLED_WITH_WORKERS = textwrap.dedent("""
             for r in range(200):
                 yield {"id": s * 200 + r, "x": np.full(512, r, dtype=np.float64)}
 
-    ds = ri.IterableDataset.from_generator(gen, gen_kwargs={"shards": list(range(8))}).shuffle(seed=0, buffer_size=200)
-    make = ri.StatefulDataLoader if sys.argv[1] == "ri" else StatefulDataLoader
-    it = iter(make(ds, batch_size=16, num_workers=2))
-    for _ in range(3):
-        next(it)
-    print(" ".join(str(w.pid) for w in it._workers), flush=True)
-    os.kill(os.getpid(), signal.SIGKILL)
+    if __name__ == "__main__":
+        ds = ri.IterableDataset.from_generator(gen, gen_kwargs={"shards": list(range(8))}).shuffle(seed=0, buffer_size=200)
+        make = ri.StatefulDataLoader if sys.argv[1] == "ri" else StatefulDataLoader
+        it = iter(make(ds, batch_size=16, num_workers=2, multiprocessing_context=sys.argv[2]))
+        for _ in range(3):
+            next(it)
+        print(" ".join(str(w.pid) for w in it._workers), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
 """)
 
 
-@pytest.mark.parametrize("loader", ["ri", "torchdata"])
-def test_workers_do_not_outlive_a_killed_training_process(tmp_path, loader):
+@pytest.mark.parametrize("loader,context", [("ri", "fork"), ("torchdata", "fork"), ("ri", "forkserver")])
+def test_workers_do_not_outlive_a_killed_training_process(tmp_path, loader, context):
     """Killed with SIGKILL (or by the out-of-memory killer), the main process cannot stop its
     DataLoader workers. Torch's loop in a worker notices, but the worker then hung at exit on a full
-    pipe (the states and batches it had queued) and stayed, holding its memory, for ever."""
+    pipe (the states and batches it had queued) and stayed, holding its memory, for ever. With
+    ``forkserver`` torch's loop does not even notice (its parent is the fork server)."""
     script = tmp_path / "killed.py"
     script.write_text(_KILLED_WITH_WORKERS)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     out, err = tmp_path / "out.txt", tmp_path / "err.txt"
     with open(out, "w") as o, open(err, "w") as e:  # files, not pipes: workers left behind would hold pipes open
-        r = subprocess.run([sys.executable, str(script), loader], env=env, timeout=120, stdout=o, stderr=e)
+        r = subprocess.run([sys.executable, str(script), loader, context], env=env, timeout=120, stdout=o, stderr=e)
     assert r.returncode == -signal.SIGKILL, err.read_text()
     pids = [int(p) for p in out.read_text().split()]
     assert len(pids) == 2

@@ -200,18 +200,37 @@ _watching: list = [None]  # the pid of the process whose worker watch is running
 
 def worker_started() -> None:
     """In a DataLoader worker: start (once per process) the daemon thread that ends the process
-    ``ORPHAN_GRACE`` seconds after its main process died, if it is still there then."""
+    ``ORPHAN_GRACE`` seconds after its main process died, if it is still there then.
+
+    The main process is dead when the worker is re-parented (its parent is the main process with
+    ``fork`` and ``spawn``) or when the main process's pid is gone or a zombie (with
+    ``forkserver`` the parent is the fork server, which outlives the main process: torch's own
+    watch never fires there)."""
     pid = os.getpid()
-    parent = multiprocessing.parent_process()
-    if _watching[0] == pid or parent is None:
+    main = multiprocessing.parent_process()
+    if _watching[0] == pid or main is None:
         return
     _watching[0] = pid
-    threading.Thread(target=_watch_main_process, args=(parent.pid,), daemon=True,
+    threading.Thread(target=_watch_main_process, args=(os.getppid(), main.pid), daemon=True,
                      name="resumable_iterable worker watch").start()
 
 
-def _watch_main_process(main_pid: int) -> None:
-    while os.getppid() == main_pid:
+def _dead(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:  # Linux: a zombie is dead, only not reaped yet
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _watch_main_process(parent_pid: int, main_pid: int) -> None:
+    while os.getppid() == parent_pid and not _dead(main_pid):
         time.sleep(ORPHAN_POLL)
     time.sleep(ORPHAN_GRACE)
     os._exit(1)  # nothing is left to deliver to, and exiting normally may block for ever (see above)
