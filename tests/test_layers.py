@@ -193,6 +193,8 @@ ATTRIBUTE_ALLOWED = [
                                       "(ModuleSpec._initializing, read the same way by importlib itself)"),
     ("integrations.torch.arena", "_new_shared", "torch has no public constructor of a storage in shared memory "
                                           "(the worker buffer arena)"),
+    ("integrations.torch.workers", "_exit", "os._exit is Python's documented way to end a process at once, "
+                                            "without the exit handlers that would block an orphaned worker"),
 ]
 
 
