@@ -711,3 +711,21 @@ def test_a_table_map_must_return_a_table():
 def test_add_column_after_with_format_is_not_a_formatted_function():
     ds = ri.to_iterable_dataset(HF, num_shards=2).with_format("numpy").add_column("k", list(range(len(ROWS))))
     assert [int(ex["k"]) for ex in ds] == list(range(len(ROWS)))
+
+
+def test_nulls_empty_and_ragged_lists_of_arrow_backed_rows_are_formatted_as_hf():
+    """A null number is NaN, an empty list has its feature's dtype, and batches that are no simple
+    columns (nulls, ragged lists) are formatted by HF's own formatter from the Arrow table."""
+    from datasets import Features, List, Value
+
+    features = Features({"n": Value("int64"), "el": List(Value("float32")), "s": Value("string")})
+    hf = Dataset.from_dict({"n": [None, 1, 2, 3], "el": [[], [1.5], [], [2.5]], "s": ["a", None, "c", "d"]},
+                           features=features)
+    for op in (lambda d: d.take(4), lambda d: d.skip(0)):
+        ours, theirs = op(ri.to_iterable_dataset(hf)).with_format("numpy"), op(hf.to_iterable_dataset()).with_format("numpy")
+        got, want = list(ours), list(theirs)
+        assert [kinds(r) for r in got] == [kinds(r) for r in want]
+        assert np.isnan(got[0]["n"]) and got[0]["el"].dtype == np.float32
+        got, want = list(ours.iter(2)), list(theirs.iter(2))
+        assert [kinds(b) for b in got] == [kinds(b) for b in want]
+        assert [str(b["s"].dtype) for b in got] == ["object", "<U1"]

@@ -170,8 +170,9 @@ class FormatNode(Node):
             elif self.arrow_rows and not _needs_decoding(self.features):
                 # like HF's Arrow path: the batch as an Arrow table, formatted column-wise
                 schema = self.features.arrow_schema if self.features is not None else None
+                format_batch = _formatter(self.format_type, self.format_kwargs, self.features).format_batch
                 for rows in self._batches():
-                    batch = table_batch(rows_to_batch(rows), schema, self.format_kwargs)
+                    batch = table_batch(rows_to_batch(rows), schema, self.format_kwargs, format_batch)
                     yield tensorize(rows_to_batch([row(x) for x in rows])) if batch is None else batch
             else:  # like HF: each example is formatted, then the batch of formatted examples
                 for rows in self._batches():

@@ -186,15 +186,19 @@ class ArrowRowValues:
                  batch_rows: bool = False):
         self.kwargs, self.tensorize, self.batch_rows = format_kwargs, tensorize, batch_rows
         self.scalars: dict = {}  # column -> numpy scalar type, from a numeric ``Value`` feature
+        self.lists: dict = {}  # column -> numpy dtype of HF's array for a list of numeric ``Value``s
         for name, feature in (() if batch_rows else (features or {}).items()):
-            try:
-                dtype = np.dtype(getattr(feature, "dtype", None) or "O") if type(feature).__name__ == "Value" else None
-            except TypeError:  # "string", "timestamp[s]"...: not a numpy dtype
-                dtype = None
+            dtype = _numeric_dtype(feature)
             if dtype is not None and dtype.kind in "iuf":
                 self.scalars[name] = dtype.type
+            elif type(feature).__name__ in ("List", "Sequence", "LargeList"):
+                inner = _numeric_dtype(getattr(feature, "feature", None))
+                if inner is not None:
+                    self.lists[name] = np.int64 if inner.kind in "iu" else np.float32 if inner.kind == "f" else inner
 
-    def _list(self, values: list) -> Any:
+    def _list(self, name: str, values: list) -> Any:
+        if not values and name in self.lists:  # (an empty list has no values to tell its type)
+            return np.asarray(values, **{"dtype": self.lists[name], **self.kwargs})
         kinds = {type(v) for v in values}
         if kinds == {int}:
             return np.asarray(values, **{"dtype": np.int64, **self.kwargs})
@@ -221,10 +225,24 @@ class ArrowRowValues:
             elif t is bool:  # np.bool_ is no np.number: HF makes a 0-d array of it
                 out[name] = np.bool_(v) if self.batch_rows else np.asarray(v, **self.kwargs)
             elif t is list:
-                out[name] = self._list(v)
+                out[name] = self._list(name, v)
+            elif v is None and name in self.scalars:  # a null number: NaN, as Arrow's numpy column holds it
+                scalar = self.scalars[name]
+                out[name] = scalar("nan") if issubclass(scalar, np.floating) else np.float64("nan")
             else:
                 out[name] = self.tensorize(v)
         return out
+
+
+def _numeric_dtype(feature: Any) -> np.dtype | None:
+    """The numpy dtype of a numeric (or boolean) ``Value`` feature, else ``None``."""
+    if type(feature).__name__ != "Value":
+        return None
+    try:
+        dtype = np.dtype(getattr(feature, "dtype", None) or "O")
+    except TypeError:  # "string", "timestamp[s]"...: not a numpy dtype
+        return None
+    return dtype if dtype.kind in "iufb" else None
 
 
 def object_strings(batch: Any) -> Any:
@@ -236,14 +254,17 @@ def object_strings(batch: Any) -> Any:
             for name, v in batch.items()}
 
 
-def table_batch(batch: dict, schema: pa.Schema | None, format_kwargs: dict) -> dict | None:
-    """A Python ``batch`` (``{column: values}``) as HF's numpy formatter makes the Arrow table of it,
-    or ``None`` when it does not make a table of simple columns."""
+def table_batch(batch: dict, schema: pa.Schema | None, format_kwargs: dict,
+                format_batch: Callable[[pa.Table], Any]) -> dict | None:
+    """A Python ``batch`` (``{column: values}``) as HF's numpy formatter makes the Arrow table of it
+    (computed here for simple columns, else by ``format_batch``, HF's), or ``None`` when the values
+    make no Arrow table."""
     try:
         table = python_batch_to_table(batch, schema)
     except (pa.ArrowException, TypeError, ValueError):
         return None
-    return fast_tensor_batch(table, "numpy", format_kwargs)
+    fast = fast_tensor_batch(table, "numpy", format_kwargs)
+    return format_batch(table) if fast is None else fast
 
 
 def python_batch_to_table(batch: dict, schema: pa.Schema | None = None) -> pa.Table:

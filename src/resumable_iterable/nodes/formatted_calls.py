@@ -156,7 +156,8 @@ class FormattedCall:
         features = self.arrow_rows or None
         if not self.batched:  # HF: a row of the formatted batch
             return ArrowRowValues(features, self.format_kwargs, tensorize, batch_rows=True)(data)
-        batch = table_batch(data, features.arrow_schema if features is not None else None, self.format_kwargs)
+        batch = table_batch(data, features.arrow_schema if features is not None else None, self.format_kwargs,
+                            self._format().format_batch)
         if batch is not None:
             return batch  # (the function gets its strings as objects, as from HF: see __call__)
         n = len(next(iter(data.values()), ()))
