@@ -256,3 +256,23 @@ def test_a_value_that_does_not_fit_its_new_feature_names_the_column():
         list(ds.cast_column("id", Sequence(Value("int64"))))
     with pytest.raises(ValueError, match=r"cast: column 't': value 'a' does not fit ClassLabel.*Invalid string class label"):
         list(ds.cast_column("t", ClassLabel(names=["x"])))
+
+
+def test_cast_checks_numbers_inside_lists_and_structs_and_integer_strings():
+    from datasets import List
+
+    cases = [({"x": [[1.5], [2.0]]}, List(Value("int32")), r"column 'x' is int32: float value 1.5 would be truncated"),
+             ({"x": [[300]]}, List(Value("int8")), r"column 'x' is int8: value 300 is out of its range"),
+             ({"x": [{"a": 300}]}, {"a": Value("int8")}, r"column 'x.a' is int8: value 300 is out of its range"),
+             ({"x": ["300"]}, Value("int8"), r"column 'x' is int8: value 300 is out of its range"),
+             ({"x": [" 5"]}, Value("int64"), r"column 'x' is int64: string ' 5' is not an integer")]
+    for data, feature, message in cases:
+        hf = Dataset.from_dict(data)
+        with pytest.raises(ValueError, match=message):
+            list(ri.to_iterable_dataset(hf).cast_column("x", feature))
+        with pytest.raises(Exception):
+            list(hf.to_iterable_dataset().cast_column("x", feature))
+    ok = Dataset.from_dict({"x": [[1.0, None], [2.0]], "s": ["7", "-8"]})
+    got = list(ri.to_iterable_dataset(ok).cast(Features({"x": List(Value("int32")), "s": Value("int8")})))
+    assert got == [{"x": [1, None], "s": 7}, {"x": [2], "s": -8}]
+    assert got == list(ok.to_iterable_dataset().cast(Features({"x": List(Value("int32")), "s": Value("int8")})))

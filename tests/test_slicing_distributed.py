@@ -486,3 +486,11 @@ def test_concatenation_of_single_shard_datasets_resumes_exactly_through_workers(
         per_worker.setdefault(w, set()).add(i // 10)
     assert sorted(map(sorted, per_worker.values())) == sorted(map(sorted, ([j for j in range(4) if j % workers == w]
                                                                            for w in range(workers))))
+
+
+def test_a_state_loaded_under_another_strategy_says_so():
+    ds = ri.split_dataset_by_node(base(4), 0, 2, strategy="examples")
+    take(iter(ds), 3)
+    state = json_roundtrip(ds.state_dict())
+    with pytest.raises(ValueError, match="another split_dataset_by_node strategy"):
+        ri.split_dataset_by_node(base(4), 0, 2).load_state_dict(state)

@@ -85,7 +85,8 @@ def _check_split(split: Any, where: str) -> dict:
 
 
 def describe_split(ranks: list, worker) -> str:
-    parts = [f"rank {r[0]} of {r[1]}" + (f" (by {r[2]})" if len(r) > 2 else "") for r in ranks]
+    parts = [f"rank {r[0]} of {r[1]} (by {r[2] if len(r) > 2 else 'auto'})" if any(len(q) > 2 for q in ranks)
+             else f"rank {r[0]} of {r[1]}" for r in ranks]
     eff = effective_worker(tuple(worker) if worker is not None else None)
     parts.append(f"DataLoader worker {eff[0]} of {eff[1]}" if eff else "no DataLoader worker split")
     return ", ".join(parts)

@@ -48,6 +48,11 @@ def load_node(template: Node, split: tuple, state, worker) -> tuple[Node, int]:
         saved = state.get("split")
         if isinstance(saved, dict) and saved.get("base") == base and "ranks" in saved and "worker" in saved:
             saved_w = tuple(saved["worker"]) if isinstance(saved["worker"], list) else None
+            if [r[:2] for r in saved["ranks"]] == [r[:2] for r in ranks] and saved["ranks"] != ranks:
+                raise ValueError(
+                    f"this state was saved by {describe_split(saved['ranks'], saved_w)} but is loaded in "
+                    f"{describe_split(ranks, worker)}: the ranks split the dataset with another "
+                    "split_dataset_by_node strategy; call it with the strategy of the saved run")
             if saved["ranks"] != ranks or effective_worker(saved_w) != effective_worker(worker):
                 raise ValueError(
                     f"this state was saved by {describe_split(saved['ranks'], saved_w)} but is loaded in "

@@ -14,6 +14,7 @@ Both are plain picklable objects (DataLoader workers receive them).
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 
@@ -31,6 +32,12 @@ def _number_check(name: str, dtype: str) -> Callable[[Any], Any] | None:
         info = np.iinfo(np_dtype)
 
         def check_int(v: Any) -> Any:
+            if isinstance(v, np.ndarray) and v.ndim == 0:
+                v = v.item()
+            if isinstance(v, str):  # as Arrow's cast reads a string: digits, nothing around them
+                if not re.fullmatch(r"[+-]?[0-9]+", v):
+                    raise ValueError(f"cast: column {name!r} is {dtype}: string {v!r} is not an integer")
+                v = int(v)
             if isinstance(v, (float, np.floating)):
                 if not float(v).is_integer():
                     raise ValueError(f"cast: column {name!r} is {dtype}: float value {v!r} would be truncated")
@@ -45,9 +52,42 @@ def _number_check(name: str, dtype: str) -> Callable[[Any], Any] | None:
         scalar = np_dtype.type
 
         def check_float(v: Any) -> Any:  # the value the narrower float holds, as Arrow's cast gives it
-            return float(scalar(v)) if isinstance(v, (int, float, np.number)) and not isinstance(v, bool) else v
+            if not isinstance(v, (int, float, np.number)) or isinstance(v, bool):
+                return v
+            with np.errstate(over="ignore"):  # past the type's range: inf, as Arrow's cast gives
+                return float(scalar(v))
 
         return check_float
+    return None
+
+
+def _feature_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
+    """:func:`_number_check` for a feature, looking into lists (``List`` / ``Sequence``) and structs
+    (dicts of features) for the numeric ``Value`` s inside; ``None`` when there is none."""
+    kind = type(feature).__name__
+    if kind == "Value":
+        return _number_check(name, feature.dtype)
+    if kind in ("List", "Sequence", "LargeList") and not isinstance(getattr(feature, "feature", None), dict):
+        inner = _feature_check(name, feature.feature)
+        if inner is None:
+            return None
+
+        def check_list(v: Any) -> Any:
+            return [None if x is None else inner(x) for x in v] if isinstance(v, (list, tuple)) or (
+                hasattr(v, "ndim") and getattr(v, "ndim", 0) == 1) else v
+
+        return check_list
+    if isinstance(feature, dict):
+        inner = {k: c for k, c in ((k, _feature_check(f"{name}.{k}", f)) for k, f in feature.items()) if c is not None}
+        if not inner:
+            return None
+
+        def check_struct(v: Any) -> Any:
+            if not isinstance(v, dict):
+                return v
+            return {k: (inner[k](x) if k in inner and x is not None else x) for k, x in v.items()}
+
+        return check_struct
     return None
 
 
@@ -62,10 +102,9 @@ class ApplyFeatures:
         return {**self.__dict__, "_checks": None}
 
     def checks(self) -> dict:
-        """column -> the check of its numeric ``Value`` feature (see :func:`_number_check`)."""
+        """column -> the check of the numbers its feature holds (see :func:`_feature_check`)."""
         if self._checks is None:
-            found = ((name, _number_check(name, f.dtype)) for name, f in self.features.items()
-                     if type(f).__name__ == "Value")
+            found = ((name, _feature_check(name, f)) for name, f in self.features.items())
             self._checks = {name: check for name, check in found if check is not None}
         return self._checks
 
