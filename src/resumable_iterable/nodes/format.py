@@ -149,16 +149,12 @@ class FormatNode(Node):
             if source == "batch_dicts":
                 child = (self._to_table(b) for b in child)
             fmt = _formatter(self.format_type, self.format_kwargs, self.features).format_batch
-            if self.dataset_batches:
-                fmt = (lambda format_batch: lambda table: object_strings(format_batch(table)))(fmt)
-            if self.format_type in ("numpy", "torch") and not _needs_decoding(self.features):
-                name, kwargs, strings = self.format_type, self.format_kwargs, self.dataset_batches
-                for table in child:
-                    batch = fast_tensor_batch(table, name, kwargs)
-                    yield fmt(table) if batch is None else object_strings(batch) if strings else batch
-            else:
-                for table in child:
-                    yield fmt(table)
+            fast = self.format_type in ("numpy", "torch") and not _needs_decoding(self.features)
+            name, kwargs, strings = self.format_type, self.format_kwargs, self.dataset_batches
+            for table in child:
+                batch = fast_tensor_batch(table, name, kwargs) if fast else None
+                batch = fmt(table) if batch is None else batch
+                yield object_strings(batch) if strings else batch
             return
         formatter = _formatter(self.format_type, self.format_kwargs)
         if isinstance(formatter, TensorFormatter):

@@ -12,6 +12,8 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 
+from .typed import value_dtype
+
 
 # ---------------------------------------------------------------------- column-wise numpy / torch batches
 # HF's ``format_batch`` costs about a millisecond per batch whatever its size (it walks every value
@@ -188,11 +190,11 @@ class ArrowRowValues:
         self.scalars: dict = {}  # column -> numpy scalar type, from a numeric ``Value`` feature
         self.lists: dict = {}  # column -> numpy dtype of HF's array for a list of numeric ``Value``s
         for name, feature in (() if batch_rows else (features or {}).items()):
-            dtype = _numeric_dtype(feature)
+            dtype = value_dtype(feature)
             if dtype is not None and dtype.kind in "iuf":
                 self.scalars[name] = dtype.type
             elif type(feature).__name__ in ("List", "Sequence", "LargeList"):
-                inner = _numeric_dtype(getattr(feature, "feature", None))
+                inner = value_dtype(getattr(feature, "feature", None))
                 if inner is not None:
                     self.lists[name] = np.int64 if inner.kind in "iu" else np.float32 if inner.kind == "f" else inner
 
@@ -232,17 +234,6 @@ class ArrowRowValues:
             else:
                 out[name] = self.tensorize(v)
         return out
-
-
-def _numeric_dtype(feature: Any) -> np.dtype | None:
-    """The numpy dtype of a numeric (or boolean) ``Value`` feature, else ``None``."""
-    if type(feature).__name__ != "Value":
-        return None
-    try:
-        dtype = np.dtype(getattr(feature, "dtype", None) or "O")
-    except TypeError:  # "string", "timestamp[s]"...: not a numpy dtype
-        return None
-    return dtype if dtype.kind in "iufb" else None
 
 
 def object_strings(batch: Any) -> Any:

@@ -118,9 +118,10 @@ class FormattedCall:
         self.arrow_rows = arrow_rows if format_type == "numpy" and columns is None else None
         self.__qualname__ = getattr(function, "__qualname__", type(function).__name__)
         self._formatter = None
+        self._rows: dict = {}  # batch_rows -> the ArrowRowValues of this call's input rows (built once)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_formatter": None}
+        return {**self.__dict__, "_formatter": None, "_rows": {}}
 
     def _format(self) -> Any:
         if self._formatter is None:
@@ -148,21 +149,30 @@ class FormattedCall:
             return self._filter_output(out)
         return self._map_output(out, (kept or data[0]) if self.columns is None and not self.table else None)
 
+    def _row_values(self, batch_rows: bool) -> Any:
+        row = self._rows.get(batch_rows)
+        if row is None:
+            from .format_values import ArrowRowValues
+
+            row = self._rows[batch_rows] = ArrowRowValues(self.arrow_rows or None, self.format_kwargs,
+                                                          self._format().recursive_tensorize, batch_rows=batch_rows)
+        return row
+
     def _arrow_data(self, data: dict) -> Any:
-        from .format_values import ArrowRowValues, table_batch
+        from .format_values import table_batch
         from .rows import rows_to_batch
 
         tensorize = self._format().recursive_tensorize
         features = self.arrow_rows or None
         if not self.batched:  # HF: a row of the formatted batch
-            return ArrowRowValues(features, self.format_kwargs, tensorize, batch_rows=True)(data)
+            return self._row_values(True)(data)
         batch = table_batch(data, features.arrow_schema if features is not None else None, self.format_kwargs,
                             self._format().format_batch)
         if batch is not None:
             return batch  # (the function gets its strings as objects, as from HF: see __call__)
         n = len(next(iter(data.values()), ()))
         rows = [{k: v[i] for k, v in data.items()} for i in range(n)]
-        row = ArrowRowValues(features, self.format_kwargs, tensorize)
+        row = self._row_values(False)
         return tensorize(rows_to_batch([row(r) for r in rows]))
 
     def _tables(self, data: list) -> list:

@@ -17,16 +17,26 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+import numpy as np
 
-def _number_check(name: str, dtype: str) -> Callable[[Any], Any] | None:
-    """For a numeric ``Value(dtype)`` column: a function that gives a number the column's type as
+
+def value_dtype(feature: Any) -> np.dtype | None:
+    """The numpy dtype of a numeric or boolean ``Value`` feature, else ``None``."""
+    if type(feature).__name__ != "Value":
+        return None
+    try:
+        dtype = np.dtype(getattr(feature, "dtype", None) or "O")
+    except TypeError:  # "string", "timestamp[s]"...: not a numpy dtype
+        return None
+    return dtype if dtype.kind in "iufb" else None
+
+
+def _number_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
+    """For a numeric ``Value`` column: a function that gives a number the column's type as
     Arrow's safe cast does (HF casts Arrow tables so) or raises ``ValueError`` naming the column:
     an integer out of range, a float with a fraction for an integer type. ``None`` otherwise."""
-    import numpy as np
-
-    try:
-        np_dtype = np.dtype(dtype)
-    except TypeError:  # "string", "timestamp[s]"...
+    np_dtype, dtype = value_dtype(feature), getattr(feature, "dtype", None)
+    if np_dtype is None:
         return None
     if np_dtype.kind in "iu":
         info = np.iinfo(np_dtype)
@@ -66,7 +76,7 @@ def _feature_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
     (dicts of features) for the numeric ``Value`` s inside; ``None`` when there is none."""
     kind = type(feature).__name__
     if kind == "Value":
-        return _number_check(name, feature.dtype)
+        return _number_check(name, feature)
     if kind in ("List", "Sequence", "LargeList") and not isinstance(getattr(feature, "feature", None), dict):
         inner = _feature_check(name, feature.feature)
         if inner is None:
