@@ -18,6 +18,9 @@ from .source import SourceNode, split_positions
 
 class ArrowSource(SourceNode):
     kind = "arrow"
+
+    def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
+        return True
     chunk_size = 512  # rows converted at a time: as fast as larger chunks, less memory in flight
 
     def __init__(self, table: pa.Table, num_shards: int = 1, indices: pa.Array | None = None,

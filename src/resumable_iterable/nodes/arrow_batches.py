@@ -38,23 +38,11 @@ def arrow_chain(node: Node) -> tuple[Node, list[ColumnsNode]] | None:
     return node, ops[::-1]
 
 
-# node kinds that pass Arrow-backed rows on as they are, as HF's iterables with an Arrow path do
-# (a map or a filter ends HF's Arrow path: its rows are then formatted as Python values)
-ARROW_PATH_KINDS = frozenset({"shuffle", "skip", "take", "repeat", "interleave", "concat", "step",
-                              "shard_interleave", "columns", "prefetch", "permuted", "global_shuffle"})
-
-
 def arrow_rooted(node: Node) -> bool:
-    """True if ``node`` yields the rows of Arrow-backed sources through the nodes HF keeps on its
-    Arrow path (shuffle, take, interleave...): HF then formats the rows from Arrow tables, which
-    decides the types of formatted values. A map or filter whose function says ``keeps_arrow_rows``
-    counts too: ``cast`` (HF keeps it on its Arrow path) and a filter given after ``with_format``
-    (HF passes on the formatted rows it gets)."""
-    if type(node) in (ArrowSource, FileSource):
-        return True
-    if node.kind not in ARROW_PATH_KINDS and not getattr(getattr(node, "function", None), "keeps_arrow_rows", False):
-        return False
-    return bool(node.children) and all(arrow_rooted(c) for c in node.children)
+    """True if ``node`` yields the rows of Arrow-backed sources through nodes HF keeps on its Arrow
+    path (shuffle, take, interleave...: :meth:`Node.formats_as_arrow_rows`): HF then formats the rows
+    from Arrow tables, which decides the types of formatted values."""
+    return node.formats_as_arrow_rows() and all(arrow_rooted(c) for c in node.children)
 
 
 def _missing(op: ColumnsNode, col: str, names: list[str]) -> KeyError:

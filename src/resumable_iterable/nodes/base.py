@@ -234,6 +234,12 @@ class Node:
         order, in one batch; ``bar`` counts the rows read from sources. Default: pass-through."""
         return self.children[0].reread(provs, bar) if provs else []
 
+    def formats_as_arrow_rows(self) -> bool:
+        """Whether HF keeps this node kind on its Arrow path: Arrow-backed rows reaching it leave it
+        as they came, so HF formats them from Arrow, with its Arrow types (see
+        ``arrow_batches.arrow_rooted``). Default: no (HF formats what a map yields as Python values)."""
+        return False
+
     def row_local_problem(self) -> str | None:
         """Why this node may not sit between a global shuffle and its source (its output for a row
         must depend on that row alone), or ``None`` if it may."""

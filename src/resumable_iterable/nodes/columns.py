@@ -17,6 +17,9 @@ OPS = ("select", "remove", "rename")
 class ColumnsNode(Node):
     kind = "columns"
 
+    def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
+        return True
+
     def __init__(self, child: Node, op: str, columns: list[str] | dict[str, str]):
         if op not in OPS:
             raise ValueError(f"unknown column operation {op!r}; expected one of {OPS}")

@@ -58,6 +58,9 @@ def _with_seed(state):
 class ConcatNode(Node):
     kind = "concat"
 
+    def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
+        return True
+
     def __init__(self, children: list[Node], axis: int = 0):
         if not children:
             raise ValueError("concatenate_datasets needs at least one dataset")

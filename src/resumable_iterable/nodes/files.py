@@ -49,6 +49,9 @@ def format_of(path: str) -> str | None:
 
 class FileSource(SourceNode):
     kind = "files"
+
+    def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
+        return True
     batch_rows = 1024
 
     def __init__(self, paths: list[str], format: str, shard_ids: list[int] | None = None,

@@ -149,6 +149,9 @@ class PermutedSource(Node):
 
     kind = "permuted"
 
+    def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
+        return True
+
     def __init__(self, source: Node):
         self._rows = _Rows(source)
         self._slice: tuple[int, int, int] | None = None  # (start, step, count); None: every position
@@ -245,6 +248,9 @@ class GlobalShuffleNode(Node):
     """``shuffle(seed, buffer_size=None)``: see the module docstring."""
 
     kind = "global_shuffle"
+
+    def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
+        return True
 
     def __init__(self, child: Node, seed: int | None = None):
         seed = resolve_seed(seed)

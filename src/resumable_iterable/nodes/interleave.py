@@ -46,6 +46,9 @@ BLOCK = 1000
 
 class InterleaveNode(Node):
     kind = "interleave"
+
+    def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
+        return True
     #: below a replay-mode shuffle, the provenance readers of the inputs (set by
     #: :meth:`provenance_reader`); ``None`` elsewhere. Not copied by ``clone``/``shard``/pickle.
     _trace: list | None = None

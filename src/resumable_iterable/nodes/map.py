@@ -53,6 +53,9 @@ ASYNC_AHEAD = 1000
 class MapNode(Node):
     kind = "map"
 
+    def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): ``cast``, a filter after ``with_format``
+        return bool(getattr(self.function, "keeps_arrow_rows", False))
+
     def __init__(self, child: Node, function: Callable | None, *, batched: bool = False, batch_size: int | None = 1000,
                  with_indices: bool = False, input_columns: list[str] | None = None,
                  remove_columns: list[str] | None = None, fn_kwargs: dict | None = None,

@@ -86,6 +86,9 @@ def _stop_all() -> None:
 class PrefetchNode(Node):
     kind = "prefetch"
 
+    def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
+        return True
+
     def __init__(self, child: Node, size: int):
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"prefetch(n) expects a positive integer, got {size!r}")

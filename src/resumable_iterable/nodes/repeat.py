@@ -16,6 +16,9 @@ from .base import Node, as_int, check_int
 class RepeatNode(Node):
     kind = "repeat"
 
+    def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
+        return True
+
     def __init__(self, child: Node, num_times: int | None):
         self.num_times = as_int(num_times, "repeat(num_times)", none_ok=True)
         super().__init__([child])

@@ -30,6 +30,9 @@ from .slicing import SkipNode, TakeNode
 class ShardInterleaveNode(Node):
     kind = "shard_interleave"
 
+    def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
+        return True
+
     def __init__(self, child: Node, max_input_shards: int):
         if type(max_input_shards) is not int or max_input_shards < 1:
             raise ValueError(f"max_buffer_input_shards must be a positive integer, got {max_input_shards!r}")

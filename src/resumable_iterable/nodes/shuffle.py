@@ -77,6 +77,9 @@ def _note_decoding_error(e: Exception, how: str) -> None:
 class ShuffleNode(Node):
     kind = "shuffle"
 
+    def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
+        return True
+
     def __init__(self, child: Node, seed: int | None = None, buffer_size: int = 1000, buffer_state: str = "examples",
                  worker_positions: bool = True):
         buffer_size = as_int(buffer_size, "buffer_size", lo=1)

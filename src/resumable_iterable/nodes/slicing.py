@@ -79,6 +79,9 @@ class CountNode(Node):
 class SkipNode(CountNode):
     kind = "skip"
 
+    def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
+        return True
+
     def _own_state(self) -> dict:
         return {"skipped": 0}
 
@@ -101,6 +104,9 @@ class SkipNode(CountNode):
 
 class TakeNode(CountNode):
     kind = "take"
+
+    def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
+        return True
 
     def _own_state(self) -> dict:
         return {"taken": 0}

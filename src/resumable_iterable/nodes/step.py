@@ -14,6 +14,9 @@ from .base import Node, check_int
 class StepNode(Node):
     kind = "step"
 
+    def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
+        return True
+
     def __init__(self, child: Node, step: int, offset: int):
         if type(step) is not int or step < 1 or type(offset) is not int or not 0 <= offset < step:
             raise ValueError(f"invalid step/offset: {step}/{offset}")
