@@ -278,7 +278,9 @@ def test_redistribute_dataset_states(build, everything, old, new):
             again.set_epoch(1)
             assert [e["id"] for e in part] == [e["id"] for e in again]
         assert_exactly_once(heads, tails, everything, f"{old} -> {new} ranks, cut {cut}")
-        if build is simple and new > old and cut:
+        if build is simple and new > old and cut == 5:
+            # 5 examples in, every old rank still has untouched shards to hand over (at cut 11 a
+            # rank may be in its last shard, depending on how the epoch dealt the shards)
             assert all(tails), "a new rank was left without work"
 
 

@@ -12,7 +12,18 @@ A split description is plain JSON stored in every state::
     {"base": "<fingerprint of the unsplit pipeline>",
      "ranks": [[rank, world_size], ...],         # one per split_dataset_by_node; [rank, world_size,
                                                  # strategy] for strategy "shards" / "examples"
-     "worker": [worker_id, num_workers] | null}   # null: not in a DataLoader worker
+     "worker": [worker_id, num_workers] | null,   # null: not in a DataLoader worker
+     "deal": 1}                                   # only when the shards are dealt by epoch (below)
+
+How shards are dealt: a split lists the shards and gives group ``i`` of ``n`` the positions
+``i, i + n, ...`` of that list (rank ``i`` of ``n`` with the ``"shards"`` strategy, DataLoader
+worker ``i`` of ``n``). Without a ``shuffle`` the list is the natural order. Under a ``shuffle``
+(:meth:`~.nodes.base.Node.deals_by_epoch`) the list is drawn from the epoch before each split,
+as HF shuffles its shards before dealing them: every epoch, each worker and rank reads other
+shards. The draw depends on the epoch only, not on a seed: ranks are separate processes, and a
+``shuffle()`` without a seed draws another seed in each of them (and in a resumed run), while
+every process must deal alike. States record it (``"deal": 1``); a state without it was dealt
+in the natural order by an earlier version, and resumes so.
 """
 
 from __future__ import annotations
@@ -20,7 +31,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from .nodes.base import Node
+from .nodes.base import Node, rng_from_seed
 from .nodes.slicing import CountNode
 from .nodes.step import StepNode
 
@@ -48,9 +59,12 @@ def split_dataset_by_node(dataset, rank: int, world_size: int, strategy: str = "
     * ``"auto"`` (default): ``"shards"`` if the number of shards is a multiple of ``world_size``,
       else ``"examples"``.
 
-    The part's ``num_shards`` counts the shards it reads, as HF's. Either way each rank's part is
-    resumable on its own, and :func:`resumable_iterable.redistribute_states` moves saved progress
-    to another world size.
+    The part's ``num_shards`` counts the shards it reads, as HF's. Under a ``shuffle`` the shards
+    are dealt from a list drawn anew every epoch (see the module doc). Either way each rank's part
+    is resumable on its own, and :func:`resumable_iterable.redistribute_states` moves saved
+    progress to another world size. Random draws the ranks must share need a seed (every rank is
+    its own process): ``ValueError`` for a ``shuffle()`` or ``interleave_datasets(probabilities=)``
+    without one when splitting by example, and for a global shuffle without one.
     """
     check_strategy(strategy)
     if getattr(dataset, "rank_splits", None) is None:  # a HF datasets.Dataset / IterableDataset: HF's own split
@@ -147,7 +161,57 @@ def _enter_rank_split(node: Node, world_size: int) -> Node:
     return node
 
 
-def split_ranks(node: Node, ranks) -> Node:
+#: the ``"deal"`` of states whose shards are dealt in an order drawn by epoch (see the module doc);
+#: 0 (no ``"deal"``): the natural order, as states of earlier versions were
+DEAL_BY_EPOCH = 1
+
+
+def deal_of(split: dict | None, where: str = "state") -> int:
+    """How the shards of the process that saved a state were dealt: its split's ``"deal"`` (0 if
+    absent). ``ValueError`` for a rule this version does not know."""
+    deal = split.get("deal", 0) if isinstance(split, dict) else 0
+    if type(deal) is not int or deal not in (0, DEAL_BY_EPOCH):
+        raise ValueError(f"{where}: 'split.deal' is {deal!r}: this version deals shards by rule {DEAL_BY_EPOCH} "
+                         "(or 0, the natural order); was the state saved by a newer version, or edited?")
+    return deal
+
+
+def split_deal(node: Node, ranks, worker) -> int:
+    """The ``"deal"`` a process with these splits records: :data:`DEAL_BY_EPOCH` when a split deals
+    the shards of a shuffled pipeline, else 0 (nothing changes with the epoch)."""
+    if not ranks and effective_worker(worker) is None:
+        return 0
+    return DEAL_BY_EPOCH if node.deals_by_epoch() else 0
+
+
+def _dealt(node: Node, epoch: int, deal: int) -> Node:
+    """``node`` with its shards listed in the order a split deals them at ``epoch`` (module doc)."""
+    if deal != DEAL_BY_EPOCH or node.num_shards < 2 or not node.deals_by_epoch():
+        return node
+    return node.dealt_shards(int(rng_from_seed(0xDEA1, epoch).integers(2**63)))
+
+
+def check_shared_seeds(node: Node, ranks) -> None:
+    """``ValueError`` if the rank splits ``ranks`` of pipeline ``node`` need random draws that a node
+    made without a seed (ranks are separate processes: each would draw another seed, and together
+    they would read some examples twice and others never). HF refused the same for ``shuffle()``."""
+    n = node.num_shards
+    for entry in ranks:
+        if entry[1] == 1:
+            continue
+        by_examples = rank_strategy(n, entry) == "examples"
+        problem = next((p for p in (c.drawn_seed_problem(by_examples) for c in node.walk()) if p), None)
+        if problem is not None:
+            raise ValueError(
+                f"split_dataset_by_node(world_size={entry[1]}) over a pipeline with {problem}: every rank is its own "
+                "process and would draw another seed, so the ranks would not share one "
+                f"{'stream to split by example' if by_examples else 'permutation to split'} (examples read twice or "
+                "never). Pass a seed, e.g. seed=42, the same on every rank.")
+        if not by_examples:
+            n = len(range(entry[0], n, entry[1]))
+
+
+def split_ranks(node: Node, ranks, epoch: int = 0, deal: int = 0) -> Node:
     """Apply rank splits ``[[rank, world_size], ...]`` to a pipeline template.
 
     A ``skip(n)`` / ``take(n)`` below the split is divided among the ranks with the shards (or
@@ -159,14 +223,15 @@ def split_ranks(node: Node, ranks) -> Node:
         rank, world_size = entry[0], entry[1]
         node = _enter_rank_split(node, world_size)
         if rank_strategy(node.num_shards, entry) == "shards":
-            node = node.shard(world_size, rank, contiguous=False)
+            node = _dealt(node, epoch, deal).shard(world_size, rank, contiguous=False)
         else:
             node = StepNode(node.clone(), world_size, rank)
     return node
 
 
-def split_workers(node: Node, worker) -> Node:
-    """Apply the worker split ``(worker_id, num_workers)`` (or none) to a pipeline template."""
+def split_workers(node: Node, worker, epoch: int = 0, deal: int = 0) -> Node:
+    """Apply the worker split ``(worker_id, num_workers)`` (or none) to a pipeline template; the
+    shards are dealt as ``deal`` says for ``epoch`` (see the module doc)."""
     worker = effective_worker(worker)
     if worker is None:
         return node
@@ -174,24 +239,29 @@ def split_workers(node: Node, worker) -> Node:
     n = node.num_shards
     if w >= n:
         return _Empty(node)
-    return node.shard(min(num_workers, n), w, contiguous=False)
+    return _dealt(node, epoch, deal).shard(min(num_workers, n), w, contiguous=False)
 
 
-def split_for_process(node: Node, split: tuple, worker="current") -> Node:
+def split_for_process(node: Node, split: tuple, worker="current", epoch: int = 0, deal: int | None = None) -> Node:
     """Apply the rank splits recorded on a dataset, then the DataLoader worker split.
 
     ``worker`` is ``"current"`` (the DataLoader worker this code runs in, if any), ``None`` (no
-    worker split) or ``(worker_id, num_workers)``.
+    worker split) or ``(worker_id, num_workers)``. The shards are dealt for ``epoch`` as ``deal``
+    says (``None``: as a fresh pass deals them now, :func:`split_deal`).
     """
-    node = split_ranks(node, ranks_of(split))
-    if worker == "current":
+    ranks = ranks_of(split)
+    here = worker == "current"
+    if here:
         worker = current_worker()
-        eff = effective_worker(worker)
-        if eff is not None and eff[1] > node.num_shards and eff[0] == 0:
-            # the first worker speaks for all; a main process that already warned (ri.StatefulDataLoader)
-            # has put the key in `_warned`, which forked workers inherit
-            warn_too_many_workers(eff[1], node.num_shards)
-    return split_workers(node, worker)
+    if deal is None:
+        deal = split_deal(node, ranks, worker)
+    node = split_ranks(node, ranks, epoch, deal)
+    eff = effective_worker(worker)
+    if here and eff is not None and eff[1] > node.num_shards and eff[0] == 0:
+        # the first worker speaks for all; a main process that already warned (ri.StatefulDataLoader)
+        # has put the key in `_warned`, which forked workers inherit
+        warn_too_many_workers(eff[1], node.num_shards)
+    return split_workers(node, worker, epoch, deal)
 
 
 class _Empty(Node):

@@ -35,7 +35,7 @@ import copy
 from typing import Any, Iterator
 
 from .. import state as _state
-from ..distributed import check_strategy, effective_worker, split_ranks, split_workers
+from ..distributed import check_strategy, deal_of, effective_worker, split_ranks, split_workers
 from ..nodes.base import Node, as_int, check_int
 from .loader_state import NUM_YIELDED, SNAPSHOT, build_loader_state, loader_num_workers, parse_loader_state
 from .plan import (PLAN_FORMAT, check_plan_envelope, check_worker, describe_split, make_plan,  # noqa: F401
@@ -83,6 +83,9 @@ class SegmentsNode(Node):
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> Node:
         raise ValueError("an elastic plan is already the pipeline of one process; it cannot be split further")
 
+    def dealt_shards(self, seed: int) -> Node:
+        raise ValueError("an elastic plan is already the pipeline of one process; its shards are dealt")
+
     def position(self) -> dict | None:
         st = self._state_dict
         return self.children[st["current"]].position() if st["current"] < len(self.children) else None
@@ -115,7 +118,8 @@ def build_plan_node(template: Node, plan: dict, current_ranks: list, current_wor
     for i, seg in enumerate(plan["segments"]):
         where = f"elastic plan segment {i}"
         worker = check_worker(seg["split"]["worker"], where)
-        node = split_workers(split_ranks(template, seg["split"]["ranks"]), worker).clone()
+        deal = deal_of(seg["split"], where)
+        node = split_workers(split_ranks(template, seg["split"]["ranks"], epoch, deal), worker, epoch, deal).clone()
         shape, fp = node.fingerprinted_shape()
         if seg["fingerprint"] != fp:
             diff = _state.shape_difference(seg["pipeline"], shape)
@@ -139,7 +143,7 @@ def build_plan_node(template: Node, plan: dict, current_ranks: list, current_wor
                 raise ValueError(f"{where}: 'stop' = {start['stop']} is past the {src.num_shards} shards of the segment")
             src.load_state_dict({**fresh, "shard_pos": start["shard_pos"], "stop": start["stop"]})
         nodes.append(node)
-        splits.append({"ranks": seg["split"]["ranks"], "worker": seg["split"]["worker"]})
+        splits.append({"ranks": seg["split"]["ranks"], "worker": seg["split"]["worker"], "deal": deal})
     return SegmentsNode(nodes, splits, base, {"ranks": t["ranks"], "worker": t["worker"]})
 
 
@@ -151,7 +155,8 @@ def plan_state(node: SegmentsNode, epoch: int) -> dict:
         shape, fp = child.fingerprinted_shape()
         split = node.splits[i]
         segs.append(make_segment(fp, _state.copy_state(shape), [list(r) for r in split["ranks"]],
-                                 list(split["worker"]) if split["worker"] else None, state=child.state_dict()))
+                                 list(split["worker"]) if split["worker"] else None, state=child.state_dict(),
+                                 deal=split["deal"]))
     return make_plan(node.base, epoch, node.target, segs)
 
 
@@ -229,7 +234,7 @@ def _carve(seg: dict, first: int, stop: int, in_progress: bool) -> tuple[dict, d
             seed = s["shard_seed"]
     split = copy.deepcopy(seg["split"])
     fresh = make_segment(seg["fingerprint"], copy.deepcopy(seg["pipeline"]), split["ranks"], split["worker"],
-                         start=make_start(cut, stop, seed))
+                         start=make_start(cut, stop, seed), deal=deal_of(split))
     return kept, fresh
 
 

@@ -6,7 +6,7 @@ A plan is what a DataLoader worker or rank receives (and produces while the elas
     {"format": "resumable_iterable.elastic_plan", "version": 1,
      "base": "<fingerprint of the unsplit pipeline>", "epoch": 3,
      "target": {"ranks": [[rank, world_size], ...], "worker": [id, num_workers] | null},
-     "segments": [{"fingerprint", "pipeline", "split": {"ranks", "worker"},
+     "segments": [{"fingerprint", "pipeline", "split": {"ranks", "worker"[, "deal"]},
                    "state": {...} | null, "start": null | {"shard_pos", "stop", "shard_seed"}}, ...]}
 
 ``target`` names the process the plan was dealt to; loading it anywhere else raises. A segment
@@ -20,7 +20,7 @@ import copy
 from typing import Any
 
 from .. import state as _state
-from ..distributed import effective_worker
+from ..distributed import deal_of, effective_worker
 from ..nodes.base import check_epoch, check_int
 from ..state import PLAN_FORMAT
 
@@ -42,14 +42,17 @@ def make_plan(base: str, epoch: int, target: dict, segments: list[dict]) -> dict
 
 
 def make_segment(fingerprint: str, pipeline: dict, ranks: list, worker: list | None, *,
-                 state: dict | None = None, start: dict | None = None) -> dict:
+                 state: dict | None = None, start: dict | None = None, deal: int = 0) -> dict:
     """A plan segment: the split pipeline (``pipeline``, its fingerprint) that the process
-    ``ranks`` / ``worker`` iterated, with either its node ``state`` or, for a fresh carved segment,
-    a ``start`` (:func:`make_start`). The segment takes the values given: copy what it must not share."""
+    ``ranks`` / ``worker`` iterated, its shards dealt as ``deal`` says (``distributed.py``), with
+    either its node ``state`` or, for a fresh carved segment, a ``start`` (:func:`make_start`).
+    The segment takes the values given: copy what it must not share."""
     if (state is None) == (start is None):
         raise ValueError("a plan segment has exactly one of a node state and a start position")
-    return {"fingerprint": fingerprint, "pipeline": pipeline, "split": {"ranks": ranks, "worker": worker},
-            "state": state, "start": start}
+    split = {"ranks": ranks, "worker": worker}
+    if deal:
+        split["deal"] = deal
+    return {"fingerprint": fingerprint, "pipeline": pipeline, "split": split, "state": state, "start": start}
 
 
 def make_start(shard_pos: int, stop: int, shard_seed: int | None) -> dict:
@@ -77,10 +80,11 @@ def check_worker(value: Any, where: str) -> tuple[int, int] | None:
 
 
 def _check_split(split: Any, where: str) -> dict:
-    if not isinstance(split, dict) or set(split) - {"base"} != {"ranks", "worker"}:
-        raise ValueError(f"{where}: 'split' must be an object with 'ranks' and 'worker'")
+    if not isinstance(split, dict) or set(split) - {"base", "deal"} != {"ranks", "worker"}:
+        raise ValueError(f"{where}: 'split' must be an object with 'ranks' and 'worker' (and optionally 'deal')")
     _check_ranks(split["ranks"], where)
     check_worker(split["worker"], where)
+    deal_of(split, where)
     return split
 
 
@@ -110,7 +114,7 @@ def state_segments(dataset_state: Any, where: str = "state") -> tuple[str, int, 
     _check_split(split, where)
     seg = make_segment(dataset_state["fingerprint"], copy.deepcopy(dataset_state["pipeline"]),
                        copy.deepcopy(split["ranks"]), copy.deepcopy(split["worker"]),
-                       state=_state.copy_state(dataset_state["state"]))
+                       state=_state.copy_state(dataset_state["state"]), deal=deal_of(split, where))
     target = {"ranks": split["ranks"], "worker": split["worker"]}
     return split["base"], dataset_state["epoch"], target, [seg]
 

@@ -11,38 +11,48 @@ completely and loaded into a fresh copy of the pipeline.
 from __future__ import annotations
 
 from .. import state as _state
-from ..distributed import effective_worker, ranks_of, split_for_process
+from ..distributed import deal_of, effective_worker, ranks_of, split_deal, split_for_process
 from ..nodes.base import Node
 from .elastic import build_plan_node, deal
 from .loader_state import DATASET_STATE, SNAPSHOT, WORKER_SNAPSHOTS, loader_num_workers, worker_key
 from .plan import describe_split, is_plan, make_plan, state_segments
 
 
-def split_description(template: Node, split: tuple, worker) -> dict:
-    """The ``"split"`` entry of a state saved in ``worker`` (``(id, num_workers)`` or ``None``)."""
-    return {"base": template.fingerprint(), "ranks": ranks_of(split),
+def split_description(template: Node, split: tuple, worker, deal: int) -> dict:
+    """The ``"split"`` entry of a state saved in ``worker`` (``(id, num_workers)`` or ``None``),
+    whose shards were dealt as ``deal`` says (``distributed.py``; recorded when not 0)."""
+    desc = {"base": template.fingerprint(), "ranks": ranks_of(split),
             "worker": list(worker) if worker is not None else None}
+    if deal:
+        desc["deal"] = deal
+    return desc
+
+
+def fresh_deal(template: Node, split: tuple, worker) -> int:
+    """How a fresh pass in ``worker`` (``(id, num_workers)`` or ``None``) deals the shards."""
+    return split_deal(template, ranks_of(split), worker)
 
 
 def fresh_node(template: Node, split: tuple, epoch: int) -> Node:
     """A fresh pass at ``epoch`` over the part of the pipeline this process (rank, worker) reads."""
-    node = split_for_process(template, split).clone()
+    node = split_for_process(template, split, epoch=epoch).clone()
     node.set_epoch(epoch)
     node.reset()
     return node
 
 
-def load_node(template: Node, split: tuple, state, worker) -> tuple[Node, int]:
+def load_node(template: Node, split: tuple, state, worker) -> tuple[Node, int, int]:
     """Validate ``state`` (a plain state or an elastic plan) for a dataset iterated in ``worker``
-    (``(id, num_workers)`` or ``None``) and return the loaded node and its epoch. Raises
-    ``ValueError`` naming the problem."""
+    (``(id, num_workers)`` or ``None``) and return the loaded node, its epoch and how its shards
+    were dealt (its ``"deal"``). Raises ``ValueError`` naming the problem."""
     ranks = ranks_of(split)
     base = template.fingerprint()
     if is_plan(state):
-        return build_plan_node(template, state, ranks, worker, base), state["epoch"]
+        return build_plan_node(template, state, ranks, worker, base), state["epoch"], 0
     state = _state.inline_buffers(state)
     _state.check_envelope(state)
-    node = split_for_process(template, split, worker=worker).clone()
+    deal = deal_of(state.get("split"))
+    node = split_for_process(template, split, worker=worker, epoch=state["epoch"], deal=deal).clone()
     shape, fp = node.fingerprinted_shape()
     if state["fingerprint"] != fp:
         saved = state.get("split")
@@ -65,7 +75,7 @@ def load_node(template: Node, split: tuple, state, worker) -> tuple[Node, int]:
     node.validate(state["state"])
     node.set_epoch(state["epoch"])
     node.load(state["state"])
-    return node, state["epoch"]
+    return node, state["epoch"], deal
 
 
 def worker_part(template: Node, split: tuple, loaded: dict, worker: tuple[int, int]) -> tuple[Node, int]:

@@ -28,7 +28,7 @@ from ..distributed import current_worker, split_for_process
 from ..nodes.base import Node
 from . import hooks
 from .elastic import SegmentsNode, plan_state
-from .resume import fresh_node, load_node, split_description, validate_loader_state, worker_part
+from .resume import fresh_deal, fresh_node, load_node, split_description, validate_loader_state, worker_part
 
 logger = logging.getLogger(__name__)
 
@@ -48,10 +48,11 @@ class IterationSession:
         self.active: Node | None = None
         self.active_worker: tuple[int, int] | None = None
         self.active_epoch = epoch
+        self.active_deal = 0  # how the shards of `active` were dealt (distributed.py)
         self.pending = False
         self.loaded: dict | None = None
         self.claims: Any = None
-        self._split_cache: tuple | None = None  # (worker, the "split" entry of this process's states)
+        self._split_cache: tuple | None = None  # ((worker, deal), the "split" entry of this process's states)
         self.set_epoch(epoch)
 
     # ------------------------------------------------------------------ epochs
@@ -115,6 +116,7 @@ class IterationSession:
         epoch = self.requested_epoch()
         node = fresh_node(self.template, self.split, epoch)
         self.active, self.active_worker, self.active_epoch = node, worker, epoch
+        self.active_deal = fresh_deal(self.template, self.split, worker)
         self.placeholder = False
         return node
 
@@ -193,9 +195,10 @@ class IterationSession:
             return plan_state(node, epoch)
         shape, fp = node.fingerprinted_shape()
         ctx = self.active_worker
+        key = (ctx, self.active_deal)
         split = self._split_cache
-        if split is None or split[0] != ctx:  # a dataset's pipeline and rank split never change
-            split = self._split_cache = (ctx, split_description(self.template, self.split, ctx))
+        if split is None or split[0] != key:  # a dataset's pipeline and rank split never change
+            split = self._split_cache = (key, split_description(self.template, self.split, ctx, self.active_deal))
         # in a DataLoader worker, shuffle buffers go to "buffers" as logs, which torchdata's
         # StatefulDataLoader sends as the writes since the last one (see state_buffers.BufferLog)
         buffers: dict | None = None if ctx is None else {}
@@ -209,7 +212,7 @@ class IterationSession:
     def load_state_dict(self, state_dict: dict) -> None:
         """Validate ``state_dict`` completely, then make it the next pass (see ``IterableDataset``)."""
         worker = current_worker()
-        node, epoch = load_node(self.template, self.split, state_dict, worker)
+        node, epoch, deal = load_node(self.template, self.split, state_dict, worker)
         if self.moved_past(epoch):
             self._drop_pending()
             return
@@ -224,7 +227,7 @@ class IterationSession:
             # when the iterator is made; for a state taken at the end of an epoch it then starts
             # the next pass at once, in the epoch the loop set)
             self.set_epoch(epoch)
-        self.active, self.active_worker, self.active_epoch = node, worker, epoch
+        self.active, self.active_worker, self.active_epoch, self.active_deal = node, worker, epoch, deal
         self.loaded = _state.copy_state(state_dict) if worker is None else None
         self.claims = claims
         self.pending, self.placeholder = True, False

@@ -172,6 +172,32 @@ class Node:
         new._state_dict = new._fresh_state()
         return new
 
+    def dealt_shards(self, seed: int) -> Node:
+        """A copy of this pipeline whose shards are *listed* in an order drawn from ``seed``, so that a
+        later :meth:`shard` deals other shards to each DataLoader worker / rank (HF shuffles the
+        shards before dealing them, each epoch). It reaches the sources that :meth:`shuffle_shards`
+        reaches; a node that keeps its inputs' order (``skip``/``take``, ``axis=1``) returns a clone.
+        Only called where :meth:`deals_by_epoch` says so."""
+        new = copy.copy(self)
+        new.forget_fingerprint()
+        new.children = [c.dealt_shards(seed) for c in self.children]
+        new._state_dict = new._fresh_state()
+        return new
+
+    def deals_by_epoch(self) -> bool:
+        """Whether a split deals this pipeline's shards in an order drawn by epoch (:meth:`dealt_shards`):
+        when a ``shuffle`` is reached from here through nodes with one input; otherwise the shards
+        are dealt in their natural order every epoch."""
+        return len(self.children) == 1 and self.children[0].deals_by_epoch()
+
+    def drawn_seed_problem(self, by_examples: bool) -> str | None:
+        """What this node is (e.g. ``"shuffle() without a seed"``) if it drew its seed at random when it
+        was built and ranks splitting the pipeline must share its draws: every rank is its own process
+        and draws another seed. ``by_examples``: the ranks split by example (one stream, kept one
+        example in ``world_size``), where every random draw must agree; by shard, only draws that
+        choose which examples a rank reads must."""
+        return None
+
     def shuffle_shards(self, seed: int | None) -> None:
         """Ask the sources below to read their shards in an order drawn from ``seed``."""
         for c in self.children:

@@ -92,6 +92,15 @@ class ConcatNode(Node):
         for i, c in enumerate(self.children):
             c.shuffle_shards(None if seed is None else input_seed(seed, i))
 
+    def dealt_shards(self, seed: int) -> Node:
+        if self.axis == 1:
+            return self.clone()  # keeps the inputs aligned row by row
+        new = copy.copy(self)
+        new.forget_fingerprint()
+        new.children = [c.dealt_shards(input_seed(seed, i)) for i, c in enumerate(self.children)]
+        new._state_dict = new._fresh_state()
+        return new
+
     def expect_shuffled_shards(self) -> None:
         if self.axis == 0:  # axis=1 does not pass the shard order on (shuffle_shards above)
             super().expect_shuffled_shards()

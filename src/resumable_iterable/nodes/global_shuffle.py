@@ -203,6 +203,12 @@ class PermutedSource(Node):
     def shuffle_shards(self, seed: int | None) -> None:
         pass  # the permutation decides the order
 
+    def dealt_shards(self, seed: int) -> Node:
+        return self.clone()  # a split takes positions of the permutation, which changes every epoch
+
+    def deals_by_epoch(self) -> bool:
+        return False
+
     # -- state
     def _own_state(self) -> dict:
         return {"pos": 0}
@@ -248,11 +254,14 @@ class GlobalShuffleNode(Node):
     """``shuffle(seed, buffer_size=None)``: see the module docstring."""
 
     kind = "global_shuffle"
+    #: the seed was drawn at random when the node was built (no seed given): see ``drawn_seed_problem``
+    seed_drawn = False
 
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
         return True
 
     def __init__(self, child: Node, seed: int | None = None):
+        self.seed_drawn = seed is None
         seed = resolve_seed(seed)
         self.seed = seed
         self.epoch = 0
@@ -275,6 +284,16 @@ class GlobalShuffleNode(Node):
 
     def shuffle_shards(self, seed: int | None) -> None:
         pass  # the order is decided here, not by a shuffle above
+
+    def dealt_shards(self, seed: int) -> Node:
+        return self.clone()  # each worker / rank already reads other rows every epoch (the permutation's)
+
+    def deals_by_epoch(self) -> bool:
+        return False
+
+    def drawn_seed_problem(self, by_examples: bool) -> str | None:
+        # each rank reads its positions of the permutation: all ranks must draw the same one
+        return "shuffle(buffer_size=None) without a seed" if self.seed_drawn else None
 
     def _own_state(self) -> dict:
         return {"seed": self.seed, "epoch": self.epoch}

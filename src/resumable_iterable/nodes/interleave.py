@@ -46,6 +46,8 @@ BLOCK = 1000
 
 class InterleaveNode(Node):
     kind = "interleave"
+    #: the seed was drawn at random when the node was built (no seed given): see ``drawn_seed_problem``
+    seed_drawn = False
 
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
         return True
@@ -65,8 +67,9 @@ class InterleaveNode(Node):
                 raise ValueError(f"got {len(probabilities)} probabilities for {len(children)} datasets")
             if any(p < 0 or not math.isfinite(p) for p in probabilities) or not math.isclose(sum(probabilities), 1.0, rel_tol=1e-6):
                 raise ValueError(f"probabilities must be non-negative and sum to 1, got {probabilities}")
-            if seed is None:
-                seed = resolve_seed(None)
+        self.seed_drawn = probabilities is not None and seed is None
+        if self.seed_drawn:
+            seed = resolve_seed(None)
         self.probabilities = probabilities
         self.seed = seed
         self.stopping_strategy = stopping_strategy
@@ -74,6 +77,9 @@ class InterleaveNode(Node):
 
     def params(self) -> dict:
         return {"probabilities": self.probabilities, "stopping_strategy": self.stopping_strategy}
+
+    def drawn_seed_problem(self, by_examples: bool) -> str | None:
+        return "interleave_datasets(probabilities=...) without a seed" if by_examples and self.seed_drawn else None
 
     def _own_state(self) -> dict:
         n = len(self.children)

@@ -69,6 +69,9 @@ class ShardInterleaveNode(Node):
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> Node:
         return ShardInterleaveNode(self.template.shard(num_shards, index, contiguous), self.max_input_shards)
 
+    def dealt_shards(self, seed: int) -> Node:
+        return ShardInterleaveNode(self.template.dealt_shards(seed), self.max_input_shards)
+
     def clone(self) -> Node:
         return ShardInterleaveNode(self.template.clone(), self.max_input_shards)
 

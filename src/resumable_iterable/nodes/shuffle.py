@@ -76,6 +76,8 @@ def _note_decoding_error(e: Exception, how: str) -> None:
 
 class ShuffleNode(Node):
     kind = "shuffle"
+    #: the seed was drawn at random when the node was built (no seed given): see ``drawn_seed_problem``
+    seed_drawn = False
 
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
         return True
@@ -92,6 +94,7 @@ class ShuffleNode(Node):
         if buffer_state == "replay":
             require_replay_support(child)
         self._live = None  # replay mode: (provenance buffer, examples, slot hashes) beside the state
+        self.seed_drawn = seed is None
         seed = resolve_seed(seed)
         self.seed = seed
         self.buffer_size = buffer_size
@@ -129,6 +132,12 @@ class ShuffleNode(Node):
 
     def expect_shuffled_shards(self) -> None:
         pass  # already done for its inputs when this node was built
+
+    def deals_by_epoch(self) -> bool:
+        return True  # the shards are dealt among workers / ranks in an order drawn by epoch, as in HF
+
+    def drawn_seed_problem(self, by_examples: bool) -> str | None:
+        return "shuffle() without a seed" if by_examples and self.seed_drawn else None
 
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> Node:
         # each DataLoader worker / rank gets its own buffer draws and shard order (HF issue 7567)

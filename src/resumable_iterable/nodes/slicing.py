@@ -69,6 +69,12 @@ class CountNode(Node):
     def shuffle_shards(self, seed: int | None) -> None:
         pass  # a shard order drawn by a shuffle above would change which examples are skipped / taken
 
+    def dealt_shards(self, seed: int) -> Node:
+        return self.clone()  # as HF: skip / take fix the shard order, dealing included
+
+    def deals_by_epoch(self) -> bool:
+        return False
+
     def expect_shuffled_shards(self) -> None:
         pass  # nor does a shuffle above set the shard order of the sources below
 

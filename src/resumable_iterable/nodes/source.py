@@ -143,6 +143,17 @@ class SourceNode(Node):
         new._state_dict = new._fresh_state()
         return new
 
+    def dealt_shards(self, seed: int) -> Node:
+        new = copy.copy(self)
+        new.forget_fingerprint()
+        new.shard_ids = shard_order(self.shard_ids, seed)
+        new._state_dict = {}
+        new._state_dict = new._fresh_state()
+        return new
+
+    def deals_by_epoch(self) -> bool:
+        return False
+
     def clone(self) -> Node:
         new = copy.copy(self)
         new._state_dict = {}
