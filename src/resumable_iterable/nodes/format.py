@@ -27,6 +27,7 @@ Like HF, the input decides the path:
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Any, Iterator
 
@@ -35,7 +36,7 @@ import pyarrow as pa
 from .arrow_batches import ArrowBatchesNode, arrow_chain, arrow_rooted, chain_features, chain_schema
 from .base import Node
 from .batch import BatchNode
-from .format_values import (ArrowRowValues, fast_tensor_batch, fast_tensor_rows, object_strings,
+from .format_values import (ArrowRowValues, fast_tensor_batch, fast_tensor_rows, format_table, object_strings,
                             python_batch_to_table, table_batch)
 from .rows import rows_to_batch
 
@@ -148,7 +149,7 @@ class FormatNode(Node):
         if source in ("table_batches", "batch_dicts"):
             if source == "batch_dicts":
                 child = (self._to_table(b) for b in child)
-            fmt = _formatter(self.format_type, self.format_kwargs, self.features).format_batch
+            fmt = functools.partial(format_table, _formatter(self.format_type, self.format_kwargs, self.features))
             fast = self.format_type in ("numpy", "torch") and not _needs_decoding(self.features)
             name, kwargs, strings = self.format_type, self.format_kwargs, self.dataset_batches
             for table in child:
@@ -166,7 +167,8 @@ class FormatNode(Node):
             elif self.arrow_rows and not _needs_decoding(self.features):
                 # like HF's Arrow path: the batch as an Arrow table, formatted column-wise
                 schema = self.features.arrow_schema if self.features is not None else None
-                format_batch = _formatter(self.format_type, self.format_kwargs, self.features).format_batch
+                format_batch = functools.partial(format_table, _formatter(self.format_type, self.format_kwargs,
+                                                                          self.features))
                 for rows in self._batches():
                     batch = table_batch(rows_to_batch(rows), schema, self.format_kwargs, format_batch)
                     yield tensorize(rows_to_batch([row(x) for x in rows])) if batch is None else batch

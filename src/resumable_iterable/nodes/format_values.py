@@ -245,6 +245,34 @@ def object_strings(batch: Any) -> Any:
             for name, v in batch.items()}
 
 
+def _null_led_lists(table: pa.Table) -> list[str]:
+    """The list columns of ``table`` whose first row is null and another is not: HF's numpy / torch
+    ``format_batch`` fails on them (it compares every row's shape with the first row's)."""
+    if table.num_rows < 2:
+        return []
+    return [name for name, col in zip(table.column_names, table.columns)
+            if (pa.types.is_list(col.type) or pa.types.is_large_list(col.type) or pa.types.is_fixed_size_list(col.type))
+            and 0 < col.null_count < len(col) and not col[0].is_valid]
+
+
+def format_table(formatter: Any, table: pa.Table) -> Any:
+    """``formatter.format_batch(table)`` (HF's formatter), except for list columns led by a null row,
+    which HF's numpy / torch formatters fail on: those are what HF's ``batch()`` gives, the
+    formatted row of a one-row table holding the column's values as one list (numpy: an object
+    array of ``None`` and arrays; torch: a list of ``None`` and tensors)."""
+    from datasets.formatting import TensorFormatter
+
+    bad = _null_led_lists(table) if isinstance(formatter, TensorFormatter) else []
+    if not bad:
+        return formatter.format_batch(table)
+    rest = table.drop_columns(bad)
+    out = dict(formatter.format_batch(rest)) if rest.num_columns else {}
+    for name in bad:
+        col = table.column(name)
+        out[name] = formatter.format_row(pa.table({name: pa.array([col.to_pylist()], type=pa.list_(col.type))}))[name]
+    return {name: out[name] for name in table.column_names}
+
+
 def table_batch(batch: dict, schema: pa.Schema | None, format_kwargs: dict,
                 format_batch: Callable[[pa.Table], Any]) -> dict | None:
     """A Python ``batch`` (``{column: values}``) as HF's numpy formatter makes the Arrow table of it

@@ -19,6 +19,7 @@ worker and rank splits and elastic resume are those of any map.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -159,7 +160,7 @@ class FormattedCall:
         return row
 
     def _arrow_data(self, data: dict) -> Any:
-        from .format_values import table_batch
+        from .format_values import format_table, table_batch
         from .rows import rows_to_batch
 
         tensorize = self._format().recursive_tensorize
@@ -167,7 +168,7 @@ class FormattedCall:
         if not self.batched:  # HF: a row of the formatted batch
             return self._row_values(True)(data)
         batch = table_batch(data, features.arrow_schema if features is not None else None, self.format_kwargs,
-                            self._format().format_batch)
+                            functools.partial(format_table, self._format()))
         if batch is not None:
             return batch  # (the function gets its strings as objects, as from HF: see __call__)
         n = len(next(iter(data.values()), ()))
@@ -176,12 +177,12 @@ class FormattedCall:
         return tensorize(rows_to_batch([row(r) for r in rows]))
 
     def _tables(self, data: list) -> list:
-        from .format_values import python_batch_to_table
+        from .format_values import format_table, python_batch_to_table
 
         if self.columns is not None:  # HF passes the input columns as pyarrow arrays
             table = python_batch_to_table(dict(zip(self.columns, data)), self.schema)
             return [table[c] for c in self.columns]
-        return [self._format().format_batch(python_batch_to_table(data[0], self.schema))]
+        return [format_table(self._format(), python_batch_to_table(data[0], self.schema))]
 
     def _map_output(self, out: Any, formatted: Any = None) -> Any:
         """What the map node takes from the function's output ``out``. Like HF, the columns the
