@@ -111,6 +111,37 @@ def test_untouched_shards_go_to_workers_that_would_idle(saved_workers, new_worke
     assert_exactly_once(full[:2], [ids(b) for b in ld], ALL_SIMPLE, f"{saved_workers} -> {new_workers}")
 
 
+def seedless() -> ri.IterableDataset:
+    """``simple`` with a shuffle given no seed: every build (every process, every resumed run) draws another."""
+    return (src(6).map(lambda b: {"k": [i % 7 for i in b["id"]]}, batched=True, batch_size=4)
+            .filter(lambda ex: ex["id"] % 4 != 1).shuffle(buffer_size=5))
+
+
+@pytest.mark.parametrize("saved_workers,new_workers", [(1, 3), (0, 2)])
+def test_untouched_shards_of_a_seedless_shuffle_resume_in_a_new_run(saved_workers, new_workers):
+    """A carved segment reads its shards in the saved order, not in the order the new run's seed draws."""
+    full, states = pass_with_states(seedless, saved_workers, {2})
+    remapped = elastic.remap_loader_state(states[2], new_workers)
+    assert any(s["start"] is not None for j in range(new_workers)
+               for s in remapped["_snapshot"]["_worker_snapshots"][f"worker_{j}"]["dataset_state"]["segments"])
+    ld = loader(seedless, new_workers)  # another seed than the saved run's
+    ld.load_state_dict(states[2])
+    assert_exactly_once(full[:2], [ids(b) for b in ld], ALL_SIMPLE, f"{saved_workers} -> {new_workers}")
+    # and rank states moved to more ranks, each new rank its own new build
+    heads, rank_states = [], []
+    for r in range(2):
+        part = ri.split_dataset_by_node(seedless(), r, 2)
+        it = iter(part)
+        heads.append([e["id"] for e in take(it, 4)])
+        rank_states.append(json_roundtrip(part.state_dict()))
+    tails = []
+    for r, st in enumerate(ri.redistribute_states(rank_states, 3)):
+        part = ri.split_dataset_by_node(seedless(), r, 3)
+        part.load_state_dict(json_roundtrip(st))
+        tails.append([e["id"] for e in part])
+    assert_exactly_once(heads, tails, ALL_SIMPLE, "2 -> 3 ranks")
+
+
 def test_carving_can_be_switched_off():
     _, states = pass_with_states(simple, 1, {1})
     remapped = elastic.remap_loader_state(states[1], 4, carve=False)

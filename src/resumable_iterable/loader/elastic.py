@@ -136,12 +136,13 @@ def build_plan_node(template: Node, plan: dict, current_ranks: list, current_wor
             if src is None:
                 raise ValueError(f"{where}: a fresh segment needs a pipeline with a single source")
             fresh = src.state_dict()  # a source's state: a few integers (see nodes/source.py)
-            if start["shard_seed"] != fresh["shard_seed"]:
-                raise ValueError(f"{where}: the shard order seed {start['shard_seed']} does not match this pipeline's "
-                                 f"{fresh['shard_seed']} for epoch {epoch}")
             if start["stop"] > src.num_shards:
                 raise ValueError(f"{where}: 'stop' = {start['stop']} is past the {src.num_shards} shards of the segment")
-            src.load_state_dict({**fresh, "shard_pos": start["shard_pos"], "stop": start["stop"]})
+            # the saved shard order, not the one this pipeline's shuffle drew: a shuffle() without a seed
+            # draws another seed in every process, and [shard_pos, stop) are positions in the saved order
+            # (the source refuses a seed where no shuffle sets one, and none where one does)
+            src.load_state_dict({**fresh, "shard_seed": start["shard_seed"], "shard_pos": start["shard_pos"],
+                                 "stop": start["stop"]})
         nodes.append(node)
         splits.append({"ranks": seg["split"]["ranks"], "worker": seg["split"]["worker"], "deal": deal})
     return SegmentsNode(nodes, splits, base, {"ranks": t["ranks"], "worker": t["worker"]})
