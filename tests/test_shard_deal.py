@@ -20,7 +20,7 @@ import resumable_iterable as ri  # noqa: E402
 from resumable_iterable import distributed  # noqa: E402
 from resumable_iterable.loader import resume  # noqa: E402
 from data import HF, gen_src  # noqa: E402
-from harness import json_roundtrip  # noqa: E402
+from harness import assert_resumes_exactly, json_roundtrip  # noqa: E402
 
 N_SHARDS, ROWS = 8, 5
 EVERYTHING = sorted(s * 100 + i for s in range(N_SHARDS) for i in range(ROWS))
@@ -118,7 +118,7 @@ def test_every_batch_cut_in_a_later_epoch_resumes_exactly(resumed_workers):
         full.append(_ids(b))
         states.append(json_roundtrip(loader.state_dict()))
     assert sorted(sum(full, [])) == EVERYTHING
-    for k in range(0, len(full), 2):
+    for k in range(len(full)) if resumed_workers == 2 else range(0, len(full), 3):
         tail = [_ids(b) for b in run(states[k], resumed_workers)]
         if resumed_workers == 2:
             assert full[:k + 1] + tail == full, k
@@ -276,3 +276,16 @@ def test_ranks_refuse_random_draws_they_would_not_share(make, by):
         part = ri.split_dataset_by_node(gen_src(3, ROWS).shuffle(seed=1, buffer_size=4), 0, 2)
         with pytest.raises(ValueError, match="shuffle\\(\\) without a seed"):
             part.shuffle(buffer_size=4)
+
+
+@pytest.mark.parametrize("kind", ["interleave", "concat", "concat_axis1", "input_shards", "arrow"])
+@pytest.mark.parametrize("rank", [0, 1])
+def test_every_cut_of_a_dealt_rank_part_resumes_exactly(kind, rank):
+    """The rank parts of a later epoch, dealt from the epoch's list: checkpoint after every example."""
+    def build():
+        part = ri.split_dataset_by_node(_composed(kind), rank, 2)
+        part.set_epoch(2)
+        return part
+
+    full = assert_resumes_exactly(build)
+    assert full
