@@ -15,7 +15,7 @@ import os
 from typing import Any, Callable, Iterator
 
 from . import state as _state
-from .distributed import check_shared_seeds, check_strategy, rank_shards, ranks_of
+from .distributed import check_rank_splits, check_strategy, rank_shards, ranks_of
 from .features import (batched_features, decode_only_change, features_of_schema, file_features, infer_features,
                        map_feature, row_features)
 from .loader import hooks
@@ -187,9 +187,8 @@ class IterableDataset(_Base):
             rank = as_int(rank, "rank", hi=world_size - 1)
             strategy = check_strategy(rest[0] if rest else "auto")
             split = (*split, ("rank", rank, world_size, strategy))
-            rank_shards(pipeline.num_shards, ranks_of(split))  # too few shards: refused now, not when iterated
-        if split:
-            check_shared_seeds(pipeline, ranks_of(split))  # a shuffle() without a seed under ranks: refused now
+        if split:  # too few shards, a shuffle() without a seed under ranks...: refused now, not when iterated
+            check_rank_splits(pipeline, ranks_of(split))
         new = type(self)(pipeline, features=features, column_names=column_names, _split=split, _epoch=self.epoch)
         new._format = self._format
         new._info = self._info

@@ -116,12 +116,22 @@ def rank_strategy(n: int, entry) -> str:
     return strategy
 
 
+def _rank_steps(num_shards: int, ranks):
+    """``(entry, strategy, shards)`` for each rank split of ``ranks`` in turn: how it splits, and how
+    many of ``num_shards`` shards the rank reads after it (checking it, see :func:`rank_strategy`)."""
+    n = num_shards
+    for entry in ranks:
+        strategy = rank_strategy(n, entry)
+        if strategy == "shards":
+            n = len(range(entry[0], n, entry[1]))
+        yield entry, strategy, n
+
+
 def rank_shards(num_shards: int, ranks) -> int:
     """How many of ``num_shards`` shards a rank reads after the rank splits ``ranks`` (checking them)."""
     n = num_shards
-    for entry in ranks:
-        if rank_strategy(n, entry) == "shards":
-            n = len(range(entry[0], n, entry[1]))
+    for _, _, n in _rank_steps(num_shards, ranks):
+        pass
     return n
 
 
@@ -191,15 +201,15 @@ def _dealt(node: Node, epoch: int, deal: int) -> Node:
     return node.dealt_shards(int(rng_from_seed(0xDEA1, epoch).integers(2**63)))
 
 
-def check_shared_seeds(node: Node, ranks) -> None:
-    """``ValueError`` if the rank splits ``ranks`` of pipeline ``node`` need random draws that a node
-    made without a seed (ranks are separate processes: each would draw another seed, and together
-    they would read some examples twice and others never). HF refused the same for ``shuffle()``."""
-    n = node.num_shards
-    for entry in ranks:
+def check_rank_splits(node: Node, ranks) -> None:
+    """``ValueError`` if the rank splits ``ranks`` cannot split pipeline ``node``: too few shards for
+    ``"shards"`` (:func:`rank_strategy`), or random draws the ranks must share made by a node built
+    without a seed (ranks are separate processes: each would draw another seed, and together they
+    would read some examples twice and others never; HF refused the same for ``shuffle()``)."""
+    for entry, strategy, _ in _rank_steps(node.num_shards, ranks):
         if entry[1] == 1:
             continue
-        by_examples = rank_strategy(n, entry) == "examples"
+        by_examples = strategy == "examples"
         problem = next((p for p in (c.drawn_seed_problem(by_examples) for c in node.walk()) if p), None)
         if problem is not None:
             raise ValueError(
@@ -207,8 +217,6 @@ def check_shared_seeds(node: Node, ranks) -> None:
                 "process and would draw another seed, so the ranks would not share one "
                 f"{'stream to split by example' if by_examples else 'permutation to split'} (examples read twice or "
                 "never). Pass a seed, e.g. seed=42, the same on every rank.")
-        if not by_examples:
-            n = len(range(entry[0], n, entry[1]))
 
 
 def split_ranks(node: Node, ranks, epoch: int = 0, deal: int = 0) -> Node:
