@@ -325,6 +325,26 @@ def test_batches_of_list_columns_led_by_a_null_row_equal_hf_batch(fmt):
     same({k: seen[0][k] for k in ("x", "y", "z")}, {k: want[0][k] for k in ("x", "y", "z")}, "batched map input")
 
 
+@pytest.mark.parametrize("fmt", ["numpy", "torch"])
+def test_null_led_lists_of_strings_and_images_are_formatted_as_hf_iter(fmt):
+    """HF formats these column-wise (object rows): the same values as its ``iter()``, images decoded."""
+    import io
+
+    from datasets import Features, Image, List, Value
+    from PIL import Image as PImage
+
+    def png(v):
+        buf = io.BytesIO()
+        PImage.new("L", (2, 2), v).save(buf, format="PNG")
+        return {"bytes": buf.getvalue(), "path": None}
+
+    features = Features({"s": List(Value("string")), "img": List(Image())})
+    data = Dataset.from_dict({"s": [None, ["a", "b"], ["c"]], "img": [None, [png(1)], [png(2), png(3)]]},
+                             features=features)
+    want = list(data.to_iterable_dataset().with_format(fmt).iter(3))
+    same(list(ri.to_iterable_dataset(data).with_format(fmt).iter(3)), want)
+
+
 def test_batch_then_format_equals_iter():
     """``with_format(f).batch(n)`` (or ``batch(n).with_format(f)``) yields what ``iter(n)`` yields."""
     ds = ri.to_iterable_dataset(HF, num_shards=2)

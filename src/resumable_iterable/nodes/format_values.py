@@ -246,13 +246,15 @@ def object_strings(batch: Any) -> Any:
 
 
 def _null_led_lists(table: pa.Table) -> list[str]:
-    """The list columns of ``table`` whose first row is null and another is not: HF's numpy / torch
-    ``format_batch`` fails on them (it compares every row's shape with the first row's)."""
+    """The columns of lists of numbers (or booleans, dates...) of ``table`` whose first row is null
+    and another is not: HF's numpy / torch ``format_batch`` fails on them (it compares the shape of
+    every row's array with the first row's). Lists of strings, structs or lists are object arrays
+    there, which it formats; nothing here needs decoding."""
     if table.num_rows < 2:
         return []
     return [name for name, col in zip(table.column_names, table.columns)
             if (pa.types.is_list(col.type) or pa.types.is_large_list(col.type) or pa.types.is_fixed_size_list(col.type))
-            and 0 < col.null_count < len(col) and not col[0].is_valid]
+            and pa.types.is_primitive(col.type.value_type) and 0 < col.null_count < len(col) and not col[0].is_valid]
 
 
 def format_table(formatter: Any, table: pa.Table) -> Any:
