@@ -10,6 +10,7 @@ saved before the deal existed (no ``"deal"``) resume their epoch as they were de
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
@@ -49,6 +50,23 @@ def test_workers_read_other_shards_every_epoch_under_a_shuffle():
     # fixed by the epoch alone: every rank and a resumed run deal alike, whatever seed each drew
     assert deals[1] == shards_by_worker(shuffled(), 1) == shards_by_worker(shuffled(seed=4), 1)
     assert deals[2] == shards_by_worker(gen_src(N_SHARDS, ROWS).shuffle(buffer_size=4), 2)
+
+
+def test_a_concatenation_of_single_shard_datasets_is_dealt_anew_every_epoch():
+    """HF deals the shards of all inputs in one order: a worker gets other inputs every epoch."""
+    def build():
+        inputs = [ri.IterableDataset.from_generator(gen_rows_of, gen_kwargs={"s": s}) for s in range(N_SHARDS)]
+        return ri.concatenate_datasets(inputs).shuffle(seed=3, buffer_size=4)
+
+    deals = [shards_by_worker(build(), e) for e in range(4)]
+    for d in deals:
+        assert sorted(d[0] + d[1]) == list(range(N_SHARDS)) and len(d[0]) == len(d[1]) == 4
+    assert len({tuple(d[0]) for d in deals}) > 1, deals
+
+
+def gen_rows_of(s):
+    for i in range(ROWS):
+        yield {"id": s * 100 + i, "text": ""}
 
 
 def test_persistent_workers_follow_the_epoch():
@@ -268,7 +286,7 @@ def test_ranks_refuse_random_draws_they_would_not_share(make, by):
         if "interleave" not in make().pipeline.kind:
             assert sorted(parts[0] + parts[1]) == EVERYTHING
         return
-    with pytest.raises(ValueError, match=rf"world_size=2\) over a pipeline with {__import__('re').escape(by)}.*seed=42"):
+    with pytest.raises(ValueError, match=rf"split among 2 ranks by split_dataset_by_node cannot hold {re.escape(by)}.*seed=42"):
         ri.split_dataset_by_node(make(), 0, 2)
     ri.split_dataset_by_node(make(), 0, 1)  # one rank: nothing to share
     # a shuffle without a seed made after the split is refused too

@@ -213,8 +213,8 @@ def check_rank_splits(node: Node, ranks) -> None:
         problem = next((p for p in (c.drawn_seed_problem(by_examples) for c in node.walk()) if p), None)
         if problem is not None:
             raise ValueError(
-                f"split_dataset_by_node(world_size={entry[1]}) over a pipeline with {problem}: every rank is its own "
-                "process and would draw another seed, so the ranks would not share one "
+                f"a dataset split among {entry[1]} ranks by split_dataset_by_node cannot hold {problem}: every rank "
+                "is its own process and would draw another seed, so the ranks would not share one "
                 f"{'stream to split by example' if by_examples else 'permutation to split'} (examples read twice or "
                 "never). Pass a seed, e.g. seed=42, the same on every rank.")
 

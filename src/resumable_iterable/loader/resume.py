@@ -28,17 +28,15 @@ def split_description(template: Node, split: tuple, worker, deal: int) -> dict:
     return desc
 
 
-def fresh_deal(template: Node, split: tuple, worker) -> int:
-    """How a fresh pass in ``worker`` (``(id, num_workers)`` or ``None``) deals the shards."""
-    return split_deal(template, ranks_of(split), worker)
-
-
-def fresh_node(template: Node, split: tuple, epoch: int) -> Node:
-    """A fresh pass at ``epoch`` over the part of the pipeline this process (rank, worker) reads."""
-    node = split_for_process(template, split, epoch=epoch).clone()
+def fresh_node(template: Node, split: tuple, epoch: int, worker) -> tuple[Node, int]:
+    """A fresh pass at ``epoch`` over the part of the pipeline that this process (its rank split and
+    the DataLoader ``worker`` it runs in, ``(id, num_workers)`` or ``None``) reads, and how its
+    shards were dealt."""
+    deal = split_deal(template, ranks_of(split), worker)
+    node = split_for_process(template, split, epoch=epoch, deal=deal).clone()  # (warns of idle workers)
     node.set_epoch(epoch)
     node.reset()
-    return node
+    return node, deal
 
 
 def load_node(template: Node, split: tuple, state, worker) -> tuple[Node, int, int]:

@@ -24,11 +24,11 @@ import logging
 from typing import Any
 
 from .. import state as _state
-from ..distributed import current_worker, split_for_process
+from ..distributed import current_worker
 from ..nodes.base import Node
 from . import hooks
 from .elastic import SegmentsNode, plan_state
-from .resume import fresh_deal, fresh_node, load_node, split_description, validate_loader_state, worker_part
+from .resume import fresh_node, load_node, split_description, validate_loader_state, worker_part
 
 logger = logging.getLogger(__name__)
 
@@ -107,16 +107,10 @@ class IterationSession:
             h.prepare_for_workers(self)
 
     # ------------------------------------------------------------------ the node tree iterated
-    def process_node(self, worker: Any = "current") -> Node:
-        """The template pipeline this process reads: split by rank, then by DataLoader worker
-        (``"current"``: the worker this code runs in; ``None``: no worker split)."""
-        return split_for_process(self.template, self.split, worker=worker)
-
     def _start_fresh(self, worker) -> Node:
         epoch = self.requested_epoch()
-        node = fresh_node(self.template, self.split, epoch)
-        self.active, self.active_worker, self.active_epoch = node, worker, epoch
-        self.active_deal = fresh_deal(self.template, self.split, worker)
+        node, deal = fresh_node(self.template, self.split, epoch, worker)
+        self.active, self.active_worker, self.active_epoch, self.active_deal = node, worker, epoch, deal
         self.placeholder = False
         return node
 

@@ -11,7 +11,8 @@
   Shards, as in HF: the concatenation has the shards of all its inputs (their sum), so
   DataLoader workers and ranks split a concatenation of single-shard datasets among them. A
   part (:meth:`ConcatNode.shard`) is a concatenation of one-shard copies of the inputs: the
-  shards of the group, in the order of the inputs.
+  shards of the group, in the order of the inputs. Dealt by epoch (:meth:`ConcatNode.dealt_shards`,
+  under a shuffle), the shards of all inputs are listed in one drawn order first, as HF's.
 * ``axis=1`` - each output row merges the next row of every input (column names must not
   clash). As in HF, it goes on until every input is exhausted; the columns of an exhausted
   input are then ``None``. State ``{"node", "exhausted", "columns", "pending", "children"}`` -
@@ -93,11 +94,23 @@ class ConcatNode(Node):
             c.shuffle_shards(None if seed is None else input_seed(seed, i))
 
     def dealt_shards(self, seed: int) -> Node:
+        """The shards of all inputs listed in one order drawn from ``seed``, as HF deals them: a
+        concatenation of one-shard copies of the inputs (the same examples), so that a worker or rank
+        gets shards of other inputs every epoch, also when every input has a single shard."""
         if self.axis == 1:
             return self.clone()  # keeps the inputs aligned row by row
+        pieces = self._pieces()
+        return self._of_pieces([pieces[j] for j in rng_from_seed(seed, 0xC07CA7).permutation(len(pieces))])
+
+    def _pieces(self) -> list[tuple[Node, int]]:
+        """Every shard of the inputs, as ``(input, shard position)``, one input after another."""
+        return [(c, k) for c in self.children for k in range(c.num_shards)]
+
+    def _of_pieces(self, pieces) -> Node:
+        """A concatenation of one-shard copies of the inputs: ``pieces``, in that order."""
         new = copy.copy(self)
         new.forget_fingerprint()
-        new.children = [c.dealt_shards(input_seed(seed, i)) for i, c in enumerate(self.children)]
+        new.children = [c.shard(c.num_shards, k, contiguous=False) for c, k in pieces]
         new._state_dict = new._fresh_state()
         return new
 
@@ -117,7 +130,7 @@ class ConcatNode(Node):
         copies of the inputs, as HF's."""
         if self.axis == 1:
             return super().shard(num_shards, index, contiguous)
-        pieces = [(c, k) for c in self.children for k in range(c.num_shards)]
+        pieces = self._pieces()
         total = len(pieces)
         if not (type(num_shards) is int and 1 <= num_shards <= total and type(index) is int and 0 <= index < num_shards):
             raise ValueError(f"cannot take shard group {index!r} of {num_shards!r} from a concatenation of {total} shard(s)")
@@ -127,11 +140,7 @@ class ConcatNode(Node):
             chosen = range(start, start + div + (1 if index < mod else 0))
         else:
             chosen = range(index, total, num_shards)
-        new = copy.copy(self)
-        new.forget_fingerprint()
-        new.children = [c.shard(c.num_shards, k, contiguous=False) for c, k in (pieces[j] for j in chosen)]
-        new._state_dict = new._fresh_state()
-        return new
+        return self._of_pieces([pieces[j] for j in chosen])
 
     def order(self) -> tuple[int, ...]:
         """The inputs (``axis=0``) in the order this pass reads them."""

@@ -136,17 +136,17 @@ class SourceNode(Node):
         return len(self.shard_ids)
 
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> Node:
-        new = copy.copy(self)
-        new.forget_fingerprint()
-        new.shard_ids = [self.shard_ids[p] for p in split_positions(len(self.shard_ids), num_shards, index, contiguous)]
-        new._state_dict = {}
-        new._state_dict = new._fresh_state()
-        return new
+        return self._with_shards([self.shard_ids[p] for p in split_positions(len(self.shard_ids), num_shards, index,
+                                                                             contiguous)])
 
     def dealt_shards(self, seed: int) -> Node:
+        return self._with_shards(shard_order(self.shard_ids, seed))
+
+    def _with_shards(self, shard_ids: list[int]) -> Node:
+        """A copy reading ``shard_ids``, in that order, from the start."""
         new = copy.copy(self)
         new.forget_fingerprint()
-        new.shard_ids = shard_order(self.shard_ids, seed)
+        new.shard_ids = shard_ids
         new._state_dict = {}
         new._state_dict = new._fresh_state()
         return new

@@ -76,7 +76,7 @@ if _TorchdataLoader is not None:
                         self.next_iter_state = None
                 prepare_for_workers(session)  # before the workers fork
                 if self.num_workers > 1:
-                    shards = self.dataset.session.process_node(worker=None).num_shards
+                    shards = self.dataset.num_shards  # the rank's
                     if self.num_workers > shards:
                         warn_too_many_workers(self.num_workers, shards)
             return super()._get_iterator()
