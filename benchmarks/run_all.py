@@ -18,6 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import bench_arrow_lists  # noqa: E402
 import bench_dataloader  # noqa: E402
 import bench_formatted  # noqa: E402
 import bench_loader_shuffle  # noqa: E402
@@ -57,6 +58,9 @@ def run_all(quick: bool = False, loader: bool = True, memory: bool = True) -> li
         section("formatted batches through StatefulDataLoader (2 workers, batch 32)",
                 bench_formatted.run(n_rows=n_rows, scale=0.002 if quick else 1.0))
     section("packing into 2048-token chunks", bench_pack.run(500 if quick else 20_000, repeats=1 if quick else 5))
+    section("large list columns of an Arrow source, numpy format (no target: a known gap)",
+            bench_arrow_lists.run(n_rows=40 if quick else bench_arrow_lists.N_ROWS,
+                                  width=1_024 if quick else bench_arrow_lists.WIDTH, repeats=1 if quick else 2))
     # benchmarks/bench_save_state.py writes several GB: run it on its own
     return sections
 

@@ -123,3 +123,9 @@ def test_pack_runs():
     results = bench_pack.run(200, repeats=1)
     _check(results)
     assert results[0].met is not None  # the target against the hand-written loop is checked
+
+
+def test_arrow_lists_runs():
+    import bench_arrow_lists
+
+    _check(bench_arrow_lists.run(n_rows=20, width=64, repeats=1))
