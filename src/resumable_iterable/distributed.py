@@ -250,20 +250,17 @@ def split_workers(node: Node, worker, epoch: int = 0, deal: int = 0) -> Node:
     return _dealt(node, epoch, deal).shard(min(num_workers, n), w, contiguous=False)
 
 
-def split_for_process(node: Node, split: tuple, worker="current", epoch: int = 0, deal: int | None = None) -> Node:
+def split_for_process(node: Node, split: tuple, worker="current", epoch: int = 0, deal: int = 0) -> Node:
     """Apply the rank splits recorded on a dataset, then the DataLoader worker split.
 
     ``worker`` is ``"current"`` (the DataLoader worker this code runs in, if any), ``None`` (no
     worker split) or ``(worker_id, num_workers)``. The shards are dealt for ``epoch`` as ``deal``
-    says (``None``: as a fresh pass deals them now, :func:`split_deal`).
+    says (a fresh pass: :func:`split_deal`; a loaded state: its own).
     """
-    ranks = ranks_of(split)
     here = worker == "current"
     if here:
         worker = current_worker()
-    if deal is None:
-        deal = split_deal(node, ranks, worker)
-    node = split_ranks(node, ranks, epoch, deal)
+    node = split_ranks(node, ranks_of(split), epoch, deal)
     eff = effective_worker(worker)
     if here and eff is not None and eff[1] > node.num_shards and eff[0] == 0:
         # the first worker speaks for all; a main process that already warned (ri.StatefulDataLoader)

@@ -203,12 +203,6 @@ class PermutedSource(Node):
     def shuffle_shards(self, seed: int | None) -> None:
         pass  # the permutation decides the order
 
-    def dealt_shards(self, seed: int) -> Node:
-        return self.clone()  # a split takes positions of the permutation, which changes every epoch
-
-    def deals_by_epoch(self) -> bool:
-        return False
-
     # -- state
     def _own_state(self) -> dict:
         return {"pos": 0}

@@ -151,9 +151,6 @@ class SourceNode(Node):
         new._state_dict = new._fresh_state()
         return new
 
-    def deals_by_epoch(self) -> bool:
-        return False
-
     def clone(self) -> Node:
         new = copy.copy(self)
         new._state_dict = {}
