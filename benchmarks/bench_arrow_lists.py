@@ -1,19 +1,22 @@
-"""Large list columns of an Arrow source, formatted as numpy, side by side with HF in one run.
+"""Lists of numbers from Arrow sources under ``with_format("numpy" | "torch")``, beside HF in one run.
 
-Each row holds ``x``: a list of ``--width`` float32 values (65 536 by default: 256 KB, like an
-embedding or a waveform stored as a list column of an HF ``Dataset``), read with
-``with_format("numpy")`` in one process:
+The rows of an HF ``Dataset`` (``to_iterable_dataset``) below a ``shuffle`` or an
+``interleave_datasets``, read with a tensor format - what a training loop over tokenized text,
+embeddings or waveforms stored as list columns does:
 
-* the plain source;
-* after ``shuffle(buffer_size=100)``;
-* after ``interleave_datasets`` of two such sources.
+* ``x``: 65 536 float32 per row (256 KB, an embedding or waveform stored as a list), numpy and
+  torch, the plain source, after ``shuffle(100)`` and after ``interleave_datasets``, in one process;
+* token ids: ``input_ids`` 2 048 int32 and ``attention_mask`` 2 048 int8 per row, after
+  ``shuffle(1000)``, numpy and torch, in one process;
+* through torchdata's ``StatefulDataLoader`` with 2 workers: the 256 KB rows ``interleave ->
+  shuffle(300)`` with ``"torch"``, batch 16 (our exact shuffle, our ``"drop"``, HF's), and the
+  token ids ``shuffle(1000)``, batch 32.
 
-No target: this measures a known gap (noted at the end of the session that added it). HF keeps
-these rows on its Arrow path down to the numpy formatter; ours turns each row into Python lists
-for the shuffle buffer and the interleave (``SourceNode.rows_of``), then back into numpy arrays
-(``nodes/format_values.ArrowRowValues``).
+Ours reads such lists into numpy arrays where only the formatter sees the rows
+(``nodes/rows.large_list_arrays``) and makes HF's arrays and tensors of Python lists at once
+(``nodes/format_values.py``); HF keeps the rows on its Arrow path. No target (informative).
 
-    python benchmarks/bench_arrow_lists.py [--rows N] [--width W] [--repeats R] [--quick]
+    python benchmarks/bench_arrow_lists.py [--rows N] [--width W] [--repeats R] [--quick] [--no-loader]
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from common import Result, arg_parser, print_section, time_iteration
 
 N_ROWS = 400
 WIDTH = 65_536
+TOKENS = 2_048
+TOKEN_ROWS = 4_000
 
 
 def make_dataset(n: int, width: int):
@@ -33,30 +38,90 @@ def make_dataset(n: int, width: int):
     return Dataset.from_dict({"id": np.arange(n), "x": np.zeros((n, width), np.float32)}, features=features)
 
 
-def run(n_rows: int = N_ROWS, width: int = WIDTH, repeats: int = 2) -> list[Result]:
+def make_tokens(n: int, tokens: int):
+    """A HF ``Dataset`` of ``n`` tokenized rows: ``input_ids`` (int32) and ``attention_mask`` (int8)."""
+    import numpy as np
+    from datasets import Dataset, Features, List, Value
+
+    features = Features({"id": Value("int64"), "input_ids": List(Value("int32")),
+                         "attention_mask": List(Value("int8"))})
+    ids = np.random.default_rng(0).integers(0, 50_000, (n, tokens), dtype=np.int32)
+    return Dataset.from_dict({"id": np.arange(n), "input_ids": ids, "attention_mask": np.ones((n, tokens), np.int8)},
+                             features=features)
+
+
+def _pipelines(hf, kind: str, fmt: str, buffer: int = 100):
     import datasets
 
     import resumable_iterable as ri
 
-    hf = make_dataset(n_rows, width)
+    def build(lib, src):
+        return {"plain": src, "shuffle": lambda: src().shuffle(seed=0, buffer_size=buffer),
+                "interleave": lambda: lib.interleave_datasets([src(), src()], seed=0)}[kind]
 
-    def ours(kind: str):
-        src = lambda: ri.to_iterable_dataset(hf, num_shards=2)  # noqa: E731
-        return {"plain": src, "shuffle": lambda: src().shuffle(seed=0, buffer_size=100),
-                "interleave": lambda: ri.interleave_datasets([src(), src()], seed=0)}[kind]().with_format("numpy")
+    ours = build(ri, lambda: ri.to_iterable_dataset(hf, num_shards=4))
+    theirs = build(datasets, lambda: hf.to_iterable_dataset(num_shards=4))
+    return (lambda: ours().with_format(fmt)), (lambda: theirs().with_format(fmt))
 
-    def theirs(kind: str):
-        src = lambda: hf.to_iterable_dataset(num_shards=2)  # noqa: E731
-        return {"plain": src, "shuffle": lambda: src().shuffle(seed=0, buffer_size=100),
-                "interleave": lambda: datasets.interleave_datasets([src(), src()], seed=0)}[kind]().with_format("numpy")
+
+def run(n_rows: int = N_ROWS, width: int = WIDTH, repeats: int = 2, token_rows: int = TOKEN_ROWS,
+        tokens: int = TOKENS, loader: bool = True) -> list[Result]:
+    import torch  # noqa: F401 - import first: our IterableDataset then derives from torch's
 
     results = []
-    for kind in ("plain", "shuffle", "interleave"):
-        t_ours, n_ours = time_iteration(lambda: ours(kind), repeats=repeats)
-        t_hf, n_hf = time_iteration(lambda: theirs(kind), repeats=repeats)
-        results.append(Result(f"numpy rows of {width}-float lists, {kind}", n_ours / t_ours, n_hf / t_hf, "ex/s",
-                              note=f"{n_ours} vs {n_hf} examples, one process"))
+    hf = make_dataset(n_rows, width)
+    for fmt in ("numpy", "torch"):
+        for kind in ("plain", "shuffle", "interleave"):
+            ours, theirs = _pipelines(hf, kind, fmt)
+            t_ours, n_ours = time_iteration(ours, repeats=repeats)
+            t_hf, n_hf = time_iteration(theirs, repeats=repeats)
+            results.append(Result(f"{fmt} rows of {width}-float32 lists, {kind}", n_ours / t_ours, n_hf / t_hf,
+                                  "ex/s", note=f"{n_ours} vs {n_hf} examples, one process"))
+    tok = make_tokens(token_rows, tokens)
+    for fmt in ("numpy", "torch"):
+        ours, theirs = _pipelines(tok, "shuffle", fmt, buffer=1000)
+        t_ours, n_ours = time_iteration(ours, repeats=repeats)
+        t_hf, n_hf = time_iteration(theirs, repeats=repeats)
+        results.append(Result(f"{fmt} rows of {tokens} token ids + mask, shuffle(1000)", n_ours / t_ours,
+                              n_hf / t_hf, "ex/s", note=f"{n_ours} vs {n_hf} examples, one process"))
+    if loader:
+        results += run_loader(hf, tok, repeats=repeats)
     return results
+
+
+def run_loader(hf, tok, repeats: int = 2, limit: int = 4_000) -> list[Result]:
+    """The same rows through torchdata's ``StatefulDataLoader`` with 2 workers, torch format."""
+    import datasets
+
+    import resumable_iterable as ri
+    from bench_loader_shuffle import WORKERS, best_rates
+
+    def ours(src, buffer, buffer_state="examples", interleave=True):
+        def make():
+            d = ri.to_iterable_dataset(src, num_shards=4)
+            d = ri.interleave_datasets([d, ri.to_iterable_dataset(src, num_shards=4)], seed=0) if interleave else d
+            return d.shuffle(seed=0, buffer_size=buffer, buffer_state=buffer_state).with_format("torch")
+        return make
+
+    def theirs(src, buffer, interleave=True):
+        def make():
+            d = src.to_iterable_dataset(num_shards=4)
+            d = datasets.interleave_datasets([d, src.to_iterable_dataset(num_shards=4)], seed=0) if interleave else d
+            return d.shuffle(seed=0, buffer_size=buffer).with_format("torch")
+        return make
+
+    got = best_rates({"exact": ours(hf, 300), "drop": ours(hf, 300, "drop"), "hf": theirs(hf, 300)},
+                     16, min(limit, 2 * len(hf)), repeats)
+    (exact, n), (drop, _), (hf_rate, _) = got["exact"], got["drop"], got["hf"]
+    what = f"{WORKERS} workers, 256 KB float32 lists, interleave -> shuffle(300), torch, batch 16"
+    out = [Result(f"exact vs HF, {what}", exact, hf_rate, "ex/s", note=f"{n} examples; HF drops its buffer on resume"),
+           Result(f"exact vs drop, {what}", exact, drop, "ex/s", ref_label="ours, drop")]
+    got = best_rates({"exact": ours(tok, 1000, interleave=False), "hf": theirs(tok, 1000, interleave=False)},
+                     32, min(4 * limit, len(tok)), repeats)
+    (exact, n), (hf_rate, _) = got["exact"], got["hf"]
+    out.append(Result(f"exact vs HF, {WORKERS} workers, token ids, shuffle(1000), torch, batch 32", exact, hf_rate,
+                      "ex/s", note=f"{n} examples"))
+    return out
 
 
 def main() -> None:
@@ -64,10 +129,13 @@ def main() -> None:
     ap.set_defaults(rows=N_ROWS)
     ap.add_argument("--width", type=int, default=WIDTH, help="float32 values per row")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: check that it runs")
+    ap.add_argument("--no-loader", action="store_true", help="skip the runs through the DataLoader")
     args = ap.parse_args()
-    n, width = (40, 1_024) if args.quick else (args.rows, args.width)
-    print_section(f"large list columns of an Arrow source, numpy format: {n} rows of {width} float32",
-                  run(n_rows=n, width=width, repeats=args.repeats))
+    n, width, token_rows = (40, 1_024, 200) if args.quick else (args.rows, args.width, TOKEN_ROWS)
+    print_section(f"lists of numbers from an Arrow source, numpy / torch format: {n} rows of {width} float32, "
+                  f"{token_rows} rows of {TOKENS} token ids",
+                  run(n_rows=n, width=width, repeats=args.repeats, token_rows=token_rows,
+                      loader=not args.no_loader))
 
 
 if __name__ == "__main__":

@@ -58,9 +58,10 @@ def run_all(quick: bool = False, loader: bool = True, memory: bool = True) -> li
         section("formatted batches through StatefulDataLoader (2 workers, batch 32)",
                 bench_formatted.run(n_rows=n_rows, scale=0.002 if quick else 1.0))
     section("packing into 2048-token chunks", bench_pack.run(500 if quick else 20_000, repeats=1 if quick else 5))
-    section("large list columns of an Arrow source, numpy format (no target: a known gap)",
+    section("lists of numbers from Arrow sources, numpy / torch format (informative)",
             bench_arrow_lists.run(n_rows=40 if quick else bench_arrow_lists.N_ROWS,
-                                  width=1_024 if quick else bench_arrow_lists.WIDTH, repeats=1 if quick else 2))
+                                  width=1_024 if quick else bench_arrow_lists.WIDTH, repeats=1 if quick else 2,
+                                  token_rows=200 if quick else bench_arrow_lists.TOKEN_ROWS, loader=loader))
     # benchmarks/bench_save_state.py writes several GB: run it on its own
     return sections
 

@@ -128,4 +128,4 @@ def test_pack_runs():
 def test_arrow_lists_runs():
     import bench_arrow_lists
 
-    _check(bench_arrow_lists.run(n_rows=20, width=64, repeats=1))
+    _check(bench_arrow_lists.run(n_rows=20, width=512, repeats=1, token_rows=40, tokens=512))

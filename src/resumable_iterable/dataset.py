@@ -465,8 +465,11 @@ class IterableDataset(_Base):
         ``"pandas"``/``"pd"`` (also ``"polars"``, ``"tensorflow"``, ``"jax"`` when installed).
         ``format_kwargs`` go to the formatter (e.g. ``dtype=torch.float16`` for torch).
 
-        A format does not change the state: the examples between nodes stay Python dicts, and
-        states, fingerprints and resumption are the same in every format. As in HF, functions
+        A format does not change the pipeline: fingerprints are the same in every format, and a
+        state resumes in any format. The examples between nodes stay Python dicts; under numpy or
+        torch, where only the format sees the rows of Arrow-backed sources, their lists of numbers
+        of 1 KB or more are read as numpy arrays, which a state then holds (``nodes/format.py``;
+        save such states with ``save_state``). As in HF, functions
         given to ``map``/``filter`` after ``with_format`` receive formatted values
         (``nodes/formatted_calls.py``).
         """
@@ -495,14 +498,13 @@ class IterableDataset(_Base):
         return self._present(self._session.pass_node(), (batch_size, bool(drop_last_batch)))
 
     def _present(self, node: Node, batch: tuple | None = None) -> Iterator[Any]:
-        if self._format is None and batch is None:
-            return iter(node)
         from .nodes.format import present
 
         # a pipeline ending in batch() may be wrapped when it is split by rank or resumed elastically:
         # its items are still batches
         rows = row_features(self._features) if isinstance(self._node, BatchNode) else self._features
-        return iter(present(node, self._format, batch, template=self._node, features=rows))
+        return iter(present(node, self._format, batch, template=self._node, features=rows,
+                            resumed=self._session.resumes))
 
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> IterableDataset:
         """The part of this dataset made of shard group ``index`` out of ``num_shards``."""

@@ -39,6 +39,8 @@ class IterationSession:
     #: ``active`` is a fresh pass made only so that ``state_dict`` could describe it (nothing
     #: loaded, nothing iterated): a later ``set_epoch`` replaces it by a pass of the new epoch
     placeholder = False
+    #: the pass ``pass_node`` last returned continues a loaded state (else it starts fresh)
+    resumes = False
 
     def __init__(self, template: Node, split: tuple, epoch: int):
         self.template = template  # the dataset's unsplit pipeline; never iterated itself
@@ -164,9 +166,11 @@ class IterationSession:
                 h.worker_started()
         self._resolve_pending(worker)
         if self.pending and self.active is not None:
+            self.resumes = not self.placeholder
             self.pending = False
             self.loaded = None  # used up: nothing left to split among workers
             return self.active
+        self.resumes = False
         return self._start_fresh(worker)
 
     def current_node(self) -> Node:

@@ -284,6 +284,14 @@ class Node:
         on a node whose :meth:`deferrable_decoder` is not ``None``."""
         raise NotImplementedError(f"'{self.kind}' nodes do not decode")
 
+    def read_lists_as_arrays(self) -> None:
+        """From now on, read large lists of numbers from Arrow as numpy arrays instead of Python lists
+        (``rows.large_list_arrays``). Only asked of a live pipeline whose rows reach nothing but a
+        numpy / torch formatter, which makes the same arrays and tensors of both, so no code of the
+        user's sees the difference (a state's buffered rows hold the arrays). Default: pass it on."""
+        for c in self.children:
+            c.read_lists_as_arrays()
+
     def single_source(self) -> Node | None:
         """The source at the bottom of a chain of single-input nodes, or ``None`` (several inputs)."""
         return self.children[0].single_source() if len(self.children) == 1 else None

@@ -22,7 +22,12 @@ Like HF, the input decides the path:
   (:class:`ArrowRowValues`: numpy scalars, ``np.str_``, float32 lists) rather than those of
   ``recursive_tensorize`` (0-d arrays, ``str``, float64 lists);
 * batches made by the dataset's own ``batch()`` hold their strings in object arrays, as HF's
-  (whose ``batch()`` is a batched map); ``iter(batch_size)`` over Arrow gives ``'<U'`` arrays.
+  (whose ``batch()`` is a batched map); ``iter(batch_size)`` over Arrow gives ``'<U'`` arrays;
+* lists of numbers: under numpy / torch, where the rows of Arrow-backed sources reach the format
+  on HF's Arrow path, the sources read lists of 1 KB or more per row as numpy arrays
+  (``Node.read_lists_as_arrays``, ``rows.large_list_arrays``), of which the formatter makes HF's
+  arrays and tensors; lists of Python numbers become one array or tensor at once
+  (``format_values.list_tensorize``), not number by number as ``recursive_tensorize`` makes them.
 """
 
 from __future__ import annotations
@@ -36,8 +41,8 @@ import pyarrow as pa
 from .arrow_batches import ArrowBatchesNode, arrow_chain, arrow_rooted, chain_features, chain_schema
 from .base import Node
 from .batch import BatchNode
-from .format_values import (ArrowRowValues, fast_tensor_batch, fast_tensor_rows, format_table, object_strings,
-                            python_batch_to_table, table_batch)
+from .format_values import (ArrowRowValues, fast_tensor_batch, fast_tensor_rows, format_table, lists_back,
+                            list_tensorize, object_strings, python_batch_to_table, table_batch)
 from .rows import rows_to_batch
 
 
@@ -121,7 +126,10 @@ class FormatNode(Node):
         self.batch_size = batch_size
         self.drop_last_batch = bool(drop_last_batch)
         self.schema = schema
-        self.arrow_rows = arrow_rows and format_type == "numpy"
+        self.arrow_rows = arrow_rows and format_type in ("numpy", "torch")
+        # Python examples of Arrow-backed rows: lists read as arrays (by a state saved in a numpy / torch
+        # format) are given back as lists
+        self.lists_back = lists_back(features) if arrow_rows and format_type is None else None
         self.dataset_batches = dataset_batches and format_type == "numpy"
         super().__init__([child])
 
@@ -159,8 +167,9 @@ class FormatNode(Node):
             return
         formatter = _formatter(self.format_type, self.format_kwargs)
         if isinstance(formatter, TensorFormatter):
-            tensorize = formatter.recursive_tensorize
-            row = ArrowRowValues(self.features, self.format_kwargs, tensorize) if self.arrow_rows else tensorize
+            tensorize = list_tensorize(formatter)
+            row = (ArrowRowValues(self.features, self.format_kwargs, tensorize, torch=self.format_type == "torch")
+                   if self.arrow_rows else tensorize)
             if source == "rows":
                 for x in child:
                     yield row(x)
@@ -170,7 +179,7 @@ class FormatNode(Node):
                 format_batch = functools.partial(format_table, _formatter(self.format_type, self.format_kwargs,
                                                                           self.features))
                 for rows in self._batches():
-                    batch = table_batch(rows_to_batch(rows), schema, self.format_kwargs, format_batch)
+                    batch = table_batch(rows_to_batch(rows), schema, self.format_type, self.format_kwargs, format_batch)
                     yield tensorize(rows_to_batch([row(x) for x in rows])) if batch is None else batch
             else:  # like HF: each example is formatted, then the batch of formatted examples
                 for rows in self._batches():
@@ -198,17 +207,18 @@ class FormatNode(Node):
                 for rows in self._batches():
                     yield fmt(table(rows))
         elif source == "rows":  # python objects: nothing to do
-            yield from child
+            yield from (child if self.lists_back is None else map(self.lists_back, child))
         else:
+            lists = self.lists_back
             for rows in self._batches():
-                yield rows_to_batch(rows)
+                yield rows_to_batch(rows if lists is None else [lists(x) for x in rows])
 
 
 ROW_CHUNK = 256  # rows of an Arrow source formatted at a time when iterating formatted examples
 
 
 def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template: Node | None = None,
-            features: Any = None) -> Node:
+            features: Any = None, resumed: bool = False) -> Node:
     """The node to iterate for the live pipeline ``node`` shown in format ``fmt`` (``(type, kwargs)``
     or ``None``), grouped into batches when ``batch`` is ``(batch_size, drop_last_batch)``.
 
@@ -221,12 +231,21 @@ def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template:
     ``features`` are those of the rows a ``.batch()`` pipeline groups: batches of rows that are not
     Arrow-backed are decoded with them, as HF does (an ``Image`` column becomes one array or tensor);
     for any other dataset they are its own features (the numpy types of :class:`ArrowRowValues`).
+
+    Under a numpy or torch format, the sources of rows that only the formatter sees read large
+    lists of numbers as numpy arrays (:meth:`Node.read_lists_as_arrays`). A state taken then
+    holds those arrays; ``resumed`` (``node`` continues a loaded state) without such a format
+    gives them back as lists.
     """
     live_batches = node if batch is None and isinstance(node, BatchNode) else None
     own_batches = live_batches is not None or (batch is None and isinstance(template, BatchNode))
     if live_batches is not None:
         node, batch = node.children[0], (node.batch_size, node.drop_last_batch)
     if fmt is None or fmt[0] is None:
+        if resumed and live_batches is None and arrow_rooted(node) and lists_back(features) is not None:
+            return FormatNode(node, None, {}, "rows" if batch is None else "batches", features=features,
+                              batch_size=batch[0] if batch else 1, drop_last_batch=bool(batch and batch[1]),
+                              arrow_rows=True)
         return live_batches or (node if batch is None else BatchNode(node, *batch))
     name, kwargs = fmt
     if live_batches is not None and arrow_chain(node) is None:
@@ -248,6 +267,8 @@ def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template:
         return FormatNode(ArrowBatchesNode(node, *batch), name, kwargs, "table_batches", features,
                           dataset_batches=own_batches)
     arrow_rows = arrow_rooted(node)
+    if arrow_rows and name in ("numpy", "torch"):
+        node.read_lists_as_arrays()  # nothing but the formatter sees the rows: see ArrowRowValues
     if batch is None:
         return FormatNode(node, name, kwargs, "rows", features=features, arrow_rows=arrow_rows)
     return FormatNode(node, name, kwargs, "batches", features=features, batch_size=batch[0],

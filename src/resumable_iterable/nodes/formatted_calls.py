@@ -7,7 +7,8 @@ takes. It runs through an ordinary ``map``/``filter`` node, so exactness at ever
 worker and rank splits and elastic resume are those of any map.
 
 * **Tensor formats** (``numpy``, ``torch``, ``jax``, ``tensorflow``): the example or batch (or
-  the ``input_columns`` values) goes through the formatter's ``recursive_tensorize``, as HF does.
+  the ``input_columns`` values) goes through the formatter's ``recursive_tensorize``, as HF does
+  (``format_values.list_tensorize``: the same values, lists of numbers converted at once).
   Tensors returned by a map become numpy arrays (a batch's columns are then split into rows by
   the node); a filter's answer is read with ``bool``.
 * **Table formats** (``arrow``, ``pandas``, ``polars``): the function gets a table of the batch
@@ -119,17 +120,25 @@ class FormattedCall:
         self.arrow_rows = arrow_rows if format_type == "numpy" and columns is None else None
         self.__qualname__ = getattr(function, "__qualname__", type(function).__name__)
         self._formatter = None
+        self._tensorize = None  # the formatter's recursive_tensorize, lists converted at once
         self._rows: dict = {}  # batch_rows -> the ArrowRowValues of this call's input rows (built once)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_formatter": None, "_rows": {}}
+        return {**self.__dict__, "_formatter": None, "_tensorize": None, "_rows": {}}
 
     def _format(self) -> Any:
         if self._formatter is None:
             from datasets.formatting import get_formatter
 
+            from .format_values import list_tensorize
+
             self._formatter = get_formatter(self.format_type, **self.format_kwargs)
+            self._tensorize = list_tensorize(self._formatter)
         return self._formatter
+
+    def _tensorize_of(self) -> Any:
+        self._format()
+        return self._tensorize
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         n = len(self.columns) if self.columns is not None else 1
@@ -143,7 +152,7 @@ class FormattedCall:
             kept = self._arrow_data(data[0])
             data = [object_strings(kept) if self.batched else kept]
         else:
-            tensorize = self._format().recursive_tensorize
+            tensorize = self._tensorize_of()
             data = [tensorize(d) for d in data]
         out = self.function(*data, *rest, **kwargs)
         if self.kind == "filter":
@@ -156,18 +165,18 @@ class FormattedCall:
             from .format_values import ArrowRowValues
 
             row = self._rows[batch_rows] = ArrowRowValues(self.arrow_rows or None, self.format_kwargs,
-                                                          self._format().recursive_tensorize, batch_rows=batch_rows)
+                                                          self._tensorize_of(), batch_rows=batch_rows)
         return row
 
     def _arrow_data(self, data: dict) -> Any:
         from .format_values import format_table, table_batch
         from .rows import rows_to_batch
 
-        tensorize = self._format().recursive_tensorize
+        tensorize = self._tensorize_of()
         features = self.arrow_rows or None
         if not self.batched:  # HF: a row of the formatted batch
             return self._row_values(True)(data)
-        batch = table_batch(data, features.arrow_schema if features is not None else None, self.format_kwargs,
+        batch = table_batch(data, features.arrow_schema if features is not None else None, "numpy", self.format_kwargs,
                             functools.partial(format_table, self._format()))
         if batch is not None:
             return batch  # (the function gets its strings as objects, as from HF: see __call__)

@@ -203,6 +203,12 @@ class PermutedSource(Node):
     def shuffle_shards(self, seed: int | None) -> None:
         pass  # the permutation decides the order
 
+    def read_lists_as_arrays(self) -> None:
+        rows = copy.copy(self._rows)  # the row numbering, around a source of this reader's own: the
+        rows.source = rows.source.clone()  # source is shared with the copies this one was made from
+        rows.source.read_lists_as_arrays()
+        self._rows = rows
+
     # -- state
     def _own_state(self) -> dict:
         return {"pos": 0}

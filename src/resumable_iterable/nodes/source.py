@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from .base import Node, as_int, check_int, rng_from_seed
 from .replay import MAX_INT, check_list
-from .rows import batch_to_rows
+from .rows import batch_to_rows, large_list_arrays
 
 
 def split_positions(n: int, num_shards: int, index: int, contiguous: bool) -> range:
@@ -79,6 +79,8 @@ class SourceNode(Node):
     #: rows read in order are yielded undecoded (set by a shuffle right above: ``defer_decoding``);
     #: random access (replay, global shuffle) always decodes
     deferred = False
+    #: large lists of numbers are read as numpy arrays (``read_lists_as_arrays``; not a parameter)
+    lists_as_arrays = False
 
     def __init__(self, total_shards: int, shard_ids: list[int] | None = None):
         self.total_shards = total_shards
@@ -178,11 +180,21 @@ class SourceNode(Node):
         new.set_features(features)
         return new
 
+    def read_lists_as_arrays(self) -> None:
+        self.lists_as_arrays = True
+
     def rows_of(self, part: Any, decode: bool = True) -> list[dict]:
         """The rows of an Arrow table or record batch, media decoded unless ``decode`` is false:
-        column by column (one C-level ``to_pylist`` each), then rows built column by column
+        column by column (one C-level ``to_pylist`` each, or numpy arrays for the large lists of
+        numbers when :meth:`read_lists_as_arrays` was asked), then rows built column by column
         (faster than ``to_pylist``, which indexes ``pydict[column][row]`` for every cell)."""
-        batch = part.to_pydict()
+        if self.lists_as_arrays:
+            batch = {}
+            for name, col in zip(part.column_names, part.columns):
+                arrays = large_list_arrays(col)
+                batch[name] = col.to_pylist() if arrays is None else arrays
+        else:
+            batch = part.to_pydict()
         if decode and self.decode_batch is not None:
             batch = self.decode_batch(batch)
         return batch_to_rows(batch, part.num_rows)
