@@ -7,14 +7,14 @@ embeddings or waveforms stored as list columns does:
 * ``x``: 65 536 float32 per row (256 KB, an embedding or waveform stored as a list), numpy and
   torch, the plain source, after ``shuffle(100)`` and after ``interleave_datasets``, in one process;
 * token ids: ``input_ids`` 2 048 int32 and ``attention_mask`` 2 048 int8 per row, after
-  ``shuffle(1000)``, numpy and torch, in one process;
+  ``shuffle(1000)``, numpy and torch, as rows and as the dataset's ``batch(32)``, in one process;
 * through torchdata's ``StatefulDataLoader`` with 2 workers: the 256 KB rows ``interleave ->
   shuffle(300)`` with ``"torch"``, batch 16 (our exact shuffle, our ``"drop"``, HF's), and the
   token ids ``shuffle(1000)``, batch 32.
 
 Ours reads such lists into numpy arrays where only the formatter sees the rows
 (``nodes/rows.large_list_arrays``) and makes HF's arrays and tensors of Python lists at once
-(``nodes/format_values.py``); HF keeps the rows on its Arrow path. No target (informative).
+(``nodes/format_rows.py``); HF keeps the rows on its Arrow path. No target (informative).
 
     python benchmarks/bench_arrow_lists.py [--rows N] [--width W] [--repeats R] [--quick] [--no-loader]
 """
@@ -84,6 +84,12 @@ def run(n_rows: int = N_ROWS, width: int = WIDTH, repeats: int = 2, token_rows: 
         t_hf, n_hf = time_iteration(theirs, repeats=repeats)
         results.append(Result(f"{fmt} rows of {tokens} token ids + mask, shuffle(1000)", n_ours / t_ours,
                               n_hf / t_hf, "ex/s", note=f"{n_ours} vs {n_hf} examples, one process"))
+    for fmt in ("numpy", "torch"):  # batches made by the dataset, for DataLoader(batch_size=None)
+        ours, theirs = _pipelines(tok, "shuffle", fmt, buffer=1000)
+        t_ours, b_ours = time_iteration(lambda: ours().batch(32), repeats=repeats)
+        t_hf, b_hf = time_iteration(lambda: theirs().batch(32), repeats=repeats)
+        results.append(Result(f"{fmt} batch(32) of {tokens} token ids + mask, shuffle(1000)", 32 * b_ours / t_ours,
+                              32 * b_hf / t_hf, "ex/s", note=f"{b_ours} vs {b_hf} batches of 32, one process"))
     if loader:
         results += run_loader(hf, tok, repeats=repeats)
     return results

@@ -5,7 +5,7 @@
   and small ones formatted at once: values, dtypes and types equal HF's, for every list type, in
   rows and ``iter`` batches, with format keyword arguments;
 * HF's element-by-element tensorizing of Python lists is replaced by one conversion
-  (``format_values.list_tensorize``) that gives the same values, dtypes and types;
+  (``format_rows.list_tensorize``) that gives the same values, dtypes and types;
 * states holding those arrays resume exactly (``save_state`` codec), in the same format, in
   Python format (lists again), after the user edits what was yielded, and through
   ``StatefulDataLoader`` workers;
@@ -21,7 +21,7 @@ from datasets import Dataset, Features, List, Value
 
 import resumable_iterable as ri
 from harness import assert_loader_resumes_exactly, assert_resumes_exactly, codec_roundtrip, json_roundtrip
-from resumable_iterable.nodes.format_values import list_tensorize
+from resumable_iterable.nodes.format_rows import list_tensorize
 from resumable_iterable.nodes.rows import LARGE_LIST_BYTES, large_list_arrays
 
 torch = pytest.importorskip("torch")
@@ -112,6 +112,19 @@ def test_list_columns_on_the_arrow_path_equal_hf(name, fmt, kwargs):
 
 
 @pytest.mark.parametrize("fmt", ["numpy", "torch"])
+@pytest.mark.parametrize("name", [n for n, (_, ordered) in OPS.items() if ordered])
+def test_dataset_batches_of_list_columns_equal_hf(name, fmt):
+    """``batch()`` after ``with_format`` equals HF's (a batched map given formatted batches); before it,
+    ours gives the same batches (HF formats its batch()'s Python values there: float64 lists, object
+    empty arrays, ``[]`` in torch - docs/compat.md)."""
+    op, _ = OPS[name]
+    ours, theirs = both(op)
+    want = list(theirs.with_format(fmt).batch(5))
+    same(list(ours.with_format(fmt).batch(5)), want, f"{name} format, batch")
+    same(list(ours.batch(5).with_format(fmt)), want, f"{name} batch, format")
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch"])
 def test_large_lists_travel_as_arrays_only_under_a_tensor_format(fmt):
     ds = ri.to_iterable_dataset(DATA, num_shards=3).shuffle(seed=0, buffer_size=6)
     formatted = ds.with_format(fmt)
@@ -151,7 +164,7 @@ def _buffered(state: dict) -> list[dict]:
     return [ex for ex in out if isinstance(ex, dict) and "tok" in ex]
 
 
-def arrays_pipeline(fmt="torch", batch=None, source="arrow", shuffle=True):
+def arrays_pipeline(fmt="torch", batch=None, source="arrow", shuffle=True, own_batches=0):
     def build():  # (without the NaN of "holes", which == cannot compare)
         if source == "arrow":
             d = ri.to_iterable_dataset(DATA, num_shards=3).remove_columns("holes")
@@ -160,6 +173,8 @@ def arrays_pipeline(fmt="torch", batch=None, source="arrow", shuffle=True):
         d = ri.interleave_datasets([d, d.skip(7)], seed=1, probabilities=[0.6, 0.4]) if shuffle == "interleave" else d
         if shuffle:
             d = d.shuffle(seed=2, buffer_size=7)
+        if own_batches:  # the dataset's own batch(): its node holds the rows of a failed batch
+            return Presented(d.with_format(fmt).batch(own_batches))
         return Presented(d.with_format(fmt), batch)
 
     return build
@@ -170,6 +185,11 @@ def arrays_pipeline(fmt="torch", batch=None, source="arrow", shuffle=True):
 def test_states_holding_arrays_resume_exactly_at_every_cut(fmt, batch):
     full = assert_resumes_exactly(arrays_pipeline(fmt, batch), roundtrip=codec_roundtrip)
     assert len(full) == (N if batch is None else -(-N // batch))
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch"])
+def test_dataset_batches_with_arrays_resume_exactly_at_every_cut(fmt):
+    assert_resumes_exactly(arrays_pipeline(fmt, own_batches=5), roundtrip=codec_roundtrip)
 
 
 def test_interleave_under_shuffle_resumes_exactly_with_arrays_in_its_state():

@@ -189,7 +189,7 @@ ATTRIBUTE_ALLOWED = [
     ("nodes.", "_fresh_state", "the node contract: a copy made by clone/shard gets a fresh state"),
     ("nodes.arrow", "_indices", "HF datasets.Dataset keeps its indices mapping (select/shuffle/filter) only "
                                 "there; flatten_indices() would copy the whole table"),
-    ("nodes.format_values", "_consolidate", "HF's numpy / torch formatters stack the formatted items of a list "
+    ("nodes.format_rows", "_consolidate", "HF's numpy / torch formatters stack the formatted items of a list "
                                             "only there; calling it keeps nested lists what HF makes of them"),
     ("loader.hooks", "_initializing", "Python's import system marks a module still being imported only there "
                                       "(ModuleSpec._initializing, read the same way by importlib itself)"),

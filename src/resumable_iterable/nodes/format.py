@@ -27,7 +27,7 @@ Like HF, the input decides the path:
   on HF's Arrow path, the sources read lists of 1 KB or more per row as numpy arrays
   (``Node.read_lists_as_arrays``, ``rows.large_list_arrays``), of which the formatter makes HF's
   arrays and tensors; lists of Python numbers become one array or tensor at once
-  (``format_values.list_tensorize``), not number by number as ``recursive_tensorize`` makes them.
+  (``format_rows.list_tensorize``), not number by number as ``recursive_tensorize`` makes them.
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ import pyarrow as pa
 from .arrow_batches import ArrowBatchesNode, arrow_chain, arrow_rooted, chain_features, chain_schema
 from .base import Node
 from .batch import BatchNode
-from .format_values import (ArrowRowValues, fast_tensor_batch, fast_tensor_rows, format_table, lists_back,
-                            list_tensorize, object_strings, python_batch_to_table, table_batch)
+from .format_rows import ArrowRowValues, list_tensorize, lists_back
+from .format_values import (fast_tensor_batch, fast_tensor_rows, format_table, object_strings, python_batch_to_table,
+                            table_batch)
 from .rows import rows_to_batch
 
 
@@ -251,6 +252,8 @@ def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template:
     if live_batches is not None and arrow_chain(node) is None:
         # rows batched by the pipeline's own batch node: iterate that node, whose state holds the
         # rows of a batch interrupted by an error, and format its batches
+        if name in ("numpy", "torch") and arrow_rooted(node):
+            node.read_lists_as_arrays()  # the batches reach nothing but the formatter
         return FormatNode(live_batches, name, kwargs, "batch_dicts",
                           features=features, schema=chain_schema(node), dataset_batches=True)
     if batch is None and isinstance(template, BatchNode):

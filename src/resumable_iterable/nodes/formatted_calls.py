@@ -8,7 +8,7 @@ worker and rank splits and elastic resume are those of any map.
 
 * **Tensor formats** (``numpy``, ``torch``, ``jax``, ``tensorflow``): the example or batch (or
   the ``input_columns`` values) goes through the formatter's ``recursive_tensorize``, as HF does
-  (``format_values.list_tensorize``: the same values, lists of numbers converted at once).
+  (``format_rows.list_tensorize``: the same values, lists of numbers converted at once).
   Tensors returned by a map become numpy arrays (a batch's columns are then split into rows by
   the node); a filter's answer is read with ``bool``.
 * **Table formats** (``arrow``, ``pandas``, ``polars``): the function gets a table of the batch
@@ -130,7 +130,7 @@ class FormattedCall:
         if self._formatter is None:
             from datasets.formatting import get_formatter
 
-            from .format_values import list_tensorize
+            from .format_rows import list_tensorize
 
             self._formatter = get_formatter(self.format_type, **self.format_kwargs)
             self._tensorize = list_tensorize(self._formatter)
@@ -162,7 +162,7 @@ class FormattedCall:
     def _row_values(self, batch_rows: bool) -> Any:
         row = self._rows.get(batch_rows)
         if row is None:
-            from .format_values import ArrowRowValues
+            from .format_rows import ArrowRowValues
 
             row = self._rows[batch_rows] = ArrowRowValues(self.arrow_rows or None, self.format_kwargs,
                                                           self._tensorize_of(), batch_rows=batch_rows)

@@ -1,0 +1,194 @@
+"""Formatted values of Python rows: what HF ``datasets``' numpy / torch formatters make of the
+examples a pipeline yields, computed directly where HF's way is slow.
+
+* :class:`ArrowRowValues` - rows of Arrow-backed pipelines, which HF formats from Arrow (its types:
+  numpy scalars, ``np.str_``, float32 lists, typed empty lists, NaN for a null number);
+* :func:`list_tensorize` - HF's ``recursive_tensorize`` for any other Python rows and batches,
+  with lists of numbers converted at once instead of number by number;
+* :func:`lists_back` - lists that sources read as numpy arrays under a tensor format
+  (``SourceNode.read_lists_as_arrays``), given back as Python lists without one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from .typed import value_dtype
+
+
+class ArrowRowValues:
+    """A Python example of an Arrow-backed pipeline as numpy values of the types HF's Arrow path gives
+    (HF formats such rows from Arrow tables; ``_row_values`` computes the same from Arrow columns):
+    ints and floats as numpy scalars (of the column's type when ``features`` say it), strings as
+    ``np.str_``, booleans as 0-d arrays, flat lists of numbers as int64 / float32 arrays
+    (``format_kwargs`` apply to arrays, as in HF). Any other value goes to ``tensorize`` (HF's
+    ``recursive_tensorize``), which is also what values already formatted get.
+
+    ``batch_rows``: the values of one row of HF's formatted *batch* instead (what HF gives a map or
+    filter after ``with_format``): ints as int64, floats as float32, booleans as ``np.bool_``.
+
+    ``torch``: ``tensorize`` is HF's torch formatter's, and the values are made what HF's torch
+    formatter makes of Arrow rows: numbers and lists go to it as the numpy values above (lists of
+    numbers as one int64 / float64 array: HF's dtypes, with the format's keyword arguments, are
+    applied by ``tensorize``; an empty list with the type its features give), strings and booleans
+    as they are. Lists of numbers read as numpy arrays (``SourceNode.read_lists_as_arrays``) go to
+    ``tensorize`` in both formats: HF makes its arrays and tensors of them."""
+
+    def __init__(self, features: Any, format_kwargs: dict, tensorize: Callable[[Any], Any],
+                 batch_rows: bool = False, torch: bool = False):
+        self.kwargs, self.tensorize, self.batch_rows, self.torch = format_kwargs, tensorize, batch_rows, torch
+        self.scalars: dict = {}  # column -> numpy scalar type, from a numeric ``Value`` feature
+        self.lists: dict = {}  # column -> numpy dtype of HF's array for a list of numeric ``Value``s
+        for name, feature in (() if batch_rows else (features or {}).items()):
+            dtype = value_dtype(feature)
+            if dtype is not None and dtype.kind in "iuf":
+                self.scalars[name] = dtype.type
+            else:
+                inner = _list_dtype(feature)
+                if inner is not None:
+                    self.lists[name] = np.int64 if inner.kind in "iu" else np.float32 if inner.kind == "f" else inner
+
+    def _list(self, name: str, values: list) -> Any:
+        kinds = set(map(type, values))
+        if _NONE in kinds and kinds <= _NUMBERS_OR_NONE and (len(kinds) > 1 or np.dtype(self.lists.get(name, object)).kind in "iuf"):
+            # null numbers: NaN in floats, as in the array Arrow's numpy conversion makes of such a list
+            return self.tensorize(np.array([np.nan if v is None else v for v in values], dtype=np.float64))
+        if self.torch:
+            return self.tensorize(_number_array(values, kinds, self.lists.get(name)))
+        if not values and name in self.lists:  # (an empty list has no values to tell its type)
+            return np.asarray(values, **{"dtype": self.lists[name], **self.kwargs})
+        if kinds == {int}:
+            return np.asarray(values, **{"dtype": np.int64, **self.kwargs})
+        if kinds and kinds <= {int, float}:
+            return np.asarray(values, **{"dtype": np.float32, **self.kwargs})
+        if kinds == {bool}:
+            return np.asarray(values, **self.kwargs)
+        return self.tensorize(values)
+
+    def __call__(self, example: dict) -> dict:
+        out = {}
+        for name, v in example.items():
+            t = type(v)
+            if t is int or t is float:
+                scalar = self.scalars.get(name)
+                if scalar is None or (t is float and not issubclass(scalar, np.floating)):
+                    scalar = np.int64 if t is int else np.float32 if self.batch_rows else np.float64
+                try:
+                    value = scalar(v)
+                except OverflowError:
+                    out[name] = self.tensorize(v)
+                else:
+                    out[name] = self.tensorize(value) if self.torch else value
+            elif t is str:
+                out[name] = v if self.torch else np.str_(v)
+            elif t is bool:  # np.bool_ is no np.number: HF makes a 0-d array of it
+                out[name] = (self.tensorize(v) if self.torch else np.bool_(v) if self.batch_rows
+                             else np.asarray(v, **self.kwargs))
+            elif t is list:
+                out[name] = self._list(name, v)
+            elif v is None and name in self.scalars:  # a null number: NaN, as Arrow's numpy column holds it
+                scalar = self.scalars[name]
+                value = scalar("nan") if issubclass(scalar, np.floating) else np.float64("nan")
+                out[name] = self.tensorize(value) if self.torch else value
+            else:
+                out[name] = self.tensorize(v)
+        return out
+
+
+def _list_dtype(feature: Any) -> np.dtype | None:
+    """The numpy dtype of the values of a list feature of ``Value``s (``None``: another feature)."""
+    if type(feature).__name__ in ("List", "Sequence", "LargeList"):
+        return value_dtype(getattr(feature, "feature", None))
+    return None
+
+
+def lists_back(features: Any) -> Callable[[dict], dict] | None:
+    """For Python examples of Arrow-backed rows: a function giving back as Python lists the numpy
+    arrays that sources read lists of numbers into under a numpy / torch format
+    (``SourceNode.read_lists_as_arrays``: a state saved then holds them, and may be resumed
+    without the format); ``None`` when ``features`` have no list of numbers."""
+    if features is None:
+        columns = None
+    else:
+        columns = [name for name, f in features.items() if (d := _list_dtype(f)) is not None and d.kind in "iuf"]
+        if not columns:
+            return None
+
+    def row(example: dict) -> dict:
+        for name in (example if columns is None else columns):
+            if type(example.get(name)) is np.ndarray:
+                return {k: v.tolist() if type(v) is np.ndarray else v for k, v in example.items()}
+        return example
+
+    return row
+
+
+_NONE = type(None)
+_NUMBERS_OR_NONE = {int, float, _NONE}
+
+
+def _number_array(values: list, kinds: set, empty_dtype: Any = None) -> Any:
+    """A list of Python numbers (or booleans) of one type (``kinds``: the types of its values) as
+    one numpy array of that kind (int64, float64 - which holds any float32 or float64 value exactly
+    - or bool), an empty list as an array of ``empty_dtype`` when given; anything else as it is."""
+    if not values:
+        return values if empty_dtype is None else np.asarray(values, dtype=empty_dtype)
+    if len(kinds) != 1 or not kinds <= {int, float, bool}:
+        return values
+    try:
+        out = np.asarray(values)
+    except (OverflowError, ValueError):
+        return values
+    return out if out.dtype.kind in "ifb" else values
+
+
+def list_tensorize(formatter: Any) -> Callable[[Any], Any] | None:
+    """``formatter.recursive_tensorize`` (HF's numpy or torch formatter; any other's is returned as
+    it is, ``None`` for a formatter without one) for Python examples and batches, with each non-empty flat list of Python numbers of one
+    type (``int``, ``float`` or ``bool``) made into one array or tensor at once, and lists of such
+    lists stacked as HF stacks them. HF makes a 0-d array or tensor of every number, then stacks
+    them: the same values and dtypes, at a microsecond or more per number (a row of 2 048 token
+    ids took milliseconds)."""
+    recursive = getattr(formatter, "recursive_tensorize", None)  # (table formatters have none)
+    consolidate = getattr(formatter, "_consolidate", None)
+    name = type(formatter).__name__
+    if recursive is None or consolidate is None or name not in ("NumpyFormatter", "TorchFormatter"):
+        return recursive
+    if name == "TorchFormatter":
+        import torch
+
+        kwargs = formatter.torch_tensor_kwargs
+
+        def flat(values: list, kind: type) -> Any:
+            return torch.tensor(values, **kwargs)  # a number's own dtype, as torch.tensor(number) gives
+    else:
+        kwargs = formatter.np_array_kwargs
+
+        def flat(values: list, kind: type) -> Any:
+            out = np.asarray(values)
+            if kind is int and out.dtype != np.int64:
+                raise OverflowError  # beyond int64, each number gets a dtype of its own
+            return np.asarray(out, **kwargs) if kwargs else out
+
+    def one(v: Any) -> Any:
+        if type(v) is not list or not v:
+            return recursive(v)
+        first = type(v[0])
+        if first is list:
+            if all(type(x) is list for x in v):
+                return consolidate([one(x) for x in v])
+        elif (first is int or first is float or first is bool) and len(set(map(type, v))) == 1:
+            try:
+                return flat(v, first)
+            except (OverflowError, RuntimeError, ValueError, TypeError):
+                pass
+        return recursive(v)
+
+    def tensorize(data: Any) -> Any:
+        if type(data) is not dict:
+            return one(data)
+        return {k: tensorize(v) if type(v) is dict else one(v) for k, v in data.items()}
+
+    return tensorize
