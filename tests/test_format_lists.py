@@ -125,6 +125,30 @@ def test_dataset_batches_of_list_columns_equal_hf(name, fmt):
 
 
 @pytest.mark.parametrize("fmt", ["numpy", "torch"])
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize("kind", ["map", "filter"])
+def test_functions_after_with_format_get_list_columns_as_hf_gives_them(kind, batched, fmt):
+    """What HF hands a map / filter given after ``with_format`` over Arrow-backed rows: its rows
+    formatted from Arrow (typed empty lists, NaN for a null number), in both formats."""
+    seen = {"ours": [], "hf": []}
+
+    def spy(name):
+        def fn(x):
+            seen[name].append(x)
+            if kind == "filter":
+                return [True] * len(x["id"]) if batched else True
+            return {}
+        return fn
+
+    for name, d in zip(("ours", "hf"), both(lambda d, lib: d.take(11))):
+        d = getattr(d.with_format(fmt), kind)(spy(name), batched=batched, batch_size=4)
+        for _ in d:
+            pass
+    assert len(seen["ours"]) == len(seen["hf"]) > 0
+    same(seen["ours"], seen["hf"], f"{kind} inputs")
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch"])
 def test_large_lists_travel_as_arrays_only_under_a_tensor_format(fmt):
     ds = ri.to_iterable_dataset(DATA, num_shards=3).shuffle(seed=0, buffer_size=6)
     formatted = ds.with_format(fmt)

@@ -41,10 +41,11 @@ class ArrowRowValues:
         self.kwargs, self.tensorize, self.batch_rows, self.torch = format_kwargs, tensorize, batch_rows, torch
         self.scalars: dict = {}  # column -> numpy scalar type, from a numeric ``Value`` feature
         self.lists: dict = {}  # column -> numpy dtype of HF's array for a list of numeric ``Value``s
-        for name, feature in (() if batch_rows else (features or {}).items()):
+        for name, feature in (features or {}).items():  # (a batch's numbers are int64 / float32 whatever the type)
             dtype = value_dtype(feature)
             if dtype is not None and dtype.kind in "iuf":
-                self.scalars[name] = dtype.type
+                if not batch_rows:
+                    self.scalars[name] = dtype.type
             else:
                 inner = _list_dtype(feature)
                 if inner is not None:

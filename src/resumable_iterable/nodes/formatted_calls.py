@@ -97,7 +97,7 @@ class FormattedCall:
     the function it wraps (DataLoader workers receive it).
 
     ``n_data``: how many leading arguments are data (1, or one per input column); ``columns``:
-    the input column names (table formats build a table of those columns). ``arrow_rows`` (numpy):
+    the input column names (table formats build a table of those columns). ``arrow_rows`` (numpy, torch):
     the features of Arrow-backed input rows, which HF formats from Arrow (``format.ArrowRowValues``
     for an example, a table for a batch), as iterating them would."""
 
@@ -117,7 +117,7 @@ class FormattedCall:
         self.columns = columns
         self.schema = schema
         self.table = format_type in TABLE_FORMATS
-        self.arrow_rows = arrow_rows if format_type == "numpy" and columns is None else None
+        self.arrow_rows = arrow_rows if format_type in ("numpy", "torch") and columns is None else None
         self.__qualname__ = getattr(function, "__qualname__", type(function).__name__)
         self._formatter = None
         self._tensorize = None  # the formatter's recursive_tensorize, lists converted at once
@@ -165,7 +165,8 @@ class FormattedCall:
             from .format_rows import ArrowRowValues
 
             row = self._rows[batch_rows] = ArrowRowValues(self.arrow_rows or None, self.format_kwargs,
-                                                          self._tensorize_of(), batch_rows=batch_rows)
+                                                          self._tensorize_of(), batch_rows=batch_rows,
+                                                          torch=self.format_type == "torch")
         return row
 
     def _arrow_data(self, data: dict) -> Any:
@@ -176,7 +177,8 @@ class FormattedCall:
         features = self.arrow_rows or None
         if not self.batched:  # HF: a row of the formatted batch
             return self._row_values(True)(data)
-        batch = table_batch(data, features.arrow_schema if features is not None else None, "numpy", self.format_kwargs,
+        batch = table_batch(data, features.arrow_schema if features is not None else None, self.format_type,
+                            self.format_kwargs,
                             functools.partial(format_table, self._format()))
         if batch is not None:
             return batch  # (the function gets its strings as objects, as from HF: see __call__)
