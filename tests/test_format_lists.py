@@ -308,25 +308,48 @@ def test_through_the_stateful_dataloader_with_workers(workers):
 # ---------------------------------------------------------------------- the pieces
 
 
+def _py(values: list) -> list:
+    return [v.tolist() if isinstance(v, np.ndarray) else v for v in values]
+
+
 def test_large_list_arrays_of_every_list_layout():
-    arr = pa.array([list(range(3000)), None, [], list(range(5, 4000))], type=pa.list_(pa.int32()))
+    arr = pa.array([list(range(3000)), None, [], list(range(5, 4000)), [1, 2]], type=pa.list_(pa.int32()))
     got = large_list_arrays(arr)
-    assert [None if g is None else g.tolist() for g in got] == arr.to_pylist()
+    assert _py(got) == arr.to_pylist()
+    assert [type(g).__name__ for g in got] == ["ndarray", "NoneType", "list", "ndarray", "list"]  # by each row's size
     assert got[0].dtype == np.int32 and got[0].flags.writeable and got[0].base is None  # own copies
-    sliced = arr.slice(2, 2)
-    assert [g.tolist() for g in large_list_arrays(sliced)] == sliced.to_pylist()
-    chunked = pa.chunked_array([arr.slice(0, 1), arr.slice(3)])
-    assert [g.tolist() for g in large_list_arrays(chunked)] == chunked.to_pylist()
+    for piece in (arr.slice(2, 2), arr.slice(3), pa.chunked_array([arr.slice(0, 1), arr.slice(3)])):
+        assert _py(large_list_arrays(piece)) == piece.to_pylist()
     large = pa.array([[1.5] * 300, [2.5] * 300], type=pa.large_list(pa.float64()))
-    assert [g.tolist() for g in large_list_arrays(large)] == large.to_pylist()
+    assert _py(large_list_arrays(large)) == large.to_pylist()
     fixed = pa.array([[float(i)] * 300 for i in range(4)], type=pa.list_(pa.float32(), 300)).slice(1, 3)
     got = large_list_arrays(fixed)
-    assert [g.tolist() for g in got] == fixed.to_pylist() and got[0].dtype == np.float32
+    assert _py(got) == fixed.to_pylist() and got[0].dtype == np.float32
     fixed_nulls = pa.array([[1.0] * 300, None], type=pa.list_(pa.float32(), 300))
-    got = large_list_arrays(fixed_nulls)
-    assert got is None or [None if g is None else g.tolist() for g in got] == fixed_nulls.to_pylist()
+    assert _py(large_list_arrays(fixed_nulls)) == fixed_nulls.to_pylist()
     u64 = pa.array([[2**64 - 1] * 200], type=pa.list_(pa.uint64()))
     assert large_list_arrays(u64)[0].tolist() == u64.to_pylist()[0]
+    holes = pa.array([[1.0] * 300 + [None], [2.0] * 300], type=pa.list_(pa.float64()))
+    got = large_list_arrays(holes)  # the row holding a null number stays a list, the other is an array
+    assert type(got[0]) is list and type(got[1]) is np.ndarray and _py(got) == holes.to_pylist()
+
+
+def test_a_row_is_read_the_same_way_whatever_rows_are_read_with_it():
+    """A resume, a re-read of buffered positions or a worker's shards read rows in other groups:
+    each row's representation (array or list) depends on that row only."""
+    rng = np.random.default_rng(0)
+    rows = [None if i % 11 == 5 else [float(v) for v in rng.standard_normal(int(rng.integers(0, 600)))]
+            for i in range(60)]
+    rows[7] = [1.0] * 400 + [None]
+    arr = pa.array(rows, type=pa.list_(pa.float32()))
+    whole = large_list_arrays(arr)
+    for size in (1, 2, 7):
+        pieces = []
+        for k in range(0, len(arr), size):
+            got = large_list_arrays(arr.slice(k, size))
+            pieces += arr.slice(k, size).to_pylist() if got is None else got
+        assert [type(p) for p in pieces] == [type(w) for w in whole], size
+        assert _py(pieces) == _py(whole) == arr.to_pylist()
 
 
 def test_large_list_arrays_leaves_what_it_cannot_give_exactly():
@@ -400,3 +423,82 @@ def test_elastic_resume_onto_another_worker_count_with_arrays_in_the_states(save
         resumed.load_state_dict(state)
         tail = [key(ex) for ex in resumed]
         assert sorted(head + tail) == everything, f"{saved_workers} -> {new_workers} workers, cut {cut}"
+
+
+@pytest.mark.parametrize("fmt", [None, "arrow", "pandas"])
+def test_dataset_batches_resumed_without_the_tensor_format_hold_lists(fmt):
+    """A state of ``shuffle().batch()`` taken under torch holds arrays; resumed without a tensor
+    format, the batches are those of the uninterrupted run (lists; the tables' list types)."""
+    def build(f):
+        d = ri.to_iterable_dataset(DATA, num_shards=3).remove_columns("holes")
+        return d.shuffle(seed=0, buffer_size=6).batch(4).with_format(f)
+
+    full = list(build(fmt))
+    ds = build("torch")
+    it = iter(ds)
+    next(it)
+    state = ri.loads_state(ri.dumps_state(ds.state_dict()))
+    assert any(type(ex["tok"]) is np.ndarray for ex in _buffered(state))
+    resumed = build(fmt)
+    resumed.load_state_dict(state)
+    got = list(resumed)
+    if fmt is None:
+        assert got == full[1:]
+        assert {type(t) for b in got for t in b["tok"]} == {list}
+    elif fmt == "arrow":
+        assert [b.schema for b in got] == [b.schema for b in full[1:]]
+        assert [b.to_pydict() for b in got] == [b.to_pydict() for b in full[1:]]
+    else:
+        assert [b["id"].tolist() for b in got] == [b["id"].tolist() for b in full[1:]]
+        assert [type(b["tok"][0]) for b in got] == [type(b["tok"][0]) for b in full[1:]]
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch"])
+def test_elastic_resume_formats_rows_as_a_fresh_run(fmt):
+    """Rows of an elastic pass (another worker count) are Arrow-backed too: same types as a fresh run."""
+    pytest.importorskip("torchdata")
+
+    def build():
+        return ri.to_iterable_dataset(DATA, num_shards=4).shuffle(seed=3, buffer_size=3).with_format(fmt)
+
+    fresh = {int(ex["id"]): ex for ex in ri.StatefulDataLoader(build(), batch_size=None, num_workers=0)}
+    dl = ri.StatefulDataLoader(build(), batch_size=None, num_workers=2)
+    head = []
+    for ex in dl:
+        head.append(ex)
+        if len(head) == 5:
+            state = dl.state_dict()
+            break
+    resumed = ri.StatefulDataLoader(build(), batch_size=None, num_workers=1)
+    resumed.load_state_dict(state)
+    tail = list(resumed)
+    assert sorted(int(ex["id"]) for ex in head + tail) == list(range(N))
+    for ex in tail:
+        same(ex, fresh[int(ex["id"])], f"resumed row {int(ex['id'])}")
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch"])
+def test_uint64_lists_past_int64_read_as_lists_or_arrays_alike(fmt):
+    """Whether a chunk's lists are read as arrays depends on its rows' sizes, so a resume may read
+    the same rows the other way: both give HF's values (uint64 past int64 wrapped to int64)."""
+    features = Features({"id": Value("int64"), "u": List(Value("uint64"))})
+    rows = [{"id": i, "u": [2**64 - 1 - j for j in range(1000 if i < 4 else 10)]} for i in range(24)]
+    data = Dataset(pa.Table.from_pylist(rows, schema=features.arrow_schema))
+    want = {int(r["id"]): r for r in data.to_iterable_dataset().with_format(fmt)}  # HF's Arrow path
+
+    def build():
+        return ri.to_iterable_dataset(data).shuffle(seed=0, buffer_size=3).with_format(fmt)
+
+    full = list(build())
+    for ex in full:
+        same(ex, want[int(ex["id"])], f"row {int(ex['id'])}")
+    ds = build()
+    it = iter(ds)
+    for _ in range(6):
+        next(it)
+    resumed = build()
+    resumed.load_state_dict(ri.loads_state(ri.dumps_state(ds.state_dict())))
+    same(list(resumed), full[6:], "resumed")
+    small = list(ri.to_iterable_dataset(data.select(range(4, 24))).shuffle(seed=0, buffer_size=3).with_format(fmt))
+    for ex in small:
+        same(ex, want[int(ex["id"])], f"row {int(ex['id'])} of small lists")

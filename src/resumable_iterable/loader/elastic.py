@@ -57,6 +57,9 @@ class SegmentsNode(Node):
 
     kind = "segments"
 
+    def formats_as_arrow_rows(self) -> bool:  # its segments' rows pass through as they are
+        return True
+
     def __init__(self, segments: list[Node], splits: list[dict], base: str, target: dict):
         self.splits = splits
         self.base = base

@@ -36,6 +36,7 @@ import functools
 import itertools
 from typing import Any, Iterator
 
+import numpy as np
 import pyarrow as pa
 
 from .arrow_batches import ArrowBatchesNode, arrow_chain, arrow_rooted, chain_features, chain_schema
@@ -130,7 +131,8 @@ class FormatNode(Node):
         self.arrow_rows = arrow_rows and format_type in ("numpy", "torch")
         # Python examples of Arrow-backed rows: lists read as arrays (by a state saved in a numpy / torch
         # format) are given back as lists
-        self.lists_back = lists_back(features) if arrow_rows and format_type is None else None
+        self.lists_back = (lists_back(features) if arrow_rows and (format_type is None or source == "batch_dicts")
+                           else None)
         self.dataset_batches = dataset_batches and format_type == "numpy"
         super().__init__([child])
 
@@ -155,6 +157,12 @@ class FormatNode(Node):
 
         child = self.children[0]
         source = self.source
+        if source == "batch_dicts" and self.lists_back is not None:  # a resumed state's arrays, as lists
+            child = ({k: [x.tolist() if type(x) is np.ndarray else x for x in v] if type(v) is list else v
+                      for k, v in b.items()} for b in child)
+            if self.format_type is None:
+                yield from child
+                return
         if source in ("table_batches", "batch_dicts"):
             if source == "batch_dicts":
                 child = (self._to_table(b) for b in child)
@@ -243,6 +251,8 @@ def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template:
     if live_batches is not None:
         node, batch = node.children[0], (node.batch_size, node.drop_last_batch)
     if fmt is None or fmt[0] is None:
+        if resumed and live_batches is not None and arrow_rooted(node) and lists_back(features) is not None:
+            return FormatNode(live_batches, None, {}, "batch_dicts", features=features, arrow_rows=True)
         if resumed and live_batches is None and arrow_rooted(node) and lists_back(features) is not None:
             return FormatNode(node, None, {}, "rows" if batch is None else "batches", features=features,
                               batch_size=batch[0] if batch else 1, drop_last_batch=bool(batch and batch[1]),
@@ -254,8 +264,8 @@ def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template:
         # rows of a batch interrupted by an error, and format its batches
         if name in ("numpy", "torch") and arrow_rooted(node):
             node.read_lists_as_arrays()  # the batches reach nothing but the formatter
-        return FormatNode(live_batches, name, kwargs, "batch_dicts",
-                          features=features, schema=chain_schema(node), dataset_batches=True)
+        return FormatNode(live_batches, name, kwargs, "batch_dicts", features=features, schema=chain_schema(node),
+                          dataset_batches=True, arrow_rows=resumed and name not in ("numpy", "torch") and arrow_rooted(node))
     if batch is None and isinstance(template, BatchNode):
         rows = template.children[0]
         chain = arrow_chain(rows)

@@ -61,7 +61,10 @@ class ArrowRowValues:
         if not values and name in self.lists:  # (an empty list has no values to tell its type)
             return np.asarray(values, **{"dtype": self.lists[name], **self.kwargs})
         if kinds == {int}:
-            return np.asarray(values, **{"dtype": np.int64, **self.kwargs})
+            try:
+                return np.asarray(values, **{"dtype": np.int64, **self.kwargs})
+            except OverflowError:  # uint64 values past int64: HF's uint64 array, cast by the formatter
+                return self.tensorize(_number_array(values, kinds))
         if kinds and kinds <= {int, float}:
             return np.asarray(values, **{"dtype": np.float32, **self.kwargs})
         if kinds == {bool}:
@@ -137,6 +140,13 @@ def _number_array(values: list, kinds: set, empty_dtype: Any = None) -> Any:
     if not values:
         return values if empty_dtype is None else np.asarray(values, dtype=empty_dtype)
     if len(kinds) != 1 or not kinds <= {int, float, bool}:
+        return values
+    if kinds == {int}:  # int64, or uint64 for Arrow's uint64 values past int64 (numpy's own pick may be float64)
+        for dtype in (np.int64, np.uint64):
+            try:
+                return np.asarray(values, dtype=dtype)
+            except OverflowError:
+                pass
         return values
     try:
         out = np.asarray(values)

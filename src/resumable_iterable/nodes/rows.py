@@ -58,10 +58,9 @@ def batch_to_rows(batch: Mapping[str, Any], num_rows: int = 0) -> list[dict]:
     return rows
 
 
-#: average bytes of numbers per row from which a list column of an Arrow source is read into numpy
-#: arrays under a numpy / torch format (``SourceNode.rows_of``): the size from which examples count
-#: as large elsewhere too (shared memory, buffers logged as positions), and where a list of Python
-#: numbers costs more than the rest of the pipeline
+#: bytes of numbers from which a row's list (of a list column of an Arrow source) is read into a
+#: numpy array under a numpy / torch format (``SourceNode.rows_of``): where a list of Python numbers
+#: costs more than the rest of the pipeline, and where a plain JSON state would grow by kilobytes
 LARGE_LIST_BYTES = 1024
 
 
@@ -70,42 +69,45 @@ def _numbers(t: pa.DataType) -> bool:
 
 
 def large_list_arrays(column: pa.Array | pa.ChunkedArray) -> list | None:
-    """The rows of an Arrow column of lists of numbers as numpy arrays of the column's type, each
-    its own copy (a buffered row holds no more than its own values), ``None`` for a null row; or
-    ``None`` when the column is something else, holds null numbers, or its lists are small (under
-    :data:`LARGE_LIST_BYTES` per row on average). ``to_pylist`` would give the same numbers as
-    Python lists, at about a microsecond per number more."""
+    """The rows of an Arrow column of lists of numbers, each list of :data:`LARGE_LIST_BYTES` or
+    more as a numpy array of the column's type (its own copy: a buffered row holds no more than its
+    own values), any other as ``to_pylist`` gives it (a Python list, ``None`` for a null row, a
+    list holding a null number as a list); ``None`` when the column is something else or no list
+    is that large. Which rows are arrays depends on each row alone, not on the rows read with it
+    (a resume reads them in other groups)."""
     t = column.type
     fixed = pa.types.is_fixed_size_list(t)
     if not (fixed or pa.types.is_list(t) or pa.types.is_large_list(t)) or not _numbers(t.value_type):
         return None
-    chunks = [c for c in (column.chunks if isinstance(column, pa.ChunkedArray) else [column]) if len(c)]
-    rows = sum(len(c) for c in chunks)
-    if not rows:
-        return None
-    cuts = []  # per chunk: its values (one zero-copy Arrow slice) and where each row's values start
-    for arr in chunks:
-        if fixed:
-            size = t.list_size
-            starts = np.arange(arr.offset, arr.offset + len(arr) + 1, dtype=np.int64) * size
-        else:
-            starts = arr.offsets.to_numpy()
-        lo, hi = int(starts[0]), int(starts[-1])
-        values = arr.values.slice(lo, hi - lo)
-        if values.null_count:
-            return None
-        cuts.append((values, starts - lo, arr))
-    if sum(len(v) for v, _, _ in cuts) * t.value_type.byte_width < LARGE_LIST_BYTES * rows:
-        return None
+    width = t.value_type.byte_width
     out: list = []
-    for values, starts, arr in cuts:
-        flat = values.to_numpy(zero_copy_only=True)
-        bounds = starts.tolist()
-        got = [flat[a:b].copy() for a, b in zip(bounds, bounds[1:])]
+    found = False
+    for arr in (column.chunks if isinstance(column, pa.ChunkedArray) else [column]):
+        if not len(arr):
+            continue
+        if fixed:
+            starts = np.arange(arr.offset, arr.offset + len(arr) + 1, dtype=np.int64) * t.list_size
+        else:
+            starts = arr.offsets.to_numpy().astype(np.int64)
+        lo, hi = int(starts[0]), int(starts[-1])
+        cuts = starts - lo
+        large = np.diff(cuts) * width >= LARGE_LIST_BYTES
         if arr.null_count:
-            got = [g if ok else None for g, ok in zip(got, arr.is_valid().to_pylist())]
-        out.extend(got)
-    return out
+            large &= arr.is_valid().to_numpy(zero_copy_only=False)
+        values = arr.values.slice(lo, hi - lo)
+        if values.null_count:  # a list holding a null number stays a Python list
+            nulls = np.concatenate(([0], np.cumsum(values.is_null().to_numpy(zero_copy_only=False))))
+            large &= nulls[cuts[1:]] == nulls[cuts[:-1]]
+            values = values.fill_null(0)
+        if not large.any():
+            out.extend(arr.to_pylist())
+            continue
+        found = True
+        flat = values.to_numpy(zero_copy_only=False)
+        bounds = cuts.tolist()
+        for i, big in enumerate(large.tolist()):
+            out.append(flat[bounds[i]:bounds[i + 1]].copy() if big else arr[i].as_py())
+    return out if found else None
 
 
 def rows_read(first: dict | None, last: dict | None) -> str:
