@@ -161,19 +161,58 @@ def test_a_state_taken_while_draining_resumes_exactly():
     assert_resumes(lambda: loader(shuffled()), batches, states, (n - 3, n - 2, n - 1))
 
 
-def test_an_interleave_below_keeps_the_examples_stored():
-    # it reads one example ahead per input: where that example came from is tracked only when a
-    # replay-mode shuffle arms it before it starts, so a default shuffle above it stores examples
-    def make():
-        a = ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": [0, 1]})
-        b = ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": [2, 3], "n": 9})
-        ds = ri.interleave_datasets([a, b], probabilities=[0.5, 0.5], seed=1, stopping_strategy="all_exhausted")
-        return loader(ds.shuffle(seed=2, buffer_size=6))
+def interleaved(strategy="all_exhausted"):
+    a = ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": [0, 1]})
+    b = ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": [2, 3], "n": 9})
+    ds = ri.interleave_datasets([a, b], probabilities=[0.5, 0.5], seed=1, stopping_strategy=strategy)
+    return ds.shuffle(seed=2, buffer_size=6)
 
-    batches, states = run_with_states(make)
+
+@pytest.mark.parametrize("strategy", ["first_exhausted", "all_exhausted", "all_exhausted_without_replacement"])
+def test_an_interleave_below_is_logged_as_positions(strategy):
+    # it reads one example ahead per input: the pass arms its tracking before the first read, so
+    # the state says where the peeked examples came from too, and the buffer holds [input, shard, row]
+    batches, states = run_with_states(lambda: loader(interleaved(strategy)))
     held = worker_buffers(ri.loads_state(states[2]))
-    assert all(held) and all(type(e) is dict and not is_position(e) for buf in held for e in buf)
-    assert_resumes(make, batches, states, range(0, len(states), 2))
+    assert all(held) and all(is_position(e) and len(e["at"]) == 3 for buf in held for e in buf)
+    assert_resumes(lambda: loader(interleaved(strategy)), batches, states, range(len(states)))
+
+
+def test_an_interleave_resumed_from_a_state_without_its_peeked_positions_stores_that_pass():
+    # a state taken outside the workers holds the peeked examples, not where they came from: the
+    # workers that continue it store the examples (exactly), and the next epoch logs positions again
+    ds = interleaved()
+    it = iter(ds)
+    head = [next(it)["id"] for _ in range(9)]
+    state = ri.loads_state(ri.dumps_state(ds.state_dict()))
+    again = interleaved()
+    again.load_state_dict(state)
+    dl = loader(again)
+    tail = [k for b in dl for k in b]
+    assert head + tail == [ex["id"] for ex in interleaved()]
+    again.set_epoch(1)
+    dl = loader(again)
+    it = iter(dl)
+    next(it)
+    assert all(is_position(e) for buf in worker_buffers(dl.state_dict()) for e in buf)
+
+
+def test_a_worker_state_continued_in_a_process_then_in_workers_resumes_exactly():
+    # the plain loop (no workers) drops the positions of what it peeks, which a later pass in
+    # workers would otherwise take for those of the examples it peeked since
+    full = sorted(k for b in loader(interleaved()) for k in b)
+    dl = loader(interleaved())
+    it = iter(dl)
+    head = [k for _ in range(3) for k in next(it)]
+    state = ri.loads_state(ri.dumps_state(dl.state_dict()))
+    mid = loader(interleaved(), workers=0)
+    mid.load_state_dict(state)
+    it = iter(mid)
+    head += [k for _ in range(3) for k in next(it)]
+    state = ri.loads_state(ri.dumps_state(mid.state_dict()))
+    last = loader(interleaved(), workers=2)
+    last.load_state_dict(state)
+    assert sorted(head + [k for b in last for k in b]) == full
 
 
 def test_arrow_sources_are_re_read_by_position():

@@ -23,12 +23,15 @@ kept in ``peeked``: a state taken after the error resumes with that very turn.
 State: ``{"node", "rng", "rng_pos", "cycle", "exhausted", "peeked", "peeked_pos", "last_pos", "children"}``
 - with ``probabilities``, input indices are drawn in blocks from ``rng`` (state at the block's
 start) and ``rng_pos`` counts the ones used; without, ``cycle`` is the next input in turn.
-``peeked_pos`` is only filled below a replay-mode shuffle (see ``nodes/replay.py``): where each
-peeked example came from, since the input's own state then describes it and not the example
-yielded before it; ``last_pos`` likewise records where the last example yielded came from
-(``[input, *position]``), which a node above may still hold when a state is taken (a ``map``
-retrying it, a row of ``concatenate_datasets(axis=1)`` in progress after an error). Elsewhere
-both stay null and the loop does no tracking.
+``peeked_pos`` is only filled below a replay-mode shuffle (see ``nodes/replay.py``) or a shuffle
+logging positions in a DataLoader worker (``nodes/worker_positions.py``), whose pass arms the
+traced loop before it reads: where each peeked example came from, since the input's own state
+then describes it and not the example yielded before it; ``last_pos`` likewise records where the
+last example yielded came from (``[input, *position]``), which a node above may still hold when a
+state is taken (a ``map`` retrying it, a row of ``concatenate_datasets(axis=1)`` in progress after
+an error). Elsewhere both stay null and the loop does no tracking (a pass of the plain loop clears
+them, so that no stale position outlives its example). A worker shuffle logs positions below an
+interleave only in a pass whose loaded state, if any, gives the position of every peeked example.
 """
 
 from __future__ import annotations
@@ -185,6 +188,10 @@ class InterleaveNode(Node):
         st = self._state_dict
         kids = self.children
         exhausted, peeked = st["exhausted"], st["peeked"]
+        if st["last_pos"] is not None or any(p is not None for p in st["peeked_pos"]):
+            # a state of the traced loop (a DataLoader worker's): what this loop peeks goes unrecorded
+            st["peeked_pos"][:] = [None] * len(kids)
+            st["last_pos"] = None
         owned = peeked.owned  # cleared by every state copy: a peeked example it shares is yielded as a copy
         stop = all if self.stopping_strategy != "first_exhausted" else any
         replace = self.stopping_strategy != "all_exhausted_without_replacement"
@@ -294,7 +301,10 @@ class InterleaveNode(Node):
         return None
 
     def rereads_plainly(self) -> bool:
-        return False  # tracking what it reads ahead must be armed before it reads (and a state then has it)
+        # the traced loop (armed before the first read) records where what it peeks came from; a
+        # loaded state holding peeked examples must say it too (the traced loop's states do)
+        st = self._state_dict
+        return all(pk is None or pp is not None for pk, pp in zip(st["peeked"], st["peeked_pos"]))
 
     def provenance_reader(self):
         """Arms the traced loop (it records what it peeks); ``last_pos`` is ``[input, *position]``."""

@@ -8,8 +8,9 @@ pickling (a text row). So a pass of a default shuffle (``buffer_state="examples"
 ``worker_positions=True``) logs positions when
 
 * every node below re-reads plainly (:meth:`Node.rereads_plainly`: no ``map``/``filter`` re-run,
-  no ``interleave_datasets`` whose read-ahead must be tracked from the start) and nothing is
-  decoded after the buffer (``Node.deferrable_decoder``), and
+  no ``interleave_datasets`` resumed from a state that does not say where its read-ahead examples
+  came from: the pass arms its tracking before the first read) and nothing is decoded after the
+  buffer (``Node.deferrable_decoder``), and
 * the worker's packer would rather not copy the pass's first example (a large array, image or
   file: ``state_logs.prefers_positions``), or every source has random access
   (:func:`sources_random_access`: a resume then takes the buffered rows at once).
@@ -55,6 +56,9 @@ DERIVED = "derived"
 REBASE = 1 << 16
 #: jumps in the positions after which it does so too
 MAX_RUNS = 512
+#: a pass whose positions jumped this many times, and more often than once per this many inputs,
+#: logs its slots instead (see ``Derived.add``)
+JUMPY_RUNS = 32
 #: the most inputs a derived buffer in a state may count (a load draws one index per input)
 MAX_INPUTS = 1 << 26
 
@@ -169,10 +173,15 @@ class Derived:
 
     def add(self, p: Any) -> bool:
         """Count the input at position ``p``; ``False`` (nothing counted) when ``p`` is not a
-        flat list of integers: the pass must log its slots from now on."""
+        flat list of integers, or when the positions jump too often for runs to describe them
+        (an ``interleave_datasets`` below switches input every few rows, and a list of runs
+        re-sent after every batch would cost more than logging the slots): the pass must log its
+        slots from now on."""
         expect = self.expect
         if p != expect:
             if type(p) is not list or not p or not all(type(v) is int for v in p):
+                return False
+            if len(self.runs) >= JUMPY_RUNS and len(self.runs) * JUMPY_RUNS > self.inputs:
                 return False
             self.runs = [*self.runs, [self.inputs, p]]  # a new list: states taken share the old one
             if len(self.runs) >= MAX_RUNS:
