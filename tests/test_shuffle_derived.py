@@ -229,3 +229,28 @@ def test_random_pipelines_resume_exactly_at_random_cuts_with_any_worker_count(so
             else:  # elastic: every example once
                 assert sorted(head + tail) == sorted(full), (seed, cut, workers)
     assert derived  # some of those states described their buffer by arithmetic
+
+
+def test_positions_that_jump_at_almost_every_input_are_logged_by_slot():
+    """An interleave below switches input every few rows: runs would grow with every input and
+    travel whole with every batch. Past ``JUMPY_RUNS`` jumps, more than one per ``JUMPY_RUNS``
+    inputs, the pass logs its slots; positions that run on stay derived."""
+    import numpy as np
+
+    rng = np.random.default_rng(0).bit_generator.state
+    jumpy = worker_positions.Derived([], rng, 0, 8, 1000)
+    added = [jumpy.add([k % 2, 0, k // 2]) for k in range(200)]
+    assert added.index(False) == worker_positions.JUMPY_RUNS and not jumpy.add([9, 0, 0])
+    steady = worker_positions.Derived([], rng, 0, 8, 1000)
+    assert all(steady.add([0, k // 100, k % 100]) for k in range(5000))  # a jump per shard of 100 rows
+
+
+def test_an_interleave_below_goes_back_to_logging_slots_and_resumes_exactly():
+    from test_shuffle_positions import interleaved
+
+    make = lambda: loader(interleaved())  # noqa: E731
+    batches, states = run_with_states(make)
+    buffers = [snapshot(ri.loads_state(s))["state"]["buffer"] for s in states[2:]]
+    assert buffers and not any(is_derived(b) for b in buffers[len(buffers) // 2:])
+    assert all(is_position(e) for buf in worker_buffers(ri.loads_state(states[-3])) for e in buf)
+    assert_resumes(make, batches, states, range(0, len(states), 3))
