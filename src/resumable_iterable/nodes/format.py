@@ -250,22 +250,25 @@ def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template:
     own_batches = live_batches is not None or (batch is None and isinstance(template, BatchNode))
     if live_batches is not None:
         node, batch = node.children[0], (node.batch_size, node.drop_last_batch)
+    # a resumed state may hold arrays read under a tensor format: without one, lists are given back
+    back = resumed and arrow_rooted(node) and lists_back(features) is not None
     if fmt is None or fmt[0] is None:
-        if resumed and live_batches is not None and arrow_rooted(node) and lists_back(features) is not None:
+        if back and live_batches is not None:
             return FormatNode(live_batches, None, {}, "batch_dicts", features=features, arrow_rows=True)
-        if resumed and live_batches is None and arrow_rooted(node) and lists_back(features) is not None:
+        if back:
             return FormatNode(node, None, {}, "rows" if batch is None else "batches", features=features,
                               batch_size=batch[0] if batch else 1, drop_last_batch=bool(batch and batch[1]),
                               arrow_rows=True)
         return live_batches or (node if batch is None else BatchNode(node, *batch))
     name, kwargs = fmt
+    tensors = name in ("numpy", "torch")
     if live_batches is not None and arrow_chain(node) is None:
         # rows batched by the pipeline's own batch node: iterate that node, whose state holds the
         # rows of a batch interrupted by an error, and format its batches
-        if name in ("numpy", "torch") and arrow_rooted(node):
+        if tensors and arrow_rooted(node):
             node.read_lists_as_arrays()  # the batches reach nothing but the formatter
         return FormatNode(live_batches, name, kwargs, "batch_dicts", features=features, schema=chain_schema(node),
-                          dataset_batches=True, arrow_rows=resumed and name not in ("numpy", "torch") and arrow_rooted(node))
+                          dataset_batches=True, arrow_rows=back and not tensors)
     if batch is None and isinstance(template, BatchNode):
         rows = template.children[0]
         chain = arrow_chain(rows)
@@ -280,7 +283,7 @@ def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template:
         return FormatNode(ArrowBatchesNode(node, *batch), name, kwargs, "table_batches", features,
                           dataset_batches=own_batches)
     arrow_rows = arrow_rooted(node)
-    if arrow_rows and name in ("numpy", "torch"):
+    if arrow_rows and tensors:
         node.read_lists_as_arrays()  # nothing but the formatter sees the rows: see ArrowRowValues
     if batch is None:
         return FormatNode(node, name, kwargs, "rows", features=features, arrow_rows=arrow_rows)

@@ -80,8 +80,7 @@ def large_list_arrays(column: pa.Array | pa.ChunkedArray) -> list | None:
     if not (fixed or pa.types.is_list(t) or pa.types.is_large_list(t)) or not _numbers(t.value_type):
         return None
     width = t.value_type.byte_width
-    out: list = []
-    found = False
+    parts = []  # per chunk: the chunk, its values (nulls filled), where each row starts, which rows are large
     for arr in (column.chunks if isinstance(column, pa.ChunkedArray) else [column]):
         if not len(arr):
             continue
@@ -99,15 +98,19 @@ def large_list_arrays(column: pa.Array | pa.ChunkedArray) -> list | None:
             nulls = np.concatenate(([0], np.cumsum(values.is_null().to_numpy(zero_copy_only=False))))
             large &= nulls[cuts[1:]] == nulls[cuts[:-1]]
             values = values.fill_null(0)
+        parts.append((arr, values, cuts, large))
+    if not any(large.any() for *_, large in parts):
+        return None
+    out: list = []
+    for arr, values, cuts, large in parts:
         if not large.any():
             out.extend(arr.to_pylist())
             continue
-        found = True
         flat = values.to_numpy(zero_copy_only=False)
         bounds = cuts.tolist()
         for i, big in enumerate(large.tolist()):
             out.append(flat[bounds[i]:bounds[i + 1]].copy() if big else arr[i].as_py())
-    return out if found else None
+    return out
 
 
 def rows_read(first: dict | None, last: dict | None) -> str:
