@@ -20,7 +20,7 @@ import pytest
 from datasets import Dataset, Features, List, Value
 
 import resumable_iterable as ri
-from harness import assert_loader_resumes_exactly, assert_resumes_exactly, codec_roundtrip, json_roundtrip
+from harness import assert_loader_resumes_exactly, assert_resumes_exactly, codec_roundtrip
 from resumable_iterable.nodes.format_rows import list_tensorize
 from resumable_iterable.nodes.rows import LARGE_LIST_BYTES, large_list_arrays
 

@@ -64,6 +64,7 @@ from typing import Any
 import numpy as np
 
 from ..progress import progress
+from ..state_codec import pil_image_class
 from .base import Node
 
 #: provenance integers are below this (they index rows and inputs)
@@ -146,7 +147,12 @@ def replay_buffer(child: Node, buffer: list[list]) -> list[dict]:
 
 
 def same_example(a: Any, b: Any) -> bool:
-    """Equality of examples that treats NaN as equal to itself and compares numpy arrays by value."""
+    """Equality of examples that treats NaN as equal to itself and compares numpy arrays and PIL
+    images by value (an image read back from a saved state is a ``PngImageFile``, which PIL's
+    ``==`` tells from the ``Image`` it was)."""
+    image = pil_image_class()
+    if image is not None and isinstance(a, image) and isinstance(b, image):
+        return (a.mode, a.size, a.getpalette()) == (b.mode, b.size, b.getpalette()) and a.tobytes() == b.tobytes()
     if type(a) is not type(b):
         if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):  # a plain JSON round trip makes lists
             return len(a) == len(b) and all(same_example(x, y) for x, y in zip(a, b))
