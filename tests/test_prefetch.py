@@ -96,6 +96,30 @@ def test_prefetch_error_reaches_the_consumer_after_earlier_examples_and_state_re
     assert got + [ex["id"] for ex in resumed] == full
 
 
+def test_an_error_above_prefetch_names_the_row_it_was_given_not_the_one_read_ahead():
+    """The error note of a function above ``prefetch`` names the source row of the example it failed
+    on; it named the row the background thread had read up to."""
+
+    def fail_at_23(ex):
+        if ex["id"] == 23:
+            raise ValueError("bad row")
+        return {}
+
+    def fail_in_batch(b):
+        if 23 in b["id"]:
+            raise ValueError("bad row")
+        return {}
+
+    for ds, note in [(src(1).prefetch(8).map(fail_at_23), "shard 0, row 23)"),
+                     (src(1).prefetch(8).filter(fail_at_23), "shard 0, row 23)"),
+                     (src(1).prefetch(8).map(fail_in_batch, batched=True, batch_size=4), "shard 0, rows 20..23)"),
+                     (gen_src(3).map(lambda ex: {"id": ex["id"] % 100 + ex["id"] // 100 * 10}).prefetch(8)
+                      .map(fail_at_23), "generator shard 2, row 3)")]:  # ids s * 10 + i
+        with pytest.raises(ValueError, match="bad row") as info:
+            list(ds)
+        assert info.value.__notes__[-1].endswith(note), info.value.__notes__
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_prefetch_through_stateful_dataloader(workers):
     pytest.importorskip("torch")

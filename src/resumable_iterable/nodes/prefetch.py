@@ -59,8 +59,10 @@ class _Reader:
     def _run(self) -> None:
         child = self.child
         try:
+            position = child.position
             for ex in child:
-                if not self._put((_OK, ex, copy_state(child._state_dict))):
+                # where ex came from goes with it (for error notes): the child reads on meanwhile
+                if not self._put((_OK, (ex, position()), copy_state(child._state_dict))):
                     return
             self._put((_END, None, copy_state(child._state_dict)))
         except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
@@ -85,6 +87,8 @@ def _stop_all() -> None:
 
 class PrefetchNode(Node):
     kind = "prefetch"
+    #: where the last example yielded came from, for error notes (:meth:`position`; not state)
+    _position: dict | None = None
 
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
         return True
@@ -136,8 +140,12 @@ class PrefetchNode(Node):
         # early): continue from the snapshot that goes with the examples still in `ahead`
         child.load(copy_state(view))
         reader = _Reader(child, self.size)
+        self._position = None
         try:
             ahead = st["ahead"]
+            # where the last len(positions) examples of `ahead` came from (those loaded from a state:
+            # not known)
+            positions: list = []
             while True:
                 if not ahead:
                     kind, value, snap = reader.queue.get()
@@ -148,7 +156,8 @@ class PrefetchNode(Node):
                         except queue.Empty:
                             break
                         items.append((kind, value, snap))
-                    ahead.extend(v for k, v, _ in items if k == _OK)
+                    ahead.extend(v[0] for k, v, _ in items if k == _OK)
+                    positions.extend(v[1] for k, v, _ in items if k == _OK)
                     view.clear()
                     view.update(items[-1][2])
                     last_kind, last_value = items[-1][0], items[-1][1]
@@ -159,10 +168,18 @@ class PrefetchNode(Node):
                     if last_kind != _OK:
                         # yield what was read before the end / the error, then finish
                         while ahead:
-                            yield ahead.pop(0)
+                            yield self._next(ahead, positions)
                         if last_kind == _ERR:
                             raise last_value
                         return
-                yield ahead.pop(0)
+                yield self._next(ahead, positions)
         finally:
             reader.close()
+
+    def _next(self, ahead: list, positions: list) -> dict:
+        self._position = positions.pop(0) if len(positions) == len(ahead) else None
+        return ahead.pop(0)
+
+    def position(self) -> dict | None:
+        """Where the last example yielded came from, as the thread saw it (the live child has read ahead)."""
+        return self._position
