@@ -291,6 +291,23 @@ def test_map_after_with_format_gets_the_arrow_path_types_as_hf(batched):
     assert kinds(out["ours"][0])["f"] == ("float32", "float32", 0)
 
 
+@pytest.mark.parametrize("fmt", ["numpy", "torch"])
+def test_a_null_number_given_to_a_map_after_with_format_is_nan_as_hf(fmt):
+    """A map after ``with_format`` gets a row of HF's formatted batch: a null in a column of numbers
+    is a float32 NaN there (it was ``None``), and the map's output keeps it."""
+    import datasets
+
+    hf = datasets.Dataset.from_dict({"i": [None, 1, 2], "f": [0.5, None, 1.5], "s": ["a", None, "c"]})
+    out = {}
+    for lib, ds in (("ours", ri.to_iterable_dataset(hf)), ("hf", hf.to_iterable_dataset())):
+        seen = []
+        rows = list(ds.with_format(fmt).map(lambda e: (seen.append(kinds(e)), {"n": 1})[1]))
+        out[lib] = (seen, [kinds(r) for r in rows], [[float(r[c]) for c in ("i", "f")] for r in rows])
+    assert out["ours"][:2] == out["hf"][:2]
+    assert str(out["ours"][2]) == str(out["hf"][2]) == "[[nan, 0.5], [1.0, nan], [2.0, 1.5]]"
+    assert out["ours"][0][0]["i"][:2] == (("float32", "float32") if fmt == "numpy" else ("Tensor", "torch.float32"))
+
+
 def test_batches_of_the_dataset_batch_hold_strings_as_objects_as_hf():
     for op in (lambda d, lib: d.with_format("numpy").batch(5), lambda d, lib: d.batch(5).with_format("numpy"),
                lambda d, lib: d.shuffle(seed=1, buffer_size=3).with_format("numpy").batch(5)):

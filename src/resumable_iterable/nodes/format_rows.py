@@ -41,9 +41,11 @@ class ArrowRowValues:
         self.kwargs, self.tensorize, self.batch_rows, self.torch = format_kwargs, tensorize, batch_rows, torch
         self.scalars: dict = {}  # column -> numpy scalar type, from a numeric ``Value`` feature
         self.lists: dict = {}  # column -> numpy dtype of HF's array for a list of numeric ``Value``s
+        self.numbers: set = set()  # the columns of numeric ``Value``s (a null is NaN)
         for name, feature in (features or {}).items():  # (a batch's numbers are int64 / float32 whatever the type)
             dtype = value_dtype(feature)
             if dtype is not None and dtype.kind in "iuf":
+                self.numbers.add(name)
                 if not batch_rows:
                     self.scalars[name] = dtype.type
             else:
@@ -92,8 +94,8 @@ class ArrowRowValues:
                              else np.asarray(v, **self.kwargs))
             elif t is list:
                 out[name] = self._list(name, v)
-            elif v is None and name in self.scalars:  # a null number: NaN, as Arrow's numpy column holds it
-                scalar = self.scalars[name]
+            elif v is None and name in self.numbers:  # a null number: NaN, as Arrow's numpy column holds it
+                scalar = self.scalars.get(name, np.float32)  # (in a row of a batch: float32, as HF's)
                 value = scalar("nan") if issubclass(scalar, np.floating) else np.float64("nan")
                 out[name] = self.tensorize(value) if self.torch else value
             else:
