@@ -180,3 +180,85 @@ def test_csv_with_pyarrow_options_uses_pyarrow_and_tsv_is_tab_separated(tmp_path
     tsv = tmp_path / "t.tsv"
     tsv.write_text("a\tb\n1\tx\n2\t\n")
     assert list(ri.IterableDataset.from_files([str(tsv)])) == [{"a": 1, "b": "x"}, {"a": 2, "b": None}]
+
+
+# ---------------------------------------------------------------------- JSON Lines as HF reads them
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ('{"id": 6,}', r"line 5 is not valid JSON \(Expecting property name"),
+    ("[1, 2]", r"line 5 is a JSON list, not an object"),
+    ('{"id": "six"}', r"line 5: column 'id' holds a string, but a number on line 1"),
+])
+def test_a_malformed_json_line_is_named_by_file_and_line(tmp_path, bad, message):
+    """pyarrow's "row" counts from the start of its block; the error names the line of the file."""
+    good = _jsonl(tmp_path / "a.jsonl", [{"id": i} for i in range(3)])
+    path = tmp_path / "b.jsonl"
+    path.write_text("".join(json.dumps({"id": i}) + "\n" for i in range(3)) + "\n" + bad + "\n" + '{"id": 7}\n')
+    ds = ri.IterableDataset.from_json([good, str(path)])
+    it = iter(ds)
+    assert [ex["id"] for ex in take(it, 2)] == [0, 1]
+    state = json.loads(json.dumps(ds.state_dict()))
+    with pytest.raises(ValueError, match=r"b\.jsonl' \(shard 1\): " + message):
+        list(it)
+    resumed = ri.IterableDataset.from_json([good, str(path)])
+    resumed.load_state_dict(state)  # a state taken before the error resumes exactly, up to the error
+    it = iter(resumed)
+    assert next(it) == {"id": 2}
+    with pytest.raises(ValueError, match=message):
+        next(it)
+
+
+def test_long_json_lines_and_empty_json_files_read_as_in_hf(tmp_path):
+    """A line longer than pyarrow's 1 MB block is read (HF doubles the block too); an empty file is
+    a shard without rows (pyarrow calls it an error, HF yields nothing from it)."""
+    import datasets
+
+    long = _jsonl(tmp_path / "long.jsonl", [{"id": i, "text": "w" * ((3 << 20) if i == 1 else 1)} for i in range(3)])
+    (tmp_path / "empty.jsonl").write_text("")
+    paths = [long, str(tmp_path / "empty.jsonl"), _jsonl(tmp_path / "c.jsonl", [{"id": 3, "text": "c"}])]
+    ours = list(ri.load_dataset("json", data_files=paths, split="train"))
+    assert ours == list(datasets.load_dataset("json", data_files=paths, split="train", streaming=True))
+    assert [(ex["id"], len(ex["text"])) for ex in ours] == [(0, 1), (1, 3 << 20), (2, 1), (3, 1)]
+    assert_resumes_exactly(lambda: ri.IterableDataset.from_json(paths[1:]))
+
+
+COMPRESSED = {"a.jsonl": '{"id": 1, "t": "ü"}\n{"id": 2, "t": "b"}\n', "a.csv": 'id,t\n1,"x\ny"\n2,b\n',
+              "a.txt": "one\r\ntwo\n\nthree\n", "a.json": '{"data": [{"id": 1}, {"id": 2}]}'}
+
+
+def _compressed(path, text, compression):
+    if compression == "zst":
+        with pa.output_stream(str(path), compression="zstd") as f:
+            f.write(text.encode())
+        return str(path)
+    import bz2
+    import gzip
+    import lzma
+
+    opener = {"gz": gzip.open, "bz2": bz2.open, "xz": lzma.open}[compression]
+    with opener(str(path), "wt", encoding="utf-8") as f:
+        f.write(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("compression", ["gz", "bz2", "xz", "zst"])
+@pytest.mark.parametrize("name", list(COMPRESSED))
+def test_compressed_files_are_read_as_hf_reads_them(tmp_path, name, compression):
+    """``.gz`` / ``.bz2`` / ``.xz`` / ``.zst`` files of every text format are decompressed (text files and
+    ``.xz`` JSON Lines were read as they are: a decoding error), with HF's rows."""
+    import datasets
+
+    fmt, kwargs = {"a.jsonl": ("json", {}), "a.csv": ("csv", {}), "a.txt": ("text", {}),
+                   "a.json": ("json", {"field": "data"})}[name]
+    path = _compressed(tmp_path / f"{name}.{compression}", COMPRESSED[name], compression)
+    plain = tmp_path / name
+    plain.write_text(COMPRESSED[name], encoding="utf-8")
+    ours = list(ri.load_dataset(fmt, data_files=path, split="train", **kwargs))
+    assert ours == list(ri.load_dataset(fmt, data_files=str(plain), split="train", **kwargs)) and ours
+    if compression != "zst":  # HF needs the zstandard package for .zst
+        assert ours == list(datasets.load_dataset(fmt, data_files=path, split="train", streaming=True, **kwargs))
+    assert_resumes_exactly(lambda: ri.load_dataset(fmt, data_files=[path, path], split="train", **kwargs))

@@ -18,6 +18,9 @@ Resuming seeks instead of re-reading where the format allows it:
   counted, not converted. Only chosen explicitly (``load_dataset("text", ...)``, ``format="text"``):
   a ``.txt`` file in a dataset folder is not taken for data.
 
+Text formats may be compressed (``.gz``, ``.bz2``, ``.xz``, ``.zst`` after the extension), as in HF.
+A malformed JSON Lines file names its first bad line.
+
 A file that vanished, or that now has fewer rows than the state says were read, raises a
 ``ValueError`` naming the file instead of silently skipping data.
 """
@@ -39,12 +42,49 @@ _EXT = {".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": 
         ".json": "json", ".jsonl": "json", ".ndjson": "json", ".csv": "csv", ".tsv": "csv"}
 
 
+_COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".xz": "xz"}
+
+
 def format_of(path: str) -> str | None:
     p = path.lower()
-    for suffix in (".gz", ".bz2", ".zst", ".xz"):
+    for suffix in _COMPRESSIONS:
         if p.endswith(suffix):
             p = p[: -len(suffix)]
     return _EXT.get(os.path.splitext(p)[1])
+
+
+def compression_of(path: str) -> str | None:
+    """The compression a file's extension names (``.gz``, ``.bz2``, ``.zst``, ``.xz``), as HF infers it."""
+    return _COMPRESSIONS.get(os.path.splitext(path.lower())[1])
+
+
+def open_binary(path: str) -> Any:
+    """A file opened for reading bytes, decompressed as its extension says."""
+    compression = compression_of(path)
+    if compression == "gzip":
+        import gzip
+
+        return gzip.open(path, "rb")
+    if compression == "bz2":
+        import bz2
+
+        return bz2.open(path, "rb")
+    if compression == "xz":
+        import lzma
+
+        return lzma.open(path, "rb")
+    if compression == "zstd":
+        return pa.input_stream(path, compression="zstd")
+    return open(path, "rb")
+
+
+def open_text(path: str, encoding: str = "utf-8", errors: str | None = None) -> Any:
+    """A file opened for reading text (universal newlines), decompressed as its extension says."""
+    if compression_of(path) is None:
+        return open(path, encoding=encoding, errors=errors)
+    import io
+
+    return io.TextIOWrapper(open_binary(path), encoding=encoding, errors=errors)
 
 
 class FileSource(SourceNode):
@@ -113,21 +153,30 @@ class FileSource(SourceNode):
 
                 kwargs = dict(self.reader_kwargs)
                 field = kwargs.pop("field", None)
-                if field is None:
-                    try:
-                        return pj.read_json(path, **kwargs)
-                    except pa.ArrowInvalid:
-                        if kwargs:  # pyarrow options given: JSON Lines it is
-                            raise
-                return json_document(path, field)  # one JSON document, as HF reads it
+                if field is not None:
+                    return json_document(path, field)
+                if kwargs:  # pyarrow options given: JSON Lines it is
+                    with open_binary(path) as f:
+                        return pj.read_json(f, **kwargs)
+                try:
+                    return json_lines(path)
+                except pa.ArrowInvalid as e:
+                    lines_error = e
+                try:
+                    return json_document(path, None)  # one JSON document, as HF reads it
+                except ValueError:
+                    # neither: name the line that is no JSON object (pyarrow's "row" counts from the start of
+                    # its block, not of the file)
+                    raise ValueError(json_lines_problem(path, lines_error) or str(lines_error)) from None
             kwargs = dict(self.reader_kwargs)
             if not PYARROW_CSV_OPTIONS & set(kwargs):
                 return csv_table(path, kwargs)  # as HF reads it
             import pyarrow.csv as pc
 
-            if path.lower().endswith(".tsv") and "parse_options" not in kwargs:
+            if is_tsv(path) and "parse_options" not in kwargs:
                 kwargs["parse_options"] = pc.ParseOptions(delimiter="\t")
-            return pc.read_csv(path, **kwargs)
+            with open_binary(path) as f:
+                return pc.read_csv(f, **kwargs)
         except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: a JSON document pandas cannot read
             raise self._open_error(shard_id, e) from None
 
@@ -179,7 +228,7 @@ class FileSource(SourceNode):
         opts = self.reader_kwargs
         seen = 0
         try:
-            with open(self.paths[shard_id], encoding=opts["encoding"], errors=opts["encoding_errors"]) as f:
+            with open_text(self.paths[shard_id], opts["encoding"], opts["encoding_errors"]) as f:
                 for rows in text_rows(f, opts):
                     n = len(rows)
                     start, seen = max(0, offset - seen), seen + n
@@ -343,6 +392,77 @@ def text_rows(f: Any, opts: dict) -> Iterator[list[str]]:
         yield [rest]
 
 
+def json_lines(path: str) -> pa.Table:
+    """A JSON Lines file read by pyarrow, as HF reads it: an empty file has no rows, and a line longer
+    than pyarrow's block is read with a larger block (HF doubles it too)."""
+    import pyarrow.json as pj
+
+    if compression_of(path) is None:
+        size, source = os.path.getsize(path), lambda: path
+    else:
+        with open_binary(path) as f:
+            data = pa.py_buffer(f.read())
+        size, source = data.size, lambda: pa.BufferReader(data)
+    block = 1 << 20
+    while True:
+        try:
+            return pj.read_json(source(), read_options=pj.ReadOptions(block_size=block))
+        except pa.ArrowInvalid as e:
+            if "straddling" in str(e) and block < size:
+                block *= 2
+                continue
+            if "Empty JSON file" in str(e):
+                return pa.table({})
+            raise
+
+
+def json_lines_problem(path: str, error: Exception) -> str | None:
+    """Where a JSON Lines file that pyarrow refused (``error``) goes wrong, as a message naming the line:
+    the first line that is not a JSON object, or where the column pyarrow names changes type."""
+    import json
+    import re
+
+    m = re.search(r"Column\((.*?)\) changed from", str(error))
+    keys = [k for k in m.group(1).split("/") if k] if m else None
+    first = None  # (kind, line) of the column's first non-null value
+    first_line = True
+    with open_text(path, errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except ValueError as e:
+                if first_line:  # maybe one document spanning lines (``[`` or ``{`` alone on line 1)
+                    try:
+                        with open_text(path, errors="replace") as doc:
+                            json.load(doc)
+                    except ValueError as doc_error:
+                        return f"not valid JSON (neither JSON Lines nor one JSON document): {doc_error}"
+                return f"line {n} is not valid JSON ({e}): {line[:80]!r}"
+            first_line = False
+            if not isinstance(value, dict):
+                return f"line {n} is a JSON {type(value).__name__}, not an object: {line[:80]!r}"
+            for k in keys or ():
+                value = value.get(k) if isinstance(value, dict) else None
+            if keys and value is not None:
+                kind = _json_kind(value)
+                if first is None:
+                    first = (kind, n)
+                elif kind != first[0]:
+                    return (f"line {n}: column {'.'.join(keys)!r} holds a {kind}, but a {first[0]} on line "
+                            f"{first[1]}: {line[:80]!r}")
+    return None
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "list", dict: "object"}[type(value)]
+
+
 def json_document(path: str, field: str | None) -> pa.Table:
     """A JSON file holding one document, as HF's json builder reads it: the rows of a list of
     objects (or of a dict of columns), or of the document's ``field``."""
@@ -351,15 +471,16 @@ def json_document(path: str, field: str | None) -> pa.Table:
 
     import pandas as pd
 
-    source: Any = path
-    if field is not None:
-        with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:
+        if field is None:
+            df = pd.read_json(f, dtype_backend="pyarrow")
+        else:
             doc = json.load(f)
+    if field is not None:
         if not isinstance(doc, dict) or field not in doc:
             keys = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
             raise ValueError(f"field {field!r} is not in the JSON document (its keys: {keys})")
-        source = io.StringIO(json.dumps(doc[field]))
-    df = pd.read_json(source, dtype_backend="pyarrow")
+        df = pd.read_json(io.StringIO(json.dumps(doc[field])), dtype_backend="pyarrow")
     if df.columns.tolist() == [0]:
         df.columns = ["text"]  # a list of plain values, as HF names it
     return pa.Table.from_pandas(df, preserve_index=False)
@@ -379,5 +500,16 @@ def csv_table(path: str, kwargs: dict) -> pa.Table:
         kw["sep"] = kw.pop("delimiter")
     if "column_names" in kw:
         kw["names"] = kw.pop("column_names")
-    kw.setdefault("sep", "\t" if path.lower().endswith(".tsv") else ",")
-    return pa.Table.from_pandas(pd.read_csv(path, **kw), preserve_index=False)
+    kw.setdefault("sep", "\t" if is_tsv(path) else ",")
+    if compression_of(path) is None:
+        return pa.Table.from_pandas(pd.read_csv(path, **kw), preserve_index=False)
+    with open_binary(path) as f:
+        return pa.Table.from_pandas(pd.read_csv(f, **kw), preserve_index=False)
+
+
+def is_tsv(path: str) -> bool:
+    """A ``.tsv`` file, compressed or not: tab-separated, as HF reads it."""
+    p = path.lower()
+    if compression_of(p) is not None:
+        p = os.path.splitext(p)[0]
+    return p.endswith(".tsv")
