@@ -262,3 +262,46 @@ def test_compressed_files_are_read_as_hf_reads_them(tmp_path, name, compression)
     if compression != "zst":  # HF needs the zstandard package for .zst
         assert ours == list(datasets.load_dataset(fmt, data_files=path, split="train", streaming=True, **kwargs))
     assert_resumes_exactly(lambda: ri.load_dataset(fmt, data_files=[path, path], split="train", **kwargs))
+
+
+def test_every_parquet_and_arrow_file_follows_the_first_files_columns(tmp_path):
+    """As HF casts each file to the features of the first: columns in the first file's order, a missing
+    column as None, types cast; the declared ``features`` hold for every row, in order, after a
+    replay or a global shuffle too. A column the first file lacks, or a cast that loses values, is an
+    error naming the file."""
+    import datasets
+
+    tables = [pa.table({"id": [0, 1], "x": ["a", "b"], "f": [0.5, 1.5]}),
+              pa.table({"id": [2]}),
+              pa.table({"f": [2], "x": ["c"], "id": pa.array([3], pa.int32())})]
+    for fmt in ("parquet", "arrow"):
+        paths = []
+        for i, t in enumerate(tables):
+            paths.append(str(tmp_path / f"p{i}.{fmt}"))
+            if fmt == "parquet":
+                pq.write_table(t, paths[-1])
+            else:
+                with pa.ipc.new_file(paths[-1], t.schema) as w:
+                    w.write_table(t)
+        build = {"parquet": ri.IterableDataset.from_parquet, "arrow": ri.IterableDataset.from_arrow}[fmt]
+        expected = [{"id": 0, "x": "a", "f": 0.5}, {"id": 1, "x": "b", "f": 1.5}, {"id": 2, "x": None, "f": None},
+                    {"id": 3, "x": "c", "f": 2.0}]
+        rows = list(build(paths))
+        assert rows == expected and all(list(r) == ["id", "x", "f"] for r in rows)
+        assert all(type(r["f"]) is float for r in rows[3:])
+        if fmt == "parquet":
+            assert rows == list(datasets.load_dataset("parquet", data_files=paths, split="train", streaming=True))
+        assert sorted(build(paths).shuffle(seed=1, buffer_size=None), key=lambda r: r["id"]) == expected
+        assert_resumes_exactly(lambda: build(paths).shuffle(seed=1, buffer_size=3, buffer_state="replay"))
+        bad = str(tmp_path / f"bad.{fmt}")
+        t = pa.table({"id": [4], "y": [1]})
+        if fmt == "parquet":
+            pq.write_table(t, bad)
+        else:
+            with pa.ipc.new_file(bad, t.schema) as w:
+                w.write_table(t)
+        with pytest.raises(ValueError, match=r"bad\.%s' \(shard 1\) has column\(s\) \['y'\] that the first" % fmt):
+            list(build([paths[0], bad]))
+    pq.write_table(pa.table({"id": [0.5]}), tmp_path / "frac.parquet")
+    with pytest.raises(ValueError, match=r"frac\.parquet' \(shard 1\): column 'id' is double, and cannot be cast"):
+        list(ri.IterableDataset.from_parquet([paths[0].replace(".arrow", ".parquet"), str(tmp_path / "frac.parquet")]))

@@ -180,8 +180,63 @@ class FileSource(SourceNode):
         except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: a JSON document pandas cannot read
             raise self._open_error(shard_id, e) from None
 
+    def _first_schema(self) -> pa.Schema | None:
+        """The schema of the first file (Parquet, Arrow IPC), which every file's rows follow, as in HF;
+        ``None`` for the other formats (their schema needs parsing)."""
+        if self.format not in ("parquet", "arrow"):
+            return None
+        if getattr(self, "_schema", None) is None:
+            try:
+                if self.format == "parquet":
+                    import pyarrow.parquet as pq
+
+                    self._schema = pq.read_schema(self.paths[0])
+                else:
+                    with pa.memory_map(self.paths[0], "r") as source:
+                        try:
+                            self._schema = pa.ipc.open_file(source).schema
+                        except pa.ArrowInvalid:
+                            source.seek(0)
+                            self._schema = pa.ipc.open_stream(source).schema
+            except (OSError, pa.ArrowException) as e:
+                raise self._open_error(0, e) from None
+        return self._schema
+
+    def _aligned(self, shard_id: int, part: Any) -> Any:
+        """A record batch or table of file ``shard_id`` with the first file's columns, as HF casts every
+        file to the features of the first: in its order, a missing column as nulls, types cast; a column
+        the first file lacks, or a value the cast cannot hold, is an error naming the file."""
+        schema = self._first_schema()
+        if schema is None or shard_id == 0 or part.schema.equals(schema):
+            return part
+        extra = [n for n in part.schema.names if n not in schema.names]
+        if extra:
+            raise ValueError(f"data file {self.paths[shard_id]!r} (shard {shard_id}) has column(s) {extra} that the "
+                             f"first data file {self.paths[0]!r} has not (its columns: {schema.names})")
+        columns = []
+        for field in schema:
+            i = part.schema.get_field_index(field.name)
+            if i < 0:
+                columns.append(pa.nulls(part.num_rows, field.type))
+                continue
+            column = part.column(i)
+            if not column.type.equals(field.type):
+                try:
+                    column = column.cast(field.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                    raise ValueError(f"data file {self.paths[shard_id]!r} (shard {shard_id}): column {field.name!r} "
+                                     f"is {column.type}, and cannot be cast to {field.type} as in the first data "
+                                     f"file {self.paths[0]!r}: {e}") from None
+            columns.append(column)
+        return type(part).from_arrays(columns, schema=schema)
+
     def _batches(self, shard_id: int, offset: int) -> Iterator[pa.RecordBatch]:
-        """Record batches of a shard starting at row ``offset``."""
+        """Record batches of a shard starting at row ``offset``, with the first file's columns."""
+        for batch in self._file_batches(shard_id, offset):
+            yield self._aligned(shard_id, batch)
+
+    def _file_batches(self, shard_id: int, offset: int) -> Iterator[pa.RecordBatch]:
+        """Record batches of a shard starting at row ``offset``, as the file holds them."""
         if self.format == "parquet":
             import pyarrow.parquet as pq
 
@@ -260,7 +315,7 @@ class FileSource(SourceNode):
 
     def read_rows(self, shard_id: int, rows: list[int]) -> list[dict]:
         if self.format != "parquet":
-            return self.rows_of(self._table(shard_id).take(pa.array(rows, type=pa.int64())))
+            return self.rows_of(self._aligned(shard_id, self._table(shard_id).take(pa.array(rows, type=pa.int64()))))
         import pyarrow.parquet as pq
 
         # only the row groups holding the rows: a resume re-reads a few buffered rows of a file
@@ -278,7 +333,7 @@ class FileSource(SourceNode):
         for g in groups:
             first[g], n = n, n + md.row_group(g).num_rows
         local = [first[g] + r - starts[g] for r, g in ((r, bisect.bisect_right(starts, r) - 1) for r in rows)]
-        return self.rows_of(table.take(pa.array(local, type=pa.int64())))
+        return self.rows_of(self._aligned(shard_id, table.take(pa.array(local, type=pa.int64()))))
 
     def shard_label(self, sid: int) -> str:
         return f"{self.kind} source shard {sid} (file {self.paths[sid]!r})"
@@ -307,10 +362,11 @@ class FileSource(SourceNode):
             import pyarrow.parquet as pq
 
             try:
-                return pq.read_table(self.paths[shard_id], memory_map=True)
+                table = pq.read_table(self.paths[shard_id], memory_map=True)
             except (OSError, pa.ArrowException) as e:
                 raise self._open_error(shard_id, e) from None
-        return self._table(shard_id)
+            return self._aligned(shard_id, table)
+        return self._aligned(shard_id, self._table(shard_id))
 
     def take_examples(self, shard_ids: Any, rows: Any, cache: dict | None = None) -> list[dict]:
         """The examples at ``rows[i]`` of file ``shard_ids[i]`` (int64 arrays), in that order: one Arrow
