@@ -24,7 +24,8 @@ from .nodes.arrow import ArrowSource
 from .nodes.base import Node, as_epoch, as_int
 from .nodes.batch import BatchNode
 from .nodes.columns import ColumnsNode
-from .nodes.files import FORMATS, FileSource, format_of
+from .nodes.file_formats import FORMATS, format_of
+from .nodes.files import FileSource
 from .nodes.filter import FilterNode
 from .nodes.generator import GeneratorSource
 from .nodes.group import GroupNode

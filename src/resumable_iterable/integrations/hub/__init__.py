@@ -1,6 +1,6 @@
 """``load_dataset``: data files of a local folder or a Hugging Face Hub dataset repo, one shard per file.
 
-Supported formats: Parquet, Arrow IPC, JSON Lines, CSV (see :mod:`resumable_iterable.nodes.files`).
+Supported formats: Parquet, Arrow IPC, JSON Lines, CSV (see :mod:`resumable_iterable.nodes.file_formats`).
 One part of the story per module:
 
 * ``repo.py`` - where the files are: a local folder, or a Hub repo (``"user/repo"``,

@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from ...dataset import IterableDataset
-from ...nodes.files import FORMATS, format_of
+from ...nodes.file_formats import FORMATS, format_of
 from .patterns import match_files, normalize_data_files
 from .repo import HubRepo, is_hub_repo_id, local_files, missing_path_message, parse_hf_path
 from .splits import resolve_splits

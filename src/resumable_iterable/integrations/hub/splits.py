@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ...nodes.files import format_of
+from ...nodes.file_formats import format_of
 from .card import card_configs, config_data_files
 from .patterns import match_files, normalize_data_files
 

@@ -1,0 +1,230 @@
+"""How each data file format is opened and parsed, as HF's packaged builders read them: the file
+formats and their extensions, compressed files (``.gz``, ``.bz2``, ``.xz``, ``.zst`` after the
+format's extension), text rows (HF's ``text`` builder), JSON Lines (pyarrow's reader, the first bad
+line named when it refuses a file), JSON documents and CSV (pandas, as HF). The source node over
+these files, its shards, offsets and resumption, is ``files.py``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator
+
+import pyarrow as pa
+
+FORMATS = ("parquet", "arrow", "json", "csv", "text")
+TEXT_OPTIONS = {"sample_by": "line", "keep_linebreaks": False, "encoding": "utf-8", "encoding_errors": None,
+                "chunksize": 10 << 20}
+_EXT = {".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow",
+        ".json": "json", ".jsonl": "json", ".ndjson": "json", ".csv": "csv", ".tsv": "csv"}
+
+
+_COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".xz": "xz"}
+
+
+def format_of(path: str) -> str | None:
+    p = path.lower()
+    for suffix in _COMPRESSIONS:
+        if p.endswith(suffix):
+            p = p[: -len(suffix)]
+    return _EXT.get(os.path.splitext(p)[1])
+
+
+def compression_of(path: str) -> str | None:
+    """The compression a file's extension names (``.gz``, ``.bz2``, ``.zst``, ``.xz``), as HF infers it."""
+    return _COMPRESSIONS.get(os.path.splitext(path.lower())[1])
+
+
+def open_binary(path: str) -> Any:
+    """A file opened for reading bytes, decompressed as its extension says."""
+    compression = compression_of(path)
+    if compression == "gzip":
+        import gzip
+
+        return gzip.open(path, "rb")
+    if compression == "bz2":
+        import bz2
+
+        return bz2.open(path, "rb")
+    if compression == "xz":
+        import lzma
+
+        return lzma.open(path, "rb")
+    if compression == "zstd":
+        return pa.input_stream(path, compression="zstd")
+    return open(path, "rb")
+
+
+def open_text(path: str, encoding: str = "utf-8", errors: str | None = None) -> Any:
+    """A file opened for reading text (universal newlines), decompressed as its extension says."""
+    if compression_of(path) is None:
+        return open(path, encoding=encoding, errors=errors)
+    import io
+
+    return io.TextIOWrapper(open_binary(path), encoding=encoding, errors=errors)
+
+
+# ---------------------------------------------------------------------- text files, as HF's text builder
+TEXT_SCHEMA = pa.schema({"text": pa.string()})
+
+
+def text_options(kwargs: dict) -> dict:
+    """The reader options of text files, checked; unknown ones are refused by name."""
+    unknown = sorted(set(kwargs) - set(TEXT_OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown} for text files; expected some of {sorted(TEXT_OPTIONS)}")
+    opts = {**TEXT_OPTIONS, **kwargs}
+    if opts["sample_by"] not in ("line", "paragraph", "document"):
+        raise ValueError(f"sample_by must be 'line', 'paragraph' or 'document', got {opts['sample_by']!r}")
+    if not isinstance(opts["chunksize"], int) or opts["chunksize"] < 1:
+        raise ValueError(f"chunksize must be a positive number of characters, got {opts['chunksize']!r}")
+    return opts
+
+
+def text_rows(f: Any, opts: dict) -> Iterator[list[str]]:
+    """The rows of an open text file (universal newlines), a list per chunk read: lines (without
+    their line break unless ``keep_linebreaks``), paragraphs (split on blank lines, empty ones
+    dropped) or the whole file, as HF's ``text`` builder makes them."""
+    import io
+
+    by, size = opts["sample_by"], opts["chunksize"]
+    if by == "document":
+        yield [f.read()]
+        return
+    rest = ""
+    while True:
+        chunk = f.read(size)
+        if not chunk:
+            break
+        chunk += f.readline()  # end on a whole line
+        if by == "line":
+            lines = io.StringIO(chunk).readlines()
+            yield lines if opts["keep_linebreaks"] else [line.rstrip("\n") for line in lines]
+            continue
+        parts = (rest + chunk).split("\n\n")
+        rest = parts.pop()
+        yield [p for p in parts if p]
+    if by == "paragraph" and rest:
+        yield [rest]
+
+
+def json_lines(path: str) -> pa.Table:
+    """A JSON Lines file read by pyarrow, as HF reads it: an empty file has no rows, and a line longer
+    than pyarrow's block is read with a larger block (HF doubles it too)."""
+    import pyarrow.json as pj
+
+    if compression_of(path) is None:
+        size, source = os.path.getsize(path), lambda: path
+    else:
+        with open_binary(path) as f:
+            data = pa.py_buffer(f.read())
+        size, source = data.size, lambda: pa.BufferReader(data)
+    block = 1 << 20
+    while True:
+        try:
+            return pj.read_json(source(), read_options=pj.ReadOptions(block_size=block))
+        except pa.ArrowInvalid as e:
+            if "straddling" in str(e) and block < size:
+                block *= 2
+                continue
+            if "Empty JSON file" in str(e):
+                return pa.table({})
+            raise
+
+
+def json_lines_problem(path: str, error: Exception) -> str | None:
+    """Where a JSON Lines file that pyarrow refused (``error``) goes wrong, as a message naming the line:
+    the first line that is not a JSON object, or where the column pyarrow names changes type."""
+    import json
+    import re
+
+    m = re.search(r"Column\((.*?)\) changed from", str(error))
+    keys = [k for k in m.group(1).split("/") if k] if m else None
+    first = None  # (kind, line) of the column's first non-null value
+    first_line = True
+    with open_text(path, errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except ValueError as e:
+                if first_line:  # maybe one document spanning lines (``[`` or ``{`` alone on line 1)
+                    try:
+                        with open_text(path, errors="replace") as doc:
+                            json.load(doc)
+                    except ValueError as doc_error:
+                        return f"not valid JSON (neither JSON Lines nor one JSON document): {doc_error}"
+                return f"line {n} is not valid JSON ({e}): {line[:80]!r}"
+            first_line = False
+            if not isinstance(value, dict):
+                return f"line {n} is a JSON {type(value).__name__}, not an object: {line[:80]!r}"
+            for k in keys or ():
+                value = value.get(k) if isinstance(value, dict) else None
+            if keys and value is not None:
+                kind = _json_kind(value)
+                if first is None:
+                    first = (kind, n)
+                elif kind != first[0]:
+                    return (f"line {n}: column {'.'.join(keys)!r} holds a {kind}, but a {first[0]} on line "
+                            f"{first[1]}: {line[:80]!r}")
+    return None
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "list", dict: "object"}[type(value)]
+
+
+def json_document(path: str, field: str | None) -> pa.Table:
+    """A JSON file holding one document, as HF's json builder reads it: the rows of a list of
+    objects (or of a dict of columns), or of the document's ``field``."""
+    import io
+    import json
+
+    import pandas as pd
+
+    with open_text(path) as f:
+        if field is None:
+            df = pd.read_json(f, dtype_backend="pyarrow")
+        else:
+            doc = json.load(f)
+    if field is not None:
+        if not isinstance(doc, dict) or field not in doc:
+            keys = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
+            raise ValueError(f"field {field!r} is not in the JSON document (its keys: {keys})")
+        df = pd.read_json(io.StringIO(json.dumps(doc[field])), dtype_backend="pyarrow")
+    if df.columns.tolist() == [0]:
+        df.columns = ["text"]  # a list of plain values, as HF names it
+    return pa.Table.from_pandas(df, preserve_index=False)
+
+
+# ---------------------------------------------------------------------- CSV, as HF's csv builder
+PYARROW_CSV_OPTIONS = frozenset(("read_options", "parse_options", "convert_options"))
+
+
+def csv_table(path: str, kwargs: dict) -> pa.Table:
+    """A CSV file as HF's csv builder reads it: pandas' ``read_csv`` (``sep``, ``names`` and the
+    other pandas options; HF's ``delimiter`` and ``column_names`` too; tab-separated for ``.tsv``)."""
+    import pandas as pd
+
+    kw = dict(kwargs)
+    if "delimiter" in kw:
+        kw["sep"] = kw.pop("delimiter")
+    if "column_names" in kw:
+        kw["names"] = kw.pop("column_names")
+    kw.setdefault("sep", "\t" if is_tsv(path) else ",")
+    if compression_of(path) is None:
+        return pa.Table.from_pandas(pd.read_csv(path, **kw), preserve_index=False)
+    with open_binary(path) as f:
+        return pa.Table.from_pandas(pd.read_csv(f, **kw), preserve_index=False)
+
+
+def is_tsv(path: str) -> bool:
+    """A ``.tsv`` file, compressed or not: tab-separated, as HF reads it."""
+    p = path.lower()
+    if compression_of(p) is not None:
+        p = os.path.splitext(p)[0]
+    return p.endswith(".tsv")
