@@ -305,3 +305,60 @@ def test_every_parquet_and_arrow_file_follows_the_first_files_columns(tmp_path):
     pq.write_table(pa.table({"id": [0.5]}), tmp_path / "frac.parquet")
     with pytest.raises(ValueError, match=r"frac\.parquet' \(shard 1\): column 'id' is double, and cannot be cast"):
         list(ri.IterableDataset.from_parquet([paths[0].replace(".arrow", ".parquet"), str(tmp_path / "frac.parquet")]))
+
+
+def test_every_json_lines_file_follows_the_columns_of_the_first_files_first_chunk(tmp_path, monkeypatch):
+    """HF's json builder takes its features from the first chunk of the first file and casts every
+    file to them: the same rows here, in the loader with 2 workers (each reads the first file's head
+    itself) and resumed at every cut. An extra column or a lossy cast is an error naming the file;
+    a column that is null all through the first file's head takes each file's own type (HF raises)."""
+    import datasets
+
+    from resumable_iterable.nodes import file_formats
+
+    def write(name, rows):
+        path = tmp_path / name
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return str(path)
+
+    paths = [write("a.jsonl", [{"id": 0, "x": "a", "v": 1}, {"id": 1, "x": "b", "v": 2}]),
+             write("b.jsonl", [{"v": 3.0, "id": 2}]),
+             write("c.jsonl", [{"x": "c", "id": 3, "v": 4}])]
+    expected = [{"id": 0, "x": "a", "v": 1}, {"id": 1, "x": "b", "v": 2}, {"id": 2, "x": None, "v": 3},
+                {"id": 3, "x": "c", "v": 4}]
+    rows = list(ri.load_dataset("json", data_files=paths, split="train"))
+    assert rows == expected and all(list(r) == ["id", "x", "v"] for r in rows)
+    assert all(type(r["v"]) is int for r in rows)
+    assert rows == list(datasets.load_dataset("json", data_files=paths, split="train", streaming=True))
+    assert_resumes_exactly(lambda: ri.load_dataset("json", data_files=paths, split="train").shuffle(seed=1, buffer_size=2))
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    loader = StatefulDataLoader(ri.load_dataset("json", data_files=paths, split="train"), batch_size=None,
+                                num_workers=2)
+    assert sorted((dict(r) for r in loader), key=lambda r: r["id"]) == expected
+
+    # the head: whole lines of the first 10 MB (here: of 40 bytes); a later line of the first file
+    # with another column is an extra column as in any other file
+    monkeypatch.setattr(file_formats, "JSON_SCHEMA_BYTES", 40)
+    first = write("first.jsonl", [{"id": 0, "x": "a"}, {"id": 1, "x": "b"}, {"id": 2, "y": 1}])
+    with pytest.raises(ValueError, match=r"first\.jsonl' \(shard 0\) has column\(s\) \['y'\] that the first"):
+        list(ri.load_dataset("json", data_files=[first], split="train"))
+    monkeypatch.undo()
+
+    extra = write("extra.jsonl", [{"id": 4, "y": 1}])
+    with pytest.raises(ValueError, match=r"extra\.jsonl' \(shard 1\) has column\(s\) \['y'\] that the first"):
+        list(ri.load_dataset("json", data_files=[paths[0], extra], split="train"))
+    frac = write("frac.jsonl", [{"id": 5, "x": "d", "v": 2.5}])
+    ds = ri.load_dataset("json", data_files=[paths[0], frac], split="train")
+    it = iter(ds)
+    assert [next(it), next(it)] == expected[:2]
+    state = json.loads(json.dumps(ds.state_dict()))
+    with pytest.raises(ValueError, match=r"frac\.jsonl' \(shard 1\): column 'v' is double, and cannot be cast to int64"):
+        next(it)
+    again = ri.load_dataset("json", data_files=[paths[0], frac], split="train")
+    again.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"frac\.jsonl' \(shard 1\)"):
+        next(iter(again))
+
+    nulls = [write("n0.jsonl", [{"id": 0, "x": None}]), write("n1.jsonl", [{"id": 1, "x": "s"}])]
+    assert list(ri.load_dataset("json", data_files=nulls, split="train")) == [{"id": 0, "x": None}, {"id": 1, "x": "s"}]

@@ -9,6 +9,7 @@ import logging
 from typing import Any, Callable
 
 from .nodes.base import Node
+from .nodes.file_formats import file_schema
 
 
 def infer_features(node: Node, n: int) -> Any:
@@ -50,22 +51,12 @@ def file_features(path: str, format: str) -> Any:
         from datasets import Features, Value
 
         return Features({"text": Value("string")})
+    if format not in ("parquet", "arrow"):
+        return None
     try:
-        if format == "parquet":
-            import pyarrow.parquet as pq
-
-            return features_of_schema(pq.read_schema(path))
-        if format == "arrow":
-            with pa.memory_map(path, "r") as source:
-                try:
-                    schema = pa.ipc.open_file(source).schema
-                except pa.ArrowInvalid:
-                    source.seek(0)
-                    schema = pa.ipc.open_stream(source).schema
-            return features_of_schema(schema)
+        return features_of_schema(file_schema(path, format))
     except (OSError, pa.ArrowException):
         return None
-    return None
 
 
 def batched_features(features: Any) -> Any:

@@ -63,6 +63,44 @@ def open_text(path: str, encoding: str = "utf-8", errors: str | None = None) -> 
     return io.TextIOWrapper(open_binary(path), encoding=encoding, errors=errors)
 
 
+#: how much of the first JSON Lines file gives the columns every file follows (HF's json builder
+#: takes its features from the first chunk of the first file, 10 MB by default)
+JSON_SCHEMA_BYTES = 10 << 20
+
+
+def file_schema(path: str, format: str) -> pa.Schema | None:
+    """The columns and types every file of a source follows, as HF takes its features from the first
+    file (``path``): a Parquet or Arrow file's schema; for a JSON Lines file, the columns pyarrow reads
+    in its first 10 MB of whole lines. ``None`` for CSV and text files (HF does not align them), a JSON
+    document, or a JSON file without rows. Raises ``OSError`` or ``pyarrow.ArrowException``."""
+    if format == "parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_schema(path)
+    if format == "arrow":
+        with pa.memory_map(path, "r") as source:
+            try:
+                return pa.ipc.open_file(source).schema
+            except pa.ArrowInvalid:
+                source.seek(0)
+                return pa.ipc.open_stream(source).schema
+    if format != "json":
+        return None
+    import pyarrow.json as pj
+
+    with open_binary(path) as f:
+        head = f.read(JSON_SCHEMA_BYTES + 1)
+    if len(head) > JSON_SCHEMA_BYTES:
+        head = head[: head.rfind(b"\n", 0, JSON_SCHEMA_BYTES) + 1]  # whole lines only
+    if not head.strip():
+        return None
+    try:
+        table = pj.read_json(pa.BufferReader(head), read_options=pj.ReadOptions(block_size=len(head)))
+    except pa.ArrowInvalid:  # a JSON document, or a bad line (reading the file names it)
+        return None
+    return table.schema if table.num_columns else None
+
+
 # ---------------------------------------------------------------------- text files, as HF's text builder
 TEXT_SCHEMA = pa.schema({"text": pa.string()})
 

@@ -19,7 +19,9 @@ Resuming seeks instead of re-reading where the format allows it:
   a ``.txt`` file in a dataset folder is not taken for data.
 
 Text formats may be compressed (``.gz``, ``.bz2``, ``.xz``, ``.zst`` after the extension), as in HF.
-A malformed JSON Lines file names its first bad line. How each format is opened and parsed is
+A malformed JSON Lines file names its first bad line. Parquet, Arrow and JSON Lines files follow
+the first file's columns (``_aligned``), as HF casts every file to the first one's features. How each
+format is opened and parsed is
 ``file_formats.py``; this module is the source node: shards, offsets, alignment, resumption.
 
 A file that vanished, or that now has fewer rows than the state says were read, raises a
@@ -34,8 +36,8 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
-from .file_formats import (FORMATS, PYARROW_CSV_OPTIONS, TEXT_SCHEMA, csv_table, is_tsv, json_document, json_lines,
-                           json_lines_problem, open_binary, open_text, text_options, text_rows)
+from .file_formats import (FORMATS, PYARROW_CSV_OPTIONS, TEXT_SCHEMA, csv_table, file_schema, is_tsv, json_document,
+                           json_lines, json_lines_problem, open_binary, open_text, text_options, text_rows)
 from .source import SourceNode
 
 
@@ -133,46 +135,39 @@ class FileSource(SourceNode):
             raise self._open_error(shard_id, e) from None
 
     def _first_schema(self) -> pa.Schema | None:
-        """The schema of the first file (Parquet, Arrow IPC), which every file's rows follow, as in HF;
-        ``None`` for the other formats (their schema needs parsing)."""
-        if self.format not in ("parquet", "arrow"):
+        """The columns every file's rows follow: the first file's (``file_schema``), as in HF; ``None``
+        for CSV, text, JSON documents and JSON read with pyarrow options given (each file as read)."""
+        if self.format == "json" and self.reader_kwargs:
             return None
-        if getattr(self, "_schema", None) is None:
+        if not hasattr(self, "_schema"):
             try:
-                if self.format == "parquet":
-                    import pyarrow.parquet as pq
-
-                    self._schema = pq.read_schema(self.paths[0])
-                else:
-                    with pa.memory_map(self.paths[0], "r") as source:
-                        try:
-                            self._schema = pa.ipc.open_file(source).schema
-                        except pa.ArrowInvalid:
-                            source.seek(0)
-                            self._schema = pa.ipc.open_stream(source).schema
+                self._schema = file_schema(self.paths[0], self.format)
             except (OSError, pa.ArrowException) as e:
                 raise self._open_error(0, e) from None
         return self._schema
 
     def _aligned(self, shard_id: int, part: Any) -> Any:
         """A record batch or table of file ``shard_id`` with the first file's columns, as HF casts every
-        file to the features of the first: in its order, a missing column as nulls, types cast; a column
-        the first file lacks, or a value the cast cannot hold, is an error naming the file."""
+        file to the features of the first: in its order, a missing column as nulls, types cast (a column
+        of nulls only in the first file takes each file's type); a column the first file lacks, or a
+        value the cast cannot hold, is an error naming the file."""
         schema = self._first_schema()
-        if schema is None or shard_id == 0 or part.schema.equals(schema):
+        if schema is None or part.schema.equals(schema):
             return part
         extra = [n for n in part.schema.names if n not in schema.names]
         if extra:
             raise ValueError(f"data file {self.paths[shard_id]!r} (shard {shard_id}) has column(s) {extra} that the "
                              f"first data file {self.paths[0]!r} has not (its columns: {schema.names})")
-        columns = []
-        for field in schema:
+        columns, out = [], schema
+        for k, field in enumerate(schema):
             i = part.schema.get_field_index(field.name)
             if i < 0:
                 columns.append(pa.nulls(part.num_rows, field.type))
                 continue
             column = part.column(i)
-            if not column.type.equals(field.type):
+            if pa.types.is_null(field.type):
+                out = out.set(k, field.with_type(column.type))
+            elif not column.type.equals(field.type):
                 try:
                     column = column.cast(field.type)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
@@ -180,7 +175,7 @@ class FileSource(SourceNode):
                                      f"is {column.type}, and cannot be cast to {field.type} as in the first data "
                                      f"file {self.paths[0]!r}: {e}") from None
             columns.append(column)
-        return type(part).from_arrays(columns, schema=schema)
+        return type(part).from_arrays(columns, schema=out)
 
     def _batches(self, shard_id: int, offset: int) -> Iterator[pa.RecordBatch]:
         """Record batches of a shard starting at row ``offset``, with the first file's columns."""
