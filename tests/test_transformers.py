@@ -323,3 +323,50 @@ def test_own_loader_resumed_from_the_end_of_a_pass_goes_on_with_the_next(tmp_pat
     c.train(resume_from_checkpoint=str(tmp_path / "b" / f"checkpoint-{crash_at}"))
     assert c.state.global_step == steps
     assert model_b.seen + model_c.seen == full
+
+
+def random_ids_collator(rows):
+    """Draws from the worker's torch generator, as a masking collator does: the model sees
+    id * 1000 + a random number."""
+    ids = torch.tensor([r["ids"] for r in rows])
+    return {"ids": ids * 1000 + torch.randint(0, 1000, ids.shape)}
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_save_worker_rng_gives_a_random_collator_the_uninterrupted_draws(tmp_path, persistent):
+    """With ``save_worker_rng=True`` the workers' generators are part of the data state: the resumed
+    run (crashed in the middle of its second pass) is fed exactly what the uninterrupted run was,
+    random draws included, to the end of that pass, and after it too with persistent workers (new
+    workers are seeded from the main process's generator, which a resume does not give back
+    exactly); without it the ids are the same and the draws are not."""
+    crash_at, seen, end_of_pass = 14, {}, 20 * BATCH
+
+    def trainer(out, **kw):
+        t, model = make_trainer(out, 2, attach=False, dataloader_persistent_workers=persistent, **kw)
+        t.data_collator = random_ids_collator
+        ResumableDataCallback.attach(t, save_worker_rng=save)
+        return t, model
+
+    for save in (True, False):
+        a, model_a = trainer(tmp_path / f"a{save}")
+        a.train()
+        out = tmp_path / f"b{save}"
+        b, model_b = trainer(out, save_steps=crash_at)
+        b.add_callback(CrashAfterSave(crash_at))
+        with pytest.raises(Crash):
+            b.train()
+        del b
+        gc.collect()
+        c, model_c = trainer(out)
+        c.train(resume_from_checkpoint=str(out / f"checkpoint-{crash_at}"))
+        assert model_b.seen == model_a.seen[: crash_at * BATCH]
+        seen[save] = (model_a.seen, model_b.seen + model_c.seen)
+    full, resumed = seen[True]
+    if persistent:
+        assert resumed == full
+    else:
+        assert resumed[:end_of_pass] == full[:end_of_pass]
+        assert [v // 1000 for v in resumed] == [v // 1000 for v in full]
+    full, resumed = seen[False]
+    assert [v // 1000 for v in resumed] == [v // 1000 for v in full]
+    assert resumed[crash_at * BATCH:end_of_pass] != full[crash_at * BATCH:end_of_pass]

@@ -96,6 +96,8 @@ def render(report: dict, width: int = 24, max_shards: int = 32) -> str:
         if st.get("split") and st["split"] != st["label"]:
             extra = f" ({'read by' if st['kind'] == 'state' else 'saved by'} {st['split']})"
         lines.append(f"[{st['label']}]{where}  epoch {st['epoch']}, fingerprint {st['fingerprint']}{extra}")
+        if st.get("worker_rng"):
+            lines.append("  the worker's random generators (torch, numpy, random) are saved: set back on resume")
         if "tree" in st:
             _render_node(st["tree"], "  ", True, True, lines, width, max_shards)
         else:

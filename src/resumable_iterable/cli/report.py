@@ -35,7 +35,7 @@ def analyse_state(path: str, env: dict) -> dict:
     check_node(env["pipeline"], env["state"], f"{path}:state", problems)
     return {"path": path, "label": label, "kind": "state", "version": env["version"],
             "fingerprint": env["fingerprint"], "epoch": env["epoch"], "split": split,
-            "tree": tree, "problems": problems}
+            "worker_rng": env.get("rng") is not None, "tree": tree, "problems": problems}
 
 
 def analyse_plan(path: str, plan: dict) -> list[dict]:

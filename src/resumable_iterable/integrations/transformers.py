@@ -55,6 +55,7 @@ from transformers.trainer_callback import ExportableState, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..loader.loader_state import ITERATOR_FINISHED, loader_num_workers
+from ..loader.session import IterationSession
 from ..state import TRAINER_FORMAT, find_documents
 from ..state_files import EncodedState, encode_state, load_state, state_file_digest
 from .torch.transport import INLINE_MAX_BYTES, InlineSmallTensors, check_inline_bytes
@@ -127,6 +128,22 @@ def _inline_small_tensors(loader: Any, max_bytes: int) -> None:
         _drop_iterator(loader)
 
 
+def _save_worker_rng(loader: Any) -> None:
+    """Make the workers of the training loader save their global random generators with their
+    states (``integrations/torch/worker_rng.py``). The setting travels to the workers with the
+    dataset, so an iterator made before it (accelerate asks for a state when it wraps the loader)
+    is dropped, as for the ``collate_fn`` above."""
+    base = _base_loader(loader)
+    session = getattr(getattr(base, "dataset", None), "session", None)
+    if not isinstance(session, IterationSession):
+        raise ValueError("ResumableDataCallback(save_worker_rng=True) needs the training dataset to be a "
+                         f"resumable_iterable dataset, got {type(getattr(base, 'dataset', None)).__name__}")
+    if not session.save_worker_rng:
+        session.save_worker_rng = True
+        if getattr(base, "num_workers", 0) > 0:
+            _drop_iterator(loader)
+
+
 def _drop_iterator(loader: Any) -> None:
     """Make a torchdata ``StatefulDataLoader`` forget its current iterator (and stop its workers);
     loading an empty state is torchdata's documented way to do that."""
@@ -149,13 +166,21 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             whose storage holds at most this many bytes inside the worker's message instead of
             through shared memory, as ``ri.StatefulDataLoader`` does (the same batches, faster for
             small rows; ``docs/torch.md``). 0 turns it off.
+        save_worker_rng: with DataLoader workers, each worker's global random generators (torch,
+            numpy, ``random``) are saved with the data state and set back on resume with the same
+            ``dataloader_num_workers``, so a collator that masks at random gives the uninterrupted
+            run's masks (as ``ri.StatefulDataLoader(save_worker_rng=True)``; ``worker_rng.py``).
     """
 
-    def __init__(self, filename: str = STATE_FILE, inline_tensor_bytes: int = INLINE_MAX_BYTES):
+    def __init__(self, filename: str = STATE_FILE, inline_tensor_bytes: int = INLINE_MAX_BYTES,
+                 save_worker_rng: bool = False):
         if not isinstance(filename, str) or not filename or os.sep in filename:
             raise ValueError(f"filename must be a plain file name, got {filename!r}")
+        if not isinstance(save_worker_rng, bool):
+            raise TypeError(f"save_worker_rng must be True or False, got {save_worker_rng!r}")
         self.filename = filename
         self.inline_tensor_bytes = check_inline_bytes(inline_tensor_bytes)
+        self.save_worker_rng = save_worker_rng
         self.data_state_sha256: str | None = None
         self._loader: Any = None
         self._trainer_state: Any = None
@@ -186,6 +211,8 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
                                      f"filename={cb.filename!r}, not {new.filename!r}")
                 if "inline_tensor_bytes" in kwargs:
                     cb.inline_tensor_bytes = new.inline_tensor_bytes
+                if "save_worker_rng" in kwargs:
+                    cb.save_worker_rng = new.save_worker_rng
                 return cb
         trainer.add_callback(new)
         return new
@@ -238,6 +265,8 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             )
         _check_dispatch(loader)
         _inline_small_tensors(loader, self.inline_tensor_bytes)
+        if self.save_worker_rng:
+            _save_worker_rng(loader)
         self._loader = loader
         self._trainer_state = state
         self._args = args

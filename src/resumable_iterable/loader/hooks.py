@@ -12,7 +12,9 @@ framework's integration (``integrations/torch/workers.py``), which registers it 
 * ``prepare_for_workers`` / ``adopt_unpickled``: a session about to be sent to workers, or just
   unpickled or copied;
 * ``worker_started``: called in a DataLoader worker when a pass starts there (the worker then
-  watches for the death of its main process).
+  watches for the death of its main process);
+* ``rng_state`` / ``check_rng_state`` / ``set_rng_state``: a worker's global random generators,
+  saved with its state when the session asks (``save_worker_rng``), checked, and set back.
 
 Who imports that integration? The package's ``__init__`` registers a *provider*
 (:func:`register_provider`): the modules that must be imported (``torch``) and a function that
@@ -42,6 +44,9 @@ class WorkerHooks:
     prepare_for_workers: Callable[[Any], None]
     adopt_unpickled: Callable[[Any], None]
     worker_started: Callable[[], None]
+    rng_state: Callable[[], dict]
+    check_rng_state: Callable[[Any, str], Any]
+    set_rng_state: Callable[[dict], None]
 
 
 _providers: list[tuple[tuple[str, ...], Callable[[], None]]] = []

@@ -13,6 +13,7 @@ from __future__ import annotations
 from .. import state as _state
 from ..distributed import deal_of, effective_worker, ranks_of, split_deal, split_for_process
 from ..nodes.base import Node
+from . import hooks
 from .elastic import build_plan_node, deal
 from .loader_state import DATASET_STATE, SNAPSHOT, WORKER_SNAPSHOTS, loader_num_workers, worker_key
 from .plan import describe_split, is_plan, make_plan, state_segments
@@ -102,6 +103,9 @@ def validate_loader_state(template: Node, split: tuple, loader_state: dict, num_
             raise ValueError(f"DataLoader state: worker {j} has no dataset state")
         try:
             epochs.add(load_node(template, split, ws[DATASET_STATE], (j, num_workers))[1])
+            rng = ws[DATASET_STATE].get("rng") if isinstance(ws[DATASET_STATE], dict) else None
+            if rng is not None and hooks.current() is not None:
+                hooks.current().check_rng_state(rng, "state 'rng'")
         except ValueError as e:
             raise ValueError(f"DataLoader state, worker {j}: {e}") from None
     if len(epochs) != 1:

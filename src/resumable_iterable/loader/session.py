@@ -41,6 +41,9 @@ class IterationSession:
     placeholder = False
     #: the pass ``pass_node`` last returned continues a loaded state (else it starts fresh)
     resumes = False
+    #: a DataLoader worker's states hold its global random generators (``"rng"``), set back when
+    #: such a state is loaded in the same worker (``integrations/torch/worker_rng.py``)
+    save_worker_rng = False
 
     def __init__(self, template: Node, split: tuple, epoch: int):
         self.template = template  # the dataset's unsplit pipeline; never iterated itself
@@ -205,15 +208,27 @@ class IterationSession:
                  "state": node.state_dict(buffers), "split": _state.copy_state(split[1])}
         if buffers:
             state["buffers"] = buffers
+        if ctx is not None and self.save_worker_rng:
+            h = hooks.current()
+            if h is not None:
+                state["rng"] = h.rng_state()
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Validate ``state_dict`` completely, then make it the next pass (see ``IterableDataset``)."""
         worker = current_worker()
+        rng = None
+        if worker is not None and isinstance(state_dict, dict) and state_dict.get("rng") is not None:
+            h = hooks.current()
+            if h is not None:
+                h.check_rng_state(state_dict["rng"], "state 'rng'")
+                rng = (h, state_dict["rng"])
         node, epoch, deal = load_node(self.template, self.split, state_dict, worker)
         if self.moved_past(epoch):
             self._drop_pending()
             return
+        if rng is not None:  # the worker's draws continue where the saved worker's stood
+            rng[0].set_rng_state(rng[1])
         claims = None
         if worker is None:
             h = hooks.current()

@@ -50,11 +50,27 @@ if _TorchdataLoader is not None:
         handshake costs the main process far more than copying a few KB: the loader yields the
         same batches, 1.6-3x faster for batches of small rows (see ``transport.py``). The loader's
         ``collate_fn`` attribute is then an ``InlineSmallTensors`` wrapping yours (``.collate_fn``).
+
+        **Random draws in the workers** (``save_worker_rng=True``): each worker's state also holds
+        its global random generators (torch, numpy, ``random``), and a resume with the same number
+        of workers sets them back, so a ``collate_fn`` that masks at random, or a ``map`` that
+        augments with the global generators, gives the uninterrupted run's batches too (see
+        ``worker_rng.py``; about 0.1 ms per state taken, hence off by default). It is a setting of
+        the dataset's iteration, which this loader turns on; with ``num_workers=0`` the draws are
+        the training loop's own generators and are left alone.
         """
 
-        def __init__(self, dataset: Any, *args: Any, inline_tensor_bytes: int = INLINE_MAX_BYTES, **kwargs: Any):
+        def __init__(self, dataset: Any, *args: Any, inline_tensor_bytes: int = INLINE_MAX_BYTES,
+                     save_worker_rng: bool = False, **kwargs: Any):
+            if not isinstance(save_worker_rng, bool):
+                raise TypeError(f"save_worker_rng must be True or False, got {save_worker_rng!r}")
             if _is_ours(dataset):
                 prepare_for_workers(dataset.session)
+                if save_worker_rng:
+                    dataset.session.save_worker_rng = True
+            elif save_worker_rng:
+                raise ValueError("save_worker_rng=True needs a resumable_iterable dataset: the worker's random "
+                                 f"generators are saved with its dataset state (got {type(dataset).__name__})")
             check_inline_bytes(inline_tensor_bytes)
             super().__init__(dataset, *args, **kwargs)
             if inline_tensor_bytes > 0 and self.num_workers > 0 and not isinstance(self.collate_fn, InlineSmallTensors):
