@@ -127,6 +127,8 @@ COMPOSITIONS = {
     "plain": (lambda a: a, False),
     "batch": (lambda a: a.batch(4), False),
     "batch_drop_last": (lambda a: a.batch(4, drop_last_batch=True), False),
+    # the example that ended a run is held across the yield: the next batch must not share it with a state
+    "batch_by_column": (lambda a: a.map(lambda ex: {"g": ex["id"] // 3}).batch(by_column="g"), False),
     "batched_map": (lambda a: a.map(batch_sum, batched=True, batch_size=4), False),
     "batched_filter": (lambda a: a.filter(lambda b: [i % 3 != 1 for i in b["id"]], batched=True, batch_size=4), False),
     "interleave_cycle": (lambda a: ri.interleave_datasets([a, other()]), False),

@@ -10,14 +10,15 @@ State: ``{"node", "rows", "children"}``
 * ``rows`` - the examples of the run being gathered (read from the child, not yet yielded).
   Before a batch is yielded, ``rows`` is replaced by the example that ended the run, so a state
   taken while the consumer holds the batch resumes with that example: nothing lost, nothing
-  repeated.
+  repeated. A state copy shares the rows it holds, so rows held across a yield (or loaded) are
+  copied before they go into a batch: the user's functions may edit a batch in place.
 """
 
 from __future__ import annotations
 
 from typing import Iterator
 
-from ..state import ExampleList
+from ..state import ExampleList, copy_example
 from .base import Node, check_examples
 from .rows import rows_to_batch
 
@@ -58,6 +59,8 @@ class GroupNode(Node):
     def _iter(self) -> Iterator[dict]:
         st = self._state_dict
         rows = st["rows"]
+        if rows:  # held in a state: a copy of that state may share them
+            rows[:] = [copy_example(r) for r in rows]
         key = self._key(rows[0]) if rows else None
         for ex in self.children[0]:
             k = self._key(ex)
@@ -66,6 +69,7 @@ class GroupNode(Node):
                 st["rows"] = rows = ExampleList([ex])  # the example that ended the run is kept
                 key = k
                 yield batch
+                rows[0] = copy_example(ex)  # a state taken during the yield shares ``ex``
                 continue
             if not rows:
                 key = k
