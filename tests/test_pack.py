@@ -87,6 +87,27 @@ def test_multiple_columns_and_errors():
     assert docs().pack(8, position_ids=True).column_names == ["input_ids", "position_ids"]
 
 
+def _rows(rows):
+    yield from rows
+
+
+@pytest.mark.parametrize("bad", ["some text", None, 7, np.int64(7), {"a": 1}])
+@pytest.mark.parametrize("position_ids", [False, True])
+def test_a_packed_column_that_is_not_a_token_list_is_named(bad, position_ids):
+    # a string was packed as its characters, None or a number failed with "object is not iterable"
+    ds = ri.IterableDataset.from_generator(_rows, gen_kwargs={"rows": [{"input_ids": [1, 2]}, {"input_ids": bad}]})
+    with pytest.raises(TypeError, match="pack: column 'input_ids' must hold a list of token ids"):
+        list(ds.pack(3, position_ids=position_ids))
+
+
+def test_a_packed_column_may_not_be_one_pack_adds():
+    with pytest.raises(ValueError, match=r"\['position_ids'\] cannot be packed when position_ids=True"):
+        docs().map(lambda ex: {"position_ids": ex["labels"]}).pack(8, columns=["input_ids", "position_ids"],
+                                                                   position_ids=True)
+    with pytest.raises(ValueError, match="document_lengths=True adds"):
+        docs().pack(8, columns=["document_lengths"], document_lengths=True)
+
+
 PIPELINES = {
     "concat": lambda: docs().pack(8, separator=0, position_ids=True),
     "concat_long_docs": lambda: docs(2).pack(3, document_lengths=True),

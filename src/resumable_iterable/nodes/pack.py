@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import bisect
 import numbers
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from ..state import ExampleList
 from .base import Node
@@ -60,6 +60,10 @@ class PackNode(Node):
         columns = [columns] if isinstance(columns, str) else list(columns)
         if not columns or not all(isinstance(c, str) for c in columns) or len(set(columns)) != len(columns):
             raise ValueError(f"pack: columns must be distinct column names, got {columns!r}")
+        added = [c for c, on in (("position_ids", position_ids), ("document_lengths", document_lengths)) if on]
+        if set(added) & set(columns):
+            raise ValueError(f"pack: column(s) {sorted(set(added) & set(columns))} cannot be packed when "
+                             f"{' and '.join(f'{c}=True' for c in added)} adds a column of that name")
         if mode not in MODES:
             raise ValueError(f"pack: unknown mode {mode!r}; expected one of {MODES}")
         if separator is not None and not isinstance(separator, dict):
@@ -239,5 +243,12 @@ def _token_list(ex: dict, column: str) -> list:
     except KeyError:
         raise KeyError(f"pack: column {column!r} is not in the example (its columns: {sorted(ex)})") from None
     if type(v) is not list:
-        v = v.tolist() if hasattr(v, "tolist") else list(v)
+        given = v
+        if hasattr(v, "tolist"):  # a numpy array or torch tensor (a scalar gives a number: refused below)
+            v = v.tolist()
+        elif isinstance(v, Iterable) and not isinstance(v, (str, bytes, bytearray, dict)):
+            v = list(v)
+        if type(v) is not list:  # a string would be packed as characters, a number or None cannot be
+            raise TypeError(f"pack: column {column!r} must hold a list of token ids in each example, got "
+                            f"{type(given).__name__} {given!r:.60}")
     return v
