@@ -58,6 +58,20 @@ def test_prefetch_resume_chain_and_state_holds_read_ahead():
     it.close()
 
 
+@pytest.mark.parametrize("bad", [None, 1.5, "x", [1]])
+def test_an_edited_read_ahead_example_that_is_not_an_object_is_refused(bad):
+    ds = src().prefetch(3)
+    it = iter(ds)
+    next(it)
+    state = ds.state_dict()
+    it.close()
+    state["state"]["ahead"] = [bad] + state["state"]["ahead"][1:]  # was yielded as an example
+    fresh = src().prefetch(3)
+    with pytest.raises(ValueError, match="'ahead' must be an object"):
+        fresh.load_state_dict(state)
+    assert list(fresh) == list(src())  # the failed load left the dataset as it was
+
+
 def test_prefetch_thread_stops_on_close_and_break():
     ds = src().prefetch(2)
     for i, _ in enumerate(ds):

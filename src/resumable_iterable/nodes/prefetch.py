@@ -129,6 +129,8 @@ class PrefetchNode(Node):
 
     def _validate_own(self, state: dict, where: str) -> None:
         check_examples(state["ahead"], where, "ahead")
+        if not all(isinstance(ex, dict) for ex in state["ahead"]):
+            raise ValueError(f"{where}: every example read ahead in 'ahead' must be an object")
         if len(state["ahead"]) > self.size:
             raise ValueError(f"{where}: {len(state['ahead'])} examples read ahead, more than prefetch({self.size})")
 
