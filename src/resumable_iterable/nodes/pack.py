@@ -107,7 +107,7 @@ class PackNode(Node):
         if type(start) is not int or not 0 <= start <= n:
             raise ValueError(f"{where}: 'start' must be an integer in [0, {n}], got {start!r}")
         if (not isinstance(docs, list) or not all(type(d) is int for d in docs) or docs != sorted(docs)
-                or any(d >= n for d in docs)
+                or any(d > n for d in docs)  # an empty document (no separator) starts at the end
                 or ((self.position_ids or self.document_lengths) and n > start and (not docs or docs[0] > start))):
             raise ValueError(f"{where}: 'docs' must be the increasing start positions of the carried documents")
 
