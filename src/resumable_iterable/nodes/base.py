@@ -38,6 +38,9 @@ class Node:
     :meth:`_own_state`, :meth:`params`, :meth:`_validate_own`."""
 
     kind: ClassVar[str] = "node"
+    #: own state fields added since states of this version were first written: a state without
+    #: them (saved by an earlier release) loads with their fresh value
+    added_fields: ClassVar[frozenset] = frozenset()
 
     def __init__(self, children: list[Node] | tuple = ()):
         self.children: list[Node] = list(children)
@@ -138,7 +141,7 @@ class Node:
         if state.get("node") != self.kind:
             raise ValueError(f"{where}: the state describes a {state.get('node')!r} node here")
         expected, got = set(self._state_dict), set(state)
-        if expected != got:
+        if expected != got and not (got < expected and expected - got <= self.added_fields):
             parts = []
             if expected - got:
                 parts.append(f"missing {sorted(expected - got)}")
@@ -398,6 +401,26 @@ def check_rng(value: Any, where: str, key: str = "rng") -> None:
 def check_examples(value: Any, where: str, key: str) -> None:
     if not isinstance(value, list):
         raise ValueError(f"{where}: '{key}' must be a list of examples, got {type(value).__name__}")
+
+
+def check_retry(state: dict, where: str) -> None:
+    """A node's ``retry``: at most the one example it raised on taking in (absent from a state of
+    an earlier release)."""
+    retry = state.get("retry", [])
+    check_examples(retry, where, "retry")
+    if len(retry) > 1 or not all(isinstance(ex, dict) for ex in retry):
+        raise ValueError(f"{where}: 'retry' holds at most the one example (an object) the node raised on")
+
+
+def retry_first(st: dict, child: Node) -> Iterator[dict]:
+    """The example ``st["retry"]`` holds (the one the node raised on taking in, kept so that a state
+    taken after the error does not lose it), then ``child``'s. ``retry`` is emptied as the example is
+    handed out: the node takes it in before it yields anything, and puts it back if that raises again."""
+    while st["retry"]:
+        ex = st["retry"][0]
+        st["retry"] = type(st["retry"])()
+        yield ex
+    yield from child
 
 
 def resolve_seed(seed: int | None) -> int:

@@ -5,13 +5,15 @@ and no size limit on a run).
 A run is known to end only when the first example of the next run arrives, so that example
 has already left the child when the batch is yielded. It is kept in the node's state:
 
-State: ``{"node", "rows", "children"}``
+State: ``{"node", "rows", "retry", "children"}``
 
 * ``rows`` - the examples of the run being gathered (read from the child, not yet yielded).
   Before a batch is yielded, ``rows`` is replaced by the example that ended the run, so a state
   taken while the consumer holds the batch resumes with that example: nothing lost, nothing
   repeated. A state copy shares the rows it holds, so rows held across a yield (or loaded) are
   copied before they go into a batch: the user's functions may edit a batch in place.
+* ``retry`` - empty, or the example whose key could not be taken (a missing column): a state taken
+  after the error takes it in first, instead of losing it (a state of an earlier release has none).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..state import ExampleList, copy_example
-from .base import Node, check_examples
+from .base import Node, check_examples, check_retry, retry_first
 from .rows import rows_to_batch
 
 
@@ -37,14 +39,18 @@ class GroupNode(Node):
     def params(self) -> dict:
         return {"columns": self.columns, "drop_last_batch": self.drop_last_batch}
 
+    added_fields = frozenset(("retry",))
+
     def _own_state(self) -> dict:
-        return {"rows": ExampleList()}
+        return {"rows": ExampleList(), "retry": ExampleList()}
 
     def _load_own(self, state: dict) -> None:
         super()._load_own(state)
         self._state_dict["rows"] = ExampleList(self._state_dict["rows"])
+        self._state_dict["retry"] = ExampleList(state.get("retry", ()))
 
     def _validate_own(self, state: dict, where: str) -> None:
+        check_retry(state, where)
         check_examples(state["rows"], where, "rows")
         if not all(isinstance(ex, dict) for ex in state["rows"]):
             raise ValueError(f"{where}: every gathered example in 'rows' must be an object")
@@ -62,9 +68,14 @@ class GroupNode(Node):
         if rows:  # held in a state: a copy of that state may share them
             rows[:] = [copy_example(r) for r in rows]
         key = self._key(rows[0]) if rows else None
-        for ex in self.children[0]:
-            k = self._key(ex)
-            if rows and k != key:
+        for ex in retry_first(st, self.children[0]):
+            try:
+                k = self._key(ex)
+                ends_run = bool(rows) and k != key
+            except BaseException:
+                st["retry"] = ExampleList([ex])  # a state taken now takes it in first
+                raise
+            if ends_run:
                 batch = rows_to_batch(rows)
                 st["rows"] = rows = ExampleList([ex])  # the example that ended the run is kept
                 key = k

@@ -18,7 +18,7 @@ every packed column, or a dict giving one per column. Options add ``position_ids
 document, for document-masked attention) and ``document_lengths`` (the lengths of the document
 pieces in the chunk, e.g. for ``cu_seqlens``).
 
-State: ``{"node", "carry", "docs", "start", "children"}``
+State: ``{"node", "carry", "docs", "start", "retry", "children"}``
 
 * ``carry`` - per packed column, the tokens read but not yet yielded in a chunk (from ``start`` on):
   the partial sequence, or in greedy mode the pending documents. Held as lists copied shallowly
@@ -29,6 +29,9 @@ State: ``{"node", "carry", "docs", "start", "children"}``
   ``position_ids`` or ``document_lengths`` is asked for (empty otherwise).
 * ``start`` - how many tokens at the front of ``carry`` were already yielded; the lists are
   compacted when the next document is appended, so cutting a long document costs no quadratic copying.
+* ``retry`` - empty, or the example whose tokens could not be taken (a missing column, no token
+  list): a state taken after the error packs it first, instead of losing it (a state of an earlier
+  release has no ``retry``).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import numbers
 from typing import Any, Iterable, Iterator
 
 from ..state import ExampleList
-from .base import Node
+from .base import Node, check_retry, retry_first
 
 MODES = ("concat", "greedy")
 
@@ -87,16 +90,21 @@ class PackNode(Node):
                 "separator": self.separator, "position_ids": self.position_ids,
                 "document_lengths": self.document_lengths}
 
+    added_fields = frozenset(("retry",))
+
     def _own_state(self) -> dict:
-        return {"carry": {c: ExampleList() for c in self.columns}, "docs": ExampleList(), "start": 0}
+        return {"carry": {c: ExampleList() for c in self.columns}, "docs": ExampleList(), "start": 0,
+                "retry": ExampleList()}
 
     def _load_own(self, state: dict) -> None:
         st = self._state_dict
         st["carry"] = {c: ExampleList(state["carry"][c]) for c in self.columns}
         st["docs"] = ExampleList(state["docs"])
         st["start"] = state["start"]
+        st["retry"] = ExampleList(state.get("retry", ()))
 
     def _validate_own(self, state: dict, where: str) -> None:
+        check_retry(state, where)
         carry, docs, start = state["carry"], state["docs"], state["start"]
         if not isinstance(carry, dict) or sorted(carry) != sorted(self.columns):
             raise ValueError(f"{where}: 'carry' must hold the packed columns {self.columns}")
@@ -187,8 +195,12 @@ class PackNode(Node):
         if not greedy and len(self.columns) == 1 and not (self.position_ids or self.document_lengths):
             yield from self._iter_one_column()
             return
-        for ex in self.children[0]:
-            cols, n = self._tokens(ex)
+        for ex in retry_first(st, self.children[0]):
+            try:
+                cols, n = self._tokens(ex)
+            except BaseException:
+                st["retry"] = ExampleList([ex])  # a state taken now packs it first
+                raise
             end = len(carry[first])
             if greedy and end > st["start"] and end - st["start"] + n > size:
                 # the document does not fit: close the chunk first
@@ -214,10 +226,14 @@ class PackNode(Node):
         col = self.columns[0]
         tokens = st["carry"][col]
         sep = None if self.separator is None else self.separator[col]
-        for ex in self.children[0]:
+        for ex in retry_first(st, self.children[0]):
             v = ex.get(col)
             if type(v) is not list:  # an array, another sequence, or missing (named by _token_list)
-                v = _token_list(ex, col)
+                try:
+                    v = _token_list(ex, col)
+                except BaseException:
+                    st["retry"] = ExampleList([ex])  # a state taken now packs it first
+                    raise
             start = st["start"]
             if start:
                 del tokens[:start]
