@@ -254,3 +254,23 @@ def test_an_interleave_below_goes_back_to_logging_slots_and_resumes_exactly():
     assert buffers and not any(is_derived(b) for b in buffers[len(buffers) // 2:])
     assert all(is_position(e) for buf in worker_buffers(ri.loads_state(states[-3])) for e in buf)
     assert_resumes(make, batches, states, range(0, len(states), 3))
+
+
+@pytest.mark.parametrize("batch_size", [3, 5])
+def test_a_batched_map_above_keeps_the_buffer_derived_in_its_prev_and_every_cut_resumes(batch_size):
+    """A batched map above the shuffle keeps a copy of its input's state from the start of its batch
+    (``prev``). In a worker whose buffer is described by arithmetic, that copy describes it so too:
+    it held the examples, which travelled with every state taken during the map's batch (a buffer
+    per batch of the loader when the map's batches are as small as the loader's)."""
+    def make():
+        ds = shuffled(n=30).map(lambda b: {"id": b["id"], "x": b["x"]}, batched=True, batch_size=batch_size)
+        return loader(ds)
+
+    batches, states = run_with_states(make)
+    prevs = [snapshot(ri.loads_state(s))["state"]["prev"] for s in states]
+    prevs = [p for p in prevs if p is not None]
+    assert prevs and all(isinstance(p["buffer"], (dict, list)) for p in prevs)
+    assert sum(is_derived(p["buffer"]) for p in prevs) > len(prevs) // 2
+    assert not any(isinstance(p["buffer"], list) and p["buffer"] and isinstance(p["buffer"][0], dict)
+                   and "x" in p["buffer"][0] for p in prevs)  # never the examples themselves
+    assert_resumes(make, batches, states, range(len(states)))

@@ -45,6 +45,10 @@ PLAN_FORMAT = "resumable_iterable.elastic_plan"
 TRAINER_FORMAT = "resumable_iterable.trainer"
 
 
+#: ``copy_state(..., SNAPSHOT)``: a state copy kept inside a node's state (see ``copy_state``)
+SNAPSHOT: dict = {}
+
+
 def copy_state(obj: Any, buffers: dict | None = None) -> Any:
     """Copy a state tree: dicts and lists deeply, the live example lists shallowly, scalars as-is.
 
@@ -55,6 +59,10 @@ def copy_state(obj: Any, buffers: dict | None = None) -> Any:
 
     ``buffers``: a dict to collect the logs of shuffle buffers instead (DataLoader workers): each
     buffer is replaced in the tree by its key in ``buffers`` (see :func:`inline_buffers`).
+    :data:`SNAPSHOT` instead: a copy a node keeps inside its own state (a batched ``map``'s
+    ``prev``), where a buffer that a DataLoader worker describes by arithmetic is so described
+    (a few integers instead of its examples, which would travel with every state) and any other
+    buffer is copied as in a process.
     """
     t = type(obj)
     if t is dict:
@@ -77,9 +85,10 @@ def copy_state(obj: Any, buffers: dict | None = None) -> Any:
         if buffers is not None:
             if t is ExampleChunks and obj.derived is not None:
                 return obj.derived.describe()  # a few integers; lists shared, never changed in place
-            key = str(len(buffers))
-            buffers[key] = obj.log()  # one value, compared by identity: sent only when it changed
-            return key
+            if buffers is not SNAPSHOT:
+                key = str(len(buffers))
+                buffers[key] = obj.log()  # one value, compared by identity: sent only when it changed
+                return key
         if t is PositionList:
             return list.copy(obj)
         new = list.copy(obj)

@@ -37,7 +37,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any, Callable, Iterator
 
-from ..state import ExampleList, copy_example
+from ..state import SNAPSHOT, ExampleList, copy_example
 from .base import Node, add_context, check_int
 from .calls import AsyncRunner, CallsAhead, is_async_function
 from .replay import MAX_INT, check_list
@@ -403,7 +403,10 @@ class MapNode(Node):
         it = iter(child)
         size = self.batch_size
         while True:
-            snapshot = child.state_dict()
+            # kept as `prev` for the batch: in a DataLoader worker, a buffer below that the worker
+            # describes by arithmetic stays a few integers here too (its examples would travel with
+            # every state taken during the batch)
+            snapshot = child.state_dict(SNAPSHOT)
             try:
                 rows = list(itertools.islice(it, 1))
                 first = child.position() if rows else None  # for an error's note: the batch's first row
