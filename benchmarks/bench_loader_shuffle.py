@@ -22,7 +22,8 @@ on these kinds of examples:
   same rows ready-made in a Python list, no state), which bounds what any dataset can reach. The
   text rows run through both loaders: torchdata's and ``ri.StatefulDataLoader``, which sends each
   batch's small tensors (here the ``id`` column) inside the worker's message instead of through
-  shared memory (``integrations/torch/transport.py``); HF's shuffle runs through both too.
+  shared memory (``integrations/torch/transport.py``); HF's shuffle runs through both too;
+* documents of ~6 KB of text with a batched ``map`` after the shuffle (HF's tokenizing habit).
 
 Each figure is the best of ``--repeats`` runs (default 3), the variants taking turns.
 
@@ -38,7 +39,7 @@ from __future__ import annotations
 import argparse
 
 from bench_dataloader import rows_dataset
-from common import NUM_SHARDS, Result, loader_class, make_hf_dataset, print_section, time_iteration
+from common import NUM_SHARDS, Result, loader_class, make_hf_dataset, print_section, text_of, time_iteration
 
 WORKERS = 2
 ARRAY_LEN = 65_536  # float32: 256 KB per example
@@ -363,6 +364,63 @@ def run_text(n_rows: int = 200_000, limit: int = 32_000, buffer: int = 1000, bat
     ]
 
 
+def text_lengths(batch: dict) -> dict:
+    """A cheap batched function (module level: the workers pickle it): the work measured is the
+    pipeline's, not the function's."""
+    return {"n": [len(t) for t in batch["text"]]}
+
+
+def run_batched_map(n_rows: int = 40_000, limit: int = 16_000, buffer: int = 1000, batch_size: int = 32,
+                    map_batch: int = 32, text_repeat: int = 120, repeats: int = 3) -> list[Result]:
+    """Documents of ~6 KB of text, ``shuffle(buffer)`` then a batched ``map`` (as HF's tutorials
+    tokenize), through torchdata's loader. In a worker the map keeps its input's state from the
+    start of its batch; that copy used to hold the buffered documents, which then travelled with
+    every state taken during the map's batch."""
+    import torch  # noqa: F401
+    from datasets import Dataset
+
+    import resumable_iterable as ri
+
+    hf_ds = Dataset.from_dict({"id": list(range(n_rows)), "text": [text_of(i) * text_repeat for i in range(n_rows)]})
+    shards = min(NUM_SHARDS, len(hf_ds))
+
+    def ours(buffer_state):
+        return lambda: ri.to_iterable_dataset(hf_ds, num_shards=shards).shuffle(
+            seed=42, buffer_size=buffer, buffer_state=buffer_state).map(text_lengths, batched=True,
+                                                                        batch_size=map_batch)
+
+    def hf():
+        return hf_ds.to_iterable_dataset(num_shards=shards).shuffle(seed=42, buffer_size=buffer).map(
+            text_lengths, batched=True, batch_size=map_batch)
+
+    got = best_rates({"exact": ours("examples"), "drop": ours("drop"), "hf": hf}, batch_size, limit, repeats)
+    (exact, n), (drop, _), (hf_rate, _) = got["exact"], got["drop"], got["hf"]
+    what = f"6 KB documents, shuffle({buffer}) -> map(batched, batch_size={map_batch}), batch {batch_size}"
+
+    def worker_state_kb(make) -> float:
+        """The pickled dataset state of worker 0 in the loader's state, after 2 * buffer examples."""
+        import pickle
+
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        dl = StatefulDataLoader(make(), batch_size=batch_size, num_workers=WORKERS)
+        it = iter(dl)
+        for _ in range(min(2 * buffer, n_rows // 2) // batch_size):
+            next(it)
+        state = dl.state_dict()["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset_state"]
+        del it, dl
+        return len(pickle.dumps(state)) / 1e3
+
+    return [
+        Result(f"exact shuffle vs HF, {what}", exact, hf_rate, "ex/s", note=f"{n} examples each"),
+        Result(f"exact shuffle vs drop, {what}", exact, drop, "ex/s", ref_label="ours, drop"),
+        Result(f"a worker's state, exact vs drop, {what}", worker_state_kb(ours("examples")),
+               worker_state_kb(ours("drop")), "KB", ref_label="ours, drop",
+               note="the map's copy of its input's state from the start of its batch describes the buffer by "
+                    "arithmetic (positions); it held the buffered documents (5.7 MB before 2026-11-26)"),
+    ]
+
+
 def run(quick: bool = False, repeats: int = 3, hf_ds=None) -> list[Result]:
     if quick:
         return (run_arrays(per_shard=8, limit=48, buffer=8, batch_size=8, repeats=1)
@@ -370,9 +428,11 @@ def run(quick: bool = False, repeats: int = 3, hf_ds=None) -> list[Result]:
                 + [r for kind in ("image", "bytes")
                    for r in run_media(kind, per_shard=8, limit=48, buffer=8, batch_size=8, repeats=1)]
                 + run_image_dataset(n=64, limit=48, buffer=8, batch_size=8, repeats=1)
-                + run_text(n_rows=2_000, limit=320, buffer=50, repeats=1, hf_ds=hf_ds))
+                + run_text(n_rows=2_000, limit=320, buffer=50, repeats=1, hf_ds=hf_ds)
+                + run_batched_map(n_rows=2_000, limit=320, buffer=50, map_batch=8, repeats=1))
     return (run_arrays(repeats=repeats) + run_resume(repeats=repeats) + run_media("image", repeats=repeats) + run_media("bytes", repeats=repeats)
-            + run_image_dataset(repeats=repeats) + run_text(repeats=repeats, hf_ds=hf_ds))
+            + run_image_dataset(repeats=repeats) + run_text(repeats=repeats, hf_ds=hf_ds)
+            + run_batched_map(repeats=repeats))
 
 
 def main() -> None:
