@@ -22,7 +22,7 @@ from .loader import hooks
 from .loader.session import IterationSession
 from .nodes.arrow import ArrowSource
 from .nodes.base import Node, as_epoch, as_int
-from .nodes.batch import BatchNode
+from .nodes.batch import BatchNode, rewinding
 from .nodes.columns import ColumnsNode
 from .nodes.file_formats import FORMATS, format_of
 from .nodes.files import FileSource
@@ -497,7 +497,7 @@ class IterableDataset(_Base):
         """
         batch_size = as_int(batch_size, "batch_size", lo=1)
         node = self._session.pass_node()
-        return _rewinding(self._present(node, (batch_size, bool(drop_last_batch))), node)
+        return rewinding(self._present(node, (batch_size, bool(drop_last_batch))), node)
 
     def _present(self, node: Node, batch: tuple | None = None) -> Iterator[Any]:
         from .nodes.format import present
@@ -671,23 +671,6 @@ class IterableColumn:
 
     def __getitem__(self, column_name: str) -> IterableColumn:
         return IterableColumn(self, column_name)
-
-
-def _rewinding(batches: Iterator[Any], node: Node) -> Iterator[Any]:
-    """``batches`` (of ``iter(batch_size)``), each read from the live pipeline ``node`` inside one
-    ``next()``. The rows of a batch are not part of ``node``'s state: if the pipeline raises part-way
-    through a batch, ``node`` is put back where the batch began (its state copied before each
-    batch), so that a state taken after the error reads those rows again instead of losing them."""
-    while True:
-        start = node.state_dict()
-        try:
-            batch = next(batches)
-        except StopIteration:
-            return
-        except BaseException:
-            node.load(start)
-            raise
-        yield batch
 
 
 def to_iterable_dataset(dataset: Any, num_shards: int = 1) -> IterableDataset:

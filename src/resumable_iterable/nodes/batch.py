@@ -11,12 +11,15 @@ copy shares them and the user's functions may edit the yielded batch in place.
 The batch size is not part of the pipeline's shape: a state saved with ``batch(B)`` loads into
 the same pipeline built with ``batch(B')``. The next batch then starts right after the last
 example of the last batch yielded (no example lost or repeated); only the grouping changes.
+
+``IterableDataset.iter(batch_size)`` batches with a node outside the dataset's state, so it has no
+``rows`` to keep: :func:`rewinding` puts the pipeline back where a batch began when it raises.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Iterator
+from typing import Any, Iterator
 
 from ..state import ExampleList, copy_example
 from .base import Node, as_int, check_examples
@@ -92,3 +95,21 @@ class BatchNode(Node):
 
     def row_local_problem(self) -> str | None:
         return "a batch node: batch after the shuffle"
+
+
+def rewinding(batches: Iterator[Any], node: Node) -> Iterator[Any]:
+    """``batches`` of ``IterableDataset.iter(batch_size)``, each read from the live pipeline ``node``
+    inside one ``next()`` by a batch node that is not part of the dataset's state: if the pipeline
+    raises part-way through a batch, ``node`` is put back where the batch began (its state copied
+    before each batch), so that a state taken after the error reads those rows again instead of
+    losing them."""
+    while True:
+        start = node.state_dict()
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except BaseException:
+            node.load(start)
+            raise
+        yield batch
