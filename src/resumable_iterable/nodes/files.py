@@ -63,6 +63,7 @@ class FileSource(SourceNode):
         if format == "text":
             self.reader_kwargs = text_options(self.reader_kwargs)
         self._lengths: dict[int, int] = {}
+        self._first: dict = {}  # "schema": the first file's (``_first_schema``), shared by the clones
         super().__init__(len(paths), shard_ids)
         self.set_features(features)  # media columns (Image, Audio...) are decoded as read, as HF does
 
@@ -139,12 +140,12 @@ class FileSource(SourceNode):
         for CSV, text, JSON documents and JSON read with pyarrow options given (each file as read)."""
         if self.format == "json" and self.reader_kwargs:
             return None
-        if not hasattr(self, "_schema"):
+        if "schema" not in self._first:  # read once per process, whatever the passes and clones
             try:
-                self._schema = file_schema(self.paths[0], self.format)
+                self._first["schema"] = file_schema(self.paths[0], self.format)
             except (OSError, pa.ArrowException) as e:
                 raise self._open_error(0, e) from None
-        return self._schema
+        return self._first["schema"]
 
     def _aligned(self, shard_id: int, part: Any) -> Any:
         """A record batch or table of file ``shard_id`` with the first file's columns, as HF casts every
