@@ -9,8 +9,9 @@ pickling (a text row). So a pass of a default shuffle (``buffer_state="examples"
 
 * every node below re-reads plainly (:meth:`Node.rereads_plainly`: no ``map``/``filter`` re-run,
   no ``interleave_datasets`` resumed from a state that does not say where its read-ahead examples
-  came from: the pass arms its tracking before the first read) and nothing is decoded after the
-  buffer (``Node.deferrable_decoder``), and
+  came from: the pass arms its tracking before the first read). Media files that the shuffle
+  buffers undecoded (``Node.deferrable_decoder``) are re-read undecoded, as the buffer held them,
+  and decoded as they leave it; and
 * the worker's packer would rather not copy the pass's first example (a large array, image or
   file: ``state_logs.prefers_positions``), or every source has random access
   (:func:`sources_random_access`: a resume then takes the buffered rows at once).
@@ -67,7 +68,7 @@ def rereadable(child: Node) -> bool:
     """Whether the examples ``child`` yields can be re-read from their positions with nothing but
     the sources reading the same rows again (no function of the user's re-run, nothing decoded
     after the buffer)."""
-    return child.deferrable_decoder() is None and all(n.rereads_plainly() for n in child.walk())
+    return all(n.rereads_plainly() for n in child.walk())
 
 
 def sources_random_access(child: Node) -> bool:
