@@ -909,3 +909,33 @@ def test_the_example_pack_or_batch_by_column_raised_on_is_taken_in_first_on_resu
     again = _pack_or_group(node, None)
     again.load_state_dict(old)
     assert head + [normalize(x) for x in again] == expected
+
+
+def test_the_retried_example_of_batch_by_column_is_a_copy_a_loaded_state_keeps_unchanged():
+    """batch(by_column=) puts the example it retries into a batch: a state that holds it (taken after
+    the error, then loaded) kept the very example, and in-place edits of the resumed batches changed
+    that state (a second resume from it then yielded the edit)."""
+
+    def pipeline(flaky_at):
+        ds = ri.IterableDataset.from_dict({"id": list(range(12))})
+        return ds.map(lambda ex: {"g": _Flaky(ex["id"] // 3) if ex["id"] == flaky_at else ex["id"] // 3,
+                                  "tags": [ex["id"]]}).batch(by_column="g")
+
+    _Flaky.failures = 1
+    ds = pipeline(4)
+    head = []
+    with pytest.raises(OSError):
+        for b in ds:
+            head.append(normalize(b))
+    state = ds.state_dict()
+    assert state["state"]["retry"][0]["tags"] == [4]
+    for _ in range(2):  # the second resume reads the state the first one left
+        again = pipeline(4)
+        again.load_state_dict(state)
+        rest = []
+        for b in again:
+            rest.append(normalize(b))
+            for tags in b["tags"]:
+                tags.append(-1)
+        assert state["state"]["retry"][0]["tags"] == [4]
+        assert [tags for b in head + rest for tags in b["tags"]] == [[i] for i in range(12)]

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Iterator
 
 import numpy as np
 
-from ..state import MAX_EPOCH, copy_state
+from ..state import MAX_EPOCH, copy_example, copy_state
 from ..state import fingerprint as shape_fingerprint
 
 #: where a node caches its (shape, fingerprint) pair; only the methods below touch it
@@ -415,9 +415,11 @@ def check_retry(state: dict, where: str) -> None:
 def retry_first(st: dict, child: Node) -> Iterator[dict]:
     """The example ``st["retry"]`` holds (the one the node raised on taking in, kept so that a state
     taken after the error does not lose it), then ``child``'s. ``retry`` is emptied as the example is
-    handed out: the node takes it in before it yields anything, and puts it back if that raises again."""
+    handed out: the node takes it in before it yields anything, and puts it back if that raises again.
+    It is handed out as a copy: a state taken (or loaded) may share the stored one, and the node puts
+    it into a batch the user may edit in place."""
     while st["retry"]:
-        ex = st["retry"][0]
+        ex = copy_example(st["retry"][0])
         st["retry"] = type(st["retry"])()
         yield ex
     yield from child
