@@ -324,6 +324,49 @@ def test_iter_batch_size_loses_no_row_of_the_batch_it_was_reading(fmt, kind):
         assert ids(got) + ids(ds) == full
 
 
+@pytest.mark.parametrize("edit_in_place", [True, False])
+def test_iter_batch_size_over_a_shuffle_rewinds_exactly_and_copies_only_when_a_map_may_edit(edit_in_place, monkeypatch):
+    """Over a shuffle, ``iter(batch_size)`` copies the pipeline's state before each batch. Unless a
+    map above the buffer may edit an example in place (one that nests a list here, in place, then
+    a later row of the same batch raises), the examples leave the buffer uncopied; either way a
+    state taken after the error resumes exactly (an edit made before it is not made twice)."""
+    from resumable_iterable import state as state_module
+
+    boom_at = {"id": 17, "armed": True}
+
+    def tag(ex):
+        if ex["id"] == boom_at["id"] and boom_at["armed"]:
+            boom_at["armed"] = False
+            raise Boom()
+        if edit_in_place:
+            ex["tags"].append("seen")  # nested: reaches the buffered example
+            return ex
+        return {"n": len(ex["tags"])}
+
+    def pipeline():
+        ds = ri.IterableDataset.from_dict({"id": list(range(40)), "tags": [[i] for i in range(40)]})
+        return ds.shuffle(seed=3, buffer_size=8).map(tag) if edit_in_place else ds.shuffle(seed=3, buffer_size=8)
+
+    copies = [0]
+    real = state_module.copy_example
+    monkeypatch.setattr("resumable_iterable.nodes.shuffle.copy_example",
+                        lambda ex: copies.__setitem__(0, copies[0] + 1) or real(ex))
+    boom_at["armed"] = False
+    full = [normalize(b) for b in pipeline().iter(5)]
+    assert (copies[0] > 0) == edit_in_place  # unedited: nothing copied for the rewinding
+    if not edit_in_place:
+        return
+    boom_at["armed"] = True
+    ds, got = pipeline(), []
+    with pytest.raises(Boom):
+        for b in ds.iter(5):
+            got.append(normalize(b))
+    state = codec_roundtrip(ds.state_dict())
+    resumed = pipeline()
+    resumed.load_state_dict(state)
+    assert got + [normalize(b) for b in resumed.iter(5)] == full
+
+
 def test_interleave_gives_back_the_turn_of_an_input_that_raised():
     """Both cases: the input raised on the example it was to yield, or on the one read ahead."""
     for probabilities in (None, P):

@@ -47,6 +47,9 @@ TRAINER_FORMAT = "resumable_iterable.trainer"
 
 #: ``copy_state(..., SNAPSHOT)``: a state copy kept inside a node's state (see ``copy_state``)
 SNAPSHOT: dict = {}
+#: ``copy_state(..., PRIVATE)``: a copy only loaded back if the pipeline raises before the next one
+#: is taken, and where nothing edits buffered examples meanwhile (see ``copy_state``)
+PRIVATE: dict = {}
 
 
 def copy_state(obj: Any, buffers: dict | None = None) -> Any:
@@ -62,7 +65,9 @@ def copy_state(obj: Any, buffers: dict | None = None) -> Any:
     :data:`SNAPSHOT` instead: a copy a node keeps inside its own state (a batched ``map``'s
     ``prev``), where a buffer that a DataLoader worker describes by arithmetic is so described
     (a few integers instead of its examples, which would travel with every state) and any other
-    buffer is copied as in a process.
+    buffer is copied as in a process. :data:`PRIVATE`: a copy as in a process that the shuffle
+    buffer's examples do not count as shared (they leave the buffer without being copied), for a
+    caller that never hands the copy out and knows nothing edits examples in place meanwhile.
     """
     t = type(obj)
     if t is dict:
@@ -82,7 +87,7 @@ def copy_state(obj: Any, buffers: dict | None = None) -> Any:
         owned[:] = bytes(len(owned))  # in place: the live node holds this bytearray
         return list.copy(obj)
     if t is ExampleChunks or t is PositionList:
-        if buffers is not None:
+        if buffers is not None and buffers is not PRIVATE:
             if t is ExampleChunks and obj.derived is not None:
                 return obj.derived.describe()  # a few integers; lists shared, never changed in place
             if buffers is not SNAPSHOT:
@@ -94,7 +99,8 @@ def copy_state(obj: Any, buffers: dict | None = None) -> Any:
         new = list.copy(obj)
         owned = obj.owned
         owned[:] = bytes(len(owned))  # in place: the live node holds this bytearray
-        obj.gen += 1
+        if buffers is not PRIVATE:
+            obj.gen += 1  # the examples buffered now leave the buffer as copies
         return new
     return obj
 

@@ -21,9 +21,11 @@ from __future__ import annotations
 import itertools
 from typing import Any, Iterator
 
-from ..state import ExampleList, copy_example
+from ..state import PRIVATE, ExampleList, copy_example
 from .base import Node, as_int, check_examples
+from .map import MapNode
 from .rows import rows_to_batch
+from .shuffle import ShuffleNode
 
 
 class BatchNode(Node):
@@ -97,14 +99,27 @@ class BatchNode(Node):
         return "a batch node: batch after the shuffle"
 
 
+def _edits_possible_above_a_buffer(node: Node) -> bool:
+    """Whether a user's function (``map``, ``filter``) runs above a node that keeps examples (a
+    shuffle buffer) in ``node``'s tree, and so may edit a buffered example in place."""
+
+    def keeps(n: Node) -> bool:
+        return any(isinstance(d, ShuffleNode) for d in n.walk())
+
+    return any(isinstance(n, MapNode) and keeps(n.children[0]) for n in node.walk())
+
+
 def rewinding(batches: Iterator[Any], node: Node) -> Iterator[Any]:
     """``batches`` of ``IterableDataset.iter(batch_size)``, each read from the live pipeline ``node``
     inside one ``next()`` by a batch node that is not part of the dataset's state: if the pipeline
     raises part-way through a batch, ``node`` is put back where the batch began (its state copied
     before each batch), so that a state taken after the error reads those rows again instead of
     losing them."""
+    # the copy is only loaded back if this batch raises: unless a function may edit a buffered
+    # example in place before that, its examples need not leave the buffer as copies (1.6x faster)
+    how = None if _edits_possible_above_a_buffer(node) else PRIVATE
     while True:
-        start = node.state_dict()
+        start = node.state_dict(how)
         try:
             batch = next(batches)
         except StopIteration:
