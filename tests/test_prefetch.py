@@ -156,3 +156,28 @@ def test_interpreter_exits_while_a_prefetch_thread_is_blocked():
     t0 = time.monotonic()
     assert run_fresh(code, timeout=60) == "ok"
     assert time.monotonic() - t0 < 30
+
+
+def test_in_place_edits_of_yielded_examples_do_not_change_a_state_taken_earlier():
+    """The examples read ahead are shared with a state taken while they wait: once such a state
+    exists they are yielded as copies (a consumer's edits reached the state, and a resume from it
+    gave the edited examples)."""
+    import copy
+    import json
+
+    def build():
+        return ri.IterableDataset.from_dict({"id": list(range(20)), "tags": [[i] for i in range(20)]}).prefetch(4)
+
+    expected = [copy.deepcopy(ex) for ex in build()]
+    ds = build()
+    it = iter(ds)
+    head = [copy.deepcopy(next(it))]
+    state = ds.state_dict()
+    before = json.dumps(state)
+    for ex in it:
+        head.append(copy.deepcopy(ex))
+        ex["tags"].append("EDIT")
+    assert json.dumps(state) == before
+    again = build()
+    again.load_state_dict(state)
+    assert head[:1] + list(again) == expected

@@ -13,7 +13,8 @@ State: ``{"node", "ahead", "children"}``
   thread (a snapshot, updated in place as examples arrive).
 * ``ahead`` - examples received from the thread and not yet yielded, in order (copied
   shallowly). On resume they are yielded first, then reading goes on from the snapshot: no
-  example is lost and none is read twice.
+  example is lost and none is read twice. One a state copy may share is yielded as a copy
+  (``HeldExamples``), so that the consumer's in-place edits cannot change a state taken earlier.
 
 The thread stops when the iteration is closed (``break``, ``close()``, garbage collection),
 when the pipeline below raises (the error reaches the consumer after the examples read
@@ -29,7 +30,7 @@ import threading
 import weakref
 from typing import Iterator
 
-from ..state import ExampleList, copy_state
+from ..state import HeldExamples, copy_example, copy_state
 from .base import Node, check_examples
 
 _OK, _END, _ERR = 0, 1, 2
@@ -108,7 +109,7 @@ class PrefetchNode(Node):
                 "children": [copy_state(c._state_dict) for c in self.children]}
 
     def _own_state(self) -> dict:
-        return {"ahead": ExampleList()}
+        return {"ahead": HeldExamples()}
 
     def _sync_view(self) -> None:
         view = self._state_dict["children"][0]
@@ -124,7 +125,7 @@ class PrefetchNode(Node):
 
     def load(self, state: dict) -> None:
         super().load(state)
-        self._state_dict["ahead"] = ExampleList(self._state_dict["ahead"])
+        self._state_dict["ahead"] = HeldExamples(self._state_dict["ahead"])  # not owned: the state shares them
         self._sync_view()
 
     def _validate_own(self, state: dict, where: str) -> None:
@@ -158,7 +159,9 @@ class PrefetchNode(Node):
                         except queue.Empty:
                             break
                         items.append((kind, value, snap))
-                    ahead.extend(v[0] for k, v, _ in items if k == _OK)
+                    got = [v[0] for k, v, _ in items if k == _OK]
+                    ahead.extend(got)
+                    ahead.owned.extend(b"\x01" * len(got))
                     positions.extend(v[1] for k, v, _ in items if k == _OK)
                     view.clear()
                     view.update(items[-1][2])
@@ -178,9 +181,13 @@ class PrefetchNode(Node):
         finally:
             reader.close()
 
-    def _next(self, ahead: list, positions: list) -> dict:
+    def _next(self, ahead: HeldExamples, positions: list) -> dict:
+        """The next example read ahead; a copy if a state taken since it was read may share it (the
+        consumer may edit what it is given in place)."""
         self._position = positions.pop(0) if len(positions) == len(ahead) else None
-        return ahead.pop(0)
+        owned = ahead.owned.pop(0)
+        ex = ahead.pop(0)
+        return ex if owned else copy_example(ex)
 
     def position(self) -> dict | None:
         """Where the last example yielded came from, as the thread saw it (the live child has read ahead)."""
