@@ -14,7 +14,8 @@ framework's integration (``integrations/torch/workers.py``), which registers it 
 * ``worker_started``: called in a DataLoader worker when a pass starts there (the worker then
   watches for the death of its main process);
 * ``rng_state`` / ``check_rng_state`` / ``set_rng_state``: a worker's global random generators,
-  saved with its state when the session asks (``save_worker_rng``), checked, and set back.
+  saved with its state when the session asks (``save_worker_rng``), checked (which gives what
+  ``set_rng_state`` sets back), and set back.
 
 Who imports that integration? The package's ``__init__`` registers a *provider*
 (:func:`register_provider`): the modules that must be imported (``torch``) and a function that
@@ -46,7 +47,7 @@ class WorkerHooks:
     worker_started: Callable[[], None]
     rng_state: Callable[[], dict]
     check_rng_state: Callable[[Any, str], Any]
-    set_rng_state: Callable[[dict], None]
+    set_rng_state: Callable[[Any], None]
 
 
 _providers: list[tuple[tuple[str, ...], Callable[[], None]]] = []

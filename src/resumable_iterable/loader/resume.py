@@ -104,8 +104,9 @@ def validate_loader_state(template: Node, split: tuple, loader_state: dict, num_
         try:
             epochs.add(load_node(template, split, ws[DATASET_STATE], (j, num_workers))[1])
             rng = ws[DATASET_STATE].get("rng") if isinstance(ws[DATASET_STATE], dict) else None
-            if rng is not None and hooks.current() is not None:
-                hooks.current().check_rng_state(rng, "state 'rng'")
+            h = hooks.current()
+            if rng is not None and h is not None:
+                h.check_rng_state(rng, "state 'rng'")
         except ValueError as e:
             raise ValueError(f"DataLoader state, worker {j}: {e}") from None
     if len(epochs) != 1:

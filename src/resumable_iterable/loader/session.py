@@ -217,12 +217,11 @@ class IterationSession:
     def load_state_dict(self, state_dict: dict) -> None:
         """Validate ``state_dict`` completely, then make it the next pass (see ``IterableDataset``)."""
         worker = current_worker()
-        rng = None
+        rng = None  # (hooks, the worker's generators checked and decoded)
         if worker is not None and isinstance(state_dict, dict) and state_dict.get("rng") is not None:
             h = hooks.current()
             if h is not None:
-                h.check_rng_state(state_dict["rng"], "state 'rng'")
-                rng = (h, state_dict["rng"])
+                rng = (h, h.check_rng_state(state_dict["rng"], "state 'rng'"))
         node, epoch, deal = load_node(self.template, self.split, state_dict, worker)
         if self.moved_past(epoch):
             self._drop_pending()

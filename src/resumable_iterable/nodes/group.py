@@ -27,6 +27,7 @@ from .rows import rows_to_batch
 
 class GroupNode(Node):
     kind = "group"
+    added_fields = frozenset(("retry",))  # ``retry``: absent from states of earlier releases
 
     def __init__(self, child: Node, columns: str | list[str], drop_last_batch: bool = False):
         columns = [columns] if isinstance(columns, str) else list(columns)
@@ -38,8 +39,6 @@ class GroupNode(Node):
 
     def params(self) -> dict:
         return {"columns": self.columns, "drop_last_batch": self.drop_last_batch}
-
-    added_fields = frozenset(("retry",))
 
     def _own_state(self) -> dict:
         return {"rows": ExampleList(), "retry": ExampleList()}

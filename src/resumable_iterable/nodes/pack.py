@@ -55,6 +55,7 @@ def _integer(name: str, value: Any, lo: int | None = None) -> int:
 
 class PackNode(Node):
     kind = "pack"
+    added_fields = frozenset(("retry",))  # ``retry``: absent from states of earlier releases
 
     def __init__(self, child: Node, seq_len: int, columns: Any = ("input_ids",), separator: Any = None,
                  drop_last: bool = False, mode: str = "concat", position_ids: bool = False,
@@ -89,8 +90,6 @@ class PackNode(Node):
         return {"seq_len": self.seq_len, "columns": self.columns, "mode": self.mode, "drop_last": self.drop_last,
                 "separator": self.separator, "position_ids": self.position_ids,
                 "document_lengths": self.document_lengths}
-
-    added_fields = frozenset(("retry",))
 
     def _own_state(self) -> dict:
         return {"carry": {c: ExampleList() for c in self.columns}, "docs": ExampleList(), "start": 0,

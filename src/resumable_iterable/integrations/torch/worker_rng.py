@@ -101,8 +101,8 @@ def _check_float(value: Any, where: str, allow_none: bool = False) -> None:
 
 
 def decode_rng_state(entry: Any, where: str = "state 'rng'") -> tuple:
-    """Check an ``"rng"`` entry completely and return what :func:`set_rng_state` sets; raises
-    ``ValueError`` naming the field."""
+    """Check an ``"rng"`` entry completely and return the three states :func:`set_rng_state` sets;
+    raises ``ValueError`` naming the field."""
     _check_keys(entry, ("torch", "numpy", "random"), where)
     t = torch.frombuffer(bytearray(_unb64(entry["torch"], _TORCH_BYTES, f"{where} 'torch'")), dtype=torch.uint8)
     n = _check_keys(entry["numpy"], ("key", "pos", "has_gauss", "gauss"), f"{where} 'numpy'")
@@ -120,9 +120,9 @@ def decode_rng_state(entry: Any, where: str = "state 'rng'") -> tuple:
             (r["version"], tuple(int(w) for w in words), r["gauss_next"]))
 
 
-def set_rng_state(entry: dict) -> None:
-    """Set this process's global generators from a checked ``"rng"`` entry."""
-    t, n, r = decode_rng_state(entry)
+def set_rng_state(decoded: tuple) -> None:
+    """Set this process's global generators to what :func:`decode_rng_state` gave."""
+    t, n, r = decoded
     torch.set_rng_state(t)
     np.random.set_state(n)
     random.setstate(r)
