@@ -668,26 +668,29 @@ def test_async_map_under_a_dataloader_worker():
 # ---------------------------------------------------------------------- through a StatefulDataLoader
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_stateful_dataloader_state_after_an_error_resumes_exactly(num_workers):
+@pytest.mark.parametrize("ours,num_workers", [(False, 0), (True, 0), (False, 2), (True, 2)])
+def test_stateful_dataloader_state_after_an_error_resumes_exactly(ours, num_workers):
     """What a trainer does: the loader raises, the trainer saves ``loader.state_dict()``, the job
-    restarts with the bug fixed and loads it. In one process the loader's state is the dataset's
-    state at that moment, so batches are made by ``ds.batch()`` (torch's own batching drops the
-    rows of a batch it was collecting when the dataset raised); with workers the loader keeps the
-    state each worker sent with its last batch, so the loader may batch itself."""
+    restarts with the bug fixed and loads it. With workers the loader keeps the state each worker
+    sent with its last batch, so the loader may batch itself. In one process the loader's state is
+    the dataset's state at that moment: torchdata's loader, batching itself, drops the rows of the
+    batch it was collecting when the dataset raised, so there batches are made by ``ds.batch()``;
+    ours puts the pipeline back where that batch began, so it may batch itself too."""
     pytest.importorskip("torch")
     tdl = pytest.importorskip("torchdata.stateful_dataloader")
+    loader_class = ri.StatefulDataLoader if ours else tdl.StatefulDataLoader
+    batch_in_pipeline = num_workers == 0 and not ours
 
     def pipeline(fault):
         ds = ri.interleave_datasets([faulty(map=fault), other(n=6)], probabilities=P, seed=9,
                                     stopping_strategy="all_exhausted").map(scribble)
-        return ds.batch(3) if num_workers == 0 else ds
+        return ds.batch(3) if batch_in_pipeline else ds
 
     def loader(ds):
-        if num_workers == 0:
-            return tdl.StatefulDataLoader(ds, batch_size=None, collate_fn=lambda b: b["id"])
-        return tdl.StatefulDataLoader(ds, batch_size=3, num_workers=num_workers,
-                                      collate_fn=lambda b: [ex["id"] for ex in b])
+        if batch_in_pipeline:
+            return loader_class(ds, batch_size=None, collate_fn=lambda b: b["id"])
+        return loader_class(ds, batch_size=3, num_workers=num_workers,
+                            collate_fn=lambda b: [ex["id"] for ex in b])
 
     def ids(batches):
         return [i for b in batches for i in b]
@@ -703,6 +706,62 @@ def test_stateful_dataloader_state_after_an_error_resumes_exactly(num_workers):
         resumed = loader(pipeline(Fault()))
         resumed.load_state_dict(state)
         assert ids(got) + ids(resumed) == full, f"fault at {k}"
+
+
+def test_our_loader_without_workers_keeps_the_rows_of_the_batch_that_raised():
+    """``ri.StatefulDataLoader(num_workers=0)`` batching itself: whichever call of the function
+    raises (first, middle or last row of a batch, or a batch over a shuffle whose buffered examples
+    a map edits in place), the loader's state and the dataset's, taken after the error and loaded
+    (JSON round trip) into a fixed pipeline, give the rest of the uninterrupted run; the same
+    dataset object, loaded in place, too. torchdata's own loader loses those rows (shown)."""
+    pytest.importorskip("torch")
+    tdl = pytest.importorskip("torchdata.stateful_dataloader")
+
+    def pipeline(fault, shuffled):
+        ds = faulty(map=fault)
+        if shuffled:
+            ds = ds.shuffle(seed=3, buffer_size=4).map(scribble)
+        return ds
+
+    def ids(loader):
+        return [i for b in loader for i in b]
+
+    collate = lambda b: [ex["id"] for ex in b]  # noqa: E731
+    for shuffled in (False, True):
+        full = ids(ri.StatefulDataLoader(pipeline(Fault(), shuffled), batch_size=4, collate_fn=collate))
+        for k in range(len(full)):
+            for which in ("loader", "dataset", "in place"):
+                ds = pipeline(Fault(k), shuffled)
+                ld = ri.StatefulDataLoader(ds, batch_size=4, collate_fn=collate)
+                got = []
+                with pytest.raises(Boom):
+                    for b in ld:
+                        got.extend(b)
+                where = f"fault at {k}, shuffled={shuffled}, {which}"
+                if which == "loader":
+                    resumed = ri.StatefulDataLoader(pipeline(Fault(), shuffled), batch_size=4, collate_fn=collate)
+                    resumed.load_state_dict(pickle.loads(pickle.dumps(ld.state_dict())))
+                    assert got + ids(resumed) == full, where
+                elif which == "dataset":
+                    fresh = pipeline(Fault(), shuffled)
+                    fresh.load_state_dict(codec_roundtrip(ds.state_dict()))
+                    assert got + [ex["id"] for ex in fresh] == full, where
+                else:
+                    ds.load_state_dict(ds.state_dict())  # the fault is spent: the same object goes on
+                    assert got + ids(ld) == full, where
+    # torchdata's loader, without the rewinding, loses the rows of the batch in progress
+    full = ids(tdl.StatefulDataLoader(pipeline(Fault(), False), batch_size=4, collate_fn=collate))
+    ds = pipeline(Fault(7), False)
+    ld = tdl.StatefulDataLoader(ds, batch_size=4, collate_fn=collate)
+    got = []
+    with pytest.raises(Boom):
+        for b in ld:
+            got.extend(b)
+    resumed = tdl.StatefulDataLoader(pipeline(Fault(), False), batch_size=4, collate_fn=collate)
+    resumed.load_state_dict(ld.state_dict())
+    # the map raised on the third row of the second batch (the batched map above it reads that
+    # row again): the first two are lost
+    assert (got, ids(resumed)) == (full[:4], full[6:])
 
 
 def test_async_map_below_a_replay_shuffle_is_re_derived_on_resume():
@@ -982,3 +1041,37 @@ def test_the_retried_example_of_batch_by_column_is_a_copy_a_loaded_state_keeps_u
                 tags.append(-1)
         assert state["state"]["retry"][0]["tags"] == [4]
         assert [tags for b in head + rest for tags in b["tags"]] == [[i] for i in range(12)]
+
+
+def test_our_loader_without_workers_keeps_the_batch_that_raised_after_an_elastic_resume():
+    """A state saved with 2 workers, loaded into ``ri.StatefulDataLoader(num_workers=0)`` (an elastic
+    plan), whose pipeline then raises at every possible call: the state taken after the error,
+    loaded into a fixed pipeline, still yields every example exactly once in all."""
+    pytest.importorskip("torchdata.stateful_dataloader")
+    collate = lambda b: [ex["id"] for ex in b]  # noqa: E731
+
+    def pipeline(fault):
+        return faulty(map=fault).shuffle(seed=1, buffer_size=3)
+
+    def loader(fault, num_workers=0):
+        return ri.StatefulDataLoader(pipeline(fault), batch_size=2, num_workers=num_workers, collate_fn=collate)
+
+    full = sorted(i for b in loader(Fault()) for i in b)
+    ld = loader(Fault(), num_workers=2)
+    head = [i for b in itertools.islice(ld, 1) for i in b]
+    saved = pickle.dumps(ld.state_dict())
+    raised = 0
+    for k in range(12):
+        got = list(head)
+        ld = loader(Fault(k))
+        ld.load_state_dict(pickle.loads(saved))
+        try:
+            for b in ld:
+                got += b
+        except Boom:
+            raised += 1
+            again = loader(Fault())
+            again.load_state_dict(pickle.loads(pickle.dumps(ld.state_dict())))
+            got += [i for b in again for i in b]
+        assert sorted(got) == full, f"fault at {k}"
+    assert raised >= 8

@@ -13,13 +13,13 @@ the same pipeline built with ``batch(B')``. The next batch then starts right aft
 example of the last batch yielded (no example lost or repeated); only the grouping changes.
 
 ``IterableDataset.iter(batch_size)`` batches with a node outside the dataset's state, so it has no
-``rows`` to keep: :func:`rewinding` puts the pipeline back where a batch began when it raises.
+``rows`` to keep: :class:`Rewind` puts the pipeline back where a batch began when it raises.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..state import PRIVATE, ExampleList, copy_example
 from .base import Node, as_int, check_examples
@@ -109,22 +109,38 @@ def _edits_possible_above_a_buffer(node: Node) -> bool:
     return any(isinstance(n, MapNode) and keeps(n.children[0]) for n in node.walk())
 
 
+class Rewind:
+    """Reads a batch from the live pipeline ``node`` outside the dataset's state (``iter(batch_size)``,
+    or a DataLoader that batches in the main process): if the pipeline raises part-way through the
+    batch, ``node`` is put back where the batch began (its state copied before each batch), so that
+    a state taken after the error reads those rows again instead of losing them. The end of the
+    input is not an error: the rows read then are the last batch's (or dropped by the reader)."""
+
+    def __init__(self, node: Node):
+        self.node = node
+        # the copy is only loaded back if this batch raises: unless a function may edit a buffered
+        # example in place before that, its examples need not leave the buffer as copies (1.6x faster)
+        self.how = None if _edits_possible_above_a_buffer(node) else PRIVATE
+
+    def read(self, read_batch: Callable[[], Any]) -> Any:
+        start = self.node.state_dict(self.how)
+        try:
+            return read_batch()
+        except StopIteration:
+            raise
+        except BaseException:
+            self.node.load(start)
+            raise
+
+
 def rewinding(batches: Iterator[Any], node: Node) -> Iterator[Any]:
     """``batches`` of ``IterableDataset.iter(batch_size)``, each read from the live pipeline ``node``
-    inside one ``next()`` by a batch node that is not part of the dataset's state: if the pipeline
-    raises part-way through a batch, ``node`` is put back where the batch began (its state copied
-    before each batch), so that a state taken after the error reads those rows again instead of
-    losing them."""
-    # the copy is only loaded back if this batch raises: unless a function may edit a buffered
-    # example in place before that, its examples need not leave the buffer as copies (1.6x faster)
-    how = None if _edits_possible_above_a_buffer(node) else PRIVATE
+    inside one ``next()`` by a batch node that is not part of the dataset's state, under a
+    :class:`Rewind`."""
+    rewind = Rewind(node)
     while True:
-        start = node.state_dict(how)
         try:
-            batch = next(batches)
+            batch = rewind.read(batches.__next__)
         except StopIteration:
             return
-        except BaseException:
-            node.load(start)
-            raise
         yield batch

@@ -8,6 +8,7 @@ from typing import Any
 from ...distributed import warn_too_many_workers
 from ...loader import elastic
 from ...loader.session import IterationSession
+from ...nodes.batch import Rewind
 from .transport import INLINE_MAX_BYTES, InlineSmallTensors, check_inline_bytes
 from .workers import prepare_for_workers
 
@@ -20,6 +21,18 @@ except ImportError as _e:  # pragma: no cover - torchdata is part of the [torch]
 
 def _is_ours(dataset: Any) -> bool:
     return isinstance(getattr(dataset, "session", None), IterationSession)
+
+
+def _rewind_batches_on_error(it: Any, node: Any) -> None:
+    """Without workers, torch's fetcher collects a batch by calling ``next()`` on the dataset's
+    iterator ``batch_size`` times, and drops the rows it had when the dataset raises: a state taken
+    after the error (the dataset's own, at that moment) would then lose them. The pipeline ``node``
+    being read is put back where the batch began instead (as ``iter(batch_size)`` does), so that the
+    state reads those rows again. With workers nothing is needed: the loader keeps the state each
+    worker sent with its last batch."""
+    rewind = Rewind(node)
+    next_data = it._next_data
+    it._next_data = lambda: rewind.read(next_data)
 
 
 if _TorchdataLoader is not None:
@@ -43,6 +56,10 @@ if _TorchdataLoader is not None:
         Needs ``snapshot_every_n_steps=1`` (the default) in the loader that saved the state when
         the worker count changes. With ``drop_last=True`` each worker drops its last incomplete
         batch, so which examples are dropped can differ after an elastic resume.
+
+        **An error part-way through a batch loses nothing.** Without workers, when the dataset
+        raises while the loader collects a batch, the pipeline is put back where that batch began,
+        so the state taken after the error reads its rows again (torchdata's class drops them).
 
         **Small tensors travel by value.** With workers, a batch's tensors whose storage holds at
         most ``inline_tensor_bytes`` bytes (64 KB by default; 0 turns this off) reach the main
@@ -95,6 +112,10 @@ if _TorchdataLoader is not None:
                     shards = self.dataset.num_shards  # the rank's
                     if self.num_workers > shards:
                         warn_too_many_workers(self.num_workers, shards)
+                it = super()._get_iterator()
+                if self.num_workers == 0 and self.batch_size is not None:
+                    _rewind_batches_on_error(it, session.current_node())
+                return it
             return super()._get_iterator()
 
         def _forget_early_iterator(self) -> None:
