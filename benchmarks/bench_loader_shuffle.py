@@ -23,7 +23,8 @@ on these kinds of examples:
   text rows run through both loaders: torchdata's and ``ri.StatefulDataLoader``, which sends each
   batch's small tensors (here the ``id`` column) inside the worker's message instead of through
   shared memory (``integrations/torch/transport.py``); HF's shuffle runs through both too;
-* documents of ~6 KB of text with a batched ``map`` after the shuffle (HF's tokenizing habit).
+* documents of ~6 KB of text with a batched ``map`` after the shuffle (HF's tokenizing habit), also
+  with a per-example ``map`` before the shuffle (a worker then logs its buffer by value).
 
 Each figure is the best of ``--repeats`` runs (default 3), the variants taking turns.
 
@@ -370,6 +371,11 @@ def text_lengths(batch: dict) -> dict:
     return {"n": [len(t) for t in batch["text"]]}
 
 
+def text_tag(ex: dict) -> dict:
+    """A cheap per-example function before the shuffle (module level: the workers pickle it)."""
+    return {"n0": len(ex["text"])}
+
+
 def run_batched_map(n_rows: int = 40_000, limit: int = 16_000, buffer: int = 1000, batch_size: int = 32,
                     map_batch: int = 32, text_repeat: int = 120, repeats: int = 3) -> list[Result]:
     """Documents of ~6 KB of text, ``shuffle(buffer)`` then a batched ``map`` (as HF's tutorials
@@ -384,18 +390,29 @@ def run_batched_map(n_rows: int = 40_000, limit: int = 16_000, buffer: int = 100
     hf_ds = Dataset.from_dict({"id": list(range(n_rows)), "text": [text_of(i) * text_repeat for i in range(n_rows)]})
     shards = min(NUM_SHARDS, len(hf_ds))
 
-    def ours(buffer_state):
-        return lambda: ri.to_iterable_dataset(hf_ds, num_shards=shards).shuffle(
-            seed=42, buffer_size=buffer, buffer_state=buffer_state).map(text_lengths, batched=True,
-                                                                        batch_size=map_batch)
+    def ours(buffer_state, mapped_below=False):
+        def make():
+            ds = ri.to_iterable_dataset(hf_ds, num_shards=shards)
+            if mapped_below:
+                ds = ds.map(text_tag)
+            return ds.shuffle(seed=42, buffer_size=buffer, buffer_state=buffer_state).map(
+                text_lengths, batched=True, batch_size=map_batch)
+        return make
 
-    def hf():
-        return hf_ds.to_iterable_dataset(num_shards=shards).shuffle(seed=42, buffer_size=buffer).map(
-            text_lengths, batched=True, batch_size=map_batch)
+    def hf(mapped_below=False):
+        def make():
+            ds = hf_ds.to_iterable_dataset(num_shards=shards)
+            if mapped_below:
+                ds = ds.map(text_tag)
+            return ds.shuffle(seed=42, buffer_size=buffer).map(text_lengths, batched=True, batch_size=map_batch)
+        return make
 
-    got = best_rates({"exact": ours("examples"), "drop": ours("drop"), "hf": hf}, batch_size, limit, repeats)
+    got = best_rates({"exact": ours("examples"), "drop": ours("drop"), "hf": hf(),
+                      "exact_below": ours("examples", True), "drop_below": ours("drop", True),
+                      "hf_below": hf(True)}, batch_size, limit, repeats)
     (exact, n), (drop, _), (hf_rate, _) = got["exact"], got["drop"], got["hf"]
     what = f"6 KB documents, shuffle({buffer}) -> map(batched, batch_size={map_batch}), batch {batch_size}"
+    below = f"6 KB documents, map -> shuffle({buffer}) -> map(batched, batch_size={map_batch}), batch {batch_size}"
 
     def worker_state_kb(make) -> float:
         """The pickled dataset state of worker 0 in the loader's state, after 2 * buffer examples."""
@@ -418,6 +435,11 @@ def run_batched_map(n_rows: int = 40_000, limit: int = 16_000, buffer: int = 100
                worker_state_kb(ours("drop")), "KB", ref_label="ours, drop",
                note="the map's copy of its input's state from the start of its batch describes the buffer by "
                     "arithmetic (positions); it held the buffered documents (5.7 MB before 2026-11-26)"),
+        Result(f"exact shuffle vs HF, {below}", got["exact_below"][0], got["hf_below"][0], "ex/s",
+               note="mapped documents: the worker logs its buffer by value; the batched map keeps its batch's rows "
+                    "(it kept a copy of the whole buffer per batch until 2026-11-26: 0.22x HF)"),
+        Result(f"exact shuffle vs drop, {below}", got["exact_below"][0], got["drop_below"][0], "ex/s",
+               ref_label="ours, drop"),
     ]
 
 

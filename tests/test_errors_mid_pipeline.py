@@ -161,6 +161,9 @@ COMPOSITIONS = {
     "batch_of_shuffled_interleave": (lambda a: ri.interleave_datasets(
         [other(), a], stopping_strategy="all_exhausted_without_replacement").shuffle(seed=1, buffer_size=3).batch(4),
         True),
+    # the batched map keeps its rows by value (the buffer below holds as many): 'retry', not 'prev'
+    "batched_map_of_shuffle": (lambda a: a.shuffle(seed=3, buffer_size=4).map(batch_sum, batched=True, batch_size=3),
+                               True),
     "batched_map_of_concat": (lambda a: ri.concatenate_datasets([other(), a]).map(batch_sum, batched=True,
                                                                                   batch_size=3), False),
     "batch_of_concat1": (lambda a: ri.concatenate_datasets([renamed(other()), a], axis=1).batch(4), False),

@@ -195,6 +195,9 @@ ATTRIBUTE_ALLOWED = [
                                       "(ModuleSpec._initializing, read the same way by importlib itself)"),
     ("integrations.torch.arena", "_new_shared", "torch has no public constructor of a storage in shared memory "
                                           "(the worker buffer arena)"),
+    ("integrations.torch.loader", "_next_data", "torch's single-process loader iterator collects a batch only "
+                                                "there (its fetcher calls next() on the dataset batch_size times): "
+                                                "wrapping it rewinds a batch the dataset raised in"),
     ("integrations.torch.workers", "_exit", "os._exit is Python's documented way to end a process at once, "
                                             "without the exit handlers that would block an orphaned worker"),
 ]

@@ -295,6 +295,14 @@ class Node:
         for c in self.children:
             c.read_lists_as_arrays()
 
+    def examples_held_by_value(self) -> int:
+        """At most how many examples a copy of this node's state holds by value (a buffer of stored
+        examples; not one a DataLoader worker describes by arithmetic, nor a replay buffer of
+        positions): what a batched ``map`` above would keep at each of its batches if it kept a
+        copy of its input's state, which it then avoids (see ``nodes/map.py``). Default: the
+        inputs' (a few examples held elsewhere, e.g. peeked or partial rows, do not count)."""
+        return sum(c.examples_held_by_value() for c in self.children)
+
     def single_source(self) -> Node | None:
         """The source at the bottom of a chain of single-input nodes, or ``None`` (several inputs)."""
         return self.children[0].single_source() if len(self.children) == 1 else None

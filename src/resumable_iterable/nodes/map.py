@@ -14,9 +14,18 @@ State: ``{"node", "index", "prev", "skip", "retry", "children"}``
   A state taken then processes them again first when it is loaded, instead of skipping them (in
   batched mode the batch is simply not consumed: ``prev`` rewinds it). They are copied first (a
   state copy shares them).
+  *Batched mode*, when the child holds a buffer of stored examples at least as large as a batch
+  (a ``shuffle`` below, whose buffer a DataLoader worker cannot describe by arithmetic): ``prev``
+  would copy that whole buffer at every batch, and the state would carry it (into every state a
+  worker sends during the batch, deep-copied by every ``state_dict()`` in a process, into every
+  file saved). The batch keeps its input rows in
+  ``retry`` instead (copies, as read: the function may edit its input in place), with ``skip``
+  as above; the child's state then stands after them. A resumed pass computes the batch from
+  them (reading the rest first if it was cut short by an error below).
 
 Errors raised *below* the node (a generator, or another function, failing while a batch is being
-read) rewind the child to the start of the batch as well, so no row read for it is lost.
+read) rewind the child to the start of the batch as well (or leave the rows read in ``retry``),
+so no row read for it is lost.
 
 The function receives a shallow copy of the example (or a fresh batch dict), so in-place edits
 never reach examples still referenced by a shuffle buffer or a saved state. With
@@ -106,16 +115,20 @@ class MapNode(Node):
     def _validate_own(self, state: dict, where: str) -> None:
         check_int(state, "index", where)
         check_int(state, "skip", where)
+        retry = state["retry"]
+        if not isinstance(retry, list) or not all(isinstance(ex, dict) for ex in retry):
+            raise ValueError(f"{where}: 'retry' must be a list of the examples read and not processed yet (objects)")
         if state["prev"] is not None:
             if not self.batched:
                 raise ValueError(f"{where}: 'prev' must be null for a per-example {self.kind}")
+            if retry:
+                raise ValueError(f"{where}: a batch in progress keeps either 'prev' or its rows in 'retry', not both")
             self.children[0].validate(state["prev"], f"{where}.prev")
-        elif state["skip"]:
+        elif state["skip"] and not (self.batched and retry):
             raise ValueError(f"{where}: 'skip' must be 0 when no batch is in progress")
-        retry = state["retry"]
-        if not isinstance(retry, list) or (self.batched and retry) or not all(isinstance(ex, dict) for ex in retry):
-            raise ValueError(f"{where}: 'retry' must be an empty list or (per-example {self.kind} only) "
-                             "hold the examples read and not processed yet (objects)")
+        if self.batched and self.batch_size is not None and len(retry) > self.batch_size:
+            raise ValueError(f"{where}: 'retry' holds {len(retry)} rows, more than a batch of this "
+                             f"{self.kind} (batch_size={self.batch_size})")
 
     # ------------------------------------------------------------------ calling the function
     def _describe(self, what: str, first: dict | None = None, at: Any = "child") -> str:
@@ -396,33 +409,48 @@ class MapNode(Node):
     def _iter_batched(self) -> Iterator[dict]:
         st = self._state_dict
         child = self.children[0]
-        skip = 0
+        skip = st["skip"]
         if st["prev"] is not None:
-            skip = st["skip"]
             child.load(st["prev"])
+        held = st["retry"]  # the rows of the batch in progress, when kept by value (see the module doc)
         it = iter(child)
         size = self.batch_size
         while True:
-            # kept as `prev` for the batch: in a DataLoader worker, a buffer below that the worker
-            # describes by arithmetic stays a few integers here too (its examples would travel with
-            # every state taken during the batch)
-            snapshot = child.state_dict(SNAPSHOT)
+            # a batch keeps its rows when the copy of its input's state would hold as many examples
+            # or more (a buffer of stored examples below): that copy would travel with every state
+            # taken during the batch, and be copied deeply by each. Otherwise it keeps the copy (in a
+            # DataLoader worker, a buffer the worker describes by arithmetic stays a few integers in it)
+            keep_rows = bool(held) or (not skip and size is not None and child.examples_held_by_value() >= size)
+            snapshot = None if keep_rows else child.state_dict(SNAPSHOT)
+            first = None  # for an error's note: where the batch's first row was read
             try:
-                rows = list(itertools.islice(it, 1))
-                first = child.position() if rows else None  # for an error's note: the batch's first row
-                if rows and size != 1:
-                    rows.extend(itertools.islice(it, size - 1) if size else it)
+                if keep_rows:
+                    rows = [copy_example(ex) for ex in held]  # the function may edit its input in place
+                    if not skip:  # a batch cut short by an error, or not yet computed: read the rest
+                        for ex in itertools.islice(it, size - len(rows)):
+                            if not held:
+                                first = child.position()
+                            held.append(copy_example(ex))
+                            rows.append(ex)
+                else:
+                    rows = list(itertools.islice(it, 1))
+                    first = child.position() if rows else None
+                    if rows and size != 1:
+                        rows.extend(itertools.islice(it, size - 1) if size else it)
             except BaseException:
-                child.load(snapshot)  # the input raised part-way: a state taken now re-reads the whole batch
-                raise
+                if snapshot is not None:
+                    child.load(snapshot)  # the input raised part-way: a state taken now re-reads the whole batch
+                raise  # (or: the rows read are kept, and the rest is read on resume)
             if not rows or (self.drop_last_batch and size and len(rows) < size):
                 st["prev"], st["skip"] = None, 0
+                held.clear()
                 return
             try:
                 outputs = self._apply_batch(rows, st["index"])
             except BaseException as e:
                 what = self._describe(f"the batch of examples #{st['index']}..#{st['index'] + len(rows) - 1}", first)
-                child.load(snapshot)  # the batch is not consumed: a state taken now retries it
+                if snapshot is not None:
+                    child.load(snapshot)  # the batch is not consumed: a state taken now retries it
                 add_context(e, what)
                 raise
             st["prev"] = snapshot
@@ -432,6 +460,7 @@ class MapNode(Node):
             skip = 0
             st["index"] += len(rows)
             st["prev"], st["skip"] = None, 0
+            held.clear()
 
 
 def _identity(x: Any, *args: Any, **kwargs: Any) -> Any:

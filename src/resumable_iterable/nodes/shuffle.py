@@ -139,6 +139,11 @@ class ShuffleNode(Node):
     def drawn_seed_problem(self, by_examples: bool) -> str | None:
         return "shuffle() without a seed" if by_examples and self.seed_drawn else None
 
+    def examples_held_by_value(self) -> int:
+        buf = self._state_dict["buffer"]
+        own = self.buffer_size if type(buf) is ExampleChunks and buf.derived is None else 0
+        return own + super().examples_held_by_value()
+
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> Node:
         # each DataLoader worker / rank gets its own buffer draws and shard order (HF issue 7567)
         new = super().shard(num_shards, index, contiguous)
