@@ -370,3 +370,31 @@ def test_save_worker_rng_gives_a_random_collator_the_uninterrupted_draws(tmp_pat
     full, resumed = seen[False]
     assert [v // 1000 for v in resumed] == [v // 1000 for v in full]
     assert resumed[crash_at * BATCH:end_of_pass] != full[crash_at * BATCH:end_of_pass]
+
+
+def seedless_build(seed=None):
+    hf = Dataset.from_dict({"ids": list(range(ROWS))})
+    return ri.to_iterable_dataset(hf, num_shards=SHARDS).shuffle(seed=seed, buffer_size=BUFFER)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_pipeline_without_a_seed_resumes_its_later_epochs_too(tmp_path, workers):
+    """The shuffle draws its seed when built, so the resumed run builds another one: the checkpoint's
+    state records the drawn seed, and the resumed run's later passes are those of the crashed run
+    (compared with an uninterrupted run given that seed)."""
+    out = tmp_path / "run"
+    b, model_b = make_trainer(out, workers, ds=seedless_build(), save_steps=6)
+    b.add_callback(CrashAfterSave(6))
+    with pytest.raises(Crash):
+        b.train()
+    del b
+    gc.collect()
+    ckpt = out / "checkpoint-6"
+    seeds = {tuple(map(tuple, env["seeds"])) for _, env in find_envelopes(ri.load_state(ckpt / STATE_FILE))}
+    assert len(seeds) == 1
+    ((_, seed),) = seeds.pop()
+    a, model_a = make_trainer(tmp_path / "a", workers, ds=seedless_build(seed))
+    a.train()
+    c, model_c = make_trainer(out, workers, ds=seedless_build())
+    c.train(resume_from_checkpoint=str(ckpt))
+    assert model_b.seen + model_c.seen == model_a.seen

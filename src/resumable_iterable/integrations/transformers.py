@@ -409,6 +409,10 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         loader_state = payload["loader_state"]
         finished = bool(isinstance(loader_state, dict) and loader_state.get(ITERATOR_FINISHED))
         epochs = [env["epoch"] for _, env in find_envelopes(loader_state) if type(env.get("epoch")) is int]
+        session = getattr(getattr(_base_loader(loader), "dataset", None), "session", None)
+        # a pipeline built without a seed draws its later epochs from the saved run's seeds (the
+        # workers of those epochs start from this process's pipeline, which loads no state itself)
+        seeds = session.saved_seeds(loader_state) if isinstance(session, IterationSession) else []
         if not finished:
             loader.load_state_dict(self._fit_workers(loader, loader_state))
         else:
@@ -416,6 +420,8 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             # the next epoch. Drop the iterator accelerate created when it built the loader (it
             # would start its pass with the epoch of that moment).
             _drop_iterator(loader)
+        if seeds:
+            session.adopt_seeds(seeds)
         if epochs and callable(getattr(loader, "set_epoch", None)):
             _shift_epochs(loader, max(epochs) + (1 if finished else 0))
         logger.info("ResumableDataCallback: restored the data state of step %d%s", state.global_step,

@@ -10,6 +10,8 @@ completely and loaded into a fresh copy of the pipeline.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import state as _state
 from ..distributed import deal_of, effective_worker, ranks_of, split_deal, split_for_process
 from ..nodes.base import Node
@@ -17,6 +19,35 @@ from . import hooks
 from .elastic import build_plan_node, deal
 from .loader_state import DATASET_STATE, SNAPSHOT, WORKER_SNAPSHOTS, loader_num_workers, worker_key
 from .plan import describe_split, is_plan, make_plan, state_segments
+
+
+def drawn_seeds(template: Node) -> list[list[int]]:
+    """The ``"seeds"`` entry of a state: ``[[i, seed], ...]`` for each node of the unsplit pipeline
+    (``i``: its place in ``template.walk()``) that drew its seed at random when it was built. A
+    state of a pipeline that drew none has no entry."""
+    return [[i, s] for i, n in enumerate(template.walk()) if (s := n.drawn_seed()) is not None]
+
+
+def seeds_to_adopt(template: Node, state: Any, where: str = "state") -> list[tuple[Node, int]]:
+    """The nodes of ``template`` that drew their seed and the seeds a state saved for them
+    (``"seeds"``, see :func:`drawn_seeds`): loading the state makes them draw from those, so the
+    epochs after the saved one are the saved run's. A node given a seed keeps it. Raises
+    ``ValueError`` naming a malformed entry."""
+    if not isinstance(state, dict) or state.get("seeds") is None:
+        return []
+    seeds = state["seeds"]
+    nodes = list(template.walk())
+    if not isinstance(seeds, list) or not all(
+            isinstance(e, list) and len(e) == 2 and all(type(x) is int for x in e) for e in seeds):
+        raise ValueError(f"{where}: 'seeds' must be a list of [node index, seed] pairs of integers, got {seeds!r}")
+    out = []
+    for i, seed in seeds:
+        if not 0 <= i < len(nodes) or not 0 <= seed < 2**64:
+            raise ValueError(f"{where}: 'seeds' entry {[i, seed]} is out of range (the pipeline has {len(nodes)} "
+                             "nodes; a seed is in [0, 2**64 - 1])")
+        if nodes[i].drawn_seed() is not None:
+            out.append((nodes[i], seed))
+    return out
 
 
 def split_description(template: Node, split: tuple, worker, deal: int) -> dict:

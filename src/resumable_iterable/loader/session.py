@@ -28,7 +28,8 @@ from ..distributed import current_worker
 from ..nodes.base import Node
 from . import hooks
 from .elastic import SegmentsNode, plan_state
-from .resume import fresh_node, load_node, split_description, validate_loader_state, worker_part
+from .resume import (drawn_seeds, fresh_node, load_node, seeds_to_adopt, split_description, validate_loader_state,
+                     worker_part)
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class IterationSession:
         self.loaded: dict | None = None
         self.claims: Any = None
         self._split_cache: tuple | None = None  # ((worker, deal), the "split" entry of this process's states)
+        self._seeds: list | None = None  # the "seeds" entry of this dataset's states (resume.drawn_seeds)
         self.set_epoch(epoch)
 
     # ------------------------------------------------------------------ epochs
@@ -192,8 +194,14 @@ class IterationSession:
         """The dataset state of this process (see ``IterableDataset.state_dict``)."""
         node = self.current_node()
         epoch = self.active_epoch
+        seeds = self._seeds
+        if seeds is None:
+            seeds = self._seeds = drawn_seeds(self.template)
         if isinstance(node, SegmentsNode):
-            return plan_state(node, epoch)
+            plan = plan_state(node, epoch)
+            if seeds:
+                plan["seeds"] = [list(e) for e in seeds]
+            return plan
         shape, fp = node.fingerprinted_shape()
         ctx = self.active_worker
         key = (ctx, self.active_deal)
@@ -208,6 +216,8 @@ class IterationSession:
                  "state": node.state_dict(buffers), "split": _state.copy_state(split[1])}
         if buffers:
             state["buffers"] = buffers
+        if seeds:  # a pipeline built without a seed: a rebuilt one adopts these (adopt_seeds)
+            state["seeds"] = [list(e) for e in seeds]
         if ctx is not None and self.save_worker_rng:
             h = hooks.current()
             if h is not None:
@@ -222,7 +232,9 @@ class IterationSession:
             h = hooks.current()
             if h is not None:
                 rng = (h, h.check_rng_state(state_dict["rng"], "state 'rng'"))
+        adopt = seeds_to_adopt(self.template, state_dict)
         node, epoch, deal = load_node(self.template, self.split, state_dict, worker)
+        self.adopt_seeds(adopt)
         if self.moved_past(epoch):
             self._drop_pending()
             return
@@ -243,6 +255,25 @@ class IterationSession:
         self.loaded = _state.copy_state(state_dict) if worker is None else None
         self.claims = claims
         self.pending, self.placeholder = True, False
+
+    def adopt_seeds(self, adopt: list) -> None:
+        """Make the nodes of the pipeline that drew their seed when built draw from the seeds a
+        loaded state saved (``resume.seeds_to_adopt``): the epochs after the resumed one are then
+        the saved run's, as with a seed given. DataLoader workers started from now on, and
+        persistent ones that load their own states, get them too."""
+        for node, seed in adopt:
+            node.adopt_seed(seed)
+        if adopt:
+            self._seeds = None
+
+    def saved_seeds(self, loader_state: Any) -> list:
+        """``seeds_to_adopt`` for the first dataset state in a ``StatefulDataLoader`` state (with
+        workers, the main process loads none of them itself) that records seeds. Raises
+        ``ValueError`` naming a malformed entry."""
+        for path, doc in _state.find_documents(loader_state, (_state.FORMAT, _state.PLAN_FORMAT)):
+            if isinstance(doc, dict) and doc.get("seeds") is not None:
+                return seeds_to_adopt(self.template, doc, f"DataLoader state {path}")
+        return []
 
     def validate_loader_state(self, loader_state: dict, num_workers: int) -> int:
         """Check a ``StatefulDataLoader`` state for a loader with ``num_workers`` workers over this

@@ -193,6 +193,18 @@ class Node:
         are dealt in their natural order every epoch."""
         return len(self.children) == 1 and self.children[0].deals_by_epoch()
 
+    def drawn_seed(self) -> int | None:
+        """The seed this node drew at random when it was built without one (``None``: a seed was
+        given, or the node draws nothing). A dataset's states record these (``"seeds"``), so that a
+        pipeline rebuilt without a seed adopts them (:meth:`adopt_seed`) when it loads one, and
+        its later epochs are drawn as the saved run's would have been."""
+        return None
+
+    def adopt_seed(self, seed: int) -> None:
+        """Draw from ``seed`` from now on, in place of the seed drawn when built (only asked of a
+        node whose :meth:`drawn_seed` is not ``None``)."""
+        raise NotImplementedError(f"'{self.kind}' nodes draw no seed")
+
     def drawn_seed_problem(self, by_examples: bool) -> str | None:
         """What this node is (e.g. ``"shuffle() without a seed"``) if it drew its seed at random when it
         was built and ranks splitting the pipeline must share its draws: every rank is its own process

@@ -295,6 +295,14 @@ class GlobalShuffleNode(Node):
         # each rank reads its positions of the permutation: all ranks must draw the same one
         return "shuffle(buffer_size=None) without a seed" if self.seed_drawn else None
 
+    def drawn_seed(self) -> int | None:
+        return self.seed if self.seed_drawn else None
+
+    def adopt_seed(self, seed: int) -> None:
+        self.seed = seed
+        self._state_dict.update(self._own_state())
+        self._push_key()
+
     def _own_state(self) -> dict:
         return {"seed": self.seed, "epoch": self.epoch}
 

@@ -84,6 +84,13 @@ class InterleaveNode(Node):
     def drawn_seed_problem(self, by_examples: bool) -> str | None:
         return "interleave_datasets(probabilities=...) without a seed" if by_examples and self.seed_drawn else None
 
+    def drawn_seed(self) -> int | None:
+        return self.seed if self.seed_drawn else None
+
+    def adopt_seed(self, seed: int) -> None:
+        self.seed = seed
+        self._state_dict.update(self._own_state())
+
     def _own_state(self) -> dict:
         n = len(self.children)
         rng = rng_from_seed(self.seed).bit_generator.state if self.probabilities is not None else None

@@ -139,6 +139,13 @@ class ShuffleNode(Node):
     def drawn_seed_problem(self, by_examples: bool) -> str | None:
         return "shuffle() without a seed" if by_examples and self.seed_drawn else None
 
+    def drawn_seed(self) -> int | None:
+        return self.seed if self.seed_drawn else None
+
+    def adopt_seed(self, seed: int) -> None:
+        self.seed = seed
+        self._state_dict.update(self._own_state())
+
     def examples_held_by_value(self) -> int:
         buf = self._state_dict["buffer"]
         own = self.buffer_size if type(buf) is ExampleChunks and buf.derived is None else 0

@@ -149,11 +149,15 @@ if _TorchdataLoader is not None:
             """Load a state saved by a ``StatefulDataLoader`` with any number of workers."""
             if not _is_ours(self.dataset) or state_dict == {}:
                 return super().load_state_dict(state_dict)
-            new = elastic.remap_loader_state(state_dict, self.num_workers)
-            epoch = self.dataset.session.validate_loader_state(new, self.num_workers)
-            super().load_state_dict(new)
-            self._saved_epoch = epoch
             session = self.dataset.session
+            seeds = session.saved_seeds(state_dict)
+            new = elastic.remap_loader_state(state_dict, self.num_workers)
+            epoch = session.validate_loader_state(new, self.num_workers)
+            super().load_state_dict(new)
+            # a pipeline built without a seed draws the later epochs from the saved run's seeds: the
+            # workers of those epochs start from this process's pipeline
+            session.adopt_seeds(seeds)
+            self._saved_epoch = epoch
             if self.num_workers > 0 and not session.epoch_set_by_user:
                 # as with num_workers=0 (where the main-process dataset loads the state itself),
                 # the dataset's epoch becomes the saved one unless the loop sets epochs
