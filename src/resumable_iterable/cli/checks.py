@@ -1,7 +1,8 @@
 """What ``load_state_dict`` would refuse in a saved state, told from the pipeline shape alone
 (no data, no nodes built): counters out of range or of the wrong type, offsets past the end of
 shards whose length the shape records, a shard seed present without a ``shuffle`` above (or
-missing with one), a shuffle buffer over its size, a fresh plan segment starting past its shards.
+missing with one), a shuffle buffer over its size, a batched map holding more rows than a batch, a fresh
+plan segment starting past its shards.
 
 Each problem is one line appended to a ``problems`` list; ``inspect`` shows the state anyway and
 prints them after it. The bounds per node kind are in :func:`_int_fields`; the checks themselves
@@ -143,6 +144,14 @@ def check_node(shape: dict, state: dict, where: str, problems: list[str], shuffl
         ex = state["exhausted"]
         if not isinstance(ex, list) or len(ex) != len(kids_shape) or not all(type(b) is bool for b in ex):
             problems.append(f"{here}: 'exhausted' must be a list of {len(kids_shape)} booleans")
+    if kind in ("map", "filter") and params.get("batched") and isinstance(state.get("retry"), list):
+        size, held = params.get("batch_size"), len(state["retry"])
+        if held and size is None:
+            problems.append(f"{here}: 'retry' holds rows, but this {kind} reads its whole input as one batch "
+                            "(batch_size=None)")
+        elif type(size) is int and held > size:
+            problems.append(f"{here}: 'retry' holds {held} rows, more than a batch of this {kind} "
+                            f"(batch_size={size})")
     below = True if kind == "shuffle" else (None if kind == "global_shuffle" else shuffled)
     if kind in ("map", "filter") and isinstance(state.get("prev"), dict) and kids_shape:
         check_node(kids_shape[0], state["prev"], f"{where}.prev", problems, below)

@@ -126,9 +126,21 @@ class MapNode(Node):
             self.children[0].validate(state["prev"], f"{where}.prev")
         elif state["skip"] and not (self.batched and retry):
             raise ValueError(f"{where}: 'skip' must be 0 when no batch is in progress")
-        if self.batched and self.batch_size is not None and len(retry) > self.batch_size:
-            raise ValueError(f"{where}: 'retry' holds {len(retry)} rows, more than a batch of this "
-                             f"{self.kind} (batch_size={self.batch_size})")
+        if self.batched and retry:
+            # rows this node can never have kept: loaded, they crashed the pass or lost/repeated rows
+            size = self.batch_size
+            if size is None:
+                raise ValueError(f"{where}: 'retry' holds rows, but this {self.kind} reads its whole input as one "
+                                 "batch (batch_size=None), whose start it keeps as 'prev', never as rows")
+            if len(retry) > size:
+                raise ValueError(f"{where}: 'retry' holds {len(retry)} rows, more than a batch of this "
+                                 f"{self.kind} (batch_size={size})")
+            if state["skip"] and self.drop_last_batch and len(retry) < size:
+                raise ValueError(f"{where}: a batch in progress holds {len(retry)} rows, but with "
+                                 f"drop_last_batch=True only whole batches (batch_size={size}) are computed")
+            if state["skip"] > len(retry) and self.kind == "filter":
+                raise ValueError(f"{where}: 'skip' = {state['skip']}, more than the {len(retry)} rows of the batch "
+                                 "in progress (a filter yields at most its rows)")
 
     # ------------------------------------------------------------------ calling the function
     def _describe(self, what: str, first: dict | None = None, at: Any = "child") -> str:
