@@ -3,12 +3,15 @@ with W′ workers, and a state is validated early, with a clear message, before 
 
 from __future__ import annotations
 
+from inspect import GEN_CLOSED, getgeneratorstate
+from types import GeneratorType
 from typing import Any
 
 from ...distributed import warn_too_many_workers
 from ...loader import elastic
 from ...loader.session import IterationSession
 from ...nodes.batch import Rewind
+from ...state import copy_example
 from .transport import INLINE_MAX_BYTES, InlineSmallTensors, check_inline_bytes
 from .workers import prepare_for_workers
 
@@ -29,10 +32,47 @@ def _rewind_batches_on_error(it: Any, node: Any) -> None:
     after the error (the dataset's own, at that moment) would then lose them. The pipeline ``node``
     being read is put back where the batch began instead (as ``iter(batch_size)`` does), so that the
     state reads those rows again. With workers nothing is needed: the loader keeps the state each
-    worker sent with its last batch."""
+    worker sent with its last batch.
+
+    Only when the dataset's iterator is over - it raised, or it ended in this batch and the
+    ``collate_fn`` (or pinning) raised after it: the fetcher's ``ended`` flag is put back too, or a
+    state taken then would resume nothing. An error raised outside the dataset while its iterator
+    is live (a ``collate_fn`` part-way through the epoch) leaves the pipeline alone, as torch does:
+    the loop may go on with that iterator, whose generators would no longer match a state loaded
+    under them (a shuffle buffer or a prefetch would repeat or lose rows). The rows given to the
+    ``collate_fn`` in the batch where the input ended are copies, since a rewind after it keeps
+    them (the copy of the state taken before the batch shares them with the shuffle buffer)."""
     rewind = Rewind(node)
     next_data = it._next_data
-    it._next_data = lambda: rewind.read(next_data)
+    fetcher = it._dataset_fetcher
+    collate = fetcher.collate_fn
+
+    def collate_copies_at_the_end(data):
+        if fetcher.ended:
+            data = [copy_example(r) for r in data]
+        return collate(data)
+
+    def read():
+        start = node.state_dict(rewind.how)
+        ended = fetcher.ended
+        try:
+            return next_data()
+        except StopIteration:
+            raise
+        except BaseException:
+            if fetcher is it._dataset_fetcher and _over(fetcher.dataset_iter):
+                node.load(start)
+                fetcher.ended = ended
+            raise
+
+    fetcher.collate_fn = collate_copies_at_the_end
+    it._next_data = read
+
+
+def _over(iterator: Any) -> bool:
+    """Whether ``iterator`` (the dataset's) can yield nothing more: a generator that raised or
+    returned. Anything else is taken as over (the pipeline is put back)."""
+    return not isinstance(iterator, GeneratorType) or getgeneratorstate(iterator) == GEN_CLOSED
 
 
 if _TorchdataLoader is not None:
