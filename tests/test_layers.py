@@ -198,6 +198,9 @@ ATTRIBUTE_ALLOWED = [
     ("integrations.torch.loader", "_next_data", "torch's single-process loader iterator collects a batch only "
                                                 "there (its fetcher calls next() on the dataset batch_size times): "
                                                 "wrapping it rewinds a batch the dataset raised in"),
+    ("integrations.torch.loader", "_dataset_fetcher", "torch's single-process loader iterator holds its fetcher "
+                                                      "(the dataset's iterator, its 'ended' flag, the collate_fn "
+                                                      "it calls) only there"),
     ("integrations.torch.workers", "_exit", "os._exit is Python's documented way to end a process at once, "
                                             "without the exit handlers that would block an orphaned worker"),
 ]

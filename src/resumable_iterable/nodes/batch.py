@@ -122,14 +122,17 @@ class Rewind:
         # example in place before that, its examples need not leave the buffer as copies (1.6x faster)
         self.how = None if _edits_possible_above_a_buffer(node) else PRIVATE
 
-    def read(self, read_batch: Callable[[], Any]) -> Any:
+    def read(self, read_batch: Callable[[], Any], rewinds: Callable[[], bool] = lambda: True) -> Any:
+        """``read_batch()``; if it raises (not ``StopIteration``) and ``rewinds()`` says so, the
+        pipeline is put back first."""
         start = self.node.state_dict(self.how)
         try:
             return read_batch()
         except StopIteration:
             raise
         except BaseException:
-            self.node.load(start)
+            if rewinds():
+                self.node.load(start)
             raise
 
 

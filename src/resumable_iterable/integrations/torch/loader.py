@@ -46,24 +46,22 @@ def _rewind_batches_on_error(it: Any, node: Any) -> None:
     next_data = it._next_data
     fetcher = it._dataset_fetcher
     collate = fetcher.collate_fn
+    ended: list = [False]  # the fetcher's flag before the batch
 
     def collate_copies_at_the_end(data):
         if fetcher.ended:
             data = [copy_example(r) for r in data]
         return collate(data)
 
+    def rewinds() -> bool:  # after an error: put the pipeline back? (then the fetcher's flag too)
+        if fetcher is it._dataset_fetcher and _over(fetcher.dataset_iter):
+            fetcher.ended = ended[0]
+            return True
+        return False
+
     def read():
-        start = node.state_dict(rewind.how)
-        ended = fetcher.ended
-        try:
-            return next_data()
-        except StopIteration:
-            raise
-        except BaseException:
-            if fetcher is it._dataset_fetcher and _over(fetcher.dataset_iter):
-                node.load(start)
-                fetcher.ended = ended
-            raise
+        ended[0] = fetcher.ended
+        return rewind.read(next_data, rewinds)
 
     fetcher.collate_fn = collate_copies_at_the_end
     it._next_data = read
