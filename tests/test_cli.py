@@ -96,6 +96,40 @@ def test_shuffle_interleave_batch_and_epoch(tmp_path, capsys):
     assert "epoch 3" in out and "buffer 16/16, examples stored" in out
 
 
+def test_what_a_map_holds_is_reported(tmp_path, capsys):
+    """A batched map over a shuffle holds its batch's input rows; one over the source holds where
+    its batch began; a per-example map that raised holds the example it raised on."""
+    def shuffled_batches():
+        return ri.to_iterable_dataset(hf(), num_shards=4).shuffle(seed=1, buffer_size=16).map(
+            lambda b: b, batched=True, batch_size=4)
+
+    def plain_batches():
+        return ri.to_iterable_dataset(hf(), num_shards=4).map(lambda b: b, batched=True, batch_size=4)
+
+    def failing():
+        def f(ex):
+            if ex["id"] == 5:
+                raise RuntimeError("boom")
+            return ex
+        return ri.to_iterable_dataset(hf(), num_shards=1).map(f)
+
+    ds = consume(shuffled_batches(), 2)
+    ds.save_state(tmp_path / "rows.json")
+    assert report_of(capsys, tmp_path / "rows.json")["states"][0]["tree"]["held"] == (
+        "a batch in progress: its 4 input rows held")
+    ds = consume(plain_batches(), 2)
+    ds.save_state(tmp_path / "prev.json")
+    assert "where it began held" in report_of(capsys, tmp_path / "prev.json")["states"][0]["tree"]["held"]
+    ds = failing()
+    with pytest.raises(RuntimeError):
+        list(ds)
+    ds.save_state(tmp_path / "retry.json")
+    code, out, _ = run(capsys, "inspect", str(tmp_path / "retry.json"))
+    assert code == 0 and "1 input example(s) held, processed first on resume" in out
+    plain_batches().save_state(tmp_path / "none.json")  # before the first batch: nothing held
+    assert "held" not in report_of(capsys, tmp_path / "none.json")["states"][0]["tree"]
+
+
 def test_dropped_buffer_and_sources_of_unknown_length(tmp_path, capsys):
     def gen(shard):
         for i in range(30):

@@ -42,6 +42,8 @@ def _render_node(node: dict, prefix: str, last: bool, root: bool, lines: list[st
         lines.append(f"{detail}buffer {fill}, {what}{', draining' if b['draining'] else ''}")
     if "peeked" in node:
         lines.append(f"{detail}peeked examples held: {node['peeked']}")
+    if "held" in node:
+        lines.append(f"{detail}{node['held']}")
     if fields:
         lines.append(f"{detail}{fields}")
     if "source" in node:

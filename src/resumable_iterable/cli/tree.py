@@ -1,7 +1,7 @@
 """What one saved node tree says, read beside its pipeline shape: for each node its kind,
 parameters and plain state fields; for a source, how far each shard has been read (the length of
 a shard is known for in-memory Arrow sources); for a shuffle, the fill of its buffer; for an
-interleave, how many peeked examples it holds.
+interleave, how many peeked examples it holds; for a map or filter, the inputs it holds.
 
 The result is a tree of plain dicts (``analyse_node``) that ``render.py`` draws and ``--json``
 prints. A state that does not match its shape raises :class:`~.document.InspectError`.
@@ -132,6 +132,13 @@ def analyse_node(shape: dict, state: dict, where: str) -> dict:
                             "draining": bool(state.get("draining"))}
     if kind == "interleave" and isinstance(state.get("peeked"), list):
         report["peeked"] = sum(1 for p in state["peeked"] if p is not None)
+    if kind in ("map", "filter") and (state.get("retry") or state.get("prev") is not None):
+        rows = state.get("retry")
+        if params.get("batched"):  # a batch in progress: its rows (``retry``) or where it began (``prev``)
+            report["held"] = (f"a batch in progress: its {len(rows)} input rows held" if rows
+                              else "a batch in progress: where it began held (prev)")
+        elif isinstance(rows, list):
+            report["held"] = f"{len(rows)} input example(s) held, processed first on resume"
     kids_shape, kids_state = shape.get("children", []), state.get("children", [])
     if len(kids_shape) != len(kids_state):
         raise InspectError(f"{where} ({kind}): {len(kids_state)} child states for {len(kids_shape)} inputs")
