@@ -1,8 +1,8 @@
 """``filter``: keep the examples for which a predicate is true, per example or per batch.
 
 It shares ``map``'s state and its mid-batch checkpointing (see ``nodes/map.py``): a batched
-predicate checkpointed in the middle of a batch resumes by re-reading the batch and skipping
-the rows already yielded.
+predicate checkpointed in the middle of a batch resumes by computing the batch again (re-read,
+or from the rows it keeps) and skipping the rows already yielded.
 """
 
 from __future__ import annotations
@@ -29,6 +29,12 @@ class FilterNode(MapNode):
         p = super().params()
         del p["remove_columns"], p["drop_last_batch"]
         return p
+
+    def _validate_own(self, state: dict, where: str) -> None:
+        super()._validate_own(state, where)
+        if self.batched and state["retry"] and state["skip"] > len(state["retry"]):
+            raise ValueError(f"{where}: 'skip' = {state['skip']}, more than the {len(state['retry'])} rows of the "
+                             "batch in progress (a filter yields at most its rows)")
 
     def _finish(self, ex: dict, inp: dict, out: Any) -> Any:
         return ex if out else None

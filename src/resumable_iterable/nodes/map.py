@@ -18,10 +18,10 @@ State: ``{"node", "index", "prev", "skip", "retry", "children"}``
   (a ``shuffle`` below, whose buffer a DataLoader worker cannot describe by arithmetic): ``prev``
   would copy that whole buffer at every batch, and the state would carry it (into every state a
   worker sends during the batch, deep-copied by every ``state_dict()`` in a process, into every
-  file saved). The batch keeps its input rows in
-  ``retry`` instead (copies, as read: the function may edit its input in place), with ``skip``
-  as above; the child's state then stands after them. A resumed pass computes the batch from
-  them (reading the rest first if it was cut short by an error below).
+  file saved). The batch keeps its input rows in ``retry`` instead (copies, as read: the
+  function may edit its input in place), with ``skip`` as above; the child's state then stands
+  after them. A resumed pass computes the batch from them (reading the rest first if it was cut
+  short by an error below).
 
 Errors raised *below* the node (a generator, or another function, failing while a batch is being
 read) rewind the child to the start of the batch as well (or leave the rows read in ``retry``),
@@ -138,9 +138,6 @@ class MapNode(Node):
             if state["skip"] and self.drop_last_batch and len(retry) < size:
                 raise ValueError(f"{where}: a batch in progress holds {len(retry)} rows, but with "
                                  f"drop_last_batch=True only whole batches (batch_size={size}) are computed")
-            if state["skip"] > len(retry) and self.kind == "filter":
-                raise ValueError(f"{where}: 'skip' = {state['skip']}, more than the {len(retry)} rows of the batch "
-                                 "in progress (a filter yields at most its rows)")
 
     # ------------------------------------------------------------------ calling the function
     def _describe(self, what: str, first: dict | None = None, at: Any = "child") -> str:
