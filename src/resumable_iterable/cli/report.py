@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..loader.plan import check_plan_envelope
+from ..loader.resume import check_seeds, shape_nodes
 from ..state import FORMAT, PLAN_FORMAT, TRAINER_FORMAT, check_envelope, fingerprint, inline_buffers
 from .checks import check_node, check_start
 from .document import InspectError, find_states, label_for, loader_positions, read_document, split_label
@@ -33,6 +34,7 @@ def analyse_state(path: str, env: dict) -> dict:
     tree = analyse_node(env["pipeline"], env["state"], f"{path}:state")
     problems: list[str] = []
     check_node(env["pipeline"], env["state"], f"{path}:state", problems)
+    _check_seeds(env, env["pipeline"], path, problems)
     return {"path": path, "label": label, "kind": "state", "version": env["version"],
             "fingerprint": env["fingerprint"], "epoch": env["epoch"], "split": split,
             "worker_rng": env.get("rng") is not None, "tree": tree, "problems": problems}
@@ -72,7 +74,18 @@ def analyse_plan(path: str, plan: dict) -> list[dict]:
                 raise InspectError(f"{where}: malformed segment start {start!r}: {e}") from None
             check_start(seg["pipeline"], start, f"{where}:start", problems)
         out.append(entry)
+    if out:  # the plan's seeds (loading it would refuse a malformed entry)
+        _check_seeds(plan, segments[0]["pipeline"], path, out[0]["problems"])
     return out
+
+
+def _check_seeds(doc: dict, shape: dict, path: str, problems: list[str]) -> None:
+    """A malformed ``"seeds"`` entry (which loading refuses) recorded in ``problems``."""
+    if doc.get("seeds") is not None:
+        try:
+            check_seeds(doc["seeds"], shape_nodes(shape), path)
+        except ValueError as e:
+            problems.append(str(e))
 
 
 def inspect_document(doc: Any, name: str = "state") -> dict:

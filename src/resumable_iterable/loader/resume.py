@@ -23,31 +23,46 @@ from .plan import describe_split, is_plan, make_plan, state_segments
 
 def drawn_seeds(template: Node) -> list[list[int]]:
     """The ``"seeds"`` entry of a state: ``[[i, seed], ...]`` for each node of the unsplit pipeline
-    (``i``: its place in ``template.walk()``) that drew its seed at random when it was built. A
+    (``i``: its place in ``template.walk_built()``) that drew its seed at random when it was built. A
     state of a pipeline that drew none has no entry."""
-    return [[i, s] for i, n in enumerate(template.walk()) if (s := n.drawn_seed()) is not None]
+    return [[i, s] for i, n in enumerate(template.walk_built()) if (s := n.drawn_seed()) is not None]
 
 
-def seeds_to_adopt(template: Node, state: Any, where: str = "state") -> list[tuple[Node, int]]:
-    """The nodes of ``template`` that drew their seed and the seeds a state saved for them
-    (``"seeds"``, see :func:`drawn_seeds`): loading the state makes them draw from those, so the
-    epochs after the saved one are the saved run's. A node given a seed keeps it. Raises
-    ``ValueError`` naming a malformed entry."""
+def seeds_to_adopt(template: Node, state: Any, where: str = "state") -> list[tuple[int, int]]:
+    """``(i, seed)`` for each node of ``template`` (``i``: its place in ``walk_built()``) that drew its
+    seed when it was built and that a state saved a seed for (``"seeds"``, see :func:`drawn_seeds`):
+    loading the state makes them draw from those (``IterationSession.adopt_seeds``), so the epochs
+    after the saved one are the saved run's. A node given a seed keeps it. Raises ``ValueError``
+    naming a malformed entry."""
     if not isinstance(state, dict) or state.get("seeds") is None:
         return []
-    seeds = state["seeds"]
-    nodes = list(template.walk())
+    nodes = list(template.walk_built())
+    seeds = check_seeds(state["seeds"], len(nodes), where)
+    return [(i, seed) for i, seed in seeds if nodes[i].drawn_seed() is not None]
+
+
+def check_seeds(seeds: Any, n_nodes: int, where: str) -> list:
+    """``seeds`` (a state's ``"seeds"`` entry) checked for a pipeline of ``n_nodes`` nodes (counted
+    by ``walk_built``); raises ``ValueError`` naming a malformed entry (``inspect`` reports it)."""
     if not isinstance(seeds, list) or not all(
             isinstance(e, list) and len(e) == 2 and all(type(x) is int for x in e) for e in seeds):
         raise ValueError(f"{where}: 'seeds' must be a list of [node index, seed] pairs of integers, got {seeds!r}")
-    out = []
     for i, seed in seeds:
-        if not 0 <= i < len(nodes) or not 0 <= seed < 2**64:
-            raise ValueError(f"{where}: 'seeds' entry {[i, seed]} is out of range (the pipeline has {len(nodes)} "
+        if not 0 <= i < n_nodes or not 0 <= seed < 2**64:
+            raise ValueError(f"{where}: 'seeds' entry {[i, seed]} is out of range (the pipeline has {n_nodes} "
                              "nodes; a seed is in [0, 2**64 - 1])")
-        if nodes[i].drawn_seed() is not None:
-            out.append((nodes[i], seed))
-    return out
+    return seeds
+
+
+def shape_nodes(shape: Any) -> int:
+    """How many nodes ``walk_built`` goes through in a pipeline of this saved shape: the groups of a
+    ``shard_interleave`` are copies of one input, counted once."""
+    if not isinstance(shape, dict):
+        return 0
+    kids = shape.get("children") if isinstance(shape.get("children"), list) else []
+    if shape.get("node") == "shard_interleave":
+        kids = kids[:1]
+    return 1 + sum(shape_nodes(c) for c in kids)
 
 
 def split_description(template: Node, split: tuple, worker, deal: int) -> dict:

@@ -260,20 +260,33 @@ class IterationSession:
         """Make the nodes of the pipeline that drew their seed when built draw from the seeds a
         loaded state saved (``resume.seeds_to_adopt``): the epochs after the resumed one are then
         the saved run's, as with a seed given. DataLoader workers started from now on, and
-        persistent ones that load their own states, get them too."""
-        for node, seed in adopt:
-            node.adopt_seed(seed)
-        if adopt:
-            self._seeds = None
+        persistent ones that load their own states, get them too.
+
+        The template is shared with the datasets made from this one without a new node
+        (``with_format``, ``copy.copy``, ``split_dataset_by_node``) and is never changed in place:
+        this session adopts the seeds into its own copy of it (the others keep drawing, and
+        recording, their own)."""
+        nodes = list(self.template.walk_built())
+        if all(nodes[i].drawn_seed() == seed for i, seed in adopt):
+            return
+        self.template = self.template.clone()
+        nodes = list(self.template.walk_built())
+        for i, seed in adopt:
+            nodes[i].adopt_seed(seed)
+        self._seeds = None
+        if self.pending and self.placeholder:
+            self._drop_pending()  # a fresh pass made from the seeds drawn before
 
     def saved_seeds(self, loader_state: Any) -> list:
         """``seeds_to_adopt`` for the first dataset state in a ``StatefulDataLoader`` state (with
         workers, the main process loads none of them itself) that records seeds. Raises
-        ``ValueError`` naming a malformed entry."""
+        ``ValueError`` naming a malformed entry in any of them, before anything loads."""
+        out = None
         for path, doc in _state.find_documents(loader_state, (_state.FORMAT, _state.PLAN_FORMAT)):
             if isinstance(doc, dict) and doc.get("seeds") is not None:
-                return seeds_to_adopt(self.template, doc, f"DataLoader state {path}")
-        return []
+                adopt = seeds_to_adopt(self.template, doc, f"DataLoader state {path}")
+                out = adopt if out is None else out
+        return out or []
 
     def validate_loader_state(self, loader_state: dict, num_workers: int) -> int:
         """Check a ``StatefulDataLoader`` state for a loader with ``num_workers`` workers over this

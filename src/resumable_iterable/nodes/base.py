@@ -235,6 +235,14 @@ class Node:
         for c in self.children:
             yield from c.walk()
 
+    def walk_built(self):
+        """Depth first as :meth:`walk`, but through the nodes built once with the pipeline: a node
+        that makes its children anew from its own copy of its input at every pass (``shard_interleave``)
+        yields that copy's nodes, once. The ``"seeds"`` entry of a state numbers these."""
+        yield self
+        for c in self.children:
+            yield from c.walk_built()
+
     # ------------------------------------------------------------------ capabilities
     # What a node kind can do for the machinery above it, asked of the node itself, so that a new
     # node kind is one file. The defaults describe a node that supports none of it (examples

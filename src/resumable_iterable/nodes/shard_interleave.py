@@ -75,6 +75,12 @@ class ShardInterleaveNode(Node):
     def clone(self) -> Node:
         return ShardInterleaveNode(self.template.clone(), self.max_input_shards)
 
+    def walk_built(self):
+        # each pass regroups shards of the template: its nodes (not the groups') keep the seeds drawn
+        # when built, which a loaded state's "seeds" must reach
+        yield self
+        yield from self.template.walk_built()
+
     def _iter(self) -> Iterator[dict]:
         st = self._state_dict
         done = st["done"]
