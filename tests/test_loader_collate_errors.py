@@ -121,3 +121,34 @@ def test_a_loop_that_skips_a_batch_whose_collate_fn_raised_stays_consistent(kind
     resumed = ri.StatefulDataLoader(pipe(), batch_size=4, collate_fn=Collate())
     resumed.load_state_dict(state)
     assert list(resumed) == rest
+
+
+def test_an_iterator_left_part_way_is_freed_at_once_and_its_prefetch_thread_stops():
+    """The rewinding wraps the iterator's ``_next_data`` and the fetcher's ``collate_fn``: those
+    wrappers must not make a reference cycle with them, or a loop that breaks off leaves the
+    dataset's iterator (and a prefetch's thread) alive until the cyclic collector runs."""
+    import gc
+    import threading
+    import time
+    import weakref
+
+    def prefetch_threads():
+        return sum(t.name == "resumable_iterable-prefetch" for t in threading.enumerate())
+
+    gc.collect()
+    before = prefetch_threads()
+    gc.disable()
+    try:
+        ld = ri.StatefulDataLoader(source(n=8).prefetch(3), batch_size=4, collate_fn=Collate())
+        it = iter(ld)
+        next(it)
+        ref = weakref.ref(it)
+        ld.load_state_dict({})  # torchdata's way to drop the loader's iterator
+        del it
+        assert ref() is None
+        deadline = time.monotonic() + 5
+        while prefetch_threads() > before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert prefetch_threads() == before
+    finally:
+        gc.enable()

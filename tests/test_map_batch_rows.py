@@ -85,10 +85,10 @@ def test_a_buffer_smaller_than_the_batch_is_still_kept_as_a_copy():
     (5, 3, {"remove_columns": ["tags"]}), (5, 1, {}),
 ])
 def test_every_cut_resumes_exactly_after_a_json_round_trip(buffer_size, batch_size, kw):
-    fn = edit_then_sum
-    if kw.get("with_indices"):
-        def fn(batch, idx):
-            return {**edit_then_sum(batch), "i": idx}
+    def with_index(batch, idx):
+        return {**edit_then_sum(batch), "i": idx}
+
+    fn = with_index if kw.get("with_indices") else edit_then_sum
     full = assert_resumes_exactly(lambda: pipeline(buffer_size, batch_size, fn, **kw), roundtrip=codec_roundtrip)
     assert len(full) == (30 - (30 % batch_size if kw.get("drop_last_batch") else 0))
 

@@ -20,24 +20,7 @@ import pickle
 import pytest
 
 import resumable_iterable as ri
-
-
-def rows(shards, n=5):
-    for s in shards:
-        for i in range(n):
-            yield {"id": s * 100 + i}
-
-
-def source(n_shards=4, base=0):
-    return ri.IterableDataset.from_generator(rows, gen_kwargs={"shards": list(range(base, base + n_shards))})
-
-
-def epochs(ds, first, last):
-    out = []
-    for e in range(first, last):
-        ds.set_epoch(e)
-        out.append([ex["id"] for ex in ds])
-    return out
+from test_seedless_epochs import epochs, source
 
 
 def cut(ds, k, epoch=0):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from inspect import GEN_CLOSED, getgeneratorstate
 from types import GeneratorType
+import weakref
 from typing import Any
 
 from ...distributed import warn_too_many_workers
@@ -42,28 +43,35 @@ def _rewind_batches_on_error(it: Any, node: Any) -> None:
     under them (a shuffle buffer or a prefetch would repeat or lose rows). The rows given to the
     ``collate_fn`` in the batch where the input ended are copies, since a rewind after it keeps
     them (the copy of the state taken before the batch shares them with the shuffle buffer)."""
+    # the iterator and its fetcher are reached by weak references: the wrappers they hold must not
+    # keep them alive (a loop that breaks off would leave the dataset's iterator, and the threads of
+    # a prefetch in it, to the cyclic garbage collector)
     rewind = Rewind(node)
-    next_data = it._next_data
-    fetcher = it._dataset_fetcher
-    collate = fetcher.collate_fn
+    it_ref = weakref.ref(it)
+    fetcher_ref = weakref.ref(it._dataset_fetcher)
+    next_data = type(it)._next_data
+    collate = it._dataset_fetcher.collate_fn
     ended: list = [False]  # the fetcher's flag before the batch
 
     def collate_copies_at_the_end(data):
-        if fetcher.ended:
+        if fetcher_ref().ended:
             data = [copy_example(r) for r in data]
         return collate(data)
 
-    def rewinds() -> bool:  # after an error: put the pipeline back? (then the fetcher's flag too)
-        if fetcher is it._dataset_fetcher and _over(fetcher.dataset_iter):
-            fetcher.ended = ended[0]
-            return True
-        return False
-
     def read():
+        it = it_ref()
+        fetcher = fetcher_ref()
         ended[0] = fetcher.ended
-        return rewind.read(next_data, rewinds)
 
-    fetcher.collate_fn = collate_copies_at_the_end
+        def rewinds() -> bool:  # after an error: put the pipeline back? (then the fetcher's flag too)
+            if fetcher is it._dataset_fetcher and _over(fetcher.dataset_iter):
+                fetcher.ended = ended[0]
+                return True
+            return False
+
+        return rewind.read(lambda: next_data(it), rewinds)
+
+    it._dataset_fetcher.collate_fn = collate_copies_at_the_end
     it._next_data = read
 
 
