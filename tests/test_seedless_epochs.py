@@ -198,3 +198,28 @@ def test_after_an_elastic_resume_the_later_epochs_are_those_of_the_saved_seed(wo
     third.load_state_dict(mid)
     list(third)
     assert loader_epochs(third, 1, 2) == loader_epochs(expected, 1, 2)
+
+
+def test_rank_states_redistributed_keep_each_ranks_seeds():
+    """Ranks splitting a seedless shuffle by shard each draw their own seed. ``redistribute_states``
+    gives new rank r old rank r's seeds (modulo the old world size): from 2 ranks to 2, the
+    epochs after the resumed one are each rank's own uninterrupted ones."""
+    def rank_ds(r):
+        return ri.split_dataset_by_node(source(n_shards=4).shuffle(buffer_size=3), rank=r, world_size=2)
+
+    states, full = [], []
+    for r in range(2):
+        ds = rank_ds(r)  # each rank's process builds its pipeline, drawing its own seed
+        ds.set_epoch(0)
+        it = iter(ds)
+        head = [ex["id"] for ex in itertools.islice(it, 4)]
+        states.append(json.loads(json.dumps(ds.state_dict())))
+        full.append([head, [ex["id"] for ex in it]] + epochs(ds, 1, 3))
+    assert states[0]["seeds"] != states[1]["seeds"]
+    plans = ri.redistribute_states(states, 2)
+    for r in range(2):
+        again = rank_ds(r)
+        again.load_state_dict(json.loads(json.dumps(plans[r])))
+        rest = [ex["id"] for ex in again]
+        assert sorted(rest) == sorted(full[r][1])  # the rest of the epoch (dealt as segments)
+        assert epochs(again, 1, 3) == full[r][2:], r

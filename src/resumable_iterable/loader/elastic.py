@@ -290,6 +290,14 @@ def remap_loader_state(state: dict, num_workers: int, carve: bool = True) -> dic
     return build_loader_state(info, plans, num_workers)
 
 
+def _seeds_of(state: Any) -> Any:
+    """The ``"seeds"`` entry of the first dataset state (or plan) in ``state`` that has one."""
+    for _, doc in _state.find_documents(state, (_state.FORMAT, PLAN_FORMAT)):
+        if isinstance(doc, dict) and doc.get("seeds") is not None:
+            return doc["seeds"]
+    return None
+
+
 def redistribute_states(states: list[dict], world_size: int, num_workers: int | None = None,
                         carve: bool = True, strategy: str | None = None) -> list[dict]:
     """States saved by ``R = len(states)`` ranks → states for ``world_size`` ranks.
@@ -358,9 +366,19 @@ def redistribute_states(states: list[dict], world_size: int, num_workers: int | 
     def new_rank(r: int) -> list:
         return [*prefix, [r, world_size, *saved_strategy]]
 
+    # the seeds a rank's pipeline drew when built without one (each rank drew its own): new rank r
+    # draws its later epochs from old rank r's (modulo the old world size), as that rank would have
+    rank_seeds = [_seeds_of(s) for s in states]
+
+    def seeded(plan: dict, r: int) -> dict:
+        seeds = rank_seeds[r % old]
+        if seeds is not None:
+            plan["seeds"] = copy.deepcopy(seeds)
+        return plan
+
     if infos is None:
         bins = deal(units, world_size, carve=carve)
-        return [make_plan(base, epoch, {"ranks": new_rank(r), "worker": None}, bins[r])
+        return [seeded(make_plan(base, epoch, {"ranks": new_rank(r), "worker": None}, bins[r]), r)
                 for r in range(world_size)]
 
     if num_workers is None:
@@ -378,7 +396,7 @@ def redistribute_states(states: list[dict], world_size: int, num_workers: int | 
         for j in range(per):
             segs = bins[j * world_size + r] if not finished else []
             worker = [j, num_workers] if num_workers > 0 else None
-            plans.append(make_plan(base, epoch, {"ranks": new_rank(r), "worker": worker}, segs))
+            plans.append(seeded(make_plan(base, epoch, {"ranks": new_rank(r), "worker": worker}, segs), r))
         # batches yielded so far by the old ranks this new rank takes over (a count for the loader's
         # bookkeeping only: what is left to yield is in the plans)
         mine = [o for o in range(old) if o % world_size == r]
