@@ -8,7 +8,7 @@ from typing import Any
 
 from .dataset import IterableDataset
 from .distributed import split_dataset_by_node
-from .nodes.base import resolve_seed
+from .nodes.seeds import resolve_seed
 from .nodes.concat import ConcatNode
 from .nodes.interleave import InterleaveNode
 from .nodes.map import MapNode

@@ -21,7 +21,8 @@ from .features import (batched_features, decode_only_change, features_of_schema,
 from .loader import hooks
 from .loader.session import IterationSession
 from .nodes.arrow import ArrowSource
-from .nodes.base import Node, as_epoch, as_int
+from .nodes.base import Node
+from .nodes.checks import as_epoch, as_int
 from .nodes.batch import BatchNode, rewinding
 from .nodes.columns import ColumnsNode
 from .nodes.file_formats import FORMATS, format_of

@@ -31,7 +31,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from .nodes.base import Node, rng_from_seed
+from .nodes.base import Node
+from .nodes.seeds import rng_from_seed
 from .nodes.slicing import CountNode
 from .nodes.step import StepNode
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..nodes.base import check_int
+from ..nodes.checks import check_int
 from ..nodes.interleave import BLOCK as INTERLEAVE_BLOCK
 from ..nodes.shuffle import BLOCK as SHUFFLE_BLOCK
 from ..nodes.source import shard_order

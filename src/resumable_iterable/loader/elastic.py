@@ -36,7 +36,8 @@ from typing import Any, Iterator
 
 from .. import state as _state
 from ..distributed import check_strategy, deal_of, effective_worker, split_ranks, split_workers
-from ..nodes.base import Node, as_int, check_int
+from ..nodes.base import Node
+from ..nodes.checks import as_int, check_int
 from .loader_state import NUM_YIELDED, SNAPSHOT, build_loader_state, loader_num_workers, parse_loader_state
 from .plan import (PLAN_FORMAT, check_plan_envelope, check_worker, describe_split, make_plan,  # noqa: F401
                    make_segment, make_start, state_segments)

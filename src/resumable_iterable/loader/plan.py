@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import state as _state
 from ..distributed import deal_of, effective_worker
-from ..nodes.base import check_epoch, check_int
+from ..nodes.checks import check_epoch, check_int
 from ..state import PLAN_FORMAT
 
 PLAN_VERSION = 1

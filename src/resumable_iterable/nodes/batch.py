@@ -22,7 +22,8 @@ import itertools
 from typing import Any, Callable, Iterator
 
 from ..state import PRIVATE, ExampleList, copy_example
-from .base import Node, as_int, check_examples
+from .base import Node
+from .checks import as_int, check_examples
 from .map import MapNode
 from .rows import rows_to_batch
 from .shuffle import ShuffleNode

@@ -31,7 +31,9 @@ import functools
 from typing import Iterator
 
 from ..state import ExampleList, copy_example
-from .base import Node, check_examples, check_int, rng_from_seed
+from .base import Node
+from .checks import check_examples, check_int
+from .seeds import rng_from_seed
 from .replay import check_input_provenance, check_list, reread_by_input
 
 

@@ -63,7 +63,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .base import Node, check_epoch, check_int, resolve_seed
+from .base import Node
+from .checks import check_epoch, check_int
+from .seeds import resolve_seed
 from .permutation import IndexPermutation
 from .source import split_positions
 

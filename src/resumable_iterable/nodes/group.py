@@ -21,7 +21,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..state import ExampleList, copy_example
-from .base import Node, check_examples, check_retry, retry_first
+from .base import Node, check_retry, retry_first
+from .checks import check_examples
 from .rows import rows_to_batch
 
 

@@ -40,7 +40,9 @@ import math
 from typing import Iterator
 
 from ..state import HeldExamples, copy_example
-from .base import Node, check_examples, check_int, check_rng, resolve_seed, rng_from_seed, rng_from_state, split_seed
+from .base import Node
+from .checks import check_examples, check_int, check_rng
+from .seeds import resolve_seed, rng_from_seed, rng_from_state, split_seed
 from .replay import check_input_provenance, reread_by_input, same_example
 
 STRATEGIES = ("first_exhausted", "all_exhausted", "all_exhausted_without_replacement")

@@ -47,7 +47,8 @@ from collections.abc import Mapping
 from typing import Any, Callable, Iterator
 
 from ..state import SNAPSHOT, ExampleList, copy_example
-from .base import Node, add_context, check_int
+from .base import Node, add_context
+from .checks import check_int
 from .calls import AsyncRunner, CallsAhead, is_async_function
 from .replay import MAX_INT, check_list
 from .rows import batch_to_rows, rows_read, rows_to_batch

@@ -31,7 +31,8 @@ import weakref
 from typing import Iterator
 
 from ..state import HeldExamples, copy_example, copy_state
-from .base import Node, check_examples
+from .base import Node
+from .checks import check_examples
 
 _OK, _END, _ERR = 0, 1, 2
 _LIVE: weakref.WeakSet = weakref.WeakSet()

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .base import Node, as_int, check_int
+from .base import Node
+from .checks import as_int, check_int
 
 
 class RepeatNode(Node):

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .base import Node, check_bool, check_int
+from .base import Node
+from .checks import check_bool, check_int
 from .slicing import SkipNode, TakeNode
 
 

@@ -48,8 +48,9 @@ from zlib import crc32
 
 from ..state import (CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList, PositionList, copy_example,
                      is_position, journaling, position_entry)
-from .base import (Node, add_context, as_int, check_bool, check_epoch, check_examples, check_int, check_rng,
-                   resolve_seed, rng_from_seed, rng_from_state, split_seed)
+from .base import Node, add_context
+from .checks import as_int, check_bool, check_epoch, check_examples, check_int, check_rng
+from .seeds import resolve_seed, rng_from_seed, rng_from_state, split_seed
 from .replay import DIGEST_MASK, buffer_digest, replay_buffer, require_replay_support, slot_hash
 from .worker_positions import buffer_entries, pass_input, reread_positions, rereadable, stop_deriving
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .base import Node, as_int, check_int
+from .base import Node
+from .checks import as_int, check_int
 
 
 def _check_count(name: str, n: int) -> int:

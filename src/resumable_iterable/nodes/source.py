@@ -29,7 +29,9 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
-from .base import Node, as_int, check_int, rng_from_seed
+from .base import Node
+from .checks import as_int, check_int
+from .seeds import rng_from_seed
 from .replay import MAX_INT, check_list
 from .rows import batch_to_rows, large_list_arrays
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .base import Node, check_int
+from .base import Node
+from .checks import check_int
 
 
 class StepNode(Node):

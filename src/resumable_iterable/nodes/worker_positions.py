@@ -47,7 +47,9 @@ import numpy as np
 
 from ..state import CHUNK, CHUNK_BITS, ExampleChunks, is_position, position_entry, prefers_positions
 from ..state_codec import TAG
-from .base import Node, add_context, check_examples, check_int, rng_from_state
+from .base import Node, add_context
+from .checks import check_examples, check_int
+from .seeds import rng_from_state
 from .replay import replay_buffer
 
 _END = object()
