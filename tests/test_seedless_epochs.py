@@ -60,7 +60,8 @@ def test_every_cut_of_the_first_epoch_resumes_the_later_epochs_too(name):
         head = [ex["id"] for ex in itertools.islice(it, cut)]  # (each build's epoch may have its own length)
         state = json.loads(json.dumps(ds.state_dict()))
         full = [head + [ex["id"] for ex in it]] + epochs(ds, 1, 3)
-        assert full[1] != full[2] or name == "interleave"  # the epochs differ (the interleave draws per pass)
+        if name in ("shuffle", "global_shuffle"):  # the epochs differ (checked where chance cannot make them agree)
+            assert full[1] != full[2]
         assert state["seeds"] and all(len(e) == 2 for e in state["seeds"])
         again = build()  # draws another seed
         again.load_state_dict(state)
