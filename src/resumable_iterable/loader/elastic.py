@@ -14,12 +14,15 @@ worker *i mod W′*); a new worker runs its segments one after another, and the 
 next epoch is a plain epoch with the new split. This holds for every composition of nodes.
 
 When there are fewer segments than new workers, some would idle. For simple pipelines - one
-source under per-example or batched ``map``/``filter`` (without ``with_indices``), column
-operations, ``shuffle`` (``buffer_state`` ``"examples"`` or ``"drop"``) and ``batch`` - a
-segment's **untouched shards** (after the shard it is reading, in its shard order) are known from
-the source state. They are carved off into new *fresh* segments (the same split pipeline started
-from scratch, reading only those shards), and the donor segment gets a ``stop`` position so it
-ends before them. Every example is still yielded exactly once.
+source under per-example ``map``/``filter`` (without ``with_indices``), column operations,
+``shuffle`` (``buffer_state`` ``"examples"`` or ``"drop"``) and ``batch`` (without
+``drop_last_batch``) - a segment's **untouched shards** (after the shard it is reading, in its
+shard order) are known from the source state. They are carved off into new *fresh* segments (the
+same split pipeline started from scratch, reading only those shards), and the donor segment gets
+a ``stop`` position so it ends before them. Every example is still yielded exactly once (a
+``batch`` at the cut may be short). A batched ``map``/``filter`` is never carved through: its
+outputs may depend on which rows share a batch (HF's ``group_texts`` concatenates a batch and
+drops its remainder), and a cut would change them.
 
 The plan format is in ``plan.py``, torchdata's loader state in ``loader_state.py``, and how a
 dataset picks the node tree it iterates (fresh, loaded, or a plan) in ``resume.py``.
@@ -193,8 +196,10 @@ def _carvable_shape(shape: dict) -> dict | None:
         kind = node.get("node")
         if kind not in _CARVABLE:
             return None
-        if kind in ("map", "filter") and node.get("with_indices"):
-            return None
+        if kind in ("map", "filter") and (node.get("with_indices") or node.get("batched")):
+            return None  # indices, or outputs that depend on which rows share a batch (HF's group_texts)
+        if kind == "batch" and node.get("drop_last_batch"):
+            return None  # the donor's last batch, cut short, would be dropped
         if kind == "shuffle" and node.get("buffer_state") not in ("examples", "drop"):
             return None
         node = kids[0]
