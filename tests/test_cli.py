@@ -130,6 +130,17 @@ def test_what_a_map_holds_is_reported(tmp_path, capsys):
     assert "held" not in report_of(capsys, tmp_path / "none.json")["states"][0]["tree"]
 
 
+def test_the_seeds_a_seedless_pipeline_drew_are_reported(tmp_path, capsys):
+    consume(ri.to_iterable_dataset(hf(), num_shards=4).shuffle(buffer_size=8), 3).save_state(tmp_path / "s.json")
+    consume(ri.to_iterable_dataset(hf(), num_shards=4).shuffle(seed=1, buffer_size=8), 3).save_state(tmp_path / "t.json")
+    assert report_of(capsys, tmp_path / "s.json")["states"][0]["drawn_seeds"] == 1
+    assert report_of(capsys, tmp_path / "t.json")["states"][0]["drawn_seeds"] == 0
+    code, out, _ = run(capsys, "inspect", str(tmp_path / "s.json"))
+    assert code == 0 and "1 seed(s) drawn when the pipeline was built without one" in out
+    code, out, _ = run(capsys, "inspect", str(tmp_path / "t.json"))
+    assert code == 0 and "seed(s) drawn" not in out
+
+
 def test_dropped_buffer_and_sources_of_unknown_length(tmp_path, capsys):
     def gen(shard):
         for i in range(30):

@@ -37,7 +37,8 @@ def analyse_state(path: str, env: dict) -> dict:
     _check_seeds(env, env["pipeline"], path, problems)
     return {"path": path, "label": label, "kind": "state", "version": env["version"],
             "fingerprint": env["fingerprint"], "epoch": env["epoch"], "split": split,
-            "worker_rng": env.get("rng") is not None, "tree": tree, "problems": problems}
+            "worker_rng": env.get("rng") is not None, "drawn_seeds": _drawn_seeds(env),
+            "tree": tree, "problems": problems}
 
 
 def analyse_plan(path: str, plan: dict) -> list[dict]:
@@ -77,6 +78,12 @@ def analyse_plan(path: str, plan: dict) -> list[dict]:
     if out:  # the plan's seeds (loading it would refuse a malformed entry)
         _check_seeds(plan, segments[0]["pipeline"], path, out[0]["problems"])
     return out
+
+
+def _drawn_seeds(doc: dict) -> int:
+    """How many seeds drawn at build time a state records (``"seeds"``; 0 when malformed)."""
+    seeds = doc.get("seeds")
+    return len(seeds) if isinstance(seeds, list) else 0
 
 
 def _check_seeds(doc: dict, shape: dict, path: str, problems: list[str]) -> None:
