@@ -65,7 +65,7 @@ import numpy as np
 
 from .base import Node
 from .checks import check_epoch, check_int
-from .seeds import resolve_seed
+from .seeds import DrawnSeed, resolve_seed
 from .permutation import IndexPermutation
 from .source import split_positions
 
@@ -252,12 +252,10 @@ class PermutedSource(Node):
 # ---------------------------------------------------------------------- the shuffle node
 
 
-class GlobalShuffleNode(Node):
+class GlobalShuffleNode(DrawnSeed, Node):
     """``shuffle(seed, buffer_size=None)``: see the module docstring."""
 
     kind = "global_shuffle"
-    #: the seed was drawn at random when the node was built (no seed given): see ``drawn_seed_problem``
-    seed_drawn = False
 
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
         return True
@@ -297,13 +295,9 @@ class GlobalShuffleNode(Node):
         # each rank reads its positions of the permutation: all ranks must draw the same one
         return "shuffle(buffer_size=None) without a seed" if self.seed_drawn else None
 
-    def drawn_seed(self) -> int | None:
-        return self.seed if self.seed_drawn else None
-
     def adopt_seed(self, seed: int) -> None:
-        self.seed = seed
-        self._state_dict.update(self._own_state())
-        self._push_key()
+        super().adopt_seed(seed)
+        self._push_key()  # the permutation the reader below draws
 
     def _own_state(self) -> dict:
         return {"seed": self.seed, "epoch": self.epoch}

@@ -42,17 +42,15 @@ from typing import Iterator
 from ..state import HeldExamples, copy_example
 from .base import Node
 from .checks import check_examples, check_int, check_rng
-from .seeds import resolve_seed, rng_from_seed, rng_from_state, split_seed
+from .seeds import DrawnSeed, resolve_seed, rng_from_seed, rng_from_state, split_seed
 from .replay import check_input_provenance, reread_by_input, same_example
 
 STRATEGIES = ("first_exhausted", "all_exhausted", "all_exhausted_without_replacement")
 BLOCK = 1000
 
 
-class InterleaveNode(Node):
+class InterleaveNode(DrawnSeed, Node):
     kind = "interleave"
-    #: the seed was drawn at random when the node was built (no seed given): see ``drawn_seed_problem``
-    seed_drawn = False
 
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
         return True
@@ -85,13 +83,6 @@ class InterleaveNode(Node):
 
     def drawn_seed_problem(self, by_examples: bool) -> str | None:
         return "interleave_datasets(probabilities=...) without a seed" if by_examples and self.seed_drawn else None
-
-    def drawn_seed(self) -> int | None:
-        return self.seed if self.seed_drawn else None
-
-    def adopt_seed(self, seed: int) -> None:
-        self.seed = seed
-        self._state_dict.update(self._own_state())
 
     def _own_state(self) -> dict:
         n = len(self.children)

@@ -8,6 +8,24 @@ import numpy as np
 from .checks import as_int
 
 
+class DrawnSeed:
+    """For a node kind that draws from ``self.seed``, which it drew at random when built without
+    one (``seed_drawn``): the node capabilities ``drawn_seed`` and ``adopt_seed`` (see ``Node``).
+    Listed before ``Node`` among the kind's bases."""
+
+    seed: int
+    #: the seed was drawn at random when the node was built (no seed given): see also the kind's
+    #: ``drawn_seed_problem``
+    seed_drawn = False
+
+    def drawn_seed(self) -> int | None:
+        return self.seed if self.seed_drawn else None
+
+    def adopt_seed(self, seed: int) -> None:
+        self.seed = seed
+        self._state_dict.update(self._own_state())  # type: ignore[attr-defined]
+
+
 def resolve_seed(seed: int | None) -> int:
     """``seed`` (any integer type) as a plain ``int`` checked to be in [0, 2**64), or a fresh
     random one when it is ``None`` (a state records the seed it was drawn with, so a resume does

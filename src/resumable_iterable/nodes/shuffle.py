@@ -50,7 +50,7 @@ from ..state import (CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleLis
                      is_position, journaling, position_entry)
 from .base import Node, add_context
 from .checks import as_int, check_bool, check_epoch, check_examples, check_int, check_rng
-from .seeds import resolve_seed, rng_from_seed, rng_from_state, split_seed
+from .seeds import DrawnSeed, resolve_seed, rng_from_seed, rng_from_state, split_seed
 from .replay import DIGEST_MASK, buffer_digest, replay_buffer, require_replay_support, slot_hash
 from .worker_positions import buffer_entries, pass_input, reread_positions, rereadable, stop_deriving
 
@@ -75,10 +75,8 @@ def _note_decoding_error(e: Exception, how: str) -> None:
                    "a state taken now decodes it again first")
 
 
-class ShuffleNode(Node):
+class ShuffleNode(DrawnSeed, Node):
     kind = "shuffle"
-    #: the seed was drawn at random when the node was built (no seed given): see ``drawn_seed_problem``
-    seed_drawn = False
 
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
         return True
@@ -139,13 +137,6 @@ class ShuffleNode(Node):
 
     def drawn_seed_problem(self, by_examples: bool) -> str | None:
         return "shuffle() without a seed" if by_examples and self.seed_drawn else None
-
-    def drawn_seed(self) -> int | None:
-        return self.seed if self.seed_drawn else None
-
-    def adopt_seed(self, seed: int) -> None:
-        self.seed = seed
-        self._state_dict.update(self._own_state())
 
     def examples_held_by_value(self) -> int:
         buf = self._state_dict["buffer"]
