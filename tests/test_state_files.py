@@ -242,6 +242,37 @@ def test_save_is_atomic_and_encodes_before_writing(tmp_path, monkeypatch):
     assert path.read_bytes() == before and os.listdir(tmp_path) == ["s.ri"]  # no temporary file left
 
 
+def test_two_threads_saving_to_one_path_each_write_whole_files(tmp_path):
+    """Each save_state writes its own temporary file: two threads of one process saving to the same
+    path at once both succeed and leave one of the two states whole (a temporary file named after
+    the process alone was shared: the later rename failed with FileNotFoundError, and the file
+    renamed into place could mix both states, replacing the good file with a damaged one)."""
+    import threading
+
+    path = tmp_path / "s.ri"
+    errors: list[BaseException] = []
+    for _ in range(6):
+        barrier = threading.Barrier(2)
+
+        def save(tag):
+            state = {"format": "demo", "tag": tag, "a": np.full(1_000_000 if tag else 100_000, tag, np.float32)}
+            barrier.wait()
+            try:
+                ri.save_state(state, path)
+            except BaseException as e:  # noqa: BLE001 - recorded, asserted below
+                errors.append(e)
+
+        threads = [threading.Thread(target=save, args=(t,)) for t in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        back = ri.load_state(path)
+        assert (back["a"] == back["tag"]).all()
+        assert os.listdir(tmp_path) == ["s.ri"]
+
+
 def test_digest_of_a_written_file(tmp_path):
     for state in ({"format": "demo", "a": big()}, {"format": "demo", "a": 1}):
         enc = sf.encode_state(state)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import struct
 from typing import Any, Callable
 
@@ -241,9 +242,13 @@ def encode_state(state: Any) -> EncodedState:
 
 def _write_chunks(path: str | os.PathLike, chunks: list) -> None:
     path = os.fspath(path)
-    tmp = f"{path}.tmp{os.getpid()}"
+    # a name of its own for every write (not just every process), created exclusively: two threads
+    # saving to one path at once must not write into the same temporary file (the file renamed
+    # into place could mix both states, and the later rename fails)
+    tmp = f"{path}.tmp{os.getpid()}.{secrets.token_hex(4)}"
+    f = open(tmp, "xb")
     try:
-        with open(tmp, "wb") as f:
+        with f:
             for c in chunks:
                 f.write(c)
             f.flush()
