@@ -187,6 +187,20 @@ def test_dataloader_state_with_workers(tmp_path, capsys):
     assert "2 worker(s), 7 batches yielded - next batch from worker 1" in out and "[worker 1]" in out
 
 
+def test_a_single_process_loader_state_in_a_trainer_checkpoint_is_labelled_dataset(tmp_path, capsys):
+    """With dataloader_num_workers=0 the Trainer's data state holds the loader's ``dataset_state``
+    one level down: it is labelled ``dataset`` as at the top of a loader state (it was labelled with
+    its whole path, which the line then repeated)."""
+    ds = consume(ri.to_iterable_dataset(hf(), num_shards=4), 6)
+    doc = {"format": "resumable_iterable.trainer", "version": 1, "global_step": 3, "process_index": 0,
+           "num_processes": 1, "loader": "StatefulDataLoader",
+           "loader_state": {"_num_yielded": 3, "dataset_state": ds.state_dict()}}
+    ri.save_state(doc, tmp_path / "trainer.json")
+    code, out, _ = run(capsys, "inspect", str(tmp_path / "trainer.json"))
+    assert code == 0 and "single process, 3 batches yielded" in out
+    assert "[dataset] at /loader_state/dataset_state  epoch 0" in out
+
+
 def test_console_entry_point_in_a_subprocess(tmp_path):
     consume(ri.to_iterable_dataset(hf(), num_shards=2), 5).save_state(tmp_path / "s.json")
     out = subprocess.run([sys.executable, "-m", "resumable_iterable.cli", "inspect", str(tmp_path / "s.json"), "--json"],

@@ -48,8 +48,8 @@ def label_for(path: str) -> str:
         m = re.fullmatch(r"(worker|rank|process)[_ -]?(\d+)", p)
         if m:
             return f"{m.group(1)} {m.group(2)}"
-    if parts and parts[-1] in (DATASET_STATE, "state") and len(parts) == 1:
-        return "dataset"
+    if parts and (parts[-1] == DATASET_STATE or (parts[-1] == "state" and len(parts) == 1)):
+        return "dataset"  # also a loader state inside another document (a Trainer checkpoint's)
     if len(parts) >= 1 and parts[0].isdigit() and len(parts) == 1:
         return f"item {parts[0]}"
     return "pipeline" if not parts else path
