@@ -316,6 +316,35 @@ def test_rank_states_and_elastic_plans(tmp_path, capsys):
     assert "(saved by rank 0 of 2)" in out and "fresh segment: reads shard(s)" in out
 
 
+def test_a_running_carved_segment_shows_the_shards_before_it_as_handed_off(tmp_path, capsys):
+    """Elastic resume carves the shards a saved rank had not touched into a fresh segment of another
+    rank. Once that rank reads, its state starts at the cut: the shards before it are the donor's
+    (handed off), not shards it read - they were shown as done and counted in its rows read."""
+    def build():
+        return ri.to_iterable_dataset(hf(), num_shards=4).shuffle(seed=1, buffer_size=8)
+
+    states = [consume(ri.split_dataset_by_node(build(), rank=r, world_size=2), 10 + r).state_dict()
+              for r in range(2)]
+    plans = ri.redistribute_states(states, world_size=3)
+    running = []
+    for rank, plan in enumerate(plans):
+        ds = ri.split_dataset_by_node(build(), rank=rank, world_size=3)
+        ds.load_state_dict(plan)
+        running.append(consume(ds, 5).state_dict())
+    ri.save_state(running, tmp_path / "running.json")
+    rep = report_of(capsys, tmp_path / "running.json")
+    sources = {s["label"].split(":")[0]: s["tree"]["children"][0]["source"] for s in rep["states"]}
+    carved = sources["rank 1 of 3"]  # the fresh segment of saved rank 0's untouched shards, now reading
+    donor = sources["rank 0 of 3"]
+    assert [sh["status"] for sh in carved["shards"]] == ["handed off", "reading"]
+    assert [sh["status"] for sh in donor["shards"]] == ["reading", "handed off"]
+    assert carved["rows_read"] == 5 + 8 and carved["rows_total"] == 50 and carved["done"] == 0
+    assert donor["rows_read"] == 10 + 5 + 8 and donor["rows_total"] == 50
+    # each shard of saved rank 0 is owned by exactly one of the two segments
+    owned = [sh["shard"] for src in (carved, donor) for sh in src["shards"] if sh["status"] != "handed off"]
+    assert sorted(owned) == sorted(sh["shard"] for sh in donor["shards"])
+
+
 def test_console_script_entry_point_resolves(capsys):
     """``setup.cfg``'s ``resumable-iterable = module:function`` names the ``main`` of the ``cli`` package."""
     import configparser

@@ -8,6 +8,7 @@ The report is plain JSON-able data: ``render.py`` draws it, ``--json`` prints it
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..loader.plan import check_plan_envelope
@@ -15,7 +16,7 @@ from ..loader.resume import check_seeds, shape_nodes
 from ..state import FORMAT, PLAN_FORMAT, TRAINER_FORMAT, check_envelope, fingerprint, inline_buffers
 from .checks import check_node, check_start
 from .document import InspectError, find_states, label_for, loader_positions, read_document, split_label
-from .tree import analyse_node, leaf_of, source_order
+from .tree import analyse_node, leaf_of, leaf_state, source_order
 
 
 def analyse_state(path: str, env: dict) -> dict:
@@ -41,9 +42,45 @@ def analyse_state(path: str, env: dict) -> dict:
             "tree": tree, "problems": problems}
 
 
-def analyse_plan(path: str, plan: dict) -> list[dict]:
+def _segment_ranges(found: list) -> dict:
+    """For every segment of the elastic plans in a document, keyed by its path: ``(saved, pos, stop)``
+    with ``saved`` what identifies the saved process the segment comes from, ``pos`` the shard
+    position it reads (or starts at, for a fresh one) and ``stop`` where it ends (``None``: the end).
+    Malformed segments are left out (their report says what is wrong)."""
+    out = {}
+    for path, kind, plan in found:
+        if kind != "plan" or not isinstance(plan.get("segments"), list):
+            continue
+        for i, seg in enumerate(plan["segments"]):
+            if not isinstance(seg, dict):
+                continue
+            where = seg.get("start") if seg.get("state") is None else leaf_state(seg.get("state"))
+            if isinstance(where, dict) and type(where.get("shard_pos")) is int:
+                saved = (seg.get("fingerprint"), json.dumps(seg.get("split"), sort_keys=True, default=str),
+                         plan.get("epoch"))
+                stop = where.get("stop")
+                out[f"{path}/segments/{i}"] = (saved, where["shard_pos"], stop if type(stop) is int else None)
+    return out
+
+
+def _segment_first(ranges: dict, where: str) -> int:
+    """The first shard position that the running segment at ``where`` owns. Elastic resume carves the
+    shards a segment had not touched into a new segment, which ends the first one there (``stop``),
+    so the segments of one saved process own consecutive ranges of its shard order: the positions
+    before this segment's are those of the siblings that stop at or before where it reads. Its own
+    state does not tell them from shards it finished (they were shown as read by it)."""
+    if where not in ranges:
+        return 0
+    saved, pos, _ = ranges[where]
+    stops = [stop for other, (s, _, stop) in ranges.items()
+             if other != where and s == saved and stop is not None and stop <= pos]
+    return max(stops, default=0)
+
+
+def analyse_plan(path: str, plan: dict, ranges: dict | None = None) -> list[dict]:
     """One report entry per segment of the elastic plan found at ``path``: a node tree for a segment
-    that carries a state, the shards it will read from their beginning for a fresh one."""
+    that carries a state, the shards it will read from their beginning for a fresh one (``ranges``:
+    what :func:`_segment_ranges` found in the whole document, to tell the shards of other segments)."""
     try:
         check_plan_envelope(plan, f"elastic plan at {path}")
     except (TypeError, ValueError) as e:
@@ -62,7 +99,8 @@ def analyse_plan(path: str, plan: dict) -> list[dict]:
                  "split": split_label(seg.get("split"))}
         entry["problems"] = problems = []
         if isinstance(seg.get("state"), dict):
-            entry["tree"] = analyse_node(seg["pipeline"], seg["state"], f"{where}:state")
+            entry["tree"] = analyse_node(seg["pipeline"], seg["state"], f"{where}:state",
+                                         _segment_first(ranges or {}, where))
             check_node(seg["pipeline"], seg["state"], f"{where}:state", problems)
         else:
             start = seg.get("start")
@@ -101,8 +139,9 @@ def inspect_document(doc: Any, name: str = "state") -> dict:
     if not found:
         raise InspectError(f"{name}: no resumable_iterable state found in it")
     states: list[dict] = []
+    ranges = _segment_ranges(found)
     for path, kind, obj in found:
-        states.extend(analyse_plan(path, obj) if kind == "plan" else [analyse_state(path, obj)])
+        states.extend(analyse_plan(path, obj, ranges) if kind == "plan" else [analyse_state(path, obj)])
     top = doc.get("format") if isinstance(doc, dict) else None
     kind = {FORMAT: "pipeline state", PLAN_FORMAT: "elastic-resume plan",
             TRAINER_FORMAT: "Trainer checkpoint data state"}.get(top, "document holding pipeline states")

@@ -47,14 +47,23 @@ def leaf_of(shape: dict) -> tuple[dict, bool | None]:
     return shape, shuffled
 
 
+def leaf_state(state: Any) -> Any:
+    """The state of the source at the bottom of a single-input chain of node states."""
+    while isinstance(state, dict) and isinstance(state.get("children"), list) and len(state["children"]) == 1:
+        state = state["children"][0]
+    return state
+
+
 def buffer_fill(buffer: list, buffer_state: str) -> int:
     """Examples held by a saved shuffle buffer (``buffer_state="examples"`` saves them in chunks)."""
     chunked = buffer_state == "examples" and all(isinstance(c, list) for c in buffer)
     return sum(len(c) for c in buffer) if chunked else len(buffer)
 
 
-def source_progress(params: dict, state: dict) -> dict:
-    """Per-shard status (done / reading / pending / handed off) and rows read of a source state."""
+def source_progress(params: dict, state: dict, first: int = 0) -> dict:
+    """Per-shard status (done / reading / pending / handed off) and rows read of a source state.
+    The shard positions before ``first`` and from ``stop`` on belong to other segments of an
+    elastic plan (handed off)."""
     kind = params.get("node", "source")
     order = source_order(params, state)
     pos, offset = state["shard_pos"], state["offset"]
@@ -62,7 +71,7 @@ def source_progress(params: dict, state: dict) -> dict:
     shards = []
     for i, sid in enumerate(order):
         rows = shard_rows(params, kind, sid)
-        if stop is not None and i >= stop:
+        if (stop is not None and i >= stop) or i < first:
             status, read = "handed off", None
         elif i < pos:
             status, read = "done", rows
@@ -96,8 +105,9 @@ def _summary_fields(state: dict) -> dict:
     return out
 
 
-def analyse_node(shape: dict, state: dict, where: str) -> dict:
-    """The report of a node state and, recursively, of its children's states."""
+def analyse_node(shape: dict, state: dict, where: str, first: int = 0) -> dict:
+    """The report of a node state and, recursively, of its children's states (``first``: the first
+    shard position an elastic-plan segment owns, see :func:`source_progress`)."""
     if not isinstance(shape, dict) or not isinstance(state, dict):
         raise InspectError(f"{where}: a pipeline node must be an object")
     kind = shape.get("node")
@@ -108,7 +118,7 @@ def analyse_node(shape: dict, state: dict, where: str) -> dict:
     report: dict = {"node": kind, "params": params, "state": _summary_fields(state)}
     if SOURCE_FIELDS <= set(state) and "children" not in state:
         try:
-            report["source"] = source_progress(shape, state)
+            report["source"] = source_progress(shape, state, first)
         except (TypeError, ValueError, IndexError, KeyError) as e:
             raise InspectError(f"{where} ({kind}): malformed source state: {e}") from None
     if kind == "shuffle" and "buffer" in state:
@@ -142,6 +152,6 @@ def analyse_node(shape: dict, state: dict, where: str) -> dict:
     kids_shape, kids_state = shape.get("children", []), state.get("children", [])
     if len(kids_shape) != len(kids_state):
         raise InspectError(f"{where} ({kind}): {len(kids_state)} child states for {len(kids_shape)} inputs")
-    report["children"] = [analyse_node(s, t, f"{where}/{kind}[{i}]")
+    report["children"] = [analyse_node(s, t, f"{where}/{kind}[{i}]", first)
                           for i, (s, t) in enumerate(zip(kids_shape, kids_state))]
     return report
