@@ -161,12 +161,23 @@ def test_checkpoint_outside_output_dir(tmp_path, uninterrupted):
 
 
 def test_damaged_or_foreign_state_file_is_refused(tmp_path):
+    """The refusal says why the file found is not the checkpoint's: a damaged file was said to
+    belong to another checkpoint."""
     out, ckpt, _ = run_interrupted(tmp_path, 0, 6)
     path = ckpt / STATE_FILE
-    path.write_text(path.read_text().replace('"global_step": 6', '"global_step": 7'))
-    c, _ = make_trainer(out, 0)
-    with pytest.raises(FileNotFoundError, match="belongs to another checkpoint"):
-        c.train(resume_from_checkpoint=str(ckpt))
+    good = path.read_bytes()
+    foreign = ri.load_state(path)
+    foreign["global_step"] = 7
+    ri.save_state(foreign, tmp_path / "foreign.json")
+    cases = [(good.replace(b'"global_step": 6', b'"global_step": 7'), "damaged: state checksum does not match"),
+             (good[: len(good) // 2], r"damaged: state is not valid JSON \(truncated"),
+             ((tmp_path / "foreign.json").read_bytes(), "written at step 7: it belongs to another checkpoint")]
+    for data, why in cases:
+        path.write_bytes(data)
+        c, _ = make_trainer(out, 0, resume_from_checkpoint=str(ckpt))  # also where output_dir says: looked at once
+        with pytest.raises(FileNotFoundError, match=why) as e:
+            c.train(resume_from_checkpoint=str(ckpt))
+        assert str(e.value).count(STATE_FILE) == 1
 
 
 def test_another_pipeline_is_refused(tmp_path):

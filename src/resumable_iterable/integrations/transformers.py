@@ -355,6 +355,8 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         if isinstance(hint, str) and hint:
             out.append(hint)
         out.append(os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"))
+        if len(out) == 2 and os.path.normpath(out[0]) == os.path.normpath(out[1]):
+            del out[1]  # the same folder: looked at once
         return out
 
     def _expected_digest(self, state) -> str | None:
@@ -390,7 +392,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             except ValueError:
                 digest = None  # damaged: load_state below says how, if the digest is not checked
             if expected is not None and digest != expected:
-                looked.append(f"{path} (belongs to another checkpoint)")
+                looked.append(f"{path} ({_mismatch(path, state.global_step)})")
                 continue
             found = path
             break
@@ -449,6 +451,19 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         if ITERATOR_FINISHED in loader_state:
             remapped.setdefault(ITERATOR_FINISHED, loader_state[ITERATOR_FINISHED])
         return remapped
+
+
+def _mismatch(path: str, step: int) -> str:
+    """Why the data-state file at ``path``, whose digest is not the one ``trainer_state.json``
+    records for the checkpoint of ``step``, is not that checkpoint's: damaged, or another's."""
+    try:
+        payload = load_state(path)
+    except ValueError as e:
+        return "damaged: " + str(e).removeprefix(f"cannot load state file {path!r}: ")
+    saved = payload.get("global_step") if isinstance(payload, dict) else None
+    if type(saved) is int and saved != step:
+        return f"written at step {saved}: it belongs to another checkpoint"
+    return "not the file trainer_state.json records: another run's, or edited"
 
 
 def _shift_epochs(loader: Any, first_epoch: int) -> None:
