@@ -146,6 +146,61 @@ def test_resume_twice_with_resume_true(tmp_path, uninterrupted):
     assert head + model_c.seen + model_d.seen == full
 
 
+class CrashOnSaveBefore(transformers.TrainerCallback):
+    """A callback that runs before ours and dies in ``on_save`` of step ``at``: as a process killed
+    after the Trainer wrote a checkpoint and deleted the older ones, before ``on_save`` ran."""
+
+    def __init__(self, at: int):
+        self.at = at
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.global_step == self.at:
+            raise Crash()
+
+
+def test_the_data_state_is_written_before_older_checkpoints_are_deleted(tmp_path, uninterrupted):
+    """With save_total_limit=1 the Trainer deletes the previous checkpoint before ``on_save``; the data
+    state, written in ``on_save``, was missing from the only checkpoint left when the process died in
+    between (FileNotFoundError on resume). It is written before trainer_state.json now."""
+    full = uninterrupted(0)
+    out = tmp_path / "run"
+    b, model_b = make_trainer(out, 0, save_steps=3, save_total_limit=1)
+    b.callback_handler.callbacks.insert(0, CrashOnSaveBefore(6))
+    with pytest.raises(Crash):
+        b.train()
+    del b
+    gc.collect()
+    assert sorted(os.listdir(out)) == ["checkpoint-6"] and (out / "checkpoint-6" / STATE_FILE).is_file()
+    c, model_c = make_trainer(out, 0, save_steps=3, save_total_limit=1)
+    c.train(resume_from_checkpoint=True)
+    assert model_b.seen[: 6 * BATCH] + model_c.seen == full
+
+
+def test_the_same_trainer_resumed_after_a_step_raised_keeps_the_checkpoint(tmp_path, uninterrupted):
+    """A step raises right after the checkpoint of step 6 (the loader has yielded the next batch);
+    train(resume_from_checkpoint=...) on the same Trainer object asks the callback for its state
+    when it starts, while the callback still sees the old loader: that must not rewrite the
+    checkpoint's data state (the digest in trainer_state.json would no longer match it)."""
+    full = uninterrupted(0)
+    out = tmp_path / "run"
+    t, model = make_trainer(out, 0, save_steps=6)
+    forward = model.forward
+
+    def failing_once(*a, **k):
+        if len(model.seen) == 6 * BATCH and not getattr(model, "failed", False):
+            model.failed = True
+            raise Crash()
+        return forward(*a, **k)
+
+    model.forward = failing_once
+    with pytest.raises(Crash):
+        t.train()
+    before = (out / "checkpoint-6" / STATE_FILE).read_bytes()
+    t.train(resume_from_checkpoint=str(out / "checkpoint-6"))
+    assert model.seen == full
+    assert (out / "checkpoint-6" / STATE_FILE).read_bytes() == before
+
+
 def test_checkpoint_outside_output_dir(tmp_path, uninterrupted):
     full = uninterrupted(0)
     out, ckpt, head = run_interrupted(tmp_path, 0, 6)

@@ -32,8 +32,10 @@ How a checkpoint is matched with its data state: the callback is an ``Exportable
 Trainer stores the SHA-256 of the data-state file (of its JSON document, for a binary state file:
 see ``state_files.state_file_digest``) in ``trainer_state.json``. The state is encoded as soon as
 the Trainer decides to save (``on_step_end`` / ``on_epoch_end``), before it writes any file of the
-checkpoint: a state that cannot be saved stops training there with a clear error, and the file is
-written atomically in ``on_save``. On resume the
+checkpoint: a state that cannot be saved stops training there with a clear error. The file is
+written atomically when the Trainer asks for that digest (``state()``), just before it writes
+``trainer_state.json`` and deletes older checkpoints (in ``on_save`` on processes other than the
+main one). On resume the
 callback looks for the file in ``args.resume_from_checkpoint`` (when set) and in
 ``<output_dir>/checkpoint-<global_step>``, and only accepts the file with that digest.
 
@@ -67,6 +69,8 @@ STATE_FILE = "resumable_iterable_state.json"
 #: ``format`` entry of that file
 FORMAT = TRAINER_FORMAT
 VERSION = 1
+#: the Trainer's own state file in a checkpoint folder (written after the data state)
+TRAINER_STATE_FILE = "trainer_state.json"
 
 
 def find_envelopes(obj: Any) -> Iterator[tuple[str, dict]]:
@@ -186,6 +190,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         self._trainer_state: Any = None
         self._args: Any = None
         self._pending: tuple[int, EncodedState] | None = None  # (global_step, encoded file) captured for a checkpoint
+        self._written: int | None = None  # the global step whose data state state() wrote
         self._resumed_at: int | None = None  # the global step restored, until the first epoch after it ends
 
     # ------------------------------------------------------------------ setting up
@@ -228,14 +233,26 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
     def state(self) -> dict:
         """What the Trainer stores in ``trainer_state.json``: the digest of this checkpoint's data state.
 
-        The Trainer calls this while it writes a checkpoint, before ``on_save``: the loader state
-        is captured here and written to the checkpoint folder by :meth:`on_save`.
+        The Trainer calls this while it writes a checkpoint: after the model, optimizer and RNG
+        files, before ``trainer_state.json`` and before it deletes older checkpoints
+        (``save_total_limit``), all of which come before ``on_save``. The data state is written to
+        the checkpoint folder here, so that a checkpoint whose ``trainer_state.json`` exists has it:
+        a process that died after the rotation but before ``on_save`` left the only checkpoint
+        kept without its data state. :meth:`on_save` writes it where this was not called.
         """
         if self._loader is not None and self._trainer_state is not None:
             step = self._trainer_state.global_step
             if self._pending is None or self._pending[0] != step:
                 self._pending = (step, self._capture(step, self._args.process_index, self._args.world_size))
             self.data_state_sha256 = self._pending[1].digest
+            folder = self._folder(self._args, step)
+            # Only into a checkpoint being written: its folder exists (not under a hyperparameter
+            # search: on_save says so) and its trainer_state.json does not yet. The Trainer also
+            # asks when a new train() starts, and after a train() that raised the callback still
+            # sees the old loader, which may have read past the checkpoint of this step.
+            if os.path.isdir(folder) and not os.path.exists(os.path.join(folder, TRAINER_STATE_FILE)):
+                self._pending[1].write(os.path.join(folder, self.file_name(self._args.process_index)))
+                self._written = step
         return {"args": {"filename": self.filename}, "attributes": {"data_state_sha256": self.data_state_sha256}}
 
     # ------------------------------------------------------------------ Trainer events
@@ -271,6 +288,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         self._trainer_state = state
         self._args = args
         self._pending = None
+        self._written = None
         name = type(self).__name__
         self._resumed_at = None
         if state.global_step > 0:
@@ -309,7 +327,10 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
     def on_save(self, args, state, control, **kwargs):
         if self._loader is None:
             return
-        folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        if self._written == state.global_step:  # by state(), before trainer_state.json
+            self._pending = None
+            return
+        folder = self._folder(args, state.global_step)
         if not os.path.isdir(folder):
             raise RuntimeError(
                 f"ResumableDataCallback: the checkpoint folder {folder!r} does not exist; the data state cannot "
@@ -335,6 +356,11 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         self._pending = None
 
     # ------------------------------------------------------------------ internals
+    @staticmethod
+    def _folder(args: Any, step: int) -> str:
+        """The folder of the checkpoint of ``step``."""
+        return os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}")
+
     def _capture(self, global_step: int, process: int, processes: int) -> EncodedState:
         """The loader's state, fully encoded (nothing written yet); raises if it cannot be saved."""
         base = _base_loader(self._loader)
@@ -354,7 +380,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         hint = getattr(args, "resume_from_checkpoint", None)
         if isinstance(hint, str) and hint:
             out.append(hint)
-        out.append(os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"))
+        out.append(self._folder(args, state.global_step))
         if len(out) == 2 and os.path.normpath(out[0]) == os.path.normpath(out[1]):
             del out[1]  # the same folder: looked at once
         return out
