@@ -46,6 +46,24 @@ def test_unknown_version_and_format():
         build().load_state_dict([1, 2])
 
 
+def test_a_document_holding_states_says_what_it_is():
+    """A DataLoader's or Trainer's state, or a list of per-rank states, given to the dataset: the
+    error says what the document holds and where it loads (it said only that the format is None)."""
+    state = saved_state()
+    loader_state = {"_snapshot": {"_worker_snapshots": {"worker_0": {"dataset_state": state}}}}
+    with pytest.raises(ValueError, match=r"not a resumable_iterable state .*: it is a document holding 1 pipeline "
+                                         r"state\(s\) \(at /_snapshot/_worker_snapshots/worker_0/dataset_state\).*"
+                                         r"loader.load_state_dict"):
+        build().load_state_dict(loader_state)
+    trainer = {"format": "resumable_iterable.trainer", "loader_state": {"dataset_state": state, "_num_yielded": 1}}
+    with pytest.raises(ValueError, match="ResumableDataCallback"):
+        build().load_state_dict(trainer)
+    with pytest.raises(TypeError, match=r"a list holding 2 pipeline state\(s\) \(at /0, /1\), one per rank"):
+        build().load_state_dict([state, state])
+    with pytest.raises(ValueError, match=r"expected 'resumable_iterable.state'\)$"):
+        build().load_state_dict({"epoch": 0})  # nothing inside: nothing more to say
+
+
 def _edit(state, path, value):
     s = copy.deepcopy(state)
     d = s["state"]

@@ -164,14 +164,33 @@ from .state_files import dumps_state, load_state, loads_state, save_state, write
 MAX_EPOCH = 2**63 - 1
 
 
+def _inside(doc: Any) -> str:
+    """What a document given in place of a pipeline state holds, when it holds pipeline states
+    (a list of per-rank states, a DataLoader's or a Trainer checkpoint's state): the end of the
+    message that refuses it."""
+    try:
+        found = [path for path, _ in find_documents(doc, (FORMAT, PLAN_FORMAT))]
+    except RecursionError:
+        return ""
+    if not found:
+        return ""
+    where = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+    if isinstance(doc, (list, tuple)):
+        return (f": it is a list holding {len(found)} pipeline state(s) (at {where}), one per rank as "
+                "save_state writes them: load the one of this rank, or redistribute_states for another world size")
+    return (f": it is a document holding {len(found)} pipeline state(s) (at {where}) - a DataLoader's state "
+            "loads into the DataLoader (loader.load_state_dict), a Trainer checkpoint's through "
+            "ResumableDataCallback")
+
+
 def check_envelope(state: Any) -> None:
     """Validate the envelope of a state (not its node payload)."""
     if not isinstance(state, dict):
-        raise TypeError(f"a state must be a dict, got {type(state).__name__}")
+        raise TypeError(f"a state must be a dict, got {type(state).__name__}{_inside(state)}")
     if type(state.get("format")) is not str or state.get("format") != FORMAT:
         raise ValueError(
             f"not a resumable_iterable state (format is {state.get('format')!r}, expected {FORMAT!r})"
-        )
+            + _inside(state))
     version = state.get("version")
     if type(version) is not int or version != VERSION:  # 1.0 and True compare equal to 1
         older = (" (version 1 states were written by resumable_iterable 0.1, whose node states had other fields;"
