@@ -201,9 +201,10 @@ def test_a_single_process_loader_state_in_a_trainer_checkpoint_is_labelled_datas
     assert "[dataset] at /loader_state/dataset_state  epoch 0" in out
 
 
-def test_console_entry_point_in_a_subprocess(tmp_path):
+@pytest.mark.parametrize("module", ["resumable_iterable.cli", "resumable_iterable"])
+def test_console_entry_point_in_a_subprocess(tmp_path, module):
     consume(ri.to_iterable_dataset(hf(), num_shards=2), 5).save_state(tmp_path / "s.json")
-    out = subprocess.run([sys.executable, "-m", "resumable_iterable.cli", "inspect", str(tmp_path / "s.json"), "--json"],
+    out = subprocess.run([sys.executable, "-m", module, "inspect", str(tmp_path / "s.json"), "--json"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["states"][0]["tree"]["source"]["rows_read"] == 5

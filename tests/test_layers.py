@@ -26,7 +26,7 @@ LAYERS = [
     ("combine", ["combine"]),
     ("integrations", ["integrations", "integrations."]),
     ("cli", ["cli", "cli."]),
-    ("package", [""]),  # resumable_iterable/__init__.py: ties the layers together
+    ("package", ["", "__main__"]),  # resumable_iterable/__init__.py: ties the layers together; python -m
 ]
 
 

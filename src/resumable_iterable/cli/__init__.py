@@ -16,7 +16,7 @@ exit status 1. A state that can be shown but that ``load_state_dict`` would refu
 its pipeline shape tells: see ``checks.py``) is shown, then each problem gets one line on
 stderr (and an entry of ``"problems"`` in the JSON report), and the exit status is 1.
 
-Run as ``resumable-iterable inspect ...`` or ``python -m resumable_iterable.cli inspect ...``.
+Run as ``resumable-iterable inspect ...`` or ``python -m resumable_iterable inspect ...`` (or ``.cli``).
 
 This module is the command line (arguments, exit status, error lines); the work is in
 ``document.py`` (reading the file, finding its states), ``tree.py`` (what a node tree says),
