@@ -377,20 +377,27 @@ def save_state(state: Any, path: str | os.PathLike) -> None:
     encode_state(state).write(path)
 
 
+def read_state_file(path: str | os.PathLike) -> Any:
+    """:func:`load_state` without naming the file in its errors (for callers that name it their
+    way). A binary state file's blobs are read one by one into their arrays: the file is never
+    held in memory whole."""
+    with open(path, "rb") as f:
+        head = f.read(len(MAGIC))
+        if head == MAGIC:
+            return _load_binary_file(f, os.fstat(f.fileno()).st_size)
+        data = head + f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"it is neither a binary state file nor UTF-8 JSON (not UTF-8: {e})") from None
+    return _loads_text(text)
+
+
 def load_state(path: str | os.PathLike) -> Any:
     """Read a state written by :func:`save_state` (JSON text or a binary state file)."""
     p = os.fspath(path)
     try:
-        with open(p, "rb") as f:
-            head = f.read(len(MAGIC))
-            if head == MAGIC:
-                return _load_binary_file(f, os.fstat(f.fileno()).st_size)
-            data = head + f.read()
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(f"it is neither a binary state file nor UTF-8 JSON (not UTF-8: {e})") from None
-        return _loads_text(text)
+        return read_state_file(p)
     except ValueError as e:
         raise ValueError(f"cannot load state file {p!r}: {e}") from None
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from ..loader.loader_state import (DATASET_STATE, FETCHER_STATE, ITERATOR_FINISHED, LAST_YIELDED_WORKER_ID,
                                    MAIN_SNAPSHOT, NUM_WORKERS, NUM_YIELDED, SNAPSHOT, SNAPSHOT_STEP)
-from ..state import FORMAT, PLAN_FORMAT, find_documents, loads_state
+from ..state import FORMAT, PLAN_FORMAT, find_documents
+from ..state_files import read_state_file
 
 
 class InspectError(ValueError):
@@ -21,14 +22,13 @@ class InspectError(ValueError):
 
 
 def read_document(path: str) -> Any:
-    """The decoded content of the state file at ``path`` (JSON text or a binary state file)."""
+    """The decoded content of the state file at ``path`` (JSON text or a binary state file, whose
+    blobs are read straight into their arrays: the file was read whole first, which took twice its
+    size in memory)."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        return read_state_file(path)
     except OSError as e:
         raise InspectError(f"cannot read {path}: {e.strerror or e}") from None
-    try:
-        return loads_state(raw)
     except ValueError as e:
         raise InspectError(f"{path}: {e}") from None
     except RecursionError:

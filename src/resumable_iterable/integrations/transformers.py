@@ -59,7 +59,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from ..loader.loader_state import ITERATOR_FINISHED, loader_num_workers
 from ..loader.session import IterationSession
 from ..state import TRAINER_FORMAT, find_documents
-from ..state_files import EncodedState, encode_state, load_state, state_file_digest
+from ..state_files import EncodedState, encode_state, load_state, read_state_file, state_file_digest
 from .torch.transport import INLINE_MAX_BYTES, InlineSmallTensors, check_inline_bytes
 
 logger = logging.getLogger("resumable_iterable")
@@ -483,9 +483,9 @@ def _mismatch(path: str, step: int) -> str:
     """Why the data-state file at ``path``, whose digest is not the one ``trainer_state.json``
     records for the checkpoint of ``step``, is not that checkpoint's: damaged, or another's."""
     try:
-        payload = load_state(path)
+        payload = read_state_file(path)
     except ValueError as e:
-        return "damaged: " + str(e).removeprefix(f"cannot load state file {path!r}: ")
+        return f"damaged: {e}"
     saved = payload.get("global_step") if isinstance(payload, dict) else None
     if type(saved) is int and saved != step:
         return f"written at step {saved}: it belongs to another checkpoint"
