@@ -248,6 +248,11 @@ def damage(tmp_path, good, how):
         doc.pop("checksum")
         doc["state"]["children"][0]["node"] = "generator"
         path.write_text(json.dumps(doc))
+    elif how == "position-type":  # the message named Python's comparison, not the field
+        doc = json.loads(text)
+        doc.pop("checksum")
+        doc["state"]["children"][0]["stop"] = "x"
+        path.write_text(json.dumps(doc))
     elif how == "missing":
         pass
     return path
@@ -263,6 +268,7 @@ def damage(tmp_path, good, how):
     ("version", "unsupported state version 99"),
     ("pipeline-edited", "fingerprint does not match its pipeline"),
     ("tree-mismatch", "'generator' node where the pipeline has 'arrow'"),
+    ("position-type", "(arrow): 'stop' must be an integer (a plain int), got str 'x'"),
 ])
 def test_damaged_files_give_one_line_errors(tmp_path, good, capsys, how, message):
     path = damage(tmp_path, good, how)

@@ -117,6 +117,11 @@ def analyse_node(shape: dict, state: dict, where: str, first: int = 0) -> dict:
     params = {k: v for k, v in shape.items() if k not in ("node", "children")}
     report: dict = {"node": kind, "params": params, "state": _summary_fields(state)}
     if SOURCE_FIELDS <= set(state) and "children" not in state:
+        for key in ("shard_pos", "offset", "stop"):  # what the progress is worked out from
+            value = state.get(key)
+            if not (type(value) is int or (key == "stop" and value is None)):
+                raise InspectError(f"{where} ({kind}): '{key}' must be an integer (a plain int), got "
+                                   f"{type(value).__name__} {value!r}")
         try:
             report["source"] = source_progress(shape, state, first)
         except (TypeError, ValueError, IndexError, KeyError) as e:
