@@ -273,6 +273,39 @@ def test_two_threads_saving_to_one_path_each_write_whole_files(tmp_path):
         assert os.listdir(tmp_path) == ["s.ri"]
 
 
+def test_the_temporary_file_of_a_killed_save_is_removed_by_a_later_save(tmp_path):
+    """A process killed while saving leaves its temporary file; the next save to that path removes
+    it once that process is gone and the file is older than STALE_TMP_SECONDS (a crash-looping job
+    left a state-sized file per kill). A live writer's file, a fresh one, and other paths' are kept."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / "s.ri"
+    ri.save_state({"format": "demo", "a": big()}, path)
+    code = ("import os, resumable_iterable.state_files as sf, numpy as np\n"
+            "os.fsync = lambda fd: os.kill(os.getpid(), 9)\n"  # killed after writing, before the rename
+            f"sf.save_state({{'format': 'demo', 'a': np.ones(300_000, np.float32)}}, {str(path)!r})\n")
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.returncode == -signal.SIGKILL
+    [dead] = [n for n in os.listdir(tmp_path) if n != "s.ri"]
+    assert dead.startswith("s.ri.tmp.") and ri.load_state(path)["a"].shape == big().shape  # the old file whole
+    host = dead.split(".")[3]
+    live = tmp_path / f"s.ri.tmp.{host}.{os.getppid()}.00000000"  # a process that is running
+    other = tmp_path / f"t.ri.tmp.{host}.{dead.split('.')[4]}.00000000"  # another path's
+    for f in (live, other):
+        f.write_bytes(b"x")
+    ri.save_state({"format": "demo", "a": big(1)}, path)
+    assert sorted(os.listdir(tmp_path)) == sorted(["s.ri", dead, live.name, other.name])  # too recent
+    old = time.time() - sf.STALE_TMP_SECONDS - 1
+    for f in (dead, live.name, other.name):
+        os.utime(tmp_path / f, (old, old))
+    ri.save_state({"format": "demo", "a": big(2)}, path)
+    assert sorted(os.listdir(tmp_path)) == sorted(["s.ri", live.name, other.name])
+    assert (ri.load_state(path)["a"] == big(2)).all()
+
+
 def test_digest_of_a_written_file(tmp_path):
     for state in ({"format": "demo", "a": big()}, {"format": "demo", "a": 1}):
         enc = sf.encode_state(state)

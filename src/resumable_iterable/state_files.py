@@ -24,7 +24,8 @@ bytes as raw *blobs*. This module stores the result:
   into the memory of a new (writable) array.
 
 :func:`load_state` and :func:`loads_state` read both formats. Files are written atomically
-(a temporary file, ``fsync``, rename): a crash leaves the previous file or the new one.
+(a temporary file, ``fsync``, rename): a crash leaves the previous file or the new one, and the
+next save to that path removes the temporary file a killed process left behind.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ import hashlib
 import json
 import os
 import secrets
+import socket
 import struct
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -240,12 +243,55 @@ def encode_state(state: Any) -> EncodedState:
     return EncodedState(state)
 
 
+#: a temporary file older than this whose writer (same host, process id) is gone is removed by
+#: the next save to the same path; the age guards writers whose process ids this process cannot see
+STALE_TMP_SECONDS = 15 * 60
+
+
+def _tmp_prefix(path: str) -> str:
+    return f"{path}.tmp.{socket.gethostname().replace('.', '_')}."
+
+
+def _remove_stale_tmp(path: str) -> None:
+    """Remove the temporary files of earlier saves to ``path`` whose process was killed between
+    opening and renaming them (``<path>.tmp.<host>.<pid>.<hex>``, this host, process gone, not
+    written to for ``STALE_TMP_SECONDS``): without this, a job killed while saving again and again
+    left a state-sized file each time."""
+    prefix = _tmp_prefix(path)
+    folder, stem = os.path.split(prefix)
+    try:
+        names = [n for n in os.listdir(folder or ".") if n.startswith(stem)]
+    except OSError:
+        return
+    now = time.time()
+    for name in names:
+        pid = name[len(stem):].split(".")[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        full = os.path.join(folder, name)
+        try:
+            if now - os.stat(full).st_mtime > STALE_TMP_SECONDS:
+                os.unlink(full)
+        except OSError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. another user's process
+        return True
+    return True
+
+
 def _write_chunks(path: str | os.PathLike, chunks: list) -> None:
     path = os.fspath(path)
     # a name of its own for every write (not just every process), created exclusively: two threads
     # saving to one path at once must not write into the same temporary file (the file renamed
     # into place could mix both states, and the later rename fails)
-    tmp = f"{path}.tmp{os.getpid()}.{secrets.token_hex(4)}"
+    tmp = f"{_tmp_prefix(path)}{os.getpid()}.{secrets.token_hex(4)}"
     f = open(tmp, "xb")
     try:
         with f:
@@ -254,6 +300,7 @@ def _write_chunks(path: str | os.PathLike, chunks: list) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        _remove_stale_tmp(path)
     except BaseException:
         try:
             os.unlink(tmp)
