@@ -98,6 +98,44 @@ def test_vanished_or_truncated_file_is_a_clear_error(files, tmp_path):
         list(ds3)
 
 
+def test_files_in_another_order_or_renamed_are_refused(files, tmp_path, capsys):
+    """Positions count files by their place: a state loaded over the same files in another order (as
+    glob.glob may list them on another machine) used to re-read some files and skip others silently."""
+    paths = files["parquet"]
+    ds = ri.IterableDataset.from_parquet(paths)
+    head = [e["id"] for e in take(iter(ds), 30)]  # shard 0 done, 7 rows of shard 1
+    state = json.loads(json.dumps(ds.state_dict()))
+    full = [e["id"] for e in ri.IterableDataset.from_parquet(paths)]
+    for other in (paths[::-1], [paths[1], paths[0], paths[2]]):
+        with pytest.raises(ValueError, match="data files are not those the state was saved with"):
+            ri.IterableDataset.from_parquet(other).load_state_dict(state)
+    renamed = tmp_path / "renamed"
+    renamed.mkdir()
+    for i, p in enumerate(paths):  # same contents and order, other names
+        (renamed / f"x{i}.parquet").write_bytes(open(p, "rb").read())
+    with pytest.raises(ValueError, match="other names, or another order"):
+        ri.load_dataset(str(renamed), split="train").load_state_dict(state)
+    # the same names in another folder (another machine, a copied dataset) resume exactly
+    moved = tmp_path / "moved" / "deeper"
+    moved.mkdir(parents=True)
+    for p in paths:
+        (moved / p.rsplit("/", 1)[1]).write_bytes(open(p, "rb").read())
+    again = ri.load_dataset("parquet", data_files=str(moved / "*.parquet"), split="train")
+    again.load_state_dict(state)
+    assert head + [e["id"] for e in again] == full
+    # a state of an earlier release has no 'files': it loads as before
+    old = json.loads(json.dumps(state))
+    del old["state"]["files"]
+    again = ri.IterableDataset.from_parquet(paths)
+    again.load_state_dict(old)
+    assert head + [e["id"] for e in again] == full
+    # and inspect reads the new field
+    ri.save_state(state, tmp_path / "s.json")
+    from resumable_iterable.cli import main
+    assert main(["inspect", str(tmp_path / "s.json")]) == 0
+    assert "1 done" in capsys.readouterr().out
+
+
 def test_generator_that_changed_is_detected():
     def gen(n):
         yield from ({"i": i} for i in range(n[0]))

@@ -23,6 +23,8 @@ from .tree import SOURCE_FIELDS, buffer_fill, leaf_of, shard_rows
 
 _U64 = 2**64 - 1
 _SOURCE_KEYS = SOURCE_FIELDS | {"node", "stop"}
+#: held by some kinds of sources only: ``files`` (the digest of a file source's names, checked on load)
+_OPTIONAL_SOURCE_KEYS = {"files"}
 
 
 def _param_int(params: dict, key: str) -> int | None:
@@ -77,7 +79,7 @@ def _check_source(shape: dict, state: dict, where: str, shuffled: bool | None, p
     if not isinstance(ids, list):
         ids = list(range(_param_int(shape, "total_shards") or 0))
     n = len(ids)
-    if set(state) != _SOURCE_KEYS:
+    if set(state) - _OPTIONAL_SOURCE_KEYS != _SOURCE_KEYS:
         problems.append(f"{where}: source state fields {sorted(state)} are not {sorted(_SOURCE_KEYS)}")
         return
     ok = _int_ok(state, "shard_seed", where, problems, hi=_U64, none_ok=True)

@@ -25,7 +25,11 @@ format is opened and parsed is
 ``file_formats.py``; this module is the source node: shards, offsets, alignment, resumption.
 
 A file that vanished, or that now has fewer rows than the state says were read, raises a
-``ValueError`` naming the file instead of silently skipping data.
+``ValueError`` naming the file instead of silently skipping data. The state also holds a digest
+of the files' names in shard order (``files``, see :func:`names_digest`): a state loads only into
+a source over the same names in the same order, since positions count files by their place (a
+list given in another order, as ``glob.glob`` may give it on another machine, would re-read some
+files and skip others).
 """
 
 from __future__ import annotations
@@ -38,11 +42,24 @@ import pyarrow as pa
 
 from .file_formats import (FORMATS, PYARROW_CSV_OPTIONS, TEXT_SCHEMA, csv_table, file_schema, is_tsv, json_document,
                            json_lines, json_lines_problem, open_binary, open_text, text_options, text_rows)
+from ..state import fingerprint as digest
 from .source import SourceNode
+
+
+def names_digest(paths: list[str]) -> str:
+    """A short hash of the files' names in this order, each relative to the folder they all share,
+    so that the same files moved to another folder or machine still match."""
+    full = [os.path.abspath(p) for p in paths]
+    try:
+        root = os.path.commonpath([os.path.dirname(p) for p in full])
+    except ValueError:  # paths on different drives share no folder
+        return digest(full)
+    return digest([os.path.relpath(p, root).replace(os.sep, "/") for p in full])
 
 
 class FileSource(SourceNode):
     kind = "files"
+    added_fields = frozenset(("files",))  # ``files``: absent from states of earlier releases
 
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
         return True
@@ -64,6 +81,7 @@ class FileSource(SourceNode):
             self.reader_kwargs = text_options(self.reader_kwargs)
         self._lengths: dict[int, int] = {}
         self._first: dict = {}  # "schema": the first file's (``_first_schema``), shared by the clones
+        self.names_digest = names_digest(paths)  # before the fresh state, which holds it
         super().__init__(len(paths), shard_ids)
         self.set_features(features)  # media columns (Image, Audio...) are decoded as read, as HF does
 
@@ -72,6 +90,17 @@ class FileSource(SourceNode):
         if self.format == "text":  # what a row is: a state of lines does not fit paragraphs
             p.update(sample_by=self.reader_kwargs["sample_by"], keep_linebreaks=self.reader_kwargs["keep_linebreaks"])
         return p
+
+    def _own_state(self) -> dict:
+        return {**super()._own_state(), "files": self.names_digest}
+
+    def _validate_own(self, state: dict, where: str) -> None:
+        if "files" in state and state["files"] != self.names_digest:  # before the offsets, which count its files
+            raise ValueError(f"{where}: the data files are not those the state was saved with (other names, or "
+                             f"another order: 'files' is {state['files']!r} in the state, {self.names_digest!r} "
+                             "here); resuming would read other rows than the saved run. Pass the same files in the "
+                             "same order (load_dataset and folders sort them by path)")
+        super()._validate_own(state, where)
 
     # ------------------------------------------------------------------ reading
     def _open_error(self, shard_id: int, e: Exception) -> ValueError:
