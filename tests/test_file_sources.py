@@ -57,6 +57,14 @@ def test_format_is_inferred(files):
         ri.IterableDataset.from_files(files["parquet"] + files["csv"])
 
 
+def test_no_data_files_is_a_value_error():
+    # used to be an IndexError from reading the features of the first file
+    for make in (lambda: ri.IterableDataset.from_parquet([]), lambda: ri.IterableDataset.from_json([]),
+                 lambda: ri.load_dataset("parquet", data_files=[], split="train")):
+        with pytest.raises(ValueError, match="no data files given"):
+            make()
+
+
 def test_parquet_resume_reads_only_the_needed_row_groups(files, monkeypatch):
     ds = ri.IterableDataset.from_parquet(files["parquet"])
     take(iter(ds), 40)  # shard 0 done (23), shard 1 at row 17

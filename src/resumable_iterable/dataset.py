@@ -125,6 +125,8 @@ class IterableDataset(_Base):
     @classmethod
     def from_files(cls, paths: str | list[str], format: str | None = None, **reader_kwargs: Any) -> IterableDataset:
         paths = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else [os.fspath(p) for p in paths]
+        if not paths:  # before the first file's features are read
+            raise ValueError("no data files given")
         if format is None:
             found = {format_of(p) for p in paths}
             if len(found) != 1 or None in found:
