@@ -303,6 +303,32 @@ def test_epochs_and_repeat_of_a_replay_shuffle():
     assert sorted(x["id"] for x in a) == sorted(x["id"] for x in b)
 
 
+def _tag_in_place(ex):
+    ex["tags"].append(ex["id"] % 3)  # edits a nested list of its input in place (HF users do)
+    return ex
+
+
+def _tagged(n, offset=0):
+    return Dataset.from_dict({"id": list(range(offset, offset + n)), "tags": [[i] for i in range(n)]})
+
+
+@pytest.mark.parametrize("build", [
+    # the same source row sits in the buffer twice: read once on resume
+    lambda: shuffled(ri.to_iterable_dataset(_tagged(8), 2).map(_tag_in_place).repeat(2), "replay", size=100),
+    lambda: shuffled(ri.interleave_datasets([ri.to_iterable_dataset(_tagged(2), 1),
+                                             ri.to_iterable_dataset(_tagged(9, 100), 3)],
+                                            stopping_strategy="all_exhausted").map(_tag_in_place), "replay", size=100),
+    lambda: shuffled(ri.IterableDataset.from_generator(
+        lambda shards: ({"id": s * 10 + i, "tags": [i]} for s in shards for i in range(3)),
+        gen_kwargs={"shards": [0, 1]}).map(_tag_in_place).repeat(3), "replay", size=100),
+], ids=["repeat", "interleave_restarts_an_input", "generator_repeat"])
+def test_a_row_buffered_twice_is_re_derived_twice_by_an_in_place_map(build):
+    # each re-read example must share nothing mutable with another: the map ran on the first
+    # re-derived copy of a row and its in-place edit reached the other copies too
+    full = assert_resumes_exactly(build)
+    assert all(len(ex["tags"]) == 2 for ex in full)
+
+
 def test_provenance_capture_does_not_touch_other_pipelines(monkeypatch):
     # arming happens only below a replay-mode shuffle, or a shuffle logging positions in a
     # DataLoader worker (a process that took a buffer log, as earlier tests may have, counts as

@@ -29,6 +29,7 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
+from ..state import copy_example
 from .base import Node
 from .checks import as_int, check_int
 from .seeds import rng_from_seed
@@ -297,8 +298,16 @@ class SourceNode(Node):
                 rows_of[sid, r] = ex
             if bar is not None:
                 bar.update(len(wanted))
-        # each buffered example gets its own dict: the pipeline may edit examples in place
-        return [dict(rows_of[p[0], p[1]]) for p in provs]
+        # each buffered example gets its own dict: the pipeline may edit examples in place. A row
+        # buffered more than once (a repeat, an interleave restarting an input) is read once, so
+        # its later copies share nothing mutable with it: a map editing a nested value in place
+        # (ex["ids"].append(...)) would otherwise edit them all
+        out, seen = [], set()
+        for p in provs:
+            key = (p[0], p[1])
+            out.append(copy_example(rows_of[key]) if key in seen else dict(rows_of[key]))
+            seen.add(key)
+        return out
 
     def shard_label(self, sid: int) -> str:
         """How messages name shard ``sid`` (a file source adds the file)."""
