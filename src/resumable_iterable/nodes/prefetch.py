@@ -70,14 +70,29 @@ class _Reader:
         except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
             self._put((_ERR, e, copy_state(child._state_dict)))
 
+    def get(self) -> tuple:
+        """The next item of the thread, waiting for it. A reader stopped at interpreter exit
+        (:func:`_stop_all`) puts nothing more: its consumer, when it is itself the thread of a
+        prefetch above (prefetch nested in prefetch), then stops too instead of waiting forever
+        (and the exit for its ``join``)."""
+        while True:
+            try:
+                return self.queue.get(timeout=0.05)
+            except queue.Empty:
+                if self.stop.is_set():
+                    raise RuntimeError("prefetch: the reading thread below was stopped") from None
+
+    #: bound here: ``close`` may run while the interpreter tears modules down (a generator left
+    #: unfinished at exit is closed then), when module globals may already be gone
+    _current_thread = staticmethod(threading.current_thread)
+
     def close(self, timeout: float = 2.0) -> None:
         self.stop.set()
-        try:
-            while True:
-                self.queue.get_nowait()
-        except queue.Empty:
-            pass
-        if self.thread is not threading.current_thread():
+        q = self.queue
+        with q.mutex:  # empty it, waking a thread blocked putting into it (it then sees the stop)
+            q.queue.clear()
+            q.not_full.notify_all()
+        if self.thread is not self._current_thread():
             self.thread.join(timeout)
 
 
@@ -152,7 +167,7 @@ class PrefetchNode(Node):
             positions: list = []
             while True:
                 if not ahead:
-                    kind, value, snap = reader.queue.get()
+                    kind, value, snap = reader.get()
                     items = [(kind, value, snap)]
                     while kind == _OK:
                         try:
