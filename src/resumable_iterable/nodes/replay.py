@@ -48,8 +48,9 @@ reported instead of silently yielding a row the filter had rejected.
 
 What cannot be replayed is refused when ``shuffle()`` is called (:func:`require_replay_support`
 asks every node below for its ``replay_problem``): batched ``map``/``filter`` (a batch's output
-rows depend on the whole batch), ``batch``, a ``shuffle`` that stores its buffer
-(``"examples"``/``"drop"``) below the replay-mode one, and sources without random access.
+rows depend on the whole batch), ``batch``, ``pack``, ``prefetch``, the global shuffle, a
+``shuffle`` that stores its buffer (``"examples"``/``"drop"``) below the replay-mode one, and
+sources without random access.
 
 Integrity: the state of a replay buffer carries a digest of its provenances (the sum of a CRC
 per slot), checked on load, so an edited position is rejected instead of re-reading another row.
