@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import io
 
+import datasets
 import numpy as np
+import pyarrow as pa
 import pytest
 from datasets import ClassLabel, Dataset, Features, Image, Value
 from datasets import IterableDataset as HFIterable
 from datasets.distributed import split_dataset_by_node as hf_split
 
 import resumable_iterable as ri
+from resumable_iterable.nodes.columns import ColumnsNode
 from harness import assert_resumes_exactly, codec_roundtrip
 
 DATA = {"id": list(range(12)), "label": ["pos", "neg", "pos"] * 4, "cat": list("AABBBCBBBBAA")}
@@ -299,3 +302,42 @@ def test_cast_checks_numbers_inside_lists_and_structs_and_integer_strings():
     got = list(ri.to_iterable_dataset(ok).cast(Features({"x": List(Value("int32")), "s": Value("int8")})))
     assert got == [{"x": [1, None], "s": 7}, {"x": [2], "s": -8}]
     assert got == list(ok.to_iterable_dataset().cast(Features({"x": List(Value("int32")), "s": Value("int8")})))
+
+
+def optional_meta_rows(n):
+    for i in range(n):
+        yield {"a": i, "meta": f"m{i}"} if i % 2 else {"a": i}
+
+
+@pytest.mark.parametrize("where", ["rows", "table"])
+def test_remove_columns_leaves_examples_that_lack_the_column_as_hf(where):
+    # HF's IterableDataset.remove_columns removes a column where an example has it; rows of a JSON
+    # file or a generator need not all have it. It used to raise KeyError at the first row without it.
+    if where == "rows":
+        def build(m):
+            return m.IterableDataset.from_generator(optional_meta_rows, gen_kwargs={"n": 6}).remove_columns("meta")
+    else:  # the column-wise path of a formatted Arrow source (column names unknown: refused later, if at all)
+        table = pa.table({"a": list(range(6))})
+
+        def build(m):
+            node = ColumnsNode(ri.IterableDataset.from_arrow_table(table)._node.clone(), "remove", ["meta"])
+            return ri.IterableDataset(node).with_format("numpy")
+    ours = build(ri)
+    if where == "rows":
+        assert list(ours) == list(build(datasets)) == [{"a": i} for i in range(6)]
+        assert_resumes_exactly(lambda: build(ri))
+    else:
+        assert [b["a"].tolist() for b in ours.iter(4)] == [[0, 1, 2, 3], [4, 5]]
+
+
+def test_a_missing_column_raises_hf_exception_types():
+    # unknown columns (after a map): a renamed column that is missing raises ValueError, as HF's
+    # rename_column; a selected one KeyError, as HF's select_columns; both name the column
+    mapped = ri.IterableDataset.from_dict(DATA).map(lambda ex: {"y": 1})
+    with pytest.raises(ValueError, match="'zz' is not in the example"):
+        list(mapped.rename_column("zz", "z"))
+    with pytest.raises(KeyError, match="'zz' is not in the example"):
+        list(mapped.select_columns(["zz"]))
+    # known columns: refused when the operation is built
+    with pytest.raises(ValueError, match="not in the dataset"):
+        ri.IterableDataset.from_dict(DATA).remove_columns(["zz"])

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from .arrow import ArrowSource
 from .base import Node
-from .columns import ColumnsNode
+from .columns import ColumnsNode, missing_column
 from .files import FileSource
 
 
@@ -45,22 +45,19 @@ def arrow_rooted(node: Node) -> bool:
     return node.formats_as_arrow_rows() and all(arrow_rooted(c) for c in node.children)
 
 
-def _missing(op: ColumnsNode, col: str, names: list[str]) -> KeyError:
-    return KeyError(f"{op.op}_columns: column {col!r} is not in the example (its columns: {sorted(names)})")
-
-
 def apply_column_ops(table: pa.Table, ops: list[ColumnsNode]) -> pa.Table:
     """The column operations ``ops`` (source first) applied to a table, zero-copy."""
     for op in ops:
         names = table.column_names
         cols = op.columns
+        if op.op == "remove":  # a column the table lacks: nothing to remove (as HF, and as ColumnsNode)
+            table = table.drop_columns([c for c in cols if c in names])
+            continue
         for c in cols:
             if c not in names:
-                raise _missing(op, c, names)
+                raise missing_column(op.op, c, names)
         if op.op == "select":
             table = table.select(list(cols))
-        elif op.op == "remove":
-            table = table.drop_columns(list(cols))
         else:
             op.check_rename(names)
             table = table.rename_columns([cols.get(c, c) for c in names])

@@ -1,8 +1,12 @@
 """Column operations: ``select_columns``, ``remove_columns``, ``rename_column(s)``.
 
 Stateless per-example transforms: the node owns no state fields, its child's state is the
-whole story. A column missing from an example raises a ``KeyError`` that names the column and
-the columns the example has.
+whole story. As in HF ``datasets.IterableDataset``, ``remove_columns`` leaves alone an example that
+lacks a column (rows read from JSON or a generator need not all have the same keys); a column
+missing from an example raises, naming the column and the columns the example has: a ``KeyError``
+for ``select_columns``, a ``ValueError`` for ``rename_column(s)`` (HF's exception types).
+(When the dataset's columns are known, the facade refuses a missing column when the operation is
+built.)
 """
 
 from __future__ import annotations
@@ -12,6 +16,13 @@ from typing import Iterator
 from .base import Node
 
 OPS = ("select", "remove", "rename")
+
+
+def missing_column(op: str, col: str, names) -> Exception:
+    """The error for column ``col`` missing from an example (or table) whose columns are ``names``:
+    HF raises a ``KeyError`` for a selected column and a ``ValueError`` for a renamed one."""
+    error = ValueError if op == "rename" else KeyError
+    return error(f"{op}_columns: column {col!r} is not in the example (its columns: {sorted(names)})")
 
 
 class ColumnsNode(Node):
@@ -42,8 +53,8 @@ class ColumnsNode(Node):
     def params(self) -> dict:
         return {"op": self.op, "columns": self.columns}
 
-    def _missing(self, ex: dict, col: str) -> KeyError:
-        return KeyError(f"{self.op}_columns: column {col!r} is not in the example (its columns: {sorted(ex)})")
+    def _missing(self, ex: dict, col: str) -> Exception:
+        return missing_column(self.op, col, ex)
 
     def check_rename(self, names) -> None:
         """``ValueError`` if renaming would give a column the name of another one that stays
@@ -57,14 +68,14 @@ class ColumnsNode(Node):
     def _apply_one(self, ex: dict) -> dict:
         """The operation on one example (used to re-derive replayed examples; :meth:`_iter` inlines it)."""
         cols = self.columns
+        if self.op == "remove":  # a column the example lacks: nothing to remove (as HF)
+            drop = set(cols)
+            return {c: v for c, v in ex.items() if c not in drop}
         missing = [c for c in cols if c not in ex]
         if missing:
             raise self._missing(ex, missing[0])
         if self.op == "select":
             return {c: ex[c] for c in cols}
-        if self.op == "remove":
-            drop = set(cols)
-            return {c: v for c, v in ex.items() if c not in drop}
         self.check_rename(ex)
         return {cols.get(c, c): v for c, v in ex.items()}
 
@@ -79,9 +90,6 @@ class ColumnsNode(Node):
         elif self.op == "remove":
             drop = set(cols)
             for ex in self.children[0]:
-                for c in cols:
-                    if c not in ex:
-                        raise self._missing(ex, c)
                 yield {k: v for k, v in ex.items() if k not in drop}
         else:
             taken = self.taken
