@@ -6,7 +6,7 @@ import datasets
 import pytest
 
 import resumable_iterable as ri
-from data import HF, HF_B, HF_C
+from data import HF, HF_B, HF_C, src
 
 
 def double(ex):
@@ -57,3 +57,21 @@ def test_same_examples_in_same_order_as_hf(name, num_shards):
     got = list(CASES[name](ri, ri_inputs))
     assert expected, "vacuous case"
     assert got == expected
+
+
+@pytest.mark.parametrize("strategy", ["all_exhausted", "all_exhausted_without_replacement"])
+def test_interleave_refuses_a_zero_probability_it_could_never_exhaust(strategy):
+    # an input of probability 0 is never drawn, so never exhausted: HF's IterableDataset then
+    # oversamples the others forever (all_exhausted) or spins without yielding (without
+    # replacement, HF GH 7147); HF's map-style interleave raises ValueError, as we do when building
+    with pytest.raises(ValueError, match=r"cannot exhaust a dataset that is never sampled: dataset\(s\) \[1\]"):
+        ri.interleave_datasets([src(2), src(2, HF_B), src(1, HF_C)], probabilities=[0.5, 0.0, 0.5], seed=0,
+                               stopping_strategy=strategy)
+    with pytest.raises(ValueError, match="never sampled"):
+        datasets.interleave_datasets([HF, HF_B, HF_C], probabilities=[0.5, 0.0, 0.5], seed=0,
+                                     stopping_strategy="all_exhausted")
+    # first_exhausted stops at the first drawn input's end: a zero probability is fine, as in HF
+    ours = ri.interleave_datasets([src(2), src(2, HF_B)], probabilities=[1.0, 0.0], seed=0)
+    theirs = datasets.interleave_datasets([HF.to_iterable_dataset(2), HF_B.to_iterable_dataset(2)],
+                                          probabilities=[1.0, 0.0], seed=0)
+    assert list(ours) == list(theirs) == list(HF.to_iterable_dataset())

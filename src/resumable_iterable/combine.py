@@ -81,7 +81,9 @@ def interleave_datasets(datasets: list[IterableDataset], probabilities: list[flo
     :meth:`IterableDataset.resolve_features`), the result has their union and the columns a
     dataset lacks are yielded as ``None``. Unlike HF ``datasets``, building the pipeline never
     reads examples (which would run the user's functions): call ``resolve_features()`` on a
-    dataset whose features are unknown to get HF's behaviour.
+    dataset whose features are unknown to get HF's behaviour. A probability of 0 is refused with
+    the ``all_exhausted`` strategies (that dataset would never be exhausted), as HF's map-style
+    ``interleave_datasets`` refuses it.
     """
     datasets = _check(datasets, "interleave_datasets")
     if seed is not None:

@@ -70,6 +70,14 @@ class InterleaveNode(DrawnSeed, Node):
                 raise ValueError(f"got {len(probabilities)} probabilities for {len(children)} datasets")
             if any(p < 0 or not math.isfinite(p) for p in probabilities) or not math.isclose(sum(probabilities), 1.0, rel_tol=1e-6):
                 raise ValueError(f"probabilities must be non-negative and sum to 1, got {probabilities}")
+            never = [i for i, p in enumerate(probabilities) if p == 0]
+            if never and stopping_strategy != "first_exhausted":
+                # an input never drawn is never exhausted: the interleave would never end (HF's
+                # IterableDataset oversamples the others forever, or, without replacement, loops
+                # without yielding); HF's map-style interleave refuses it so
+                raise ValueError(f"interleave_datasets with stopping_strategy={stopping_strategy!r} cannot exhaust a "
+                                 f"dataset that is never sampled: dataset(s) {never} have probability 0 (leave them "
+                                 "out, or use stopping_strategy='first_exhausted')")
         self.seed_drawn = probabilities is not None and seed is None
         if self.seed_drawn:
             seed = resolve_seed(None)
