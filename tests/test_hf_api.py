@@ -433,3 +433,27 @@ def test_concatenate_keeps_a_format_every_dataset_has():
     assert ri.concatenate_datasets([a, source(2)]).format["type"] is None  # as HF: mixed formats reset it
     assert ri.concatenate_datasets([a, source(2).with_format("pandas")]).format["type"] is None
     assert ri.interleave_datasets([a, b]).format["type"] is None  # HF's interleave keeps no format either
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch", "arrow", "pandas"])
+def test_to_iterable_dataset_keeps_the_format_of_a_formatted_hf_dataset(fmt):
+    # HF's Dataset.to_iterable_dataset keeps the map-style dataset's format; ours dropped it, so
+    # `hf.with_format("torch")` gave Python ints instead of tensors
+    hf = Dataset.from_dict({"id": [0, 1, 2, 3], "x": [0.5, 1.5, 2.5, 3.5]}).with_format(fmt)
+    ours = ri.to_iterable_dataset(hf, num_shards=2)
+    theirs = hf.to_iterable_dataset(num_shards=2)
+    assert ours.format["type"] == fmt
+    got, expected = list(ours), list(theirs)
+    assert [type(x) for x in got] == [type(x) for x in expected]
+    if fmt in ("numpy", "torch"):
+        assert [{k: (type(v), v.tolist()) for k, v in x.items()} for x in got] == \
+               [{k: (type(v), v.tolist()) for k, v in x.items()} for x in expected]
+    assert_resumes_exactly(lambda: ri.to_iterable_dataset(hf, num_shards=2).with_format(None))
+
+
+def test_to_iterable_dataset_refuses_a_format_of_some_columns_as_hf():
+    hf = Dataset.from_dict({"id": [0, 1], "s": ["a", "b"]}).with_format("numpy", columns=["id"])
+    with pytest.raises(NotImplementedError, match=r"columns \['id'\] only"):
+        ri.to_iterable_dataset(hf)
+    with pytest.raises(NotImplementedError):
+        hf.to_iterable_dataset()

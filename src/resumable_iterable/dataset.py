@@ -83,12 +83,22 @@ class IterableDataset(_Base):
     # ------------------------------------------------------------------ constructors
     @classmethod
     def from_hf(cls, dataset: Any, num_shards: int = 1) -> IterableDataset:
-        """A HF map-style ``datasets.Dataset`` read in ``num_shards`` contiguous shards."""
+        """A HF map-style ``datasets.Dataset`` read in ``num_shards`` contiguous shards. As HF's
+        ``to_iterable_dataset``, the result keeps the dataset's format (``with_format``)."""
         if not hasattr(dataset, "data") or not hasattr(dataset, "features"):
             raise TypeError(f"expected a datasets.Dataset, got {type(dataset).__name__}")
         num_shards = as_int(num_shards, "num_shards", lo=1)
+        fmt = getattr(dataset, "format", None) or {}
+        columns = fmt.get("columns")
+        if fmt.get("type") is not None and columns is not None and set(columns) != set(dataset.column_names):
+            # HF refuses it too (NotImplementedError); our formats apply to every column
+            raise NotImplementedError(f"the datasets.Dataset is formatted as {fmt['type']!r} for columns {columns} "
+                                      f"only: call dataset.with_format({fmt['type']!r}) (every column) or "
+                                      "with_format(None) first, or select_columns on the iterable dataset")
         ds = cls(ArrowSource.from_hf(dataset, num_shards=num_shards), features=dataset.features)
         ds._info = dataset.info.copy()
+        if fmt.get("type") is not None:
+            ds = ds.with_format(fmt["type"], **fmt.get("format_kwargs", {}))
         return ds
 
     @classmethod
