@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -457,3 +458,18 @@ def test_to_iterable_dataset_refuses_a_format_of_some_columns_as_hf():
         ri.to_iterable_dataset(hf)
     with pytest.raises(NotImplementedError):
         hf.to_iterable_dataset()
+
+
+def test_shuffle_generator_is_copied_and_wins_over_the_seed_as_hf():
+    # HF deep-copies the generator (two shuffles given one generator shuffle alike) and ignores
+    # `seed` when a generator is given; ours advanced the caller's generator and let `seed` win
+    ds = ri.to_iterable_dataset(Dataset.from_dict({"id": list(range(40))}), num_shards=4)
+    rng = np.random.default_rng(7)
+    before = rng.bit_generator.state
+    first = list(ds.shuffle(generator=rng, buffer_size=8))
+    assert rng.bit_generator.state == before
+    assert list(ds.shuffle(generator=rng, buffer_size=8)) == first
+    assert list(ds.shuffle(seed=123, generator=np.random.default_rng(7), buffer_size=8)) == first
+    hf = Dataset.from_dict({"id": list(range(40))}).to_iterable_dataset(num_shards=4)
+    assert list(hf.shuffle(seed=123, generator=np.random.default_rng(7), buffer_size=8)) == \
+        list(hf.shuffle(generator=np.random.default_rng(7), buffer_size=8))

@@ -416,9 +416,14 @@ class IterableDataset(_Base):
         ``buffer_size=None`` asks for a *global* shuffle of a random-access source (HF ``Dataset``,
         Arrow table, Parquet/Arrow files): every example once per epoch in a permutation of the whole
         dataset, with a state of a few integers (see the global shuffle docs).
+
+        ``generator`` (a ``numpy.random.Generator``), as in HF, takes precedence over ``seed``: the
+        seed is drawn from a copy of it, which leaves the generator itself as it was.
         """
-        if seed is None and generator is not None:
-            seed = int(generator.integers(2**63))
+        if generator is not None:
+            # as HF: the generator decides (over ``seed``) and is copied, not advanced, so one
+            # generator given to several shuffles gives each the same order
+            seed = int(copy.deepcopy(generator).integers(2**63))
         if buffer_size is None:
             if buffer_state != "examples":
                 raise ValueError("buffer_state applies to the shuffle buffer; a global shuffle (buffer_size=None) "
