@@ -364,7 +364,12 @@ class IterableDataset(_Base):
         return self._typed(features)
 
     def add_column(self, name: str, column: Any) -> IterableDataset:
-        """Add a column whose value for example ``i`` is ``column[i]`` (as HF: by the map index)."""
+        """Add a column whose value for example ``i`` is ``column[i]`` (as HF: by the map index).
+
+        As in HF, ``i`` counts the examples of the part being iterated: in a DataLoader worker or a
+        rank of ``split_dataset_by_node`` it restarts at 0, so the values no longer line up with
+        the dataset's rows there. Add the column to the ``datasets.Dataset`` before
+        ``to_iterable_dataset`` (or as a ``map`` of the example) when the dataset is read in parts."""
         # the function is ours and takes Python values: not wrapped for the format, as map() would
         out = self._derive(MapNode(self._node.clone(), AddColumn(name, column), with_indices=True),
                            features=None, column_names=None)
