@@ -7,6 +7,7 @@ import pytest
 
 import resumable_iterable as ri
 from data import HF, HF_B, HF_C, src
+from harness import assert_resumes_exactly
 
 
 def double(ex):
@@ -75,3 +76,27 @@ def test_interleave_refuses_a_zero_probability_it_could_never_exhaust(strategy):
     theirs = datasets.interleave_datasets([HF.to_iterable_dataset(2), HF_B.to_iterable_dataset(2)],
                                           probabilities=[1.0, 0.0], seed=0)
     assert list(ours) == list(theirs) == list(HF.to_iterable_dataset())
+
+
+def pop_text(ex):
+    return {"n": len(ex.pop("text"))}
+
+
+def edit_and_return(ex):
+    del ex["text"]
+    ex["id"] = -ex["id"]
+    ex["new"] = 1
+    return ex
+
+
+@pytest.mark.parametrize("fn", [pop_text, edit_and_return])
+@pytest.mark.parametrize("remove", [None, ["id"]])
+def test_map_output_goes_onto_the_example_as_it_came_as_hf(fn, remove):
+    # HF merges the output into a copy of the example taken before the call: a column the function
+    # popped (or edited without returning it) keeps its value. Ours merged into the edited copy, so
+    # `ex.pop("text")` dropped the column and later steps reading it failed.
+    ours = list(src(2).map(fn, remove_columns=remove))
+    theirs = list(HF.to_iterable_dataset(num_shards=2).map(fn, remove_columns=remove))
+    assert ours == theirs
+    assert [list(x) for x in ours] == [list(x) for x in theirs]  # column order too
+    assert_resumes_exactly(lambda: src(2).map(fn, remove_columns=remove).shuffle(seed=0, buffer_size=5))

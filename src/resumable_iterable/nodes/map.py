@@ -28,9 +28,12 @@ read) rewind the child to the start of the batch as well (or leave the rows read
 so no row read for it is lost.
 
 The function receives a shallow copy of the example (or a fresh batch dict), so in-place edits
-never reach examples still referenced by a shuffle buffer or a saved state. With
-``remove_columns``, as in HF, the removed columns are gone from the output unless the function
-returned them in a new dict (a function that edits and returns its input loses them too).
+never reach examples still referenced by a shuffle buffer or a saved state. As in HF, what it
+returns goes onto the example as it came (a column the function popped or reassigned without
+returning it keeps its value; a function that returns ``None``, which HF refuses, keeps the
+example as the function left it). With ``remove_columns``, as in HF, the removed columns are gone
+from the output unless the function returned them in a new dict (a function that edits and
+returns its input loses them too).
 
 ``async def`` functions run on an event loop the iteration owns (on a helper thread when the
 caller already runs a loop; see ``calls.py``). Per example, as in HF, up to ``ahead`` calls (HF's
@@ -178,16 +181,20 @@ class MapNode(Node):
 
     def _finish(self, ex: dict, inp: dict, out: Any) -> Any:
         """The output example for input ``ex`` given to the function as ``inp``, which returned ``out``."""
-        if out is None:
-            out = inp
+        if out is None:  # the example as the function left it
+            base = inp
         elif not isinstance(out, Mapping):
             raise TypeError(f"{self.kind} function must return a dict or None, got {type(out).__name__}")
+        else:
+            base = _merge_base(ex, inp, out)
         if self.remove_columns:
             for c in self.remove_columns:
-                inp.pop(c, None)
-        if out is not inp:
-            inp.update(out)
-        return inp
+                base.pop(c, None)
+                if out is inp:
+                    inp.pop(c, None)
+        if out is not None and out is not base:
+            base.update(out)
+        return base
 
     def _apply_batch(self, rows: list[dict], index: int) -> list[dict]:
         batch = rows_to_batch(rows)
@@ -409,12 +416,16 @@ class MapNode(Node):
             except BaseException as e:
                 self._failed(e, ex, index)
                 raise
+            # as HF, the output goes onto the example as it came (_merge_base, inlined)
+            base = dict(ex) if out is not None and (out is not inp or not all(k in inp for k in ex)) else inp
             if remove:
                 for c in remove:
-                    inp.pop(c, None)
-            if out is not None and out is not inp:
-                inp.update(out)
-            yield inp
+                    base.pop(c, None)
+                    if out is inp:
+                        inp.pop(c, None)
+            if out is not None and out is not base:
+                base.update(out)
+            yield base
 
     def _iter_batched(self) -> Iterator[dict]:
         st = self._state_dict
@@ -471,6 +482,16 @@ class MapNode(Node):
             st["index"] += len(rows)
             st["prev"], st["skip"] = None, 0
             held.clear()
+
+
+def _merge_base(ex: dict, inp: dict, out: Any) -> dict:
+    """The dict a map's output ``out`` goes onto, for input ``ex`` given to the function as ``inp``:
+    as in HF, the example as it came (a column the function popped or reassigned without returning
+    it keeps its value). A function that returned its input with every column of ``ex`` left
+    nothing to restore: its dict is kept (no copy)."""
+    if out is inp and all(k in inp for k in ex):
+        return inp
+    return dict(ex)
 
 
 def _identity(x: Any, *args: Any, **kwargs: Any) -> Any:
