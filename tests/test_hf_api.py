@@ -143,7 +143,7 @@ def test_filled_columns_through_dataloader_workers():
 
 
 def test_concatenate_axis_1_duplicated_columns_raise_when_called():
-    with pytest.raises(ValueError, match=r"\['id'\] are in more than one dataset"):
+    with pytest.raises(ValueError, match=r"\['id'\] are duplicated: they are in more than one dataset"):
         ri.concatenate_datasets([resolved(3, a=1), resolved(3, b=2)], axis=1)
     cat = ri.concatenate_datasets([resolved(3, a=1), resolved(3, b=2).remove_columns("id")], axis=1)
     assert sorted(cat.features) == ["a", "b", "id"]

@@ -119,8 +119,8 @@ def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0) -> Iter
             names = [c for d in datasets for c in d.column_names]
             if len(set(names)) != len(names):
                 duplicated = sorted({c for c in names if names.count(c) > 1})
-                raise ValueError(f"concatenate_datasets(axis=1): column(s) {duplicated} are in more than one "
-                                 f"dataset (columns: {names}); remove or rename them first")
+                raise ValueError(f"concatenate_datasets(axis=1): columns {duplicated} are duplicated: they are in "
+                                 f"more than one dataset (columns: {names}); remove or rename them first")
         node = ConcatNode([d.pipeline.clone() for d in datasets], axis=1)
     out = _split_like(IterableDataset(node, features=merged, column_names=None if merged is not None else names),
                       datasets[0])

@@ -219,8 +219,8 @@ class ConcatNode(Node):
                         columns[i] = list(ex)
                         clash = [c for c in ex if any(c in (columns[j] or ()) for j in range(len(its)) if j != i)]
                         if clash:
-                            raise ValueError(f"concatenate_datasets(axis=1): column(s) {clash} appear in several "
-                                             "datasets")
+                            raise ValueError(f"concatenate_datasets(axis=1): columns {clash} are duplicated: they "
+                                             "appear in several datasets")
                     got = True
                     merged.update(ex)
             except BaseException:
