@@ -5,12 +5,13 @@ from __future__ import annotations
 import datetime
 import json
 
+import datasets
 import numpy as np
 import pytest
 from datasets import Dataset
 
 import resumable_iterable as ri
-from data import src
+from data import HF, HF_B, src
 from harness import assert_resumes_exactly, codec_roundtrip, take
 
 
@@ -28,6 +29,34 @@ def test_set_epoch_reshuffles_deterministically():
     again = src(6).shuffle(seed=1, buffer_size=8)
     again.set_epoch(1)
     assert ids(again) == e1
+
+
+@pytest.mark.parametrize("strategy", ["first_exhausted", "all_exhausted", "all_exhausted_without_replacement"])
+def test_interleave_probabilities_draw_anew_every_epoch(strategy):
+    # the draws come from (seed, epoch), as the docs say and as HF draws anew every epoch; they
+    # were the same in every epoch (an oversampling mixture repeated the same examples each epoch)
+    def build():
+        return ri.interleave_datasets([src(2), src(2, HF_B)], probabilities=[0.5, 0.5], seed=3,
+                                      stopping_strategy=strategy)
+
+    hf = datasets.interleave_datasets([HF.to_iterable_dataset(2), HF_B.to_iterable_dataset(2)],
+                                      probabilities=[0.5, 0.5], seed=3, stopping_strategy=strategy)
+    ds = build()
+    e0 = ids(ds)
+    assert e0 == ids(hf)  # epoch 0: HF's order
+    ds.set_epoch(1)
+    e1 = ids(ds)
+    assert e1 != e0
+    again = build()
+    again.set_epoch(1)
+    assert ids(again) == e1
+
+    def epoch_1():
+        d = build()
+        d.set_epoch(1)
+        return d
+
+    assert_resumes_exactly(epoch_1, max_cuts=12)
 
 
 def test_resume_restores_the_epoch_and_the_next_epoch_starts_from_scratch():

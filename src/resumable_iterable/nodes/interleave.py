@@ -22,7 +22,8 @@ kept in ``peeked``: a state taken after the error resumes with that very turn.
 
 State: ``{"node", "rng", "rng_pos", "cycle", "exhausted", "peeked", "peeked_pos", "last_pos", "children"}``
 - with ``probabilities``, input indices are drawn in blocks from ``rng`` (state at the block's
-start) and ``rng_pos`` counts the ones used; without, ``cycle`` is the next input in turn.
+start; each epoch draws from ``(seed, epoch)``, epoch 0 from the seed alone, as HF) and ``rng_pos``
+counts the ones used; without, ``cycle`` is the next input in turn.
 ``peeked_pos`` is only filled below a replay-mode shuffle (see ``nodes/replay.py``) or a shuffle
 logging positions in a DataLoader worker (``nodes/worker_positions.py``), whose pass arms the
 traced loop before it reads: where each peeked example came from, since the input's own state
@@ -84,6 +85,7 @@ class InterleaveNode(DrawnSeed, Node):
         self.probabilities = probabilities
         self.seed = seed
         self.stopping_strategy = stopping_strategy
+        self.epoch = 0
         super().__init__(children)
 
     def params(self) -> dict:
@@ -92,9 +94,18 @@ class InterleaveNode(DrawnSeed, Node):
     def drawn_seed_problem(self, by_examples: bool) -> str | None:
         return "interleave_datasets(probabilities=...) without a seed" if by_examples and self.seed_drawn else None
 
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        super().set_epoch(epoch)
+
+    def _rng(self):
+        """The generator of this epoch's draws: ``(seed, epoch)``; epoch 0 draws from the seed alone,
+        as HF's ``np.random.default_rng(seed)`` (so epoch 0 gives HF's order)."""
+        return rng_from_seed(self.seed) if self.epoch == 0 else rng_from_seed(self.seed, self.epoch)
+
     def _own_state(self) -> dict:
         n = len(self.children)
-        rng = rng_from_seed(self.seed).bit_generator.state if self.probabilities is not None else None
+        rng = self._rng().bit_generator.state if self.probabilities is not None else None
         return {"rng": rng, "rng_pos": 0, "cycle": 0, "exhausted": [False] * n, "peeked": HeldExamples([None] * n),
                 "peeked_pos": [None] * n, "last_pos": None}
 
