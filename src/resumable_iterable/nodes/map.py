@@ -417,15 +417,12 @@ class MapNode(Node):
                 self._failed(e, ex, index)
                 raise
             # as HF, the output goes onto the example as it came (_merge_base, inlined)
-            base = dict(ex) if out is not None and (out is not inp or not all(k in inp for k in ex)) else inp
             if remove:
-                for c in remove:
-                    base.pop(c, None)
-                    if out is inp:
-                        inp.pop(c, None)
-            if out is not None and out is not base:
-                base.update(out)
-            yield base
+                yield self._finish(ex, inp, out)
+            elif out is None or (out is inp and inp.keys() >= ex.keys()):
+                yield inp
+            else:
+                yield {**ex, **out}
 
     def _iter_batched(self) -> Iterator[dict]:
         st = self._state_dict
@@ -489,7 +486,7 @@ def _merge_base(ex: dict, inp: dict, out: Any) -> dict:
     as in HF, the example as it came (a column the function popped or reassigned without returning
     it keeps its value). A function that returned its input with every column of ``ex`` left
     nothing to restore: its dict is kept (no copy)."""
-    if out is inp and all(k in inp for k in ex):
+    if out is inp and inp.keys() >= ex.keys():
         return inp
     return dict(ex)
 
