@@ -14,6 +14,7 @@ import pytest
 from datasets import Dataset
 
 import resumable_iterable as ri
+from resumable_iterable import atomic_files
 from resumable_iterable import state_files as sf
 from resumable_iterable.state_codec import MAX_DEPTH
 from resumable_iterable.cli import main as cli_main
@@ -298,7 +299,7 @@ def test_the_temporary_file_of_a_killed_save_is_removed_by_a_later_save(tmp_path
         f.write_bytes(b"x")
     ri.save_state({"format": "demo", "a": big(1)}, path)
     assert sorted(os.listdir(tmp_path)) == sorted(["s.ri", dead, live.name, other.name])  # too recent
-    old = time.time() - sf.STALE_TMP_SECONDS - 1
+    old = time.time() - atomic_files.STALE_TMP_SECONDS - 1
     for f in (dead, live.name, other.name):
         os.utime(tmp_path / f, (old, old))
     ri.save_state({"format": "demo", "a": big(2)}, path)

@@ -153,10 +153,11 @@ def shape_difference(saved: Any, current: Any, path: str = "pipeline") -> str | 
 
 
 # --------------------------------------------------------------------------- lossless JSON codec
-# The codec lives in ``state_codec.py``, the file formats in ``state_files.py``; the public names are
-# re-exported here.
+# The codec lives in ``state_codec.py``, the file formats in ``state_files.py``, atomic writes in
+# ``atomic_files.py``; the public names are re-exported here.
 
-from .state_files import dumps_state, load_state, loads_state, save_state, write_atomic  # noqa: E402,F401
+from .atomic_files import write_atomic  # noqa: E402,F401
+from .state_files import dumps_state, load_state, loads_state, save_state  # noqa: E402,F401
 
 
 #: the largest epoch a state may hold: epochs seed numpy generators and travel to DataLoader

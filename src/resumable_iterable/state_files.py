@@ -24,8 +24,8 @@ bytes as raw *blobs*. This module stores the result:
   into the memory of a new (writable) array.
 
 :func:`load_state` and :func:`loads_state` read both formats. Files are written atomically
-(a temporary file, ``fsync``, rename): a crash leaves the previous file or the new one, and the
-next save to that path removes the temporary file a killed process left behind.
+(``atomic_files.py``: a temporary file, ``fsync``, rename): a crash leaves the previous file or
+the new one, and the next save to that path removes the temporary file a killed process left behind.
 """
 
 from __future__ import annotations
@@ -33,14 +33,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import secrets
-import socket
 import struct
-import time
 from typing import Any, Callable
 
 import numpy as np
 
+from .atomic_files import write_chunks_atomic
 from .state_codec import TAG, array_bytes, check_shape, decode, encode, too_deep
 
 try:  # installed with HF datasets; ~10x faster than SHA-256, so hashing the blobs costs little
@@ -233,97 +231,14 @@ class EncodedState:
         return b"".join(self.chunks())
 
     def write(self, path: str | os.PathLike) -> None:
-        """Write the file atomically (see :func:`write_atomic`)."""
-        _write_chunks(path, self.chunks())
+        """Write the file atomically (``atomic_files.py``)."""
+        write_chunks_atomic(path, self.chunks())
 
 
 def encode_state(state: Any) -> EncodedState:
     """Encode a state (or a list of states) for :meth:`EncodedState.write`: every value is
     checked and encoded here, so an unsupported value raises before any file is touched."""
     return EncodedState(state)
-
-
-#: a temporary file older than this whose writer (same host, process id) is gone is removed by
-#: the next save to the same path; the age guards writers whose process ids this process cannot see
-STALE_TMP_SECONDS = 15 * 60
-
-
-def _tmp_prefix(path: str) -> str:
-    return f"{path}.tmp.{socket.gethostname().replace('.', '_')}."
-
-
-def _remove_stale_tmp(path: str) -> None:
-    """Remove the temporary files of earlier saves to ``path`` whose process was killed between
-    opening and renaming them (``<path>.tmp.<host>.<pid>.<hex>``, this host, process gone, not
-    written to for ``STALE_TMP_SECONDS``): without this, a job killed while saving again and again
-    left a state-sized file each time."""
-    prefix = _tmp_prefix(path)
-    folder, stem = os.path.split(prefix)
-    try:
-        names = [n for n in os.listdir(folder or ".") if n.startswith(stem)]
-    except OSError:
-        return
-    now = time.time()
-    for name in names:
-        pid = name[len(stem):].split(".")[0]
-        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
-            continue
-        full = os.path.join(folder, name)
-        try:
-            if now - os.stat(full).st_mtime > STALE_TMP_SECONDS:
-                os.unlink(full)
-        except OSError:
-            pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # e.g. another user's process
-        return True
-    return True
-
-
-def _write_chunks(path: str | os.PathLike, chunks: list) -> None:
-    path = os.fspath(path)
-    # a name of its own for every write (not just every process), created exclusively: two threads
-    # saving to one path at once must not write into the same temporary file (the file renamed
-    # into place could mix both states, and the later rename fails)
-    tmp = f"{_tmp_prefix(path)}{os.getpid()}.{secrets.token_hex(4)}"
-    f = open(tmp, "xb")
-    try:
-        with f:
-            for c in chunks:
-                f.write(c)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _remove_stale_tmp(path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:  # make the rename itself durable
-        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: str | os.PathLike, text: str | bytes) -> None:
-    """Write ``text`` (or bytes) to ``path`` so that a crash leaves either the old file or the new
-    one (a temporary file in the same folder, ``fsync``, rename); the temporary file is removed
-    if writing fails."""
-    _write_chunks(path, [text.encode("utf-8") if isinstance(text, str) else text])
 
 
 def _parse_header(head: bytes, size: int) -> tuple[int, int, bytes]:
