@@ -408,3 +408,23 @@ def test_every_json_lines_file_follows_the_columns_of_the_first_files_first_chun
 
     nulls = [write("n0.jsonl", [{"id": 0, "x": None}]), write("n1.jsonl", [{"id": 1, "x": "s"}])]
     assert list(ri.load_dataset("json", data_files=nulls, split="train")) == [{"id": 0, "x": None}, {"id": 1, "x": "s"}]
+
+
+def test_global_shuffle_over_files_in_another_order_is_refused(files, tmp_path):
+    """A global shuffle's state counts positions of a permutation of the rows numbered in file order:
+    loaded over the same files in another order (same row count) it re-read some rows and skipped
+    others silently, since its reader's state held no trace of the files' names."""
+    paths = files["parquet"]
+    ds = ri.IterableDataset.from_parquet(paths).shuffle(seed=5, buffer_size=None)
+    full = [e["id"] for e in ri.IterableDataset.from_parquet(paths).shuffle(seed=5, buffer_size=None)]
+    head = [e["id"] for e in take(iter(ds), 17)]
+    state = json.loads(json.dumps(ds.state_dict()))
+    with pytest.raises(ValueError, match="data files are not those the state was saved with"):
+        ri.IterableDataset.from_parquet(paths[::-1]).shuffle(seed=5, buffer_size=None).load_state_dict(state)
+    again = ri.IterableDataset.from_parquet(paths).shuffle(seed=5, buffer_size=None)
+    again.load_state_dict(state)
+    assert head + [e["id"] for e in again] == full
+    del state["state"]["children"][0]["files"]  # a state of an earlier release loads as before
+    again = ri.IterableDataset.from_parquet(paths).shuffle(seed=5, buffer_size=None)
+    again.load_state_dict(state)
+    assert head + [e["id"] for e in again] == full

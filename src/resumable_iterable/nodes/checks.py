@@ -109,3 +109,13 @@ def check_rng(value: Any, where: str, key: str = "rng") -> None:
 def check_examples(value: Any, where: str, key: str) -> None:
     if not isinstance(value, list):
         raise ValueError(f"{where}: '{key}' must be a list of examples, got {type(value).__name__}")
+
+
+def check_names(state: dict, names: str, where: str) -> None:
+    """Refuse a state whose ``files`` (a ``files.names_digest``, absent from states of earlier
+    releases) is not ``names``: its positions count rows or files of other files."""
+    if "files" in state and state["files"] != names:
+        raise ValueError(f"{where}: the data files are not those the state was saved with (other names, or "
+                         f"another order: 'files' is {state['files']!r} in the state, {names!r} here); resuming "
+                         "would read other rows than the saved run. Pass the same files in the same order "
+                         "(load_dataset and folders sort them by path)")

@@ -43,6 +43,7 @@ import pyarrow as pa
 from .file_formats import (FORMATS, PYARROW_CSV_OPTIONS, TEXT_SCHEMA, csv_table, file_schema, is_tsv, json_document,
                            json_lines, json_lines_problem, open_binary, open_text, text_options, text_rows)
 from ..state import fingerprint as digest
+from .checks import check_names
 from .source import SourceNode
 
 
@@ -95,11 +96,7 @@ class FileSource(SourceNode):
         return {**super()._own_state(), "files": self.names_digest}
 
     def _validate_own(self, state: dict, where: str) -> None:
-        if "files" in state and state["files"] != self.names_digest:  # before the offsets, which count its files
-            raise ValueError(f"{where}: the data files are not those the state was saved with (other names, or "
-                             f"another order: 'files' is {state['files']!r} in the state, {self.names_digest!r} "
-                             "here); resuming would read other rows than the saved run. Pass the same files in the "
-                             "same order (load_dataset and folders sort them by path)")
+        check_names(state, self.names_digest, where)  # before the offsets, which count its files
         super()._validate_own(state, where)
 
     # ------------------------------------------------------------------ reading

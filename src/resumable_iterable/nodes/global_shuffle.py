@@ -41,7 +41,9 @@ shard order: ``ds.shard(n, i).shuffle(buffer_size=None)`` shuffles that part of 
 State
 -----
 ``{"node": "global_shuffle", "seed", "epoch", "children": [...]}`` and, at the bottom,
-``{"node": "permuted", "pos"}``: how many positions of the permutation the reader has consumed.
+``{"node": "permuted", "pos"}``: how many positions of the permutation the reader has consumed;
+over a file source also ``"files"``, its names digest (rows are numbered in file order, so the same
+files in another order are refused, as by the file source itself).
 The nodes in between keep their own (small) states. A state is therefore a few integers:
 resuming computes the permutation at ``pos`` directly, re-reading nothing.
 
@@ -64,7 +66,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from .base import Node
-from .checks import check_epoch, check_int
+from .checks import check_epoch, check_int, check_names
 from .seeds import DrawnSeed, resolve_seed
 from .permutation import IndexPermutation
 from .source import split_positions
@@ -150,6 +152,7 @@ class PermutedSource(Node):
     """
 
     kind = "permuted"
+    added_fields = frozenset(("files",))  # ``files``: over file sources; absent from states of earlier releases
 
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
         return True
@@ -213,9 +216,13 @@ class PermutedSource(Node):
 
     # -- state
     def _own_state(self) -> dict:
-        return {"pos": 0}
+        names = getattr(self.source, "names_digest", None)  # a file source's: rows are numbered in file order
+        return {"pos": 0} if names is None else {"pos": 0, "files": names}
 
     def _validate_own(self, state: dict, where: str) -> None:
+        names = getattr(self.source, "names_digest", None)
+        if names is not None:
+            check_names(state, names, where)  # the same files in another order have the same rows
         check_int(state, "pos", where, hi=self.slice[2])
 
     # -- reading
