@@ -89,7 +89,12 @@ def edit_and_return(ex):
     return ex
 
 
-@pytest.mark.parametrize("fn", [pop_text, edit_and_return])
+def readd_id(ex):
+    ex["id"] = -ex.pop("id")  # every column still there, 'id' now last in the dict
+    return ex
+
+
+@pytest.mark.parametrize("fn", [pop_text, edit_and_return, readd_id])
 @pytest.mark.parametrize("remove", [None, ["id"]])
 def test_map_output_goes_onto_the_example_as_it_came_as_hf(fn, remove):
     # HF merges the output into a copy of the example taken before the call: a column the function
@@ -100,3 +105,13 @@ def test_map_output_goes_onto_the_example_as_it_came_as_hf(fn, remove):
     assert ours == theirs
     assert [list(x) for x in ours] == [list(x) for x in theirs]  # column order too
     assert_resumes_exactly(lambda: src(2).map(fn, remove_columns=remove).shuffle(seed=0, buffer_size=5))
+
+
+def test_map_with_indices_keeps_the_column_order_as_hf():
+    # the general path (with_indices, fn_kwargs...) merges as the plain one: {**example, **output}
+    def fn(ex, i):
+        ex["id"] = -ex.pop("id") - i
+        return ex
+    ours = list(src(2).map(fn, with_indices=True))
+    theirs = list(HF.to_iterable_dataset(num_shards=2).map(fn, with_indices=True))
+    assert [list(x) for x in ours] == [list(x) for x in theirs] and ours == theirs

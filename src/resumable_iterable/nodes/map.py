@@ -186,7 +186,7 @@ class MapNode(Node):
         elif not isinstance(out, Mapping):
             raise TypeError(f"{self.kind} function must return a dict or None, got {type(out).__name__}")
         else:
-            base = _merge_base(ex, inp, out)
+            base = dict(ex)  # as HF, {**example, **out}: a popped column comes back, columns keep their order
         if self.remove_columns:
             for c in self.remove_columns:
                 base.pop(c, None)
@@ -416,10 +416,10 @@ class MapNode(Node):
             except BaseException as e:
                 self._failed(e, ex, index)
                 raise
-            # as HF, the output goes onto the example as it came (_merge_base, inlined)
+            # as HF, the output goes onto the example as it came, {**example, **out} (_finish, inlined)
             if remove:
                 yield self._finish(ex, inp, out)
-            elif out is None or (out is inp and inp.keys() >= ex.keys()):
+            elif out is None:
                 yield inp
             else:
                 yield {**ex, **out}
@@ -479,16 +479,6 @@ class MapNode(Node):
             st["index"] += len(rows)
             st["prev"], st["skip"] = None, 0
             held.clear()
-
-
-def _merge_base(ex: dict, inp: dict, out: Any) -> dict:
-    """The dict a map's output ``out`` goes onto, for input ``ex`` given to the function as ``inp``:
-    as in HF, the example as it came (a column the function popped or reassigned without returning
-    it keeps its value). A function that returned its input with every column of ``ex`` left
-    nothing to restore: its dict is kept (no copy)."""
-    if out is inp and inp.keys() >= ex.keys():
-        return inp
-    return dict(ex)
 
 
 def _identity(x: Any, *args: Any, **kwargs: Any) -> Any:
