@@ -176,3 +176,26 @@ def test_hf_dataset_with_image_like_decoding_features():
     assert list(ds) == list(hf.to_iterable_dataset(num_shards=2))
     assert ds.column_names == ["label", "x"]
     assert ds.features == hf.features
+
+
+@pytest.mark.parametrize("combine", ["interleave", "concatenate"])
+def test_combined_pipeline_follows_the_loaded_epoch_after_the_resumed_pass(combine):
+    # README: the pass after a resumed one uses the loaded epoch if set_epoch was never called.
+    # interleave_datasets / concatenate_datasets called set_epoch(0) on the result, which counted as
+    # the user's: the pass after a resumed epoch-1 pass ran epoch 0 again (its draws, its shuffles).
+    def build():
+        a, b = src(2).shuffle(seed=1, buffer_size=4), src(2, HF_B)
+        if combine == "interleave":
+            return ri.interleave_datasets([a, b], probabilities=[0.4, 0.6], seed=3)
+        return ri.concatenate_datasets([a, b])
+    ref = build()
+    ref.set_epoch(1)
+    epoch1 = list(ref)
+    ds = build()
+    ds.set_epoch(1)
+    head = take(iter(ds), 7)
+    again = build()
+    again.load_state_dict(json.loads(json.dumps(ds.state_dict())))
+    assert again.epoch == 1
+    assert head + list(again) == epoch1
+    assert list(again) == epoch1

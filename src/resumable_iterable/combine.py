@@ -69,7 +69,8 @@ def _split_like(combined: IterableDataset, first: IterableDataset) -> IterableDa
     its epoch: a pipeline over datasets split by node is split the same way when it is iterated."""
     for entry in first.rank_splits:  # (rank, world_size[, strategy])
         combined = split_dataset_by_node(combined, *entry)
-    combined.set_epoch(first.epoch)
+    if combined.epoch != first.epoch:  # not at 0: that would count as the user's set_epoch, so a state
+        combined.set_epoch(first.epoch)  # loaded later would not give its epoch to the passes after it
     return combined
 
 
