@@ -105,7 +105,7 @@ def numpy_load(path: str, count: int) -> list[np.ndarray]:
 def run(examples: int = 1000, mb: float = 1.0, repeats: int = 5, with_json: bool = True,
         folder: str | None = None) -> list[Result]:
     import resumable_iterable as ri
-    from resumable_iterable.state_files import write_atomic
+    from resumable_iterable.atomic_files import write_atomic
 
     nbytes = int(mb * (1 << 20))
     state, arrays = buffered_state(examples, nbytes)
