@@ -53,9 +53,6 @@ class ColumnsNode(Node):
     def params(self) -> dict:
         return {"op": self.op, "columns": self.columns}
 
-    def _missing(self, ex: dict, col: str) -> Exception:
-        return missing_column(self.op, col, ex)
-
     def check_rename(self, names) -> None:
         """``ValueError`` if renaming would give a column the name of another one that stays
         (which would drop that column's values), as HF refuses it."""
@@ -73,7 +70,7 @@ class ColumnsNode(Node):
             return {c: v for c, v in ex.items() if c not in drop}
         missing = [c for c in cols if c not in ex]
         if missing:
-            raise self._missing(ex, missing[0])
+            raise missing_column(self.op, missing[0], ex)
         if self.op == "select":
             return {c: ex[c] for c in cols}
         self.check_rename(ex)
@@ -86,7 +83,7 @@ class ColumnsNode(Node):
                 try:
                     yield {c: ex[c] for c in cols}
                 except KeyError as e:
-                    raise self._missing(ex, e.args[0]) from None
+                    raise missing_column(self.op, e.args[0], ex) from None
         elif self.op == "remove":
             drop = set(cols)
             for ex in self.children[0]:
@@ -96,7 +93,7 @@ class ColumnsNode(Node):
             for ex in self.children[0]:
                 for c in cols:
                     if c not in ex:
-                        raise self._missing(ex, c)
+                        raise missing_column(self.op, c, ex)
                 for c in taken:
                     if c in ex:
                         self.check_rename(ex)
