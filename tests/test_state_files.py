@@ -642,6 +642,36 @@ def test_damaged_list_of_states_is_refused():
         ri.dumps_state("not a state")
 
 
+@pytest.mark.parametrize("what", ["state", "list of states", "any document"])
+def test_every_bit_flip_in_the_checksum_key_name_is_refused(what):
+    """One flipped bit in the name "checksum" used to hide the checksum: the text then read as a
+    plain JSON state, and the rest of it went unchecked."""
+    doc = {"state": lambda: consume(big_pipeline(), 11).state_dict(), "list of states": lambda: _rank_states(False),
+           "any document": lambda: {"step": 3}}[what]()
+    text = ri.dumps_state(doc).encode()
+    at = text.index(b'"checksum"') + 1
+    flips = 0
+    for i in range(at, at + len("checksum")):
+        for bit in range(7):  # the 8th bit makes the text invalid UTF-8: refused as JSON already
+            damaged = bytearray(text)
+            damaged[i] ^= 1 << bit
+            if damaged[i] in b'"\\' or damaged[i] < 0x20:
+                continue  # a quote, backslash or control character: not valid JSON, refused as such
+            flips += 1
+            with pytest.raises(ValueError, match="checksum under the name"):
+                ri.loads_state(bytes(damaged))
+    assert flips >= 50
+
+
+def test_a_state_with_an_unknown_top_level_entry_is_refused():
+    state = consume(big_pipeline(), 11).state_dict()
+    with pytest.raises(ValueError, match=r"unknown top-level entries \['chdcksum'\]"):
+        big_pipeline().load_state_dict(dict(state, chdcksum="x"))
+    resumed = big_pipeline()
+    resumed.load_state_dict(json.loads(ri.dumps_state(state)))  # json.load of a file: "checksum" is known
+    assert ids(resumed) == ids(big_pipeline())[11:]
+
+
 # --------------------------------------------------------------------------- Trainer callback
 
 

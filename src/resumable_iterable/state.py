@@ -160,6 +160,12 @@ from .atomic_files import write_atomic  # noqa: E402,F401
 from .state_files import dumps_state, load_state, loads_state, save_state  # noqa: E402,F401
 
 
+#: the top-level entries a state may hold: the envelope, the shuffle buffers a DataLoader worker
+#: logs, the seeds a pipeline built without one adopts, a worker's generators; and "checksum",
+#: which a file's text holds when a user reads it with ``json.load`` instead of ``load_state``
+ENVELOPE_KEYS = frozenset({"format", "version", "fingerprint", "pipeline", "epoch", "state", "split",
+                           "buffers", "seeds", "rng", "checksum"})
+
 #: the largest epoch a state may hold: epochs seed numpy generators and travel to DataLoader
 #: workers in a shared ``int64``, so they must fit in one
 MAX_EPOCH = 2**63 - 1
@@ -200,6 +206,10 @@ def check_envelope(state: Any) -> None:
     for key in ("fingerprint", "pipeline", "state", "epoch"):
         if key not in state:
             raise ValueError(f"state is missing its '{key}' entry")
+    unknown = [k for k in state if k not in ENVELOPE_KEYS]
+    if unknown:  # e.g. a damaged "checksum" key name, which hid the checksum from loads_state
+        raise ValueError(f"state has unknown top-level entries {unknown[:3]!r}: it was damaged or edited, "
+                         f"or written by another version (a state holds only {sorted(ENVELOPE_KEYS)!r})")
     if type(state["fingerprint"]) is not str:
         raise ValueError(f"state 'fingerprint' must be a string, got {type(state['fingerprint']).__name__}")
     if not isinstance(state["pipeline"], dict):

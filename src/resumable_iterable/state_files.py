@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import struct
 from typing import Any, Callable
 
@@ -143,6 +144,19 @@ def dumps_state(state: Any, indent: int | None = None) -> str:
         raise too_deep() from None
 
 
+def _refuse_damaged_checksum_key(raw: dict) -> None:
+    """A text without a "checksum" entry is a state a user wrote as plain JSON, unless it holds an
+    entry whose value is a checksum: then the name "checksum" itself was damaged (one flipped bit
+    would otherwise skip the whole check)."""
+    for key, value in raw.items():
+        if type(value) is str and _CHECKSUM_VALUE.fullmatch(value):
+            raise ValueError(f"state has a checksum under the name {key!r} instead of 'checksum': "
+                             "the state was damaged or edited")
+
+
+_CHECKSUM_VALUE = re.compile(r"sha256:[0-9a-f]{64}")
+
+
 def _loads_text(text: str | bytes) -> Any:
     try:
         raw = json.loads(text)
@@ -152,7 +166,9 @@ def _loads_text(text: str | bytes) -> Any:
         raise too_deep() from None
     if not isinstance(raw, dict):
         raise ValueError(f"state must be a JSON object, got {type(raw).__name__}")
-    if "checksum" in raw:
+    if "checksum" not in raw:
+        _refuse_damaged_checksum_key(raw)
+    else:
         body = {k: v for k, v in raw.items() if k != "checksum"}
         try:
             expected = _checksum(body)
