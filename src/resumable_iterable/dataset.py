@@ -538,6 +538,12 @@ class IterableDataset(_Base):
             raise ValueError(f"cannot split {self._node.num_shards} shards into {num_shards} groups")
         return self._derive(self._node.shard(num_shards, index, contiguous), features=self._features)
 
+    def reshard(self) -> IterableDataset:
+        """This dataset with its sources split into more shards where their data allows it, as HF's
+        ``reshard``: Parquet files read one row group per shard, so that more DataLoader workers and
+        ranks than files all read. Other sources keep their shards. Call it before ``shuffle``."""
+        return self._derive(self._node.resharded(), features=self._features)
+
     # ------------------------------------------------------------------ properties
     @property
     def num_shards(self) -> int:

@@ -142,7 +142,8 @@ _warned: set = set()
 def too_many_workers_message(num_workers: int, num_shards: int) -> str:
     return (f"too many dataloader workers: {num_workers} workers for {num_shards} shard(s); "
             f"{num_workers - num_shards} worker(s) will yield nothing (every example is still yielded once). "
-            f"Use at most {num_shards} workers, or more shards.")
+            f"Use at most {num_shards} workers, or more shards (reshard() splits Parquet files into "
+            f"a shard per row group).")
 
 
 def warn_too_many_workers(num_workers: int, num_shards: int) -> bool:

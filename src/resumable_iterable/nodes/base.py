@@ -173,6 +173,16 @@ class Node:
         new._state_dict = new._fresh_state()
         return new
 
+    def resharded(self) -> Node:
+        """A copy of this pipeline, from the start, whose sources are split into more shards where
+        their data allows it (Parquet files: a shard per row group), as HF's ``reshard``; a source
+        that cannot be split, or a node that keeps its inputs aligned (``axis=1``), is copied as it is."""
+        new = copy.copy(self)
+        new.forget_fingerprint()
+        new.children = [c.resharded() for c in self.children]
+        new._state_dict = new._fresh_state()
+        return new
+
     def dealt_shards(self, seed: int) -> Node:
         """A copy of this pipeline whose shards are *listed* in an order drawn from ``seed``, so that a
         later :meth:`shard` deals other shards to each DataLoader worker / rank (HF shuffles the

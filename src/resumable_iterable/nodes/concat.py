@@ -104,6 +104,11 @@ class ConcatNode(Node):
         pieces = self._pieces()
         return self._of_pieces([pieces[j] for j in rng_from_seed(seed, 0xC07CA7).permutation(len(pieces))])
 
+    def resharded(self) -> Node:
+        if self.axis == 1:
+            return self.clone()  # keeps the inputs aligned row by row, as HF's
+        return super().resharded()
+
     def _pieces(self) -> list[tuple[Node, int]]:
         """Every shard of the inputs, as ``(input, shard position)``, one input after another."""
         return [(c, k) for c in self.children for k in range(c.num_shards)]

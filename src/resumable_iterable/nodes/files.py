@@ -24,6 +24,11 @@ the first file's columns (``_aligned``), as HF casts every file to the first one
 format is opened and parsed is
 ``file_formats.py``; this module is the source node: shards, offsets, alignment, resumption.
 
+``reshard()`` (:meth:`FileSource.resharded`) makes each row group of Parquet files a shard of its
+own, as HF's ``IterableDataset.reshard``: more DataLoader workers and ranks than files then all
+read. A shard is then ``pieces[shard_id] = (file, row group, rows)``, and ``files`` also digests
+the row groups' sizes (a file rewritten with other row groups holds other rows under a position).
+
 A file that vanished, or that now has fewer rows than the state says were read, raises a
 ``ValueError`` naming the file instead of silently skipping data. The state also holds a digest
 of the files' names in shard order (``files``, see :func:`names_digest`): a state loads only into
@@ -44,6 +49,7 @@ from .file_formats import (FORMATS, PYARROW_CSV_OPTIONS, TEXT_SCHEMA, csv_table,
                            json_lines, json_lines_problem, open_binary, open_text, text_options, text_rows)
 from ..state import fingerprint as digest
 from .checks import check_names
+from .base import Node
 from .source import SourceNode
 
 
@@ -83,11 +89,16 @@ class FileSource(SourceNode):
         self._lengths: dict[int, int] = {}
         self._first: dict = {}  # "schema": the first file's (``_first_schema``), shared by the clones
         self.names_digest = names_digest(paths)  # before the fresh state, which holds it
+        #: ``None``: one file per shard; after ``resharded``: one Parquet row group per shard,
+        #: ``(file, row group, rows)``
+        self.pieces: list[tuple[int, int, int]] | None = None
         super().__init__(len(paths), shard_ids)
         self.set_features(features)  # media columns (Image, Audio...) are decoded as read, as HF does
 
     def params(self) -> dict:
         p = {**super().params(), "format": self.format}
+        if self.pieces is not None:  # sorted before "shard_ids": a state of the files unsplit is refused naming it
+            p["row_groups"] = "a shard each (reshard())"
         if self.format == "text":  # what a row is: a state of lines does not fit paragraphs
             p.update(sample_by=self.reader_kwargs["sample_by"], keep_linebreaks=self.reader_kwargs["keep_linebreaks"])
         return p
@@ -99,26 +110,76 @@ class FileSource(SourceNode):
         check_names(state, self.names_digest, where)  # before the offsets, which count its files
         super()._validate_own(state, where)
 
+    def resharded(self) -> Node:
+        """A copy, from the start, with one shard per row group of its Parquet files (of the files
+        it reads, in their order; empty row groups left out); other formats, or files whose row
+        groups are no more shards than the files, are returned as they are (HF's ``reshard``)."""
+        if self.format != "parquet" or self.pieces is not None:
+            return self.clone()
+        pieces = []
+        for f in self.shard_ids:
+            md = self._parquet(f).metadata
+            pieces += [(f, g, md.row_group(g).num_rows) for g in range(md.num_row_groups) if md.row_group(g).num_rows]
+        if len(pieces) <= len(self.shard_ids):
+            return self.clone()
+        new = self._with_shards(list(range(len(pieces))))
+        new.total_shards, new.pieces, new._lengths = len(pieces), pieces, {}
+        new.names_digest = digest([self.names_digest, [[f, g, n] for f, g, n in pieces]])
+        new._state_dict = {}
+        new._state_dict = new._fresh_state()
+        return new
+
     # ------------------------------------------------------------------ reading
+    def _path(self, shard_id: int) -> str:
+        return self.paths[shard_id if self.pieces is None else self.pieces[shard_id][0]]
+
+    def _where(self, shard_id: int) -> str:
+        """The shard, for messages: its file (and row group, after ``resharded``)."""
+        if self.pieces is None:
+            return f"data file {self.paths[shard_id]!r} (shard {shard_id})"
+        f, g, _ = self.pieces[shard_id]
+        return f"data file {self.paths[f]!r} (row group {g}, shard {shard_id})"
+
     def _open_error(self, shard_id: int, e: Exception) -> ValueError:
-        return ValueError(f"cannot read data file {self.paths[shard_id]!r} (shard {shard_id}): {e}")
+        return ValueError(f"cannot read {self._where(shard_id)}: {e}")
+
+    def _parquet(self, shard_id: int) -> Any:
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.ParquetFile(self._path(shard_id))
+        except (OSError, pa.ArrowException) as e:
+            raise self._open_error(shard_id, e) from None
+
+    def _row_groups(self, shard_id: int, md: Any) -> tuple[list[int], list[int]]:
+        """The row groups of a Parquet shard and the first row of each in the shard (plus the end),
+        checked against the file's metadata (``md``)."""
+        if self.pieces is None:
+            groups = list(range(md.num_row_groups))
+        else:
+            _, g, rows = self.pieces[shard_id]
+            if g >= md.num_row_groups or md.row_group(g).num_rows != rows:
+                raise ValueError(f"{self._where(shard_id)} no longer has the row group of {rows} rows it had when the "
+                                 "dataset was built: the file changed")
+            groups = [g]
+        starts = [0]
+        for g in groups:
+            starts.append(starts[-1] + md.row_group(g).num_rows)
+        return groups, starts
 
     def shard_length(self, shard_id: int) -> int | None:
+        if self.pieces is not None:
+            return self.pieces[shard_id][2]
         if shard_id in self._lengths:
             return self._lengths[shard_id]
         if self.format == "parquet":
-            import pyarrow.parquet as pq
-
-            try:
-                n = pq.ParquetFile(self.paths[shard_id]).metadata.num_rows
-            except (OSError, pa.ArrowException) as e:
-                raise self._open_error(shard_id, e) from None
+            n = self._parquet(shard_id).metadata.num_rows
             self._lengths[shard_id] = n
             return n
         return None
 
     def _table(self, shard_id: int) -> pa.Table:
-        path = self.paths[shard_id]
+        path = self._path(shard_id)
         if self.format == "text":
             return pa.Table.from_batches(list(self._text_batches(shard_id, 0)), schema=TEXT_SCHEMA)
         try:
@@ -183,7 +244,7 @@ class FileSource(SourceNode):
             return part
         extra = [n for n in part.schema.names if n not in schema.names]
         if extra:
-            raise ValueError(f"data file {self.paths[shard_id]!r} (shard {shard_id}) has column(s) {extra} that the "
+            raise ValueError(f"{self._where(shard_id)} has column(s) {extra} that the "
                              f"first data file {self.paths[0]!r} has not (its columns: {schema.names})")
         columns, out = [], schema
         for k, field in enumerate(schema):
@@ -198,7 +259,7 @@ class FileSource(SourceNode):
                 try:
                     column = column.cast(field.type)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                    raise ValueError(f"data file {self.paths[shard_id]!r} (shard {shard_id}): column {field.name!r} "
+                    raise ValueError(f"{self._where(shard_id)}: column {field.name!r} "
                                      f"is {column.type}, and cannot be cast to {field.type} as in the first data "
                                      f"file {self.paths[0]!r}: {e}") from None
             columns.append(column)
@@ -212,23 +273,15 @@ class FileSource(SourceNode):
     def _file_batches(self, shard_id: int, offset: int) -> Iterator[pa.RecordBatch]:
         """Record batches of a shard starting at row ``offset``, as the file holds them."""
         if self.format == "parquet":
-            import pyarrow.parquet as pq
-
-            try:
-                pf = pq.ParquetFile(self.paths[shard_id])
-            except (OSError, pa.ArrowException) as e:
-                raise self._open_error(shard_id, e) from None
-            md = pf.metadata
-            self._lengths[shard_id] = md.num_rows
-            self._check_offset(shard_id, offset, md.num_rows)
-            starts = [0]
-            for g in range(md.num_row_groups):
-                starts.append(starts[-1] + md.row_group(g).num_rows)
-            g = bisect.bisect_right(starts, offset) - 1
-            if g >= md.num_row_groups:
+            pf = self._parquet(shard_id)
+            groups, starts = self._row_groups(shard_id, pf.metadata)
+            self._lengths[shard_id] = starts[-1]
+            self._check_offset(shard_id, offset, starts[-1])
+            k = bisect.bisect_right(starts, offset) - 1
+            if k >= len(groups):
                 return
-            skip = offset - starts[g]
-            batches = pf.iter_batches(batch_size=self.batch_rows, row_groups=list(range(g, md.num_row_groups)))
+            skip = offset - starts[k]
+            batches = pf.iter_batches(batch_size=self.batch_rows, row_groups=groups[k:])
             while True:
                 try:  # decoding errors (a file damaged in the middle) name the file, like open errors
                     batch = next(batches)
@@ -257,7 +310,7 @@ class FileSource(SourceNode):
         opts = self.reader_kwargs
         seen = 0
         try:
-            with open_text(self.paths[shard_id], opts["encoding"], opts["encoding_errors"]) as f:
+            with open_text(self._path(shard_id), opts["encoding"], opts["encoding_errors"]) as f:
                 for rows in text_rows(f, opts):
                     n = len(rows)
                     start, seen = max(0, offset - seen), seen + n
@@ -276,7 +329,7 @@ class FileSource(SourceNode):
     def _check_offset(self, shard_id: int, offset: int, rows: int) -> None:
         if offset > rows:
             raise ValueError(
-                f"data file {self.paths[shard_id]!r} (shard {shard_id}) has {rows} rows but the state says "
+                f"{self._where(shard_id)} has {rows} rows but the state says "
                 f"{offset} were already read: the file changed since the state was saved"
             )
 
@@ -290,27 +343,24 @@ class FileSource(SourceNode):
     def read_rows(self, shard_id: int, rows: list[int]) -> list[dict]:
         if self.format != "parquet":
             return self.rows_of(self._aligned(shard_id, self._table(shard_id).take(pa.array(rows, type=pa.int64()))))
-        import pyarrow.parquet as pq
-
         # only the row groups holding the rows: a resume re-reads a few buffered rows of a file
         # that may hold gigabytes of images
-        pf = pq.ParquetFile(self.paths[shard_id])
-        md = pf.metadata
-        starts = [0]
-        for g in range(md.num_row_groups):
-            starts.append(starts[-1] + md.row_group(g).num_rows)
-        groups = sorted({bisect.bisect_right(starts, r) - 1 for r in rows})
-        if any(not 0 <= g < md.num_row_groups for g in groups):
-            raise IndexError(f"a row is past the end of the file ({md.num_rows} rows)")
-        table = pf.read_row_groups(groups)
-        first, n = {}, 0  # row group -> its first row in ``table``
-        for g in groups:
-            first[g], n = n, n + md.row_group(g).num_rows
-        local = [first[g] + r - starts[g] for r, g in ((r, bisect.bisect_right(starts, r) - 1) for r in rows)]
+        pf = self._parquet(shard_id)
+        groups, starts = self._row_groups(shard_id, pf.metadata)
+        ks = sorted({bisect.bisect_right(starts, r) - 1 for r in rows})  # positions in ``groups``
+        if any(not 0 <= k < len(groups) for k in ks):
+            raise IndexError(f"a row is past the end of the shard ({starts[-1]} rows)")
+        table = pf.read_row_groups([groups[k] for k in ks])
+        first, n = {}, 0  # position in ``groups`` -> its first row in ``table``
+        for k in ks:
+            first[k], n = n, n + starts[k + 1] - starts[k]
+        local = [first[k] + r - starts[k] for r, k in ((r, bisect.bisect_right(starts, r) - 1) for r in rows)]
         return self.rows_of(self._aligned(shard_id, table.take(pa.array(local, type=pa.int64()))))
 
     def shard_label(self, sid: int) -> str:
-        return f"{self.kind} source shard {sid} (file {self.paths[sid]!r})"
+        if self.pieces is None:
+            return f"{self.kind} source shard {sid} (file {self.paths[sid]!r})"
+        return f"{self.kind} source shard {sid} (file {self._path(sid)!r}, row group {self.pieces[sid][1]})"
 
     # ------------------------------------------------------------------ random access (global shuffle)
     def random_access_problem(self) -> str | None:
@@ -332,6 +382,13 @@ class FileSource(SourceNode):
     def random_access_table(self, shard_id: int) -> pa.Table:
         """A whole file as a table for random access: memory-mapped (Arrow IPC, no copy) or decoded into
         memory (Parquet: the decoded file is held while it is in the caller's cache)."""
+        if self.format == "parquet" and self.pieces is not None:
+            pf = self._parquet(shard_id)
+            groups, _ = self._row_groups(shard_id, pf.metadata)
+            try:
+                return self._aligned(shard_id, pf.read_row_groups(groups))
+            except (OSError, pa.ArrowException) as e:
+                raise self._open_error(shard_id, e) from None
         if self.format == "parquet":
             import pyarrow.parquet as pq
 
@@ -363,7 +420,7 @@ class FileSource(SourceNode):
                 table = cache[sid] = self.random_access_table(sid)
             want = rws[a:b]
             if want.size and (want.min() < 0 or want.max() >= table.num_rows):
-                raise ValueError(f"data file {self.paths[sid]!r} (shard {sid}) has {table.num_rows} rows, fewer "
+                raise ValueError(f"{self._where(sid)} has {table.num_rows} rows, fewer "
                                  f"than expected: the file changed while it was being read")
             parts.append(table.take(pa.array(want, type=pa.int64())))
         if not parts:

@@ -73,6 +73,9 @@ class ShardInterleaveNode(Node):
     def dealt_shards(self, seed: int) -> Node:
         return ShardInterleaveNode(self.template.dealt_shards(seed), self.max_input_shards)
 
+    def resharded(self) -> Node:
+        return ShardInterleaveNode(self.template.resharded(), self.max_input_shards)
+
     def clone(self) -> Node:
         return ShardInterleaveNode(self.template.clone(), self.max_input_shards)
 

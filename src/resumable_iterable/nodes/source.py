@@ -147,6 +147,9 @@ class SourceNode(Node):
     def dealt_shards(self, seed: int) -> Node:
         return self._with_shards(shard_order(self.shard_ids, seed))
 
+    def resharded(self) -> Node:
+        return self.clone()  # a source whose shards cannot be split (``FileSource`` can)
+
     def _with_shards(self, shard_ids: list[int]) -> Node:
         """A copy reading ``shard_ids``, in that order, from the start."""
         new = copy.copy(self)
