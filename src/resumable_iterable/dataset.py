@@ -25,7 +25,7 @@ from .nodes.base import Node
 from .nodes.checks import as_epoch, as_int
 from .nodes.batch import BatchNode, rewinding
 from .nodes.columns import ColumnsNode
-from .nodes.file_formats import FORMATS, format_of
+from .nodes.file_formats import FORMATS, PYARROW_CSV_OPTIONS, csv_dtypes, format_of
 from .nodes.files import FileSource
 from .nodes.filter import FilterNode
 from .nodes.generator import GeneratorSource
@@ -133,7 +133,10 @@ class IterableDataset(_Base):
         return cls.from_hf(Dataset.from_list(mapping, features=features), num_shards=num_shards)
 
     @classmethod
-    def from_files(cls, paths: str | list[str], format: str | None = None, **reader_kwargs: Any) -> IterableDataset:
+    def from_files(cls, paths: str | list[str], format: str | None = None, features: Any = None,
+                   **reader_kwargs: Any) -> IterableDataset:
+        """Data files, one shard per file. ``features``: HF features to cast the rows to, as HF's
+        builders do (for CSV, also the types pandas parses the columns as: ``"00123"`` stays a string)."""
         paths = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else [os.fspath(p) for p in paths]
         if not paths:  # before the first file's features are read
             raise ValueError("no data files given")
@@ -142,8 +145,19 @@ class IterableDataset(_Base):
             if len(found) != 1 or None in found:
                 raise ValueError(f"cannot tell the format of {paths[:3]}...; pass format= one of {FORMATS}")
             format = found.pop()
-        features = file_features(paths[0], format)
-        return cls(FileSource(paths, format, reader_kwargs=reader_kwargs, features=features), features=features)
+        if features is not None and format == "csv" and not PYARROW_CSV_OPTIONS & set(reader_kwargs):
+            reader_kwargs.setdefault("dtype", csv_dtypes(features))
+        source = FileSource(paths, format, reader_kwargs=reader_kwargs)
+        found = file_features(paths[0], format)
+        if found is not None and source.columns is not None:  # only those columns, in that order
+            missing = [c for c in source.columns if c not in found]
+            if missing:
+                raise ValueError(f"columns={source.columns}: data file {paths[0]!r} has no column(s) {missing} "
+                                 f"(its columns: {list(found)})")
+            found = type(found)({c: found[c] for c in source.columns})
+        source.set_features(found)
+        ds = cls(source, features=found)
+        return ds if features is None else ds.cast(features)
 
     @classmethod
     def from_parquet(cls, paths: str | list[str]) -> IterableDataset:

@@ -101,6 +101,59 @@ def file_schema(path: str, format: str) -> pa.Schema | None:
     return table.schema if table.num_columns else None
 
 
+# ---------------------------------------------------------------------- Parquet and Arrow options, as HF's builders
+#: the options of HF's Parquet builder (``ParquetConfig``); ``batch_size`` and
+#: ``fragment_scan_options`` tune reading only, and leave the rows as they are
+PARQUET_OPTIONS = frozenset(("columns", "filters", "batch_size", "fragment_scan_options", "on_bad_files"))
+
+
+def parquet_options(format: str, kwargs: dict) -> tuple[list[str] | None, Any, list[str] | None]:
+    """``(columns, filters, filter columns)`` of a Parquet source's reader options, as HF's Parquet
+    builder takes them: the columns to read, the rows to keep as a pyarrow expression (from an
+    expression or HF's / pyarrow's list-of-tuples form), and the columns those tuples name (``None``
+    for an expression: every column is read). Options a Parquet or Arrow source does not have are
+    refused here, not ignored (HF's builders refuse them too)."""
+    if format not in ("parquet", "arrow"):
+        return None, None, None
+    allowed = PARQUET_OPTIONS if format == "parquet" else frozenset()
+    unknown = sorted(set(kwargs) - allowed)
+    if unknown:
+        raise TypeError(f"{format} files take no reader option {unknown}" + (
+            f"; the options of Parquet files are {sorted(PARQUET_OPTIONS)}" if format == "parquet" else ""))
+    if kwargs.get("on_bad_files", "error") != "error":
+        raise ValueError(f"on_bad_files={kwargs['on_bad_files']!r} is not supported: a file skipped while unreadable "
+                         "would shift the positions of a saved state; remove the bad files from data_files instead")
+    columns = kwargs.get("columns")
+    if columns is not None:
+        if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
+            raise TypeError(f"columns= must be a list of column names, got {columns!r}")
+        columns = list(columns)
+    filters = kwargs.get("filters")
+    if filters is None:
+        return columns, None, None
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    if isinstance(filters, pc.Expression):
+        return columns, filters, None
+    try:
+        expression = pq.filters_to_expression(filters)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"filters={filters!r} is not a pyarrow expression or a list of (column, op, value) "
+                         f"tuples: {e}") from None
+    groups = filters if filters and isinstance(filters[0], list) else [filters]
+    return columns, expression, list(dict.fromkeys(t[0] for group in groups for t in group))
+
+
+def select_schema(schema: pa.Schema, columns: list[str], path: str) -> pa.Schema:
+    """``schema`` with only ``columns``, in that order; a column the file lacks is named."""
+    missing = [c for c in columns if schema.get_field_index(c) < 0]
+    if missing:
+        raise ValueError(f"columns={columns}: data file {path!r} has no column(s) {missing} (its columns: "
+                         f"{schema.names})")
+    return pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
+
+
 # ---------------------------------------------------------------------- text files, as HF's text builder
 TEXT_SCHEMA = pa.schema({"text": pa.string()})
 
@@ -241,6 +294,19 @@ def json_document(path: str, field: str | None) -> pa.Table:
 
 # ---------------------------------------------------------------------- CSV, as HF's csv builder
 PYARROW_CSV_OPTIONS = frozenset(("read_options", "parse_options", "convert_options"))
+
+
+def csv_dtypes(features: Any) -> dict:
+    """The pandas dtypes HF's csv builder reads columns as, given ``features``: an integer column
+    declared a string keeps its leading zeros. Columns stored other than they are given (an
+    ``Image`` as a path, a ``ClassLabel`` as a name) are read as Python objects."""
+    from datasets import Features
+    from datasets.features.features import require_storage_cast
+
+    features = features if isinstance(features, Features) else Features(features)
+    schema = features.arrow_schema
+    return {name: object if require_storage_cast(feature) else type_.to_pandas_dtype()
+            for name, type_, feature in zip(schema.names, schema.types, features.values())}
 
 
 def csv_table(path: str, kwargs: dict) -> pa.Table:

@@ -45,8 +45,9 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
-from .file_formats import (FORMATS, PYARROW_CSV_OPTIONS, TEXT_SCHEMA, csv_table, file_schema, is_tsv, json_document,
-                           json_lines, json_lines_problem, open_binary, open_text, text_options, text_rows)
+from .file_formats import (FORMATS, PYARROW_CSV_OPTIONS, TEXT_SCHEMA, csv_table, file_schema, is_tsv,
+                           json_document, json_lines, json_lines_problem, open_binary, open_text, parquet_options,
+                           select_schema, text_options, text_rows)
 from ..state import fingerprint as digest
 from .checks import check_names
 from .base import Node
@@ -86,6 +87,8 @@ class FileSource(SourceNode):
         self.reader_kwargs = dict(reader_kwargs or {})
         if format == "text":
             self.reader_kwargs = text_options(self.reader_kwargs)
+        #: Parquet: the columns to read (``None``: all) and the rows to keep (a pyarrow expression)
+        self.columns, self.filters, self._filter_columns = parquet_options(format, self.reader_kwargs)
         self._lengths: dict[int, int] = {}
         self._first: dict = {}  # "schema": the first file's (``_first_schema``), shared by the clones
         self.names_digest = names_digest(paths)  # before the fresh state, which holds it
@@ -99,6 +102,10 @@ class FileSource(SourceNode):
         p = {**super().params(), "format": self.format}
         if self.pieces is not None:  # sorted before "shard_ids": a state of the files unsplit is refused naming it
             p["row_groups"] = "a shard each (reshard())"
+        if self.columns is not None:
+            p["columns"] = list(self.columns)
+        if self.filters is not None:  # offsets count the rows kept
+            p["filters"] = str(self.filters)
         if self.format == "text":  # what a row is: a state of lines does not fit paragraphs
             p.update(sample_by=self.reader_kwargs["sample_by"], keep_linebreaks=self.reader_kwargs["keep_linebreaks"])
         return p
@@ -168,6 +175,8 @@ class FileSource(SourceNode):
         return groups, starts
 
     def shard_length(self, shard_id: int) -> int | None:
+        if self.filters is not None:
+            return None  # the rows kept are known once read
         if self.pieces is not None:
             return self.pieces[shard_id][2]
         if shard_id in self._lengths:
@@ -229,9 +238,12 @@ class FileSource(SourceNode):
             return None
         if "schema" not in self._first:  # read once per process, whatever the passes and clones
             try:
-                self._first["schema"] = file_schema(self.paths[0], self.format)
+                schema = file_schema(self.paths[0], self.format)
             except (OSError, pa.ArrowException) as e:
                 raise self._open_error(0, e) from None
+            if self.columns is not None:
+                schema = select_schema(schema, self.columns, self.paths[0])
+            self._first["schema"] = schema
         return self._first["schema"]
 
     def _aligned(self, shard_id: int, part: Any) -> Any:
@@ -265,6 +277,26 @@ class FileSource(SourceNode):
             columns.append(column)
         return type(part).from_arrays(columns, schema=out)
 
+    def _read_columns(self) -> list[str] | None:
+        """The Parquet columns to read: those asked for, and those the filters need."""
+        if self.columns is None or self.filters is None:
+            return self.columns
+        if self._filter_columns is None:  # a pyarrow expression: its columns are not listed
+            return None
+        return list(dict.fromkeys([*self.columns, *self._filter_columns]))
+
+    def _kept(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Record batches as read, with the rows the filters keep and the columns asked for."""
+        for batch in batches:
+            if self.filters is not None:
+                batch = pa.Table.from_batches([batch]).filter(self.filters).combine_chunks()
+                batch = batch.to_batches()[0] if batch.num_rows else None
+                if batch is None:
+                    continue
+            if self.columns is not None and batch.schema.names != list(self.columns):
+                batch = batch.select(self.columns)
+            yield batch
+
     def _batches(self, shard_id: int, offset: int) -> Iterator[pa.RecordBatch]:
         """Record batches of a shard starting at row ``offset``, with the first file's columns."""
         for batch in self._file_batches(shard_id, offset):
@@ -278,10 +310,13 @@ class FileSource(SourceNode):
             self._lengths[shard_id] = starts[-1]
             self._check_offset(shard_id, offset, starts[-1])
             k = bisect.bisect_right(starts, offset) - 1
-            if k >= len(groups):
+            if self.filters is not None:
+                k = 0  # the offset counts rows kept: they are counted again from the start
+            elif k >= len(groups):
                 return
             skip = offset - starts[k]
-            batches = pf.iter_batches(batch_size=self.batch_rows, row_groups=groups[k:])
+            batches = self._kept(pf.iter_batches(batch_size=self.batch_rows, row_groups=groups[k:],
+                                                 columns=self._read_columns()))
             while True:
                 try:  # decoding errors (a file damaged in the middle) name the file, like open errors
                     batch = next(batches)
@@ -296,6 +331,8 @@ class FileSource(SourceNode):
                     batch = batch.slice(skip)
                     skip = 0
                 yield batch
+            if skip:  # filters: fewer rows kept than the state says were read
+                self._check_offset(shard_id, offset, offset - skip)
             return
         if self.format == "text":
             yield from self._text_batches(shard_id, offset)
@@ -343,6 +380,11 @@ class FileSource(SourceNode):
     def read_rows(self, shard_id: int, rows: list[int]) -> list[dict]:
         if self.format != "parquet":
             return self.rows_of(self._aligned(shard_id, self._table(shard_id).take(pa.array(rows, type=pa.int64()))))
+        if self.filters is not None:  # rows count the rows kept: read the shard, keep them, take
+            table = pa.Table.from_batches(list(self._batches(shard_id, 0)), schema=self._first_schema())
+            if rows and max(rows) >= table.num_rows:
+                raise IndexError(f"a row is past the end of the shard ({table.num_rows} rows kept)")
+            return self.rows_of(table.take(pa.array(rows, type=pa.int64())))
         # only the row groups holding the rows: a resume re-reads a few buffered rows of a file
         # that may hold gigabytes of images
         pf = self._parquet(shard_id)
@@ -350,7 +392,7 @@ class FileSource(SourceNode):
         ks = sorted({bisect.bisect_right(starts, r) - 1 for r in rows})  # positions in ``groups``
         if any(not 0 <= k < len(groups) for k in ks):
             raise IndexError(f"a row is past the end of the shard ({starts[-1]} rows)")
-        table = pf.read_row_groups([groups[k] for k in ks])
+        table = pf.read_row_groups([groups[k] for k in ks], columns=self.columns)
         first, n = {}, 0  # position in ``groups`` -> its first row in ``table``
         for k in ks:
             first[k], n = n, n + starts[k + 1] - starts[k]
@@ -365,6 +407,9 @@ class FileSource(SourceNode):
     # ------------------------------------------------------------------ random access (global shuffle)
     def random_access_problem(self) -> str | None:
         """Why these files cannot be read at random positions (``None``: they can)."""
+        if self.filters is not None:
+            return ("Parquet files read with filters= have no row count and no random access without reading "
+                    "each whole file; filter with .filter(...) after the global shuffle, or use a shuffle buffer")
         if self.format in ("parquet", "arrow"):
             return None
         return (f"{self.format} files have no row count and no random access without parsing each whole "
@@ -386,14 +431,14 @@ class FileSource(SourceNode):
             pf = self._parquet(shard_id)
             groups, _ = self._row_groups(shard_id, pf.metadata)
             try:
-                return self._aligned(shard_id, pf.read_row_groups(groups))
+                return self._aligned(shard_id, pf.read_row_groups(groups, columns=self.columns))
             except (OSError, pa.ArrowException) as e:
                 raise self._open_error(shard_id, e) from None
         if self.format == "parquet":
             import pyarrow.parquet as pq
 
             try:
-                table = pq.read_table(self.paths[shard_id], memory_map=True)
+                table = pq.read_table(self.paths[shard_id], memory_map=True, columns=self.columns)
             except (OSError, pa.ArrowException) as e:
                 raise self._open_error(shard_id, e) from None
             return self._aligned(shard_id, table)

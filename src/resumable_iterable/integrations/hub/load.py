@@ -51,10 +51,12 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
         format: force the file format instead of inferring it from the extensions.
         streaming: accepted for compatibility with ``datasets.load_dataset``; the result is always
             lazy (files are read when iterated, one shard per file).
-        **reader_kwargs: the reader's options, as in HF: pandas' ``read_csv`` options for CSV (``sep``,
-            ``column_names``...; pyarrow's ``read_options`` / ``parse_options`` / ``convert_options``
-            select pyarrow's reader instead), ``field`` or pyarrow's options for JSON, and for text
-            files ``sample_by``, ``keep_linebreaks``, ``encoding``, ``encoding_errors``, ``chunksize``.
+        **reader_kwargs: the reader's options, as in HF: ``features`` (cast the rows to them) for
+            every format; ``columns``, ``filters``, ``batch_size`` for Parquet; pandas' ``read_csv``
+            options for CSV (``sep``, ``column_names``...; pyarrow's ``read_options`` /
+            ``parse_options`` / ``convert_options`` select pyarrow's reader instead), ``field`` or
+            pyarrow's options for JSON, and for text files ``sample_by``, ``keep_linebreaks``,
+            ``encoding``, ``encoding_errors``, ``chunksize``.
 
     Returns:
         An :class:`~resumable_iterable.IterableDataset` (one shard per file, in sorted path order)

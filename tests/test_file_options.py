@@ -1,0 +1,145 @@
+"""Reader options of data files, as HF's builders take them: Parquet ``columns=`` / ``filters=``,
+``features=`` for every format; options a format does not have are refused, never ignored."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from datasets import Features, Value
+
+import resumable_iterable as ri
+from harness import assert_resumes_exactly
+
+ROWS = 90
+
+
+@pytest.fixture
+def files(tmp_path):
+    paths = []
+    for f in range(3):
+        ids = np.arange(f * 30, f * 30 + 30)
+        table = pa.table({"id": ids, "label": ids % 4, "text": [f"row {i}" for i in ids], "score": ids / 10})
+        path = str(tmp_path / f"part-{f}.parquet")
+        pq.write_table(table, path, row_group_size=7)
+        paths.append(path)
+    return paths
+
+
+def load(files, **kwargs):
+    return ri.load_dataset("parquet", data_files=files, split="train", **kwargs)
+
+
+def hf_load(files, **kwargs):
+    import datasets
+
+    return datasets.load_dataset("parquet", data_files=files, split="train", streaming=True, **kwargs)
+
+
+FILTERS = {
+    "tuples": [("label", "==", 1)],
+    "dnf": [[("label", "==", 1), ("id", "<", 40)], [("id", ">=", 80)]],
+    "expression": pc.field("label") == 1,
+}
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"columns": ["text", "id"]},
+    {"filters": FILTERS["tuples"]},
+    {"filters": FILTERS["dnf"]},
+    {"filters": FILTERS["expression"]},
+    {"columns": ["id"], "filters": FILTERS["tuples"]},  # filtered on a column not asked for
+    {"columns": ["id"], "filters": FILTERS["expression"]},
+    {"batch_size": 5, "fragment_scan_options": None, "on_bad_files": "error"},
+], ids=["columns", "filters", "filters_dnf", "filters_expression", "columns_and_filters", "columns_and_expression",
+        "tuning_options"])
+def test_parquet_options_give_hf_rows_and_features(files, kwargs):
+    ours, theirs = load(files, **kwargs), hf_load(files, **kwargs)
+    assert list(ours) == list(theirs)
+    assert ours.features == theirs.features
+    assert list(ours.reshard()) == list(theirs)
+
+
+@pytest.mark.parametrize("build", [
+    lambda f: load(f, columns=["id", "label"]),
+    lambda f: load(f, filters=FILTERS["dnf"]),
+    lambda f: load(f, columns=["id"], filters=FILTERS["tuples"]).shuffle(seed=1, buffer_size=6),
+    lambda f: load(f, filters=FILTERS["tuples"]).reshard().shuffle(seed=2, buffer_size=5),
+    lambda f: load(f, filters=FILTERS["dnf"]).shuffle(seed=3, buffer_size=6, buffer_state="replay"),
+    lambda f: load(f, columns=["id", "text"]).shuffle(seed=3, buffer_size=6, buffer_state="replay"),
+    lambda f: load(f, columns=["text", "id"]).shuffle(seed=4, buffer_size=None),
+], ids=["columns", "filters", "columns_filters_shuffle", "filters_reshard_shuffle", "filters_replay",
+        "columns_replay", "columns_global_shuffle"])
+def test_every_cut_point_resumes_exactly(files, build):
+    full = assert_resumes_exactly(lambda: build(files), max_cuts=40)
+    assert full
+
+
+def test_a_state_of_other_options_is_refused(files):
+    saved = load(files, filters=FILTERS["tuples"])
+    it = iter(saved)
+    next(it)
+    with pytest.raises(ValueError, match="parameter 'filters'"):
+        load(files).load_state_dict(saved.state_dict())
+    with pytest.raises(ValueError, match="parameter 'filters'"):
+        load(files, filters=[("label", "==", 2)]).load_state_dict(saved.state_dict())
+    with pytest.raises(ValueError, match="parameter 'columns'"):
+        load(files, columns=["id"]).load_state_dict(load(files, columns=["label"]).state_dict())
+
+
+def test_a_filtered_file_with_fewer_rows_kept_than_the_state_read_is_named(files):
+    ds = load(files, filters=FILTERS["tuples"])
+    it = iter(ds)
+    for _ in range(5):  # 5 of the 8 rows of the first file with label 1
+        next(it)
+    state = ds.state_dict()
+    table = pq.read_table(files[0])
+    pq.write_table(table.filter(pc.field("id") < 10), files[0])  # now 3 rows with label 1
+    resumed = load(files, filters=FILTERS["tuples"])
+    resumed.load_state_dict(state)
+    with pytest.raises(ValueError, match="has 3 rows but the state says 5 were already read"):
+        list(resumed)
+
+
+def test_options_a_format_does_not_have_are_refused_when_the_dataset_is_built(files, tmp_path):
+    with pytest.raises(TypeError, match=r"take no reader option \['colums'\]"):
+        load(files, colums=["id"])
+    with pytest.raises(ValueError, match="on_bad_files='skip' is not supported"):
+        load(files, on_bad_files="skip")
+    with pytest.raises(ValueError, match=r"has no column\(s\) \['nope'\]"):
+        load(files, columns=["id", "nope"])
+    with pytest.raises(ValueError, match="is not a pyarrow expression"):
+        load(files, filters=[("label", "~", 1)])
+    arrow = str(tmp_path / "t.arrow")
+    with pa.OSFile(arrow, "wb") as sink, pa.ipc.new_file(sink, pa.schema({"id": pa.int64()})) as w:
+        w.write_table(pa.table({"id": [1, 2]}))
+    with pytest.raises(TypeError, match=r"arrow files take no reader option \['columns'\]"):
+        ri.load_dataset("arrow", data_files=arrow, split="train", columns=["id"])
+
+
+def test_a_global_shuffle_over_filtered_files_is_refused_clearly(files):
+    with pytest.raises(ValueError, match="filters= have no row count"):
+        list(load(files, filters=FILTERS["tuples"]).shuffle(seed=0, buffer_size=None))
+
+
+def test_features_are_applied_as_hf_applies_them(files, tmp_path):
+    import datasets
+
+    parquet_features = Features({"id": Value("int32"), "label": Value("int8"), "text": Value("string"),
+                                 "score": Value("float32")})
+    assert list(load(files, features=parquet_features)) == list(hf_load(files, features=parquet_features))
+    assert load(files, features=parquet_features).features == parquet_features
+    csv = tmp_path / "zips.csv"
+    csv.write_text("zip,n\n00123,1\n04567,2\n")
+    zips = Features({"zip": Value("string"), "n": Value("int16")})
+    ours = list(ri.load_dataset("csv", data_files=str(csv), split="train", features=zips))
+    theirs = list(datasets.load_dataset("csv", data_files=str(csv), split="train", streaming=True, features=zips))
+    assert ours == theirs == [{"zip": "00123", "n": 1}, {"zip": "04567", "n": 2}]
+    jsonl = tmp_path / "rows.jsonl"
+    jsonl.write_text('{"a": 1, "b": "x"}\n{"a": 2, "b": "y"}\n')
+    feats = Features({"a": Value("float32"), "b": Value("string")})
+    ours = list(ri.load_dataset("json", data_files=str(jsonl), split="train", features=feats))
+    theirs = list(datasets.load_dataset("json", data_files=str(jsonl), split="train", streaming=True, features=feats))
+    assert ours == theirs and type(ours[0]["a"]) is float
