@@ -143,3 +143,22 @@ def test_features_are_applied_as_hf_applies_them(files, tmp_path):
     ours = list(ri.load_dataset("json", data_files=str(jsonl), split="train", features=feats))
     theirs = list(datasets.load_dataset("json", data_files=str(jsonl), split="train", streaming=True, features=feats))
     assert ours == theirs and type(ours[0]["a"]) is float
+
+
+def test_json_and_csv_options_are_checked_when_the_dataset_is_built(tmp_path):
+    jsonl = tmp_path / "rows.jsonl"
+    jsonl.write_text("".join(f'{{"a": {i}}}\n' for i in range(5)))
+    plain = list(ri.load_dataset("json", data_files=str(jsonl), split="train"))
+    tuned = ri.load_dataset("json", data_files=str(jsonl), split="train", chunksize=1 << 20, block_size=1 << 16,
+                            use_threads=False, newlines_in_values=False, encoding="utf-8")
+    assert list(tuned) == plain  # HF's options that only tune reading
+    with pytest.raises(TypeError, match=r"json files take no reader option \['colums'\]"):
+        ri.load_dataset("json", data_files=str(jsonl), split="train", colums=["a"])
+    with pytest.raises(ValueError, match="encoding='latin-1'"):
+        ri.load_dataset("json", data_files=str(jsonl), split="train", encoding="latin-1")
+    csv = tmp_path / "rows.csv"
+    csv.write_text("a,b\n1,2\n")
+    with pytest.raises(TypeError, match=r"csv files take no reader option \['seperator'\]"):
+        ri.load_dataset("csv", data_files=str(csv), split="train", seperator=";")
+    assert list(ri.load_dataset("csv", data_files=str(csv), split="train", delimiter=",", skipinitialspace=True)) == [
+        {"a": 1, "b": 2}]

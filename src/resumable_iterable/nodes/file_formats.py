@@ -107,6 +107,40 @@ def file_schema(path: str, format: str) -> pa.Schema | None:
 PARQUET_OPTIONS = frozenset(("columns", "filters", "batch_size", "fragment_scan_options", "on_bad_files"))
 
 
+#: options of HF's JSON builder that tune reading only (the rows of a JSON Lines file stay the same):
+#: accepted and left out
+JSON_TUNING_OPTIONS = frozenset(("use_threads", "block_size", "chunksize", "newlines_in_values"))
+JSON_OPTIONS = frozenset(("field", "read_options", "parse_options", "encoding", "encoding_errors")) | JSON_TUNING_OPTIONS
+
+
+def json_options(kwargs: dict) -> dict:
+    """The reader options of JSON files, checked when the dataset is built: ``field``, pyarrow's
+    ``read_options`` / ``parse_options``, and HF's options (those that only tune reading are left
+    out; an encoding other than UTF-8 is refused by name)."""
+    unknown = sorted(set(kwargs) - JSON_OPTIONS)
+    if unknown:
+        raise TypeError(f"json files take no reader option {unknown}; their options are {sorted(JSON_OPTIONS)}")
+    encoding = str(kwargs.get("encoding") or "utf-8").lower().replace("_", "-")
+    if encoding not in ("utf-8", "utf8"):
+        raise ValueError(f"encoding={kwargs['encoding']!r}: JSON files are read as UTF-8 here; convert the file "
+                         "to UTF-8 (e.g. iconv) first")
+    return {k: v for k, v in kwargs.items() if k not in JSON_TUNING_OPTIONS and k not in ("encoding", "encoding_errors")}
+
+
+def csv_options(kwargs: dict) -> None:
+    """Refuse, when the dataset is built, an option that neither HF's csv builder, pandas'
+    ``read_csv`` nor pyarrow's reader takes (a typo would otherwise fail at the first read)."""
+    import inspect
+
+    import pandas as pd
+
+    known = set(inspect.signature(pd.read_csv).parameters) | PYARROW_CSV_OPTIONS | {"delimiter", "column_names"}
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        raise TypeError(f"csv files take no reader option {unknown}: the options are pandas' read_csv options "
+                        f"(and HF's delimiter / column_names), or pyarrow's {sorted(PYARROW_CSV_OPTIONS)}")
+
+
 def parquet_options(format: str, kwargs: dict) -> tuple[list[str] | None, Any, list[str] | None]:
     """``(columns, filters, filter columns)`` of a Parquet source's reader options, as HF's Parquet
     builder takes them: the columns to read, the rows to keep as a pyarrow expression (from an

@@ -45,9 +45,9 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
-from .file_formats import (FORMATS, PYARROW_CSV_OPTIONS, TEXT_SCHEMA, csv_table, file_schema, is_tsv,
-                           json_document, json_lines, json_lines_problem, open_binary, open_text, parquet_options,
-                           select_schema, text_options, text_rows)
+from .file_formats import (FORMATS, PYARROW_CSV_OPTIONS, TEXT_SCHEMA, csv_options, csv_table, file_schema, is_tsv,
+                           json_document, json_lines, json_lines_problem, json_options, open_binary, open_text,
+                           parquet_options, select_schema, text_options, text_rows)
 from ..state import fingerprint as digest
 from .checks import check_names
 from .base import Node
@@ -87,6 +87,10 @@ class FileSource(SourceNode):
         self.reader_kwargs = dict(reader_kwargs or {})
         if format == "text":
             self.reader_kwargs = text_options(self.reader_kwargs)
+        elif format == "json":
+            self.reader_kwargs = json_options(self.reader_kwargs)
+        elif format == "csv":
+            csv_options(self.reader_kwargs)
         #: Parquet: the columns to read (``None``: all) and the rows to keep (a pyarrow expression)
         self.columns, self.filters, self._filter_columns = parquet_options(format, self.reader_kwargs)
         self._lengths: dict[int, int] = {}
