@@ -210,6 +210,14 @@ def test_dataset_card_configs(tmp_path):
         ri.load_dataset(str(root), "nope")
 
 
+@pytest.mark.parametrize("builder", ["imagefolder", "webdataset", "audiofolder", "pandas"])
+def test_hf_builders_we_do_not_have_are_named(tmp_path, builder, monkeypatch):
+    """Before, load_dataset("imagefolder", data_dir=...) said no folder 'imagefolder' existed."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=f"HF's '{builder}' builder is not supported here"):
+        ri.load_dataset(builder, data_dir=str(tmp_path), split="train")
+
+
 def test_missing_path_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="neither a local folder or file nor a Hub dataset repo id"):
         ri.load_dataset(str(tmp_path / "does-not-exist"))

@@ -17,6 +17,10 @@ from .repo import HubRepo, is_hub_repo_id, local_files, missing_path_message, pa
 from .splits import resolve_splits
 
 _FORMAT_ALIASES = {**{f: f for f in FORMATS}, "jsonl": "json"}
+#: HF's other packaged builders: named in the error rather than taken for a missing folder
+_HF_BUILDERS = frozenset(("audiofolder", "conll", "eval", "fasta", "fastq", "genbank", "harbor", "hdf5", "iceberg",
+                          "imagefolder", "lance", "meshfolder", "mmcif", "niftifolder", "pandas", "pdb", "pdffolder",
+                          "tsfile", "videofolder", "vortex", "webdataset", "xml"))
 
 
 def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs: dict) -> IterableDataset:
@@ -69,6 +73,10 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
     cache_dir = os.fspath(cache_dir) if cache_dir is not None else None
     repo: HubRepo | None = None
     readme = None
+    if path in _HF_BUILDERS and not os.path.exists(path):
+        raise ValueError(f"load_dataset({path!r}): HF's {path!r} builder is not supported here; the formats read "
+                         f"are {sorted(_FORMAT_ALIASES)}. Load it with datasets.load_dataset(...) and pass the "
+                         "result to resumable_iterable.to_iterable_dataset, or convert the data to Parquet")
     if path in _FORMAT_ALIASES and not os.path.isdir(path):
         # load_dataset("parquet", data_files=...): files given directly (local paths or hf:// URLs)
         if data_files is None:
