@@ -758,3 +758,89 @@ def test_trainer_saves_large_buffered_arrays_in_a_binary_file_and_resumes_exactl
     c, model_c = _trainer(tmp_path / "run", _array_rows())
     c.train(resume_from_checkpoint=str(ckpt))
     assert model_b.seen[:20] + model_c.seen == model_a.seen
+
+
+# --------------------------------------------------------------------------- exact types
+
+
+def _exactly(a, b) -> bool:
+    """``a`` and ``b`` equal with the same types all the way down (and the same fields for times)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_exactly(x, y) for x, y in zip(a.values(), b.values()))
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_exactly(x, y) for x, y in zip(a, b))
+    return repr(a) == repr(b) and getattr(a, "fold", 0) == getattr(b, "fold", 0)
+
+
+def _time_values():
+    import datetime as dt
+    import zoneinfo
+
+    import pandas as pd
+
+    paris = zoneinfo.ZoneInfo("Europe/Paris")
+    return [dt.datetime(2020, 10, 25, 2, 30, fold=1, tzinfo=paris), dt.datetime(2020, 3, 29, 2, 30, tzinfo=paris),
+            dt.datetime(2020, 1, 2, tzinfo=dt.timezone(dt.timedelta(hours=-3), "X")), dt.datetime(2020, 1, 1, fold=1),
+            dt.datetime(2020, 1, 2, tzinfo=dt.timezone.utc), dt.time(1, 2, tzinfo=dt.timezone(dt.timedelta(hours=1))),
+            pd.Timestamp("2020-01-01 00:00:00.000000001"), pd.Timestamp("2020-01-01 00:00:00.000000001", tz="Europe/Paris"),
+            pd.Timestamp("2020-01-01", tz="UTC"), pd.Timestamp(np.datetime64(5, "s")), pd.Timedelta(1, "ns"),
+            pd.Timedelta(5, "ms"), pd.NaT, bytearray(b"\x00\x01"), bytearray(3000)]
+
+
+def test_dates_times_and_bytearrays_come_back_as_the_same_types(tmp_path):
+    """A subclass was stored as its base type: a pandas Timestamp (a datetime) lost its nanoseconds
+    and came back a datetime, a ZoneInfo zone came back a fixed offset (and fold was lost), a
+    bytearray came back bytes, and pd.NaT was saved as text that no load could read."""
+    values = _time_values()
+    ri.save_state({"format": "x", "v": values}, tmp_path / "s")
+    for back in (ri.load_state(tmp_path / "s")["v"], ri.loads_state(ri.dumps_state({"v": values}))["v"]):
+        for a, b in zip(values, back):
+            assert _exactly(a, b), (a, b)
+    assert back[-3] is values[-3]  # pd.NaT
+
+
+def test_hf_timestamp_ns_column_in_a_shuffle_buffer_resumes_exactly(tmp_path):
+    import pyarrow as pa
+
+    table = pa.table({"id": list(range(20)),
+                      "ts": pa.array([1_600_000_000_000_000_001 + i for i in range(20)], pa.timestamp("ns")),
+                      "tz": pa.array([1_600_000_000_000_000 + i for i in range(20)], pa.timestamp("us", tz="Europe/Paris"))})
+    hf = Dataset(table)
+
+    def build():
+        return ri.to_iterable_dataset(hf, num_shards=2).shuffle(seed=0, buffer_size=5)
+
+    full = list(build())
+    ds = build()
+    head = [ex for _, ex in zip(range(3), ds)]
+    ds.save_state(tmp_path / "s")
+    resumed = build()
+    resumed.load_state(tmp_path / "s")
+    assert _exactly(head + list(resumed), full)
+
+
+class _Sub(dict):
+    pass
+
+
+@pytest.mark.parametrize("make", [
+    lambda: __import__("collections").OrderedDict(b=1, a=2),
+    lambda: __import__("collections").namedtuple("P", "x y")(1, 2),
+    lambda: __import__("enum").IntEnum("E", "A").A,
+    lambda: _Sub(a=1),
+    lambda: np.ma.masked_array([1, 2], mask=[0, 1]),
+    lambda: memoryview(b"ab"),
+    lambda: {1, 2},
+    lambda: __import__("datetime").datetime(2020, 1, 1, tzinfo=__import__("zoneinfo").ZoneInfo.no_cache("UTC")).replace(
+        tzinfo=type("TZ", (__import__("datetime").tzinfo,), {"utcoffset": lambda s, d: None})()),
+], ids=["OrderedDict", "namedtuple", "IntEnum", "dict subclass", "masked array", "memoryview", "set", "other tzinfo"])
+def test_values_that_would_come_back_as_another_type_are_refused_naming_where(tmp_path, make):
+    """These were saved as their base type (or crashed with an unrelated error): a resumed run then
+    yielded a dict for an OrderedDict, an int for an IntEnum... The save refuses them, saying where."""
+    state = {"format": "x", "state": {"buffer": [[{"id": 1, "col": make()}]]}}
+    with pytest.raises(TypeError, match=r"cannot store .* \(at state\['state'\]\['buffer'\]\[0\]\[0\]\['col'\]"):
+        ri.dumps_state(state)
+    with pytest.raises(TypeError, match=r"\['col'\]"):
+        ri.save_state(state, tmp_path / "s")

@@ -617,7 +617,8 @@ class IterableDataset(_Base):
         """A copy of the state: resume with :meth:`load_state_dict`. Plain dicts and lists, which
         ``json.dumps`` takes unless buffered examples hold values JSON cannot (numpy arrays, also
         lists of numbers read as arrays under ``with_format("numpy" | "torch")``; bytes, images):
-        :meth:`save_state` / :func:`resumable_iterable.dumps_state` store those losslessly.
+        :meth:`save_state` / :func:`resumable_iterable.dumps_state` store those losslessly, and
+        also the values ``json.dumps`` would change silently (tuples, non-string dict keys).
 
         Besides the node tree, the state records how this process's part was split from the whole
         dataset (``"split"``: ranks and DataLoader worker), which elastic resume uses. During an

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .state_codec import TAG
+from .state_codec import TAG, StateList
 from .state_logs import LOG_SLOTS, BufferLog, Logged, take_log
 
 
@@ -40,7 +40,7 @@ def is_position(entry: Any) -> bool:
     return type(entry) is dict and len(entry) == 2 and entry.get(TAG) == "position" and "at" in entry
 
 
-class ExampleList(list):
+class ExampleList(StateList):
     """A list of examples inside a state; :func:`copy_state` copies it shallowly."""
 
     __slots__ = ()
@@ -50,7 +50,7 @@ CHUNK_BITS = 6
 CHUNK = 1 << CHUNK_BITS  # examples per chunk of a shuffle buffer (buffer_state="examples")
 
 
-class HeldExamples(list):
+class HeldExamples(StateList):
     """Examples a node holds one per position (``None`` where it holds none), e.g. the example
     ``interleave_datasets`` read ahead from each input. :func:`copy_state` copies it shallowly and
     clears ``owned`` (one flag per position), so the node knows which examples a state copy may
@@ -63,7 +63,7 @@ class HeldExamples(list):
         self.owned = bytearray(len(self))
 
 
-class ExampleChunks(Logged, list):
+class ExampleChunks(Logged, StateList):
     """A live shuffle buffer held as chunks: ``[[ex, ...], [ex, ...], ...]``, every chunk holding
     :data:`CHUNK` examples except the last.
 

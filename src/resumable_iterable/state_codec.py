@@ -3,11 +3,14 @@
 A state is a tree of plain containers whose leaves may be example data. Values JSON cannot hold
 become tagged objects ``{"__ri__": kind, ...}``: bytes, numpy arrays (every dtype, exactly: byte
 order, units, string lengths, structured fields with offsets and padding) and numpy scalars,
-tuples, dicts with non-string keys, non-finite floats, dates and times, ``Decimal``, and PIL
-images (PNG for the modes PNG stores exactly, raw pixels for the others and for large images
+tuples, dicts with non-string keys, ``bytearray``, non-finite floats, dates and times (time
+zones and pandas' timestamps included, ``state_times.py``), ``Decimal``, and PIL images (PNG for the modes PNG stores exactly, raw pixels for the others and for large images
 in a binary state file). The decoder rebuilds exactly those kinds and nothing else, so decoding
 never runs code (no pickle, no ``eval``; dtypes are rebuilt from their JSON description, images
-by Pillow's PNG reader or from raw pixels).
+by Pillow's PNG reader or from raw pixels). Values are encoded by their exact type: a subclass
+(an ``IntEnum``, an ``OrderedDict``, a ``namedtuple``, a pandas ``Timestamp`` is one of
+``datetime``'s...) would come back as its base type, so one the codec does not know is refused
+with a ``TypeError`` that says where in the state it is; so is any other type.
 
 Large arrays and bytes may be handed out as *blobs* (raw memoryviews, referenced by index in
 the document); ``state_files.py`` stores them in its binary state file. Documents nested more
@@ -17,7 +20,6 @@ than :data:`MAX_DEPTH` levels deep are refused with a ``ValueError`` both ways.
 from __future__ import annotations
 
 import base64
-import datetime as _dt
 import decimal
 import io
 import math
@@ -27,6 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .state_logs import BufferLog
+from .state_times import TIME_KINDS, decode_time, encode_time
 
 TAG = "__ri__"
 #: arrays and bytes of at least this many bytes become blobs (when the caller collects blobs)
@@ -38,6 +41,14 @@ _PNG_MODES = frozenset(("1", "L", "LA", "P", "RGB", "RGBA", "I;16"))
 _MAX_DTYPE_DEPTH = 32
 _PLAIN = frozenset((str, int, bool, type(None)))  # JSON values kept as they are (finite floats are checked)
 _CONTAINERS = frozenset((dict, list))
+
+
+class StateList(list):
+    """Base of the list types a state itself is made of (``state_buffers.py``: shuffle buffers,
+    held examples): encoded as lists. Any other subclass of ``list`` is refused, as it would
+    come back a plain list."""
+
+    __slots__ = ()
 
 
 def too_deep() -> ValueError:
@@ -220,22 +231,24 @@ class Encoder:
             return {TAG: "float", "v": repr(obj)}
         if d > MAX_DEPTH:
             raise too_deep()
-        if t is dict or isinstance(obj, dict):
+        if t is dict:
             if all(type(k) is str for k in obj) and TAG not in obj:
                 enc, d1 = self.enc, d + 1
                 # plain JSON values (most of a state) are kept without a call
                 return {k: v if type(v) in _PLAIN else enc(v, d1) for k, v in obj.items()}
             return {TAG: "dict", "items": [[self.enc(k, d + 3), self.enc(v, d + 3)] for k, v in obj.items()]}
-        if isinstance(obj, (list, BufferLog)):  # list, and the state's list types (shuffle buffers)
-            if type(obj) is BufferLog:
+        if t is list or t is BufferLog or isinstance(obj, StateList):  # the state's list types (shuffle buffers)
+            if t is BufferLog:
                 obj = obj.entries()
             enc, d1 = self.enc, d + 1
             return [v if type(v) in _PLAIN else enc(v, d1) for v in obj]
         if t is tuple:
             return {TAG: "tuple", "items": [self.enc(v, d + 2) for v in obj]}
-        if isinstance(obj, (bytes, bytearray, memoryview)) and not isinstance(obj, np.generic):
+        if t is bytes:
             return self.binary(obj)
-        if isinstance(obj, np.ndarray):
+        if t is bytearray:
+            return {**self.binary(obj), TAG: "bytearray"}
+        if t is np.ndarray:
             if obj.dtype == object:
                 return {TAG: "ndarray_obj", "shape": list(obj.shape),
                         "items": [self.enc(v, d + 2) for v in obj.ravel().tolist()]}
@@ -250,35 +263,23 @@ class Encoder:
             else:
                 out["b64"] = base64.b64encode(data).decode()
             return out
-        if isinstance(obj, np.generic):
+        if isinstance(obj, np.generic) and t is obj.dtype.type:
             if obj.dtype.hasobject:
                 raise TypeError(f"cannot store a numpy scalar of dtype {obj.dtype} in a state")
             return {TAG: "npscalar", "dtype": _dtype_to_json(obj.dtype), "b64": base64.b64encode(obj.tobytes()).decode()}
-        if isinstance(obj, bool):
-            return bool(obj)
-        if isinstance(obj, int):
-            return int(obj)
-        if isinstance(obj, float):
-            return self.enc(float(obj), d)
-        if isinstance(obj, str):
-            return str(obj)
-        if isinstance(obj, _dt.datetime):
-            return {TAG: "datetime", "v": obj.isoformat()}
-        if isinstance(obj, _dt.date):
-            return {TAG: "date", "v": obj.isoformat()}
-        if isinstance(obj, _dt.time):
-            return {TAG: "time", "v": obj.isoformat()}
-        if isinstance(obj, _dt.timedelta):
-            return {TAG: "timedelta", "v": [obj.days, obj.seconds, obj.microseconds]}
-        if isinstance(obj, decimal.Decimal):
+        if t is decimal.Decimal:
             return {TAG: "decimal", "v": str(obj)}
+        timed = encode_time(obj, TAG)
+        if timed is not None:
+            return timed
         pil = pil_image_class()
         if pil is not None and isinstance(obj, pil):
             return self.image(obj)
         raise TypeError(
-            f"cannot store a value of type {type(obj).__name__} in a state; supported: JSON types, bytes, "
-            "tuples, numpy arrays/scalars, PIL images, datetime/date/time/timedelta, Decimal. Use "
-            "buffer_state='replay' or 'drop' on shuffle() for examples that hold other objects."
+            f"cannot store a value of type {_type_name(t)} in a state; supported (these exact "
+            "types, not subclasses): JSON types, bytes, bytearray, tuples, numpy arrays/scalars, PIL images, "
+            "datetime/date/time/timedelta, pandas Timestamp/Timedelta, Decimal. Use buffer_state='replay' or "
+            "'drop' on shuffle() for examples that hold other objects."
         )
 
     def image(self, img: Any) -> dict:
@@ -372,15 +373,10 @@ class Decoder:
                 return arr[0]
             if tag == "image":
                 return _decode_image(obj, self.binary_of)
-            if tag == "datetime":
-                return _dt.datetime.fromisoformat(obj["v"])
-            if tag == "date":
-                return _dt.date.fromisoformat(obj["v"])
-            if tag == "time":
-                return _dt.time.fromisoformat(obj["v"])
-            if tag == "timedelta":
-                days, s, us = obj["v"]
-                return _dt.timedelta(days=days, seconds=s, microseconds=us)
+            if tag in TIME_KINDS:
+                return decode_time(tag, obj)
+            if tag == "bytearray":
+                return bytearray(self.binary(obj))
             if tag == "decimal":
                 return decimal.Decimal(obj["v"])
         except (KeyError, TypeError, ValueError, IndexError, OverflowError, MemoryError, decimal.InvalidOperation) as e:
@@ -402,10 +398,42 @@ def encode(state: Any, blobs: list | None) -> Any:
         encoder = Encoder(blobs)
         try:
             return encoder.enc(state, 1)
+        except TypeError as e:
+            raise TypeError(f"{e} (at {_where_refused(state)})") from None
         finally:
             encoder.blobs = None  # the closure is a reference cycle: let it not hold the blobs
     except RecursionError:
         raise too_deep() from None
+
+
+def _type_name(t: type) -> str:
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def _where_refused(state: Any) -> str:
+    """Where in ``state`` the value the encoder refused is, as a subscript path
+    (``['state']['buffer'][0][3]['text']``: the last key names the column). Only called once
+    encoding failed: it encodes the subtrees again on the way down."""
+    probe = Encoder(None)
+    path, node = "", state
+    for _ in range(MAX_DEPTH):
+        t = type(node)
+        if t is dict:
+            items: Any = [(k, v) for k, v in node.items()] + [(None, k) for k in node]  # keys last
+        elif t in (list, tuple, BufferLog) or isinstance(node, StateList):
+            items = enumerate(node.entries() if t is BufferLog else node)
+        else:
+            break
+        for k, v in items:
+            try:
+                probe.enc(v, 1)
+            except TypeError:
+                path += "[key]" if k is None and t is dict else f"[{k!r}]"
+                node = v
+                break
+        else:
+            break
+    return f"state{path}" if path else "the top of the state"
 
 
 def decode(value: Any, blobs: Any) -> Any:
