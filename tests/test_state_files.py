@@ -844,3 +844,52 @@ def test_values_that_would_come_back_as_another_type_are_refused_naming_where(tm
         ri.dumps_state(state)
     with pytest.raises(TypeError, match=r"\['col'\]"):
         ri.save_state(state, tmp_path / "s")
+
+
+@needs_pil
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG", "TIFF", "GIF", "plain", "plain-info", "P-RGBA-palette", "LAB"])
+def test_pil_images_come_back_equal_of_their_class_with_their_info(tmp_path, fmt):
+    """PIL's == compares the class and info too: a decoded JPEG (a JpegImageFile, as a map over an
+    HF Image column gives) came back a PngImageFile or a plain Image without its info (dpi, exif,
+    ICC profile), a P image's RGBA palette lost its alpha, so the resumed examples differed."""
+    import io
+
+    rng = np.random.default_rng(0)
+    base = PIL_Image.fromarray(rng.integers(0, 256, (40, 50, 3), dtype=np.uint8), "RGB")
+    if fmt == "plain":
+        img = base
+    elif fmt == "plain-info":
+        img = base.copy()
+        img.info["dpi"] = (72, 72)
+    elif fmt == "P-RGBA-palette":
+        img = PIL_Image.new("P", (4, 4))
+        img.putpalette([1, 2, 3, 4, 5, 6, 7, 8], "RGBA")
+    elif fmt == "LAB":
+        img = base.convert("LAB")
+    else:
+        buf = io.BytesIO()
+        exif = base.getexif()
+        exif[0x010F] = "camera"
+        kwargs = {"JPEG": {"dpi": (300, 300), "exif": exif.tobytes()}, "TIFF": {"dpi": (72.5, 72.5)}}.get(fmt, {})
+        (base.convert("P") if fmt == "GIF" else base).save(buf, format=fmt, **kwargs)
+        img = PIL_Image.open(io.BytesIO(buf.getvalue()))
+        img.load()
+    state = {"format": "x", "v": [img, img.resize((100, 100)) if img.mode != "P" else img]}
+    ri.save_state(state, tmp_path / "s")
+    for back in (ri.load_state(tmp_path / "s")["v"], ri.loads_state(ri.dumps_state(state))["v"]):
+        for a, b in zip(state["v"], back):
+            assert type(b) is type(a) and b == a and b.info == a.info and b.format == a.format
+            assert image_key(b) == image_key(a) and b.palette.mode == a.palette.mode if a.palette else True
+
+
+def test_a_pil_image_subclass_of_the_users_is_refused():
+    if PIL_Image is None:
+        pytest.skip("Pillow is not installed")
+
+    class Mine(PIL_Image.Image):
+        pass
+
+    img = Mine()
+    img.__setstate__([{}, "L", (2, 2), None, b"\0\0\0\0"])
+    with pytest.raises(TypeError, match=r"PIL image of class .*Mine.*\(at state\['v'\]\)"):
+        ri.dumps_state({"v": img})

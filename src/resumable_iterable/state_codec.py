@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import decimal
+import importlib
 import io
 import math
 import sys
@@ -136,49 +137,96 @@ def pil_image_class() -> type | None:
     return getattr(mod, "Image", None) if mod is not None else None
 
 
-def _encode_image(img: Any, raw: bool = False) -> dict:
-    """A lossless description of a PIL image: PNG bytes for the modes PNG stores exactly (as
-    HF ``datasets`` stores images without a source file), raw pixels for the other modes and
-    when ``raw`` (no encoding: a binary state file writes them at disk speed)."""
-    if not raw and img.mode in _PNG_MODES:
+def _encode_image(img: Any, raw: bool = False, pixels: bytes | None = None) -> dict:
+    """A lossless description of a PIL image's pixels: PNG bytes for the modes PNG stores exactly
+    (as HF ``datasets`` stores images without a source file; not a palette with alpha, which PNG
+    keeps apart), raw pixels (``pixels`` if given) for the others and when ``raw`` (no encoding: a
+    binary state file writes them at disk speed)."""
+    if not raw and img.mode in _PNG_MODES and (img.palette is None or img.palette.mode == "RGB"):
         buf = io.BytesIO()
         img.save(buf, format="PNG", compress_level=1)  # lossless at any level; 1 is the fastest
         return {"png": buf.getvalue()}
-    out: dict[str, Any] = {"mode": img.mode, "size": list(img.size), "raw": img.tobytes()}
+    out: dict[str, Any] = {"mode": img.mode, "size": list(img.size), "raw": img.tobytes() if pixels is None else pixels}
     if img.palette is not None and "P" in img.mode:
         pmode = img.palette.mode
         out["palette"] = [pmode, bytes(img.getpalette(pmode))]
     return out
 
 
-def _decode_image(obj: dict, data: Callable[[Any], Any]) -> Any:
+def _ifd_rational_class() -> type | None:
+    """PIL's ``IFDRational`` (a TIFF image's resolution, in its ``info``) if PIL's TIFF plugin is loaded."""
+    mod = sys.modules.get("PIL.TiffImagePlugin")
+    return getattr(mod, "IFDRational", None) if mod is not None else None
+
+
+def _decode_ifd_rational(v: Any) -> Any:
+    num, den = v
+    if type(num) not in (int, float) or type(den) is not int:
+        raise ValueError(f"bad rational {v!r}")
+    from PIL.TiffImagePlugin import IFDRational
+
+    return IFDRational(num, den)
+
+
+def _image_class(name: Any, image: type) -> type:
+    """The PIL image class ``name`` (``"PIL.JpegImagePlugin:JpegImageFile"``) stands for: one of
+    PIL's own classes only, whose pickled state (``__getstate__``) is plain data."""
+    module, _, qualname = name.partition(":") if type(name) is str else ("", "", "")
+    if not (module.startswith("PIL.") and all(p.isidentifier() for p in module.split(".")) and qualname.isidentifier()):
+        raise ValueError(f"bad image class {name!r}")
+    try:
+        cls = getattr(importlib.import_module(module), qualname, None)
+    except ImportError:
+        cls = None
+    if not (isinstance(cls, type) and issubclass(cls, image)):
+        raise ValueError(f"unknown image class {name!r}")
+    return cls
+
+
+def _decode_image(obj: dict, data: Callable[[Any], Any], info: dict, extra: list) -> Any:
+    """The image ``obj`` describes, of its class, with its ``info`` (and the class's ``extra``
+    state, e.g. an image file's name)."""
     try:
         from PIL import Image
     except ImportError:  # pragma: no cover - pillow is installed with datasets[vision]
         raise ValueError("the state holds a PIL image; install Pillow to load it") from None
     try:
-        if "png" in obj:
-            png = data(obj["png"])
-            if type(png) is not bytes:
-                raise ValueError("image data must be bytes")
-            img = Image.open(io.BytesIO(png), formats=["PNG"])
-            img.load()
+        img = _decode_pixels(obj, data, Image)
+        cls = _image_class(obj["class"], Image.Image) if "class" in obj else Image.Image
+        if cls is Image.Image and "png" not in obj:
+            img.info = info
             return img
-        mode, size, raw = obj["mode"], obj["size"], data(obj["raw"])
-        if (type(mode) is not str or type(size) is not list or len(size) != 2
-                or not all(type(n) is int and n >= 0 for n in size) or type(raw) is not bytes):
-            raise ValueError("bad raw image")
-        if size[0] * size[1] > 8 * len(raw):  # more pixels than the data can hold
-            raise ValueError("image size does not match its data")
-        img = Image.frombytes(mode, tuple(size), raw)
-        if "palette" in obj:
-            pmode, pal = obj["palette"]
-            img.putpalette(data(pal), pmode)
-        return img
+        out = cls.__new__(cls)  # as pickle rebuilds it: PIL's __setstate__ reads the pixels
+        out.__setstate__([info, img.mode, img.size, None, img.tobytes(), *extra])
+        if img.palette is not None and "P" in img.mode:
+            out.putpalette(img.getpalette(img.palette.mode), img.palette.mode)
+        return out
     except ValueError:
         raise
     except Exception as e:  # noqa: BLE001 - any failure of Pillow on damaged data
         raise ValueError(f"bad image: {type(e).__name__}: {e}") from None
+
+
+def _decode_pixels(obj: dict, data: Callable[[Any], Any], Image: Any) -> Any:  # noqa: N803 - the module
+    """The pixels of an encoded image (PNG or raw), as an image of the class Pillow makes."""
+    if "png" in obj:
+        png = data(obj["png"])
+        if type(png) is not bytes:
+            raise ValueError("image data must be bytes")
+        img = Image.open(io.BytesIO(png), formats=["PNG"])
+        img.load()
+        return img
+    mode, size, raw = obj["mode"], obj["size"], data(obj["raw"])
+    if (type(mode) is not str or type(size) is not list or len(size) != 2
+            or not all(type(n) is int and n >= 0 for n in size) or type(raw) is not bytes):
+        raise ValueError("bad raw image")
+    if size[0] * size[1] > 8 * len(raw):  # more pixels than the data can hold
+        raise ValueError("image size does not match its data")
+    img = Image.frombytes(mode, tuple(size), raw)
+    if "palette" in obj:
+        pmode, pal = obj["palette"]
+        img.putpalette(data(pal), pmode)
+    return img
 
 
 # --------------------------------------------------------------------------- encoding
@@ -274,7 +322,9 @@ class Encoder:
             return timed
         pil = pil_image_class()
         if pil is not None and isinstance(obj, pil):
-            return self.image(obj)
+            return self.image(obj, pil, d)
+        if t is _ifd_rational_class():  # in a TIFF image's info (its dpi)
+            return {TAG: "ifd_rational", "v": [self.enc(obj.numerator, d + 2), obj.denominator]}
         raise TypeError(
             f"cannot store a value of type {_type_name(t)} in a state; supported (these exact "
             "types, not subclasses): JSON types, bytes, bytearray, tuples, numpy arrays/scalars, PIL images, "
@@ -282,12 +332,26 @@ class Encoder:
             "'drop' on shuffle() for examples that hold other objects."
         )
 
-    def image(self, img: Any) -> dict:
+    def image(self, img: Any, pil: type, d: int) -> dict:
+        """An image of its class (PIL's own: ``JpegImageFile``... with what its pickled state
+        adds, e.g. the file's name), with its ``info``: PIL's ``==`` compares them all."""
+        out: dict[str, Any] = {TAG: "image"}
+        cls, pixels = type(img), None
+        if cls is not pil:
+            if not cls.__module__.startswith("PIL."):
+                raise TypeError(f"cannot store a PIL image of class {_type_name(cls)} in a state: only PIL's own "
+                                "image classes are rebuilt")
+            state = img.__getstate__()  # [info, mode, size, palette, pixels, *what the class adds]
+            pixels = state[4]
+            out["class"] = f"{cls.__module__}:{cls.__qualname__}"
+            if len(state) > 5:
+                out["extra"] = self.enc(state[5:], d + 1)
+        if img.info:
+            out["info"] = self.enc(img.info, d + 1)
         # a large image in a binary state file: its pixels as a blob, not PNG (encoding one costs
         # milliseconds, about what writing a few MB costs)
         raw = self.blobs is not None and img.width * img.height >= BLOB_MIN
-        parts = _encode_image(img, raw)
-        out: dict[str, Any] = {TAG: "image"}
+        parts = _encode_image(img, raw, pixels)
         for k, v in parts.items():
             if k == "palette":
                 out[k] = [v[0], self.binary(v[1])]
@@ -372,9 +436,15 @@ class Decoder:
                     array_bytes(arr)[:] = raw  # bytewise: padding bytes of structured dtypes included
                 return arr[0]
             if tag == "image":
-                return _decode_image(obj, self.binary_of)
+                info = self.dec(obj["info"], d + 1) if "info" in obj else {}
+                extra = self.dec(obj["extra"], d + 1) if "extra" in obj else []
+                if type(info) is not dict or type(extra) is not list:
+                    raise ValueError("bad image info")
+                return _decode_image(obj, self.binary_of, info, extra)
             if tag in TIME_KINDS:
                 return decode_time(tag, obj)
+            if tag == "ifd_rational":
+                return _decode_ifd_rational(self.dec(obj["v"], d + 1))
             if tag == "bytearray":
                 return bytearray(self.binary(obj))
             if tag == "decimal":
