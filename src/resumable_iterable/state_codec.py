@@ -4,10 +4,11 @@ A state is a tree of plain containers whose leaves may be example data. Values J
 become tagged objects ``{"__ri__": kind, ...}``: bytes, numpy arrays (every dtype, exactly: byte
 order, units, string lengths, structured fields with offsets and padding) and numpy scalars,
 tuples, dicts with non-string keys, ``bytearray``, non-finite floats, dates and times (time
-zones and pandas' timestamps included, ``state_times.py``), ``Decimal``, and PIL images (PNG for the modes PNG stores exactly, raw pixels for the others and for large images
-in a binary state file). The decoder rebuilds exactly those kinds and nothing else, so decoding
-never runs code (no pickle, no ``eval``; dtypes are rebuilt from their JSON description, images
-by Pillow's PNG reader or from raw pixels). Values are encoded by their exact type: a subclass
+zones and pandas' timestamps included, ``state_times.py``), ``Decimal``, and PIL images of PIL's
+own classes with their ``info`` (PNG for the modes PNG stores exactly, raw pixels for the others
+and for large images in a binary state file). The decoder rebuilds exactly those kinds and
+nothing else, so decoding never runs code (no pickle, no ``eval``; dtypes are rebuilt from their
+JSON description, images by Pillow's PNG reader or from raw pixels, as pickle rebuilds them). Values are encoded by their exact type: a subclass
 (an ``IntEnum``, an ``OrderedDict``, a ``namedtuple``, a pandas ``Timestamp`` is one of
 ``datetime``'s...) would come back as its base type, so one the codec does not know is refused
 with a ``TypeError`` that says where in the state it is; so is any other type.
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import decimal
-import importlib
 import io
 import math
 import sys
@@ -170,14 +170,15 @@ def _decode_ifd_rational(v: Any) -> Any:
 
 def _image_class(name: Any, image: type) -> type:
     """The PIL image class ``name`` (``"PIL.JpegImagePlugin:JpegImageFile"``) stands for: one of
-    PIL's own classes only, whose pickled state (``__getstate__``) is plain data."""
+    PIL's own classes only, whose pickled state (``__getstate__``) is plain data, in a module
+    already loaded or one of the file plugins Pillow loads itself (``Image.init()``): a state
+    never makes us import a module by its name."""
     module, _, qualname = name.partition(":") if type(name) is str else ("", "", "")
-    if not (module.startswith("PIL.") and all(p.isidentifier() for p in module.split(".")) and qualname.isidentifier()):
+    if not (module.startswith("PIL.") and qualname.isidentifier()):
         raise ValueError(f"bad image class {name!r}")
-    try:
-        cls = getattr(importlib.import_module(module), qualname, None)
-    except ImportError:
-        cls = None
+    if module not in sys.modules:
+        sys.modules["PIL.Image"].init()  # Pillow's registered file plugins, as Image.open loads them
+    cls = getattr(sys.modules.get(module), qualname, None)
     if not (isinstance(cls, type) and issubclass(cls, image)):
         raise ValueError(f"unknown image class {name!r}")
     return cls
@@ -338,7 +339,8 @@ class Encoder:
         out: dict[str, Any] = {TAG: "image"}
         cls, pixels = type(img), None
         if cls is not pil:
-            if not cls.__module__.startswith("PIL."):
+            module = sys.modules.get(cls.__module__) if cls.__module__.startswith("PIL.") else None
+            if getattr(module, cls.__qualname__, None) is not cls:
                 raise TypeError(f"cannot store a PIL image of class {_type_name(cls)} in a state: only PIL's own "
                                 "image classes are rebuilt")
             state = img.__getstate__()  # [info, mode, size, palette, pixels, *what the class adds]

@@ -140,6 +140,6 @@ def decode_time(kind: str, obj: dict) -> Any:
     value = pd.Timestamp(np.datetime64(v, unit))
     if "offset" in obj:
         days, s, us = obj["offset"]
-        value = value.tz_localize("UTC").tz_convert(_tz(obj, _dt.timedelta(days=days, seconds=s, microseconds=us))
-                                                   or _dt.timezone(_dt.timedelta(days=days, seconds=s, microseconds=us)))
+        offset = _dt.timedelta(days=days, seconds=s, microseconds=us)
+        value = value.tz_localize("UTC").tz_convert(_tz(obj, offset) or _dt.timezone(offset))
     return value
