@@ -186,48 +186,42 @@ def _image_class(name: Any, image: type) -> type:
 
 def _decode_image(obj: dict, data: Callable[[Any], Any], info: dict, extra: list) -> Any:
     """The image ``obj`` describes, of its class, with its ``info`` (and the class's ``extra``
-    state, e.g. an image file's name)."""
+    state, e.g. an image file's name), built as pickle builds it: PIL's ``__setstate__`` reads
+    the pixels."""
     try:
         from PIL import Image
     except ImportError:  # pragma: no cover - pillow is installed with datasets[vision]
         raise ValueError("the state holds a PIL image; install Pillow to load it") from None
     try:
-        img = _decode_pixels(obj, data, Image)
         cls = _image_class(obj["class"], Image.Image) if "class" in obj else Image.Image
-        if cls is Image.Image and "png" not in obj:
-            img.info = info
-            return img
-        out = cls.__new__(cls)  # as pickle rebuilds it: PIL's __setstate__ reads the pixels
-        out.__setstate__([info, img.mode, img.size, None, img.tobytes(), *extra])
-        if img.palette is not None and "P" in img.mode:
-            out.putpalette(img.getpalette(img.palette.mode), img.palette.mode)
+        palette = None
+        if "png" in obj:
+            png = data(obj["png"])
+            if type(png) is not bytes:
+                raise ValueError("image data must be bytes")
+            img = Image.open(io.BytesIO(png), formats=["PNG"])
+            img.load()
+            mode, size, raw = img.mode, list(img.size), img.tobytes()
+            if img.palette is not None and "P" in mode:
+                palette = [img.palette.mode, img.getpalette(img.palette.mode)]
+        else:
+            mode, size, raw = obj["mode"], obj["size"], data(obj["raw"])
+            if (type(mode) is not str or type(size) is not list or len(size) != 2
+                    or not all(type(n) is int and n >= 0 for n in size) or type(raw) is not bytes):
+                raise ValueError("bad raw image")
+            if size[0] * size[1] > 8 * len(raw):  # more pixels than the data can hold
+                raise ValueError("image size does not match its data")
+            if "palette" in obj:
+                palette = [obj["palette"][0], data(obj["palette"][1])]
+        out = cls.__new__(cls)
+        out.__setstate__([info, mode, tuple(size), None, raw, *extra])
+        if palette is not None:
+            out.putpalette(palette[1], palette[0])
         return out
     except ValueError:
         raise
     except Exception as e:  # noqa: BLE001 - any failure of Pillow on damaged data
         raise ValueError(f"bad image: {type(e).__name__}: {e}") from None
-
-
-def _decode_pixels(obj: dict, data: Callable[[Any], Any], Image: Any) -> Any:  # noqa: N803 - the module
-    """The pixels of an encoded image (PNG or raw), as an image of the class Pillow makes."""
-    if "png" in obj:
-        png = data(obj["png"])
-        if type(png) is not bytes:
-            raise ValueError("image data must be bytes")
-        img = Image.open(io.BytesIO(png), formats=["PNG"])
-        img.load()
-        return img
-    mode, size, raw = obj["mode"], obj["size"], data(obj["raw"])
-    if (type(mode) is not str or type(size) is not list or len(size) != 2
-            or not all(type(n) is int and n >= 0 for n in size) or type(raw) is not bytes):
-        raise ValueError("bad raw image")
-    if size[0] * size[1] > 8 * len(raw):  # more pixels than the data can hold
-        raise ValueError("image size does not match its data")
-    img = Image.frombytes(mode, tuple(size), raw)
-    if "palette" in obj:
-        pmode, pal = obj["palette"]
-        img.putpalette(data(pal), pmode)
-    return img
 
 
 # --------------------------------------------------------------------------- encoding
