@@ -534,7 +534,7 @@ class IterableDataset(_Base):
         """
         batch_size = as_int(batch_size, "batch_size", lo=1)
         node = self._session.pass_node()
-        return rewinding(self._present(node, (batch_size, bool(drop_last_batch))), node)
+        return self._session.iterating(rewinding(self._present(node, (batch_size, bool(drop_last_batch))), node))
 
     def _present(self, node: Node, batch: tuple | None = None) -> Iterator[Any]:
         from .nodes.format import present
@@ -611,7 +611,7 @@ class IterableDataset(_Base):
 
     # ------------------------------------------------------------------ iteration and state
     def __iter__(self) -> Iterator[Any]:
-        return self._present(self._session.pass_node())
+        return self._session.iterating(self._present(self._session.pass_node()))
 
     def state_dict(self) -> dict:
         """A copy of the state: resume with :meth:`load_state_dict`. Plain dicts and lists, which

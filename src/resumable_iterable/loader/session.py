@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import copy
 import logging
+import weakref
+from types import GeneratorType
 from typing import Any
 
 from .. import state as _state
@@ -45,6 +47,8 @@ class IterationSession:
     #: a DataLoader worker's states hold its global random generators (``"rng"``), set back when
     #: such a state is loaded in the same worker (``integrations/torch/worker_rng.py``)
     save_worker_rng = False
+    #: a weak reference to the iterator handed out for the pass last started (:meth:`iterating`)
+    _iterator: Any = None
 
     def __init__(self, template: Node, split: tuple, epoch: int):
         self.template = template  # the dataset's unsplit pipeline; never iterated itself
@@ -178,6 +182,27 @@ class IterationSession:
         self.resumes = False
         return self._start_fresh(worker)
 
+    def iterating(self, iterator: Any) -> Any:
+        """Note ``iterator`` (a generator) as the one the user iterates the pass just started with,
+        so that :meth:`state_dict` can tell when it is asked from inside that iterator's step; return it."""
+        self._iterator = weakref.ref(iterator) if isinstance(iterator, GeneratorType) else None
+        return iterator
+
+    def _check_between_examples(self) -> None:
+        """Refuse a state asked for while the pass it would describe is producing an example: from
+        a ``map``/``filter`` function or a generator source of that pass, a signal handler that
+        interrupted it, or another thread. Its nodes are then part-way through a step (a source has
+        counted a row its parent has not received yet...), so such a state would lose or repeat
+        an example on resume."""
+        ref = self._iterator
+        it = ref() if ref is not None else None
+        if it is not None and it.gi_running:
+            raise RuntimeError("state_dict() was called while the dataset is producing an example (from inside a "
+                               "map/filter function or a generator of this dataset, from a signal handler that "
+                               "interrupted it, or from another thread): its steps are part-way done, and such a "
+                               "state would lose or repeat an example. Take states between examples, in the "
+                               "thread that iterates (from a signal handler: set a flag and save at the next step)")
+
     def current_node(self) -> Node:
         """The node tree whose state ``state_dict`` describes: the pass being iterated here, or a
         loaded state, or (neither) a fresh pass that the next iteration then starts from."""
@@ -192,6 +217,7 @@ class IterationSession:
     # ------------------------------------------------------------------ states
     def state_dict(self) -> dict:
         """The dataset state of this process (see ``IterableDataset.state_dict``)."""
+        self._check_between_examples()
         node = self.current_node()
         epoch = self.active_epoch
         seeds = self._seeds
@@ -296,6 +322,7 @@ class IterationSession:
     # ------------------------------------------------------------------ pickling (DataLoader workers, copies)
     def __getstate__(self) -> dict:
         d = dict(self.__dict__)
+        d.pop("_iterator", None)  # the copy iterates on its own
         if not d["pending"]:
             d["active"] = None  # a pipeline being iterated is not shipped to DataLoader workers
         return d
