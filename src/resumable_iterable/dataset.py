@@ -620,6 +620,10 @@ class IterableDataset(_Base):
         :meth:`save_state` / :func:`resumable_iterable.dumps_state` store those losslessly, and
         also the values ``json.dumps`` would change silently (tuples, non-string dict keys).
 
+        Take it between examples: asked for while the dataset is producing one (from its own
+        ``map`` function or generator, a signal handler that interrupted it, another thread) it
+        raises ``RuntimeError``, since its nodes are then part-way through a step.
+
         Besides the node tree, the state records how this process's part was split from the whole
         dataset (``"split"``: ranks and DataLoader worker), which elastic resume uses. During an
         epoch resumed elastically (``resumable_iterable.StatefulDataLoader`` with another worker
