@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import pathlib
 
 import pyarrow as pa
 import pyarrow.csv as pcsv
@@ -428,3 +430,67 @@ def test_global_shuffle_over_files_in_another_order_is_refused(files, tmp_path):
     again = ri.IterableDataset.from_parquet(paths).shuffle(seed=5, buffer_size=None)
     again.load_state_dict(state)
     assert head + [e["id"] for e in again] == full
+
+
+def _lines(files):
+    for p in files:
+        with open(p) as f:
+            for i, line in enumerate(f):
+                yield {"file": os.path.basename(p), "line": i, "text": line.rstrip("\n")}
+
+
+def test_a_generator_over_a_list_of_files_in_another_order_is_refused(tmp_path, capsys):
+    """``from_generator(read, gen_kwargs={"files": [...]})``, the usual way to read files of one's
+    own format: positions count shards by their place in the list, so a state loaded with the list
+    in another order (an unsorted glob on another machine) used to re-read one file and skip another
+    silently. The state now holds a digest of the lists (``shards``), as a file source's ``files``."""
+    paths = []
+    for i in range(3):
+        p = tmp_path / "data" / f"f{i}.txt"
+        p.parent.mkdir(exist_ok=True)
+        p.write_text("".join(f"f{i}-{j}\n" for j in range(5)))
+        paths.append(str(p))
+
+    def build(files, **extra):
+        return ri.IterableDataset.from_generator(_lines, gen_kwargs={"files": files, **extra})
+
+    full = [e["text"] for e in build(paths)]
+    ds = build(paths)
+    head = [e["text"] for e in take(iter(ds), 7)]  # shard 0 done, 2 rows of shard 1
+    state = json.loads(json.dumps(ds.state_dict()))
+    for other in (paths[::-1], [paths[1], paths[0], paths[2]], [pathlib.Path(p) for p in paths[::-1]]):
+        with pytest.raises(ValueError, match="the generator's shards are not those the state was saved with"):
+            build(other).load_state_dict(state)
+    # the same names in another folder, as paths or strings, resume exactly
+    moved = tmp_path / "moved" / "deeper"
+    moved.mkdir(parents=True)
+    for p in paths:
+        (moved / os.path.basename(p)).write_text(open(p).read())
+    again = build([moved / os.path.basename(p) for p in paths])
+    again.load_state_dict(state)
+    assert head + [e["text"] for e in again] == full
+    # lists of other plain values count too; lists of other objects are left out
+    ranges = ri.IterableDataset.from_generator(_ranges, gen_kwargs={"bounds": [[0, 3], [10, 14]]})
+    it = iter(ranges)
+    next(it)
+    saved = json.loads(json.dumps(ranges.state_dict()))
+    with pytest.raises(ValueError, match="shards are not those"):
+        ri.IterableDataset.from_generator(_ranges, gen_kwargs={"bounds": [[10, 14], [0, 3]]}).load_state_dict(saved)
+    opaque = ri.IterableDataset.from_generator(_ranges, gen_kwargs={"bounds": [range(0, 3), range(10, 14)]})
+    assert "shards" not in opaque.state_dict()["state"]
+    # a state of an earlier release has no 'shards': it loads as before
+    old = json.loads(json.dumps(state))
+    del old["state"]["shards"]
+    again = build(paths)
+    again.load_state_dict(old)
+    assert head + [e["text"] for e in again] == full
+    ri.save_state(state, tmp_path / "s.json")
+    from resumable_iterable.cli import main
+    assert main(["inspect", str(tmp_path / "s.json")]) == 0
+    assert "1 done" in capsys.readouterr().out
+
+
+def _ranges(bounds):
+    for lo, hi in bounds:
+        for i in range(lo, hi):
+            yield {"i": i}

@@ -275,20 +275,25 @@ def test_map_error_while_replaying_names_the_node():
 
 
 def test_generator_that_changed_is_reported_on_replay():
-    def gen(n):
-        yield from ({"i": i} for i in range(n[0]))
+    data = {"rows": 30}  # what the generator reads: its input changed between save and resume
 
-    def build(n):
-        return ri.IterableDataset.from_generator(gen, gen_kwargs={"n": [n]}).shuffle(
+    def gen(shard):
+        yield from ({"i": i} for i in range(data["rows"]))
+
+    def build(shards=("a",)):
+        return ri.IterableDataset.from_generator(gen, gen_kwargs={"shard": list(shards)}).shuffle(
             seed=1, buffer_size=10, buffer_state="replay")
 
-    ds = build(30)
+    ds = build()
     take(iter(ds), 5)
     state = ds.state_dict()
-    ds2 = build(12)
+    data["rows"] = 12
+    ds2 = build()
     ds2.load_state_dict(state)
     with pytest.raises(ValueError, match="generator source shard 0: the generator now yields fewer rows than the state says"):
         list(ds2)
+    with pytest.raises(ValueError, match="the generator's shards are not those"):  # other gen_kwargs: refused on load
+        build(("b",)).load_state_dict(state)
 
 
 def test_epochs_and_repeat_of_a_replay_shuffle():

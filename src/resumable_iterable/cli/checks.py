@@ -23,8 +23,9 @@ from .tree import SOURCE_FIELDS, buffer_fill, leaf_of, shard_rows
 
 _U64 = 2**64 - 1
 _SOURCE_KEYS = SOURCE_FIELDS | {"node", "stop"}
-#: held by some kinds of sources only: ``files`` (the digest of a file source's names, checked on load)
-_OPTIONAL_SOURCE_KEYS = {"files"}
+#: held by some kinds of sources only: ``files`` (the digest of a file source's names, checked on load),
+#: ``shards`` (a generator source's, of the lists of its ``gen_kwargs``)
+_OPTIONAL_SOURCE_KEYS = {"files", "shards"}
 
 
 def _param_int(params: dict, key: str) -> int | None:

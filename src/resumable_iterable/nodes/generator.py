@@ -7,15 +7,24 @@ A generator cannot seek, so resuming inside a shard re-runs the generator and di
 finished are not re-run to resume the source itself. A shuffle buffer whose state holds
 positions (``buffer_state="replay"``, or a DataLoader worker's buffer of large examples) re-runs
 each shard its buffered rows came from, finished or not, up to the last of them (``read_rows``).
+
+The state also holds a digest of what defines the shards (``shards``, see :func:`shards_digest`)
+when the lists of ``gen_kwargs`` hold names or plain values (the usual list of files): a state
+loads only into a source over the same shards in the same order, since positions count shards by
+their place (a list of files in another order, e.g. from an unsorted glob, would re-read some
+shards and skip others).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 from typing import Any, Callable, Iterator
 
 from ..progress import fast_forward, progress
+from ..state import fingerprint as digest
 from .base import add_context
+from .files import names_digest
 from .source import SourceNode
 
 
@@ -33,8 +42,37 @@ def split_gen_kwargs(gen_kwargs: dict) -> list[dict]:
     return [{k: ([v[i]] if k in lists else v) for k, v in gen_kwargs.items()} for i in range(n)]
 
 
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is JSON data (so that its digest is the same in every process)."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
+def shards_digest(gen_kwargs: dict) -> str | None:
+    """A short hash of the list values of ``gen_kwargs`` (what defines the shards), in shard order:
+    a list of names (strings, paths) relative to the folder they share, as a file source's names
+    (the same files moved to another folder or machine still match), a list of other plain values
+    as they are; lists of other objects are left out. ``None`` when nothing is left."""
+    parts = {}
+    for key, value in gen_kwargs.items():
+        if not isinstance(value, list) or not isinstance(key, str):
+            continue
+        names = [os.fspath(v) if isinstance(v, os.PathLike) else v for v in value]
+        if all(isinstance(v, str) for v in names):
+            parts[key] = names_digest(names)
+        elif _plain(value):
+            parts[key] = digest(value)
+    return digest(parts) if parts else None
+
+
 class GeneratorSource(SourceNode):
     kind = "generator"
+    added_fields = frozenset(("shards",))  # ``shards``: absent from states of earlier releases
 
     def __init__(self, generator: Callable[..., Iterator[dict]], gen_kwargs: dict | None = None,
                  shard_ids: list[int] | None = None):
@@ -43,7 +81,20 @@ class GeneratorSource(SourceNode):
         self.generator = generator
         self.gen_kwargs = dict(gen_kwargs or {})
         self.shard_kwargs = split_gen_kwargs(self.gen_kwargs)
+        self.shards_digest = shards_digest(self.gen_kwargs)  # before the fresh state, which holds it
         super().__init__(len(self.shard_kwargs), shard_ids)
+
+    def _own_state(self) -> dict:
+        own = super()._own_state()
+        return own if self.shards_digest is None else {**own, "shards": self.shards_digest}
+
+    def _validate_own(self, state: dict, where: str) -> None:
+        if "shards" in state and state["shards"] != self.shards_digest:  # before the offsets, which count its shards
+            raise ValueError(f"{where}: the generator's shards are not those the state was saved with (the lists "
+                             f"of gen_kwargs hold other values, or the same in another order: 'shards' is "
+                             f"{state['shards']!r} in the state, {self.shards_digest!r} here); resuming would read "
+                             "other rows than the saved run. Pass the same lists in the same order (sort a glob)")
+        super()._validate_own(state, where)
 
     def _iter_shard(self, shard_id: int, st: dict) -> Iterator[Any]:
         it = iter(self.generator(**self.shard_kwargs[shard_id]))
