@@ -147,13 +147,16 @@ def test_files_in_another_order_or_renamed_are_refused(files, tmp_path, capsys):
 
 
 def test_generator_that_changed_is_detected():
-    def gen(n):
-        yield from ({"i": i} for i in range(n[0]))
+    data = {"rows": 20}  # what the generator reads: its input changed between save and resume
 
-    ds = ri.IterableDataset.from_generator(gen, gen_kwargs={"n": [20]})
+    def gen(shard):
+        yield from ({"i": i} for i in range(data["rows"]))
+
+    ds = ri.IterableDataset.from_generator(gen, gen_kwargs={"shard": ["a"]})
     take(iter(ds), 15)
     state = ds.state_dict()
-    ds2 = ri.IterableDataset.from_generator(gen, gen_kwargs={"n": [10]})
+    data["rows"] = 10
+    ds2 = ri.IterableDataset.from_generator(gen, gen_kwargs={"shard": ["a"]})
     ds2.load_state_dict(state)
     with pytest.raises(ValueError, match="yields only 10"):
         list(ds2)

@@ -93,7 +93,9 @@ class GeneratorSource(SourceNode):
             raise ValueError(f"{where}: the generator's shards are not those the state was saved with (the lists "
                              f"of gen_kwargs hold other values, or the same in another order: 'shards' is "
                              f"{state['shards']!r} in the state, {self.shards_digest!r} here); resuming would read "
-                             "other rows than the saved run. Pass the same lists in the same order (sort a glob)")
+                             "other rows than the saved run. Pass the same lists in the same order (sort a glob); if "
+                             "they name the same data otherwise (e.g. URLs with new tokens), remove 'shards' from "
+                             "the state's source to resume anyway")
         super()._validate_own(state, where)
 
     def _iter_shard(self, shard_id: int, st: dict) -> Iterator[Any]:
