@@ -384,6 +384,17 @@ def test_redistribute_errors():
         rank_part(general, 1, 3).load_state_dict(plans[0])
 
 
+def test_a_plan_for_one_rank_loaded_without_a_split_says_what_is_missing():
+    """Two ranks moved to one: the plan is dealt to rank 0 of 1, which an unsplit dataset is not. The
+    error said the plan was "dealt to rank 0 of 1, no DataLoader worker split" and "loaded in no
+    DataLoader worker split", leaving out the side that differs; it names the missing rank split."""
+    s0, s1 = (json_roundtrip(rank_part(general, r, 2).state_dict()) for r in range(2))
+    (plan,) = ri.redistribute_states([s0, s1], 1)
+    with pytest.raises(ValueError, match=r"loaded in no rank split, no DataLoader worker split.*"
+                                         r"split_dataset_by_node\(dataset, rank, world_size\)"):
+        general().load_state_dict(plan)
+    rank_part(general, 0, 1).load_state_dict(plan)  # as documented: the new rank splits 1 way
+
 def test_elastic_with_more_workers_than_shards():
     """Workers without shards save empty streams; moving from / to such a loader stays exact."""
     def two_shards():

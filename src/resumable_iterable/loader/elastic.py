@@ -117,9 +117,11 @@ def build_plan_node(template: Node, plan: dict, current_ranks: list, current_wor
     here_w = effective_worker(current_worker)
     want_w = effective_worker(tuple(t["worker"]) if t["worker"] is not None else None)
     if [list(r) for r in t["ranks"]] != [list(r) for r in current_ranks] or here_w != want_w:
+        hint = ("; load it into split_dataset_by_node(dataset, rank, world_size) with the plan's rank and world size"
+                if len(t["ranks"]) > len(current_ranks) else "")
+        here = describe_split(current_ranks, current_worker, t["ranks"])
         raise ValueError(f"this elastic plan was dealt to {describe_split(t['ranks'], t['worker'])}, but it is "
-                         f"loaded in {describe_split(current_ranks, current_worker)}: each worker/rank must load "
-                         "its own state")
+                         f"loaded in {here}: each worker/rank must load its own state{hint}")
     epoch = plan["epoch"]
     nodes, splits = [], []
     for i, seg in enumerate(plan["segments"]):

@@ -88,9 +88,11 @@ def _check_split(split: Any, where: str) -> dict:
     return split
 
 
-def describe_split(ranks: list, worker) -> str:
+def describe_split(ranks: list, worker, other_ranks: list = ()) -> str:
+    """Words a split; ``other_ranks``, the ranks of the split it is compared with, has it say
+    "no rank split" when it has none and the other has some."""
     parts = [f"rank {r[0]} of {r[1]} (by {r[2] if len(r) > 2 else 'auto'})" if any(len(q) > 2 for q in ranks)
-             else f"rank {r[0]} of {r[1]}" for r in ranks]
+             else f"rank {r[0]} of {r[1]}" for r in ranks] or ["no rank split"] * bool(other_ranks)
     eff = effective_worker(tuple(worker) if worker is not None else None)
     parts.append(f"DataLoader worker {eff[0]} of {eff[1]}" if eff else "no DataLoader worker split")
     return ", ".join(parts)

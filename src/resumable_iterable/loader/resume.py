@@ -111,8 +111,8 @@ def load_node(template: Node, split: tuple, state, worker) -> tuple[Node, int, i
             if saved["ranks"] != ranks or effective_worker(saved_w) != effective_worker(worker):
                 raise ValueError(
                     f"this state was saved by {describe_split(saved['ranks'], saved_w)} but is loaded in "
-                    f"{describe_split(ranks, worker)}. Resume a DataLoader through its own state_dict(); "
-                    "resumable_iterable.StatefulDataLoader loads it with another number of workers, and "
+                    f"{describe_split(ranks, worker, saved['ranks'])}. Resume a DataLoader through its own "
+                    "state_dict(); resumable_iterable.StatefulDataLoader loads it with another number of workers, and "
                     "resumable_iterable.redistribute_states moves rank states to another world size")
         diff = _state.shape_difference(state["pipeline"], shape)
         raise ValueError("this state was saved from a different pipeline: "
