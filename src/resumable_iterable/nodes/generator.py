@@ -56,7 +56,8 @@ def _plain(value: Any) -> bool:
 def shards_digest(gen_kwargs: dict) -> str | None:
     """A short hash of the list values of ``gen_kwargs`` (what defines the shards), in shard order:
     a list of names (strings, paths) relative to the folder they share, as a file source's names
-    (the same files moved to another folder or machine still match), a list of other plain values
+    (the same files moved to another folder or machine still match; URLs without their query, which
+    holds the access tokens of signed URLs), a list of other plain values
     as they are; lists of other objects are left out. ``None`` when nothing is left."""
     parts = {}
     for key, value in gen_kwargs.items():
@@ -64,7 +65,8 @@ def shards_digest(gen_kwargs: dict) -> str | None:
             continue
         names = [os.fspath(v) if isinstance(v, os.PathLike) else v for v in value]
         if all(isinstance(v, str) for v in names):
-            parts[key] = names_digest(names)
+            # a URL's query (signed URLs: access tokens that change between runs) names no other data
+            parts[key] = names_digest([v.split("?", 1)[0] if "://" in v else v for v in names])
         elif _plain(value):
             parts[key] = digest(value)
     return digest(parts) if parts else None
