@@ -2,7 +2,8 @@
 examples a pipeline yields, computed directly where HF's way is slow.
 
 * :class:`ArrowRowValues` - rows of Arrow-backed pipelines, which HF formats from Arrow (its types:
-  numpy scalars, ``np.str_``, float32 lists, typed empty lists, NaN for a null number);
+  numpy scalars, ``np.str_``, float32 lists, typed empty lists, NaN for a null number, float32
+  arrays of lists of lists and ``Array2D``..., ``datetime64`` / ``timedelta64`` times);
 * :func:`list_tensorize` - HF's ``recursive_tensorize`` for any other Python rows and batches,
   with lists of numbers converted at once instead of number by number;
 * :func:`lists_back` - lists that sources read as numpy arrays under a tensor format
@@ -11,6 +12,7 @@ examples a pipeline yields, computed directly where HF's way is slow.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any, Callable
 
 import numpy as np
@@ -42,8 +44,19 @@ class ArrowRowValues:
         self.scalars: dict = {}  # column -> numpy scalar type, from a numeric ``Value`` feature
         self.lists: dict = {}  # column -> numpy dtype of HF's array for a list of numeric ``Value``s
         self.numbers: set = set()  # the columns of numeric ``Value``s (a null is NaN)
+        self.nested: dict = {}  # column -> (dtype, depth, shape) of lists of lists of numbers (``Array2D``...)
+        self.times: dict = {}  # column -> numpy datetime64 / timedelta64 dtype of a temporal ``Value`` (or list of)
+        self.time_lists: dict = {}
         for name, feature in (features or {}).items():  # (a batch's numbers are int64 / float32 whatever the type)
             dtype = value_dtype(feature)
+            time = _time_dtype(feature)
+            if time is not None:
+                self.times[name] = time
+                continue
+            time = _time_dtype(getattr(feature, "feature", None)) if _list_dtype(feature) is None else None
+            if time is not None and type(feature).__name__ in ("List", "Sequence", "LargeList"):
+                self.time_lists[name] = time
+                continue
             if dtype is not None and dtype.kind in "iuf":
                 self.numbers.add(name)
                 if not batch_rows:
@@ -52,12 +65,23 @@ class ArrowRowValues:
                 inner = _list_dtype(feature)
                 if inner is not None:
                     self.lists[name] = np.int64 if inner.kind in "iu" else np.float32 if inner.kind == "f" else inner
+                leaf = _nested_dtype(feature)
+                if leaf is not None:
+                    self.nested[name] = leaf
 
     def _list(self, name: str, values: list) -> Any:
         kinds = set(map(type, values))
         if _NONE in kinds and kinds <= _NUMBERS_OR_NONE and (len(kinds) > 1 or np.dtype(self.lists.get(name, object)).kind in "iuf"):
             # null numbers: NaN in floats, as in the array Arrow's numpy conversion makes of such a list
             return self.tensorize(np.array([np.nan if v is None else v for v in values], dtype=np.float64))
+        nested = self.nested.get(name)
+        if nested is not None and kinds <= {list, _NONE}:
+            # HF's Arrow path gives the innermost lists as numpy arrays of the column's type, which its
+            # formatter makes float32 / int64 arrays and tensors and stacks (float32 for float64 too)
+            dtype, depth, shape = nested
+            if not values and shape is not None:  # an ArrayXD of no rows keeps its other dimensions
+                return self.tensorize(np.zeros((0, *shape[1:]), dtype=dtype))
+            return self.tensorize(_leaf_arrays(values, dtype, depth))
         if self.torch:
             return self.tensorize(_number_array(values, kinds, self.lists.get(name)))
         if not values and name in self.lists:  # (an empty list has no values to tell its type)
@@ -92,6 +116,12 @@ class ArrowRowValues:
             elif t is bool:  # np.bool_ is no np.number: HF makes a 0-d array of it
                 out[name] = (self.tensorize(v) if self.torch else np.bool_(v) if self.batch_rows
                              else np.asarray(v, **self.kwargs))
+            elif name in self.times:  # Arrow's numpy conversion: datetime64 / timedelta64 (UTC, NaT for a null)
+                value = _time_value(v, self.times[name])
+                out[name] = value if self.batch_rows else self.tensorize(value)
+            elif t is list and name in self.time_lists:
+                out[name] = self.tensorize(np.array([_time_value(x, self.time_lists[name]) for x in v],
+                                                    dtype=self.time_lists[name]))
             elif t is list:
                 out[name] = self._list(name, v)
             elif v is None and name in self.numbers:  # a null number: NaN, as Arrow's numpy column holds it
@@ -108,6 +138,73 @@ def _list_dtype(feature: Any) -> np.dtype | None:
     if type(feature).__name__ in ("List", "Sequence", "LargeList"):
         return value_dtype(getattr(feature, "feature", None))
     return None
+
+
+def _time_dtype(feature: Any) -> np.dtype | None:
+    """The numpy dtype Arrow converts a ``timestamp`` / ``date`` / ``duration`` ``Value`` to
+    (``datetime64[unit]``, UTC for a time zone; ``timedelta64[unit]``), else ``None``."""
+    if type(feature).__name__ != "Value" or not str(feature.dtype).startswith(("timestamp", "date", "duration")):
+        return None
+    import pyarrow as pa
+
+    try:
+        return pa.array([], type=feature.pa_type).to_numpy(zero_copy_only=False).dtype
+    except (pa.ArrowException, TypeError, ValueError):
+        return None
+
+
+def _time_value(v: Any, dtype: np.dtype) -> Any:
+    """A Python date, datetime (aware: in UTC), ``pandas.Timestamp`` or timedelta as a numpy
+    ``dtype`` scalar, as Arrow's numpy conversion gives it; ``NaT`` for ``None``."""
+    if v is None:
+        return np.array("NaT", dtype=dtype)[()]
+    to_numpy = getattr(v, "to_datetime64", None) or getattr(v, "to_timedelta64", None)  # pandas: nanoseconds
+    if to_numpy is not None:
+        v = to_numpy()
+    elif isinstance(v, datetime.datetime) and v.tzinfo is not None:
+        v = v.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+    try:
+        return np.array(v, dtype=dtype)[()]
+    except (TypeError, ValueError):
+        return v
+
+
+def _nested_dtype(feature: Any) -> tuple | None:
+    """``(dtype, depth, shape)`` for a feature of lists of lists of numeric ``Value``s (``depth``
+    levels of lists, ``shape`` ``None``) or an ``Array2D`` ... ``Array5D`` of numbers (``depth``
+    its dimensions, ``shape`` its shape); ``None`` for any other feature."""
+    name = type(feature).__name__
+    if name in ("Array2D", "Array3D", "Array4D", "Array5D"):
+        try:
+            dtype = np.dtype(feature.dtype)
+        except TypeError:
+            return None
+        return (dtype, len(feature.shape), tuple(feature.shape)) if dtype.kind in "iuf" else None
+    if name not in ("List", "Sequence", "LargeList"):
+        return None
+    inner = getattr(feature, "feature", None)
+    dtype = _list_dtype(inner)
+    if dtype is not None:
+        return (dtype, 2, None) if dtype.kind in "iuf" else None
+    nested = _nested_dtype(inner)
+    return None if nested is None or nested[2] is not None else (nested[0], nested[1] + 1, None)
+
+
+def _leaf_arrays(values: list, dtype: np.dtype, depth: int) -> Any:
+    """``depth`` levels of lists of Python numbers (of a column of ``dtype`` numbers) with the
+    innermost lists made the numpy arrays Arrow's numpy conversion makes of them (a null number:
+    NaN in a float array); null lists stay ``None``."""
+    if depth > 1:
+        return [None if v is None else _leaf_arrays(v, dtype, depth - 1) for v in values]
+    kinds = set(map(type, values))
+    if not kinds <= _NUMBERS_OR_NONE:
+        return values
+    if _NONE in kinds:
+        return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+    try:
+        return np.asarray(values, dtype=dtype)
+    except (OverflowError, ValueError, TypeError):
+        return values
 
 
 def lists_back(features: Any) -> Callable[[dict], dict] | None:
@@ -187,6 +284,8 @@ def list_tensorize(formatter: Any) -> Callable[[Any], Any] | None:
 
     def one(v: Any) -> Any:
         if type(v) is not list or not v:
+            if type(v) is np.ndarray and v.dtype == object and v.ndim == 0:
+                return v  # formatted already (a value HF's formatter cannot iterate: a time, a 0-d object)
             return recursive(v)
         first = type(v[0])
         if first is list:

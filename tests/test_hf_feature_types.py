@@ -1,0 +1,103 @@
+"""Values of HF feature types (nested lists, ``Array2D``, timestamps and dates, ``Image``) equal HF
+``datasets``' in type and value, where the rows of a ``datasets.Dataset`` reach the format through
+nodes HF keeps on its Arrow path (``take``, ``shuffle``, ``cast``...) and after a ``filter``."""
+
+from __future__ import annotations
+
+import datetime
+import io
+
+import numpy as np
+import pandas as pd
+import PIL.Image
+import pytest
+from datasets import Array2D, Dataset, Features, Image, List, Value
+
+import resumable_iterable as ri
+
+torch = pytest.importorskip("torch")
+
+
+def typed(x):
+    """``x`` as a comparable tree that keeps every value's type (and array dtypes and shapes)."""
+    if isinstance(x, dict):
+        return ("dict", tuple((k, typed(v)) for k, v in x.items()))
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__, tuple(typed(v) for v in x))
+    if isinstance(x, np.ndarray):
+        body = tuple(typed(v) for v in x.ravel()) if x.dtype == object else x.tobytes()
+        return ("ndarray", str(x.dtype), x.shape, body)
+    if isinstance(x, torch.Tensor):
+        return ("tensor", str(x.dtype), tuple(x.shape), x.numpy().tobytes())
+    if isinstance(x, PIL.Image.Image):
+        return ("PIL", x.mode, x.size, x.tobytes())
+    if isinstance(x, pd.DataFrame):
+        return ("DataFrame", tuple(map(str, x.dtypes)), tuple(typed(list(x[c])) for c in x.columns))
+    if isinstance(x, float) and x != x:
+        return ("float", "nan")
+    return (type(x).__name__, repr(x))
+
+
+def assert_same(ours, theirs):
+    ours, theirs = list(ours), list(theirs)
+    assert len(ours) == len(theirs)
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        assert typed(a) == typed(b), f"row {i}: {a!r} != {b!r}"
+
+
+NESTED = Dataset.from_dict(
+    {"ll": [[[1.0], []], [[None, 2.0]], [], [[1.0], None], None, [[1.5, 2.5], [3.5, 4.5]]],
+     "l64": [[[1.0], [2.0]], [[]], [[3.0, None]], [[1e300]], [], None],
+     "li": [[[1], [2, 3]], [[None, 1]], [[]], [], None, [[2 ** 30]]],
+     "a2": [np.full((2, 3), i, dtype=np.float16) for i in range(6)],
+     "a2dyn": [np.ones((i % 3, 3), dtype=np.float32) * i for i in range(6)]},
+    features=Features({"ll": List(List(Value("float32"))), "l64": List(List(Value("float64"))),
+                       "li": List(List(Value("int32"))), "a2": Array2D((2, 3), "float16"),
+                       "a2dyn": Array2D((None, 3), "float32")}))
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch"])
+@pytest.mark.parametrize("op", ["take", "shuffle"])
+def test_lists_of_lists_and_arrays_as_hf(fmt, op):
+    # HF formats these rows from Arrow: float32 (and int64) arrays and tensors, stacked, NaN for a
+    # null number, typed empty arrays; they were float64 arrays and Python lists here
+    def build(ds):
+        ds = ds.take(10) if op == "take" else ds.shuffle(seed=1, buffer_size=1)
+        return ds.with_format(fmt)
+
+    assert_same(build(ri.to_iterable_dataset(NESTED)), build(NESTED.to_iterable_dataset()))
+
+
+PARIS = datetime.timezone(datetime.timedelta(hours=2))
+TIMES = Dataset.from_dict(
+    {"ts": [datetime.datetime(2024, 1, 1, 5, 6, 7), None, datetime.datetime(1970, 1, 1)],
+     "tz": [datetime.datetime(2024, 1, 1, tzinfo=PARIS), None, datetime.datetime(2024, 1, 1, 5, tzinfo=PARIS)],
+     "ns": [datetime.datetime(2024, 1, 1, 0, 0, 0, 1), None, datetime.datetime(2000, 1, 1)],
+     "d32": [datetime.date(2024, 1, 2), None, datetime.date(1, 1, 1)],
+     "d64": [[datetime.date(2024, 1, 2), None], [], None],
+     "dur": [datetime.timedelta(seconds=5), None, datetime.timedelta(days=-1)],
+     "t": [datetime.time(1, 2, 3), None, datetime.time(0)]},
+    features=Features({"ts": Value("timestamp[s]"), "tz": Value("timestamp[ms, tz=Europe/Paris]"),
+                       "ns": Value("timestamp[ns]"), "d32": Value("date32"), "d64": List(Value("date64")),
+                       "dur": Value("duration[s]"), "t": Value("time64[us]")}))
+
+
+@pytest.mark.parametrize("op", ["take", "shuffle", "cast_column"])
+def test_times_under_numpy_as_hf(op):
+    # HF formats timestamps and dates from Arrow: 0-d datetime64 arrays (UTC), NaT for a null,
+    # timedelta64 scalars; they were 0-d object arrays of Python datetimes here
+    def build(ds):
+        ds = (ds.take(10) if op == "take" else ds.shuffle(seed=1, buffer_size=1) if op == "shuffle"
+              else ds.cast_column("ts", Value("timestamp[ms]")))
+        return ds.with_format("numpy")
+
+    assert_same(build(ri.to_iterable_dataset(TIMES)), build(TIMES.to_iterable_dataset()))
+
+
+def test_map_after_numpy_format_with_a_time_column():
+    # a time64 value is a 0-d object array once formatted: formatting the map's rows again raised
+    # TypeError('iteration over a 0-d array'); HF yields them
+    ours = ri.to_iterable_dataset(TIMES).with_format("numpy").map(lambda ex: {"n": 1})
+    theirs = TIMES.to_iterable_dataset().with_format("numpy").map(lambda ex: {"n": 1})
+    for a, b in zip(list(ours), list(theirs), strict=True):
+        assert {k: typed(v) for k, v in a.items() if k != "dur"} == {k: typed(v) for k, v in b.items() if k != "dur"}
