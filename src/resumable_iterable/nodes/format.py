@@ -93,6 +93,15 @@ def _needs_decoding(features: Any) -> bool:
     return any(require_decoding(f) for f in features.values())
 
 
+def _decoded_columns(features: Any) -> set:
+    """The columns whose features HF decodes (``Image``, ``Audio``..., also inside lists and structs)."""
+    if features is None:
+        return set()
+    from datasets.features.features import require_decoding
+
+    return {name for name, f in features.items() if require_decoding(f)}
+
+
 def _formatter(name: str, format_kwargs: dict, features: Any = None):
     from datasets.formatting import get_formatter
 
@@ -182,14 +191,25 @@ class FormatNode(Node):
             if source == "rows":
                 for x in child:
                     yield row(x)
-            elif self.arrow_rows and not _needs_decoding(self.features):
-                # like HF's Arrow path: the batch as an Arrow table, formatted column-wise
-                schema = self.features.arrow_schema if self.features is not None else None
-                format_batch = functools.partial(format_table, _formatter(self.format_type, self.format_kwargs,
-                                                                          self.features))
+            elif self.arrow_rows:
+                # like HF's Arrow path: the batch as an Arrow table, formatted column-wise; columns HF
+                # decodes (images...) are decoded already: their values are formatted as HF formats them
+                # once decoded (not encoded again for the table: a JPEG would change)
+                media = _decoded_columns(self.features)
+                plain = (None if self.features is None else
+                         self.features.__class__({k: f for k, f in self.features.items() if k not in media}))
+                schema = plain.arrow_schema if plain is not None else None
+                format_batch = functools.partial(format_table, _formatter(self.format_type, self.format_kwargs, plain))
                 for rows in self._batches():
-                    batch = table_batch(rows_to_batch(rows), schema, self.format_type, self.format_kwargs, format_batch)
-                    yield tensorize(rows_to_batch([row(x) for x in rows])) if batch is None else batch
+                    columns = rows_to_batch(rows)
+                    batch = table_batch({k: v for k, v in columns.items() if k not in media} if media else columns,
+                                        schema, self.format_type, self.format_kwargs, format_batch)
+                    if batch is None:
+                        yield tensorize(rows_to_batch([row(x) for x in rows]))
+                    elif media:
+                        yield {k: tensorize(v) if k in media else batch[k] for k, v in columns.items()}
+                    else:
+                        yield batch
             else:  # like HF: each example is formatted, then the batch of formatted examples
                 for rows in self._batches():
                     yield tensorize(rows_to_batch([row(x) for x in rows]))
@@ -197,6 +217,8 @@ class FormatNode(Node):
             from datasets.features.features import cast_to_python_objects
 
             schema = self.features.arrow_schema if self.features is not None else None
+            # with the features, as HF's: pandas / polars decode media columns (an Image is a PIL image)
+            formatter = _formatter(self.format_type, self.format_kwargs, self.features)
 
             def table(rows: list) -> pa.Table:  # with the types the features declare, where they fit
                 rows = cast_to_python_objects(rows, only_1d_for_numpy=True)
