@@ -135,3 +135,26 @@ def test_batches_with_images_as_hf(fmt, step):
     ours = STEPS[step](ri.to_iterable_dataset(IMAGES)).with_format(fmt)
     theirs = STEPS[step](IMAGES.to_iterable_dataset()).with_format(fmt)
     assert_same(ours.iter(3), theirs.iter(3))
+
+
+@pytest.mark.parametrize("column, feature", [
+    ("d32", Value("timestamp[s]")), ("d32", Value("timestamp[ms, tz=UTC]")), ("ts", Value("date32")),
+    ("tz", Value("timestamp[s]")), ("ts", Value("timestamp[s, tz=Europe/Paris]")), ("d32", Value("string"))])
+@pytest.mark.parametrize("fmt", [None, "arrow"])
+def test_cast_of_times_as_hf(column, feature, fmt):
+    # HF casts the Arrow column: a date cast to a timestamp is a datetime, a datetime cast to a date a
+    # date; here the value was kept as it was (a date in a timestamp column, which also made the
+    # Arrow format's table from it fail over to other types)
+    ours = ri.to_iterable_dataset(TIMES).cast_column(column, feature).with_format(fmt)
+    theirs = TIMES.to_iterable_dataset().cast_column(column, feature).with_format(fmt)
+    if fmt == "arrow":
+        assert [t.to_pylist() for t in ours] == [t.to_pylist() for t in theirs]
+        assert [t.schema for t in ours] == [t.schema for t in theirs]
+    else:
+        assert_same(ours, theirs)
+
+
+def test_cast_of_times_that_would_lose_data_names_the_column():
+    ds = ri.to_iterable_dataset(TIMES).cast_column("ns", Value("timestamp[s]"))
+    with pytest.raises(ValueError, match="column 'ns' is timestamp\\[s\\]"):
+        list(ds)

@@ -71,12 +71,42 @@ def _number_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
     return None
 
 
+def _time_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
+    """For a ``timestamp`` / ``date`` / ``time`` / ``duration`` ``Value`` column: a function that
+    casts a value as Arrow's safe cast does (a date cast to ``timestamp[s]`` becomes a datetime, a
+    datetime cast to ``date32`` a date) or raises ``ValueError`` naming the column. ``None`` otherwise."""
+    dtype = str(getattr(feature, "dtype", ""))
+    if type(feature).__name__ != "Value" or not dtype.startswith(("timestamp", "date", "time", "duration")):
+        return None
+    import pyarrow as pa
+
+    import datetime
+
+    pa_type = feature.pa_type
+    # a value the cast leaves as it is (the common case: a column read with this type), without Arrow
+    keep = datetime.date if dtype.startswith("date") else None
+    digits = {"s": 1_000_000, "ms": 1000, "us": 1}.get(getattr(pa_type, "unit", None))
+    if pa.types.is_timestamp(pa_type) and pa_type.tz is None and digits is not None:
+        keep = datetime.datetime
+
+    def check_time(v: Any) -> Any:
+        if type(v) is keep and (digits is None or (v.tzinfo is None and v.microsecond % digits == 0)):
+            return v
+        try:
+            return pa.array([v]).cast(pa_type).to_pylist()[0]
+        except (pa.ArrowException, TypeError, ValueError) as e:
+            raise ValueError(f"cast: column {name!r} is {dtype}: value {v!r} cannot be cast: {e}") from None
+
+    return check_time
+
+
 def _feature_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
-    """:func:`_number_check` for a feature, looking into lists (``List`` / ``Sequence``) and structs
-    (dicts of features) for the numeric ``Value`` s inside; ``None`` when there is none."""
+    """:func:`_number_check` (or :func:`_time_check`) for a feature, looking into lists (``List`` /
+    ``Sequence``) and structs (dicts of features) for the numeric (or time) ``Value`` s inside;
+    ``None`` when there is none."""
     kind = type(feature).__name__
     if kind == "Value":
-        return _number_check(name, feature)
+        return _number_check(name, feature) or _time_check(name, feature)
     if kind in ("List", "Sequence", "LargeList") and not isinstance(getattr(feature, "feature", None), dict):
         inner = _feature_check(name, feature.feature)
         if inner is None:
@@ -107,15 +137,17 @@ class ApplyFeatures:
     def __init__(self, features: Any):
         self.features = features
         self._checks: dict | None = None
+        self._times: list = []  # the columns of time ``Value`` s (with ``_checks``)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_checks": None}
+        return {**self.__dict__, "_checks": None, "_times": []}
 
     def checks(self) -> dict:
-        """column -> the check of the numbers its feature holds (see :func:`_feature_check`)."""
+        """column -> the check of the numbers (and times) its feature holds (see :func:`_feature_check`)."""
         if self._checks is None:
             found = ((name, _feature_check(name, f)) for name, f in self.features.items())
             self._checks = {name: check for name, check in found if check is not None}
+            self._times = [name for name, f in self.features.items() if _time_check(name, f) is not None]
         return self._checks
 
     def __call__(self, example: dict) -> dict:
@@ -131,7 +163,10 @@ class ApplyFeatures:
             encoded = features.encode_example(example)
         except (TypeError, ValueError, KeyError) as e:
             raise type(e)(self._which(example, e)) from e
-        return features.decode_example(encoded)
+        decoded = features.decode_example(encoded)
+        for name in self._times:  # the cast's value: encoding makes a pandas Timestamp (ns) a datetime
+            decoded[name] = example[name]
+        return decoded
 
     def _which(self, example: dict, error: Exception) -> str:
         """``error`` of encoding ``example``, naming the column whose value does not fit its feature."""
