@@ -158,3 +158,27 @@ def test_cast_of_times_that_would_lose_data_names_the_column():
     ds = ri.to_iterable_dataset(TIMES).cast_column("ns", Value("timestamp[s]"))
     with pytest.raises(ValueError, match="column 'ns' is timestamp\\[s\\]"):
         list(ds)
+
+
+def _jpeg(i: int) -> bytes:
+    buf = io.BytesIO()
+    rng = np.random.default_rng(i)
+    PIL.Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(buf, format="JPEG", quality=70)
+    return buf.getvalue()
+
+
+JPEGS = Dataset.from_dict({"img": [{"bytes": _jpeg(i), "path": None} for i in range(5)], "id": list(range(5))},
+                          features=Features({"img": Image(), "id": Value("int64")}))
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch"])
+@pytest.mark.parametrize("data, step", [(IMAGES, "map"), (IMAGES, "filter"), (JPEGS, "batch"), (JPEGS, "map")])
+def test_dataset_batches_of_images_as_hf(data, step, fmt):
+    # batch() after a map of unknown features gave the images as {"bytes", "path"} dicts (the batch
+    # went through an Arrow table, which encodes them, and no features said to decode them): HF
+    # gives uint8 arrays / tensors
+    def build(ds):
+        ds = ds.map(lambda ex: {"n": 1}) if step == "map" else ds.filter(lambda ex: True) if step == "filter" else ds
+        return ds.batch(2).with_format(fmt)
+
+    assert_same(build(ri.to_iterable_dataset(data, num_shards=2)), build(data.to_iterable_dataset(num_shards=2)))

@@ -102,6 +102,16 @@ def _decoded_columns(features: Any) -> set:
     return {name for name, f in features.items() if require_decoding(f)}
 
 
+def _image_columns(batch: dict) -> set:
+    """The columns of a Python batch whose first value that is not ``None`` is a PIL image."""
+    import sys
+
+    image = getattr(sys.modules.get("PIL.Image"), "Image", None)
+    if image is None:
+        return set()
+    return {k for k, v in batch.items() if type(v) is list and isinstance(next((x for x in v if x is not None), None), image)}
+
+
 def _formatter(name: str, format_kwargs: dict, features: Any = None):
     from datasets.formatting import get_formatter
 
@@ -173,14 +183,28 @@ class FormatNode(Node):
                 yield from child
                 return
         if source in ("table_batches", "batch_dicts"):
-            if source == "batch_dicts":
-                child = (self._to_table(b) for b in child)
-            fmt = functools.partial(format_table, _formatter(self.format_type, self.format_kwargs, self.features))
-            fast = self.format_type in ("numpy", "torch") and not _needs_decoding(self.features)
             name, kwargs, strings = self.format_type, self.format_kwargs, self.dataset_batches
-            for table in child:
+            tensors = name in ("numpy", "torch")
+            if source == "batch_dicts" and tensors:
+                # decoded images (by the features, or after a map of unknown features) are formatted
+                # from their values, as HF's formatter formats them; an Arrow table would encode them
+                # (a path, a JPEG again) and give {"bytes", "path"} where the features are unknown
+                tensorize = list_tensorize(_formatter(name, kwargs))
+                media = _decoded_columns(self.features)
+                child = ((b, media | _image_columns(b)) for b in child)
+                child = (((self._to_table({k: v for k, v in b.items() if k not in m} if m else b)), b, m)
+                         for b, m in child)
+            elif source == "batch_dicts":
+                child = ((self._to_table(b), None, None) for b in child)
+            else:
+                child = ((t, None, None) for t in child)
+            fmt = functools.partial(format_table, _formatter(self.format_type, self.format_kwargs, self.features))
+            fast = tensors and not _needs_decoding(self.features)
+            for table, values, media in child:
                 batch = fast_tensor_batch(table, name, kwargs) if fast else None
                 batch = fmt(table) if batch is None else batch
+                if media:
+                    batch = {k: tensorize(v) if k in media else batch[k] for k, v in values.items()}
                 yield object_strings(batch) if strings else batch
             return
         formatter = _formatter(self.format_type, self.format_kwargs)
