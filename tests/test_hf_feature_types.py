@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import PIL.Image
 import pytest
-from datasets import Array2D, Dataset, Features, Image, List, Value
+from datasets import Array2D, ClassLabel, Dataset, Features, Image, List, Value
 
 import resumable_iterable as ri
 
@@ -182,3 +182,24 @@ def test_dataset_batches_of_images_as_hf(data, step, fmt):
         return ds.batch(2).with_format(fmt)
 
     assert_same(build(ri.to_iterable_dataset(data, num_shards=2)), build(data.to_iterable_dataset(num_shards=2)))
+
+
+LABELS = Dataset.from_dict({"lab": ["neg", "pos", "neu", "neg"], "fx": [[float(i)] * 3 for i in range(4)]},
+                           features=Features({"lab": Value("string"), "fx": List(Value("float32"), length=3)}))
+
+
+@pytest.mark.parametrize("fmt", ["pandas", "arrow"])
+def test_table_formats_cast_to_the_declared_features_as_hf(fmt):
+    # a map(features=) declaring a ClassLabel for the names it returns: HF's table formats cast the
+    # rows' table to the features (the name becomes its id; fixed-size float32 lists stay so); here
+    # the table of the declared types failed and the inferred one (str, double lists) was yielded
+    features = Features({**LABELS.features, "y": ClassLabel(names=["neg", "neu", "pos"])})
+
+    def build(ds):
+        return ds.map(lambda ex: {"y": ex["lab"]}, features=features).with_format(fmt)
+
+    ours, theirs = build(ri.to_iterable_dataset(LABELS)), build(LABELS.to_iterable_dataset())
+    if fmt == "arrow":
+        assert [(t.schema, t.to_pylist()) for t in ours] == [(t.schema, t.to_pylist()) for t in theirs]
+    else:
+        assert_same(ours, theirs)

@@ -239,6 +239,7 @@ class FormatNode(Node):
                     yield tensorize(rows_to_batch([row(x) for x in rows]))
         elif isinstance(formatter, TableFormatter):
             from datasets.features.features import cast_to_python_objects
+            from datasets.table import cast_table_to_features
 
             schema = self.features.arrow_schema if self.features is not None else None
             # with the features, as HF's: pandas / polars decode media columns (an Image is a PIL image)
@@ -246,12 +247,17 @@ class FormatNode(Node):
 
             def table(rows: list) -> pa.Table:  # with the types the features declare, where they fit
                 rows = cast_to_python_objects(rows, only_1d_for_numpy=True)
-                if schema is not None:
-                    try:
-                        return pa.Table.from_pylist(rows, schema=schema)
-                    except (pa.ArrowException, TypeError, ValueError, KeyError):
-                        pass
-                return pa.Table.from_pylist(rows)
+                if schema is None:
+                    return pa.Table.from_pylist(rows)
+                try:
+                    return pa.Table.from_pylist(rows, schema=schema)
+                except (pa.ArrowException, TypeError, ValueError, KeyError):
+                    pass
+                inferred = pa.Table.from_pylist(rows)
+                try:  # HF casts the table to the features: a ClassLabel's name becomes its id
+                    return cast_table_to_features(inferred, self.features)
+                except (pa.ArrowException, TypeError, ValueError, KeyError):
+                    return inferred
 
             if source == "rows":
                 fmt = formatter.format_row
