@@ -48,7 +48,7 @@ class ArrowRowValues:
         self.times: dict = {}  # column -> numpy datetime64 / timedelta64 dtype of a temporal ``Value`` (or list of)
         self.time_lists: dict = {}
         for name, feature in (features or {}).items():  # (a batch's numbers are int64 / float32 whatever the type)
-            dtype = value_dtype(feature)
+            dtype = value_dtype(feature) if type(feature).__name__ != "ClassLabel" else np.dtype(np.int64)
             time = _time_dtype(feature)
             if time is not None:
                 self.times[name] = time
