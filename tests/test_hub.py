@@ -210,6 +210,55 @@ def test_dataset_card_configs(tmp_path):
         ri.load_dataset(str(root), "nope")
 
 
+FEATURES_CARD = textwrap.dedent("""\
+    ---
+    configs:
+    - config_name: labelled
+      data_files:
+      - split: train
+        path: data/*.jsonl
+    - config_name: other
+      data_files: other/*.jsonl
+    dataset_info:
+    - config_name: labelled
+      features:
+      - name: text
+        dtype: string
+      - name: label
+        dtype:
+          class_label:
+            names:
+              '0': neg
+              '1': pos
+      - name: score
+        dtype: float32
+    ---
+    """)
+
+
+def test_the_features_of_the_dataset_card_are_applied_as_hf_applies_them(tmp_path):
+    """HF casts a split to the features its card declares (dataset_info); before, they were ignored."""
+    import datasets
+    from datasets import ClassLabel, Features, Value
+
+    root = tmp_path / "repo"
+    (root / "data").mkdir(parents=True)
+    (root / "other").mkdir()
+    (root / "data" / "train.jsonl").write_text('{"text": "a", "label": 1, "score": 0.1}\n'
+                                               '{"text": "b", "label": 0, "score": 2.5}\n')
+    (root / "other" / "x.jsonl").write_text('{"text": "c", "label": 7, "score": 1}\n')
+    (root / "README.md").write_text(FEATURES_CARD)
+    ours = ri.load_dataset(str(root), "labelled", split="train")
+    theirs = datasets.load_dataset(str(root), "labelled", split="train", streaming=True)
+    expected = Features({"text": Value("string"), "label": ClassLabel(names=["neg", "pos"]), "score": Value("float32")})
+    assert ours.features == theirs.features == expected
+    assert list(ours) == list(theirs)
+    # a config the card declares no features for keeps the file's types; features= wins over the card
+    assert list(ri.load_dataset(str(root), "other", split="train")) == [{"text": "c", "label": 7, "score": 1}]
+    mine = Features({"text": Value("string"), "label": Value("int8"), "score": Value("float64")})
+    assert ri.load_dataset(str(root), "labelled", split="train", features=mine).features == mine
+
+
 @pytest.mark.parametrize("builder", ["imagefolder", "webdataset", "audiofolder", "pandas"])
 def test_hf_builders_we_do_not_have_are_named(tmp_path, builder, monkeypatch):
     """Before, load_dataset("imagefolder", data_dir=...) said no folder 'imagefolder' existed."""

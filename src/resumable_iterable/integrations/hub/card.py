@@ -1,31 +1,69 @@
 """The ``configs`` section of a dataset card (the YAML front matter of ``README.md``): which config
 to use (``name=``, else the one marked ``default``, else the one called ``default``, else the only
-one) and the ``data_files`` / ``data_dir`` it declares.
+one) and the ``data_files`` / ``data_dir`` it declares; and the features its ``dataset_info``
+declares for that config, which HF casts the data to.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from .patterns import normalize_data_files
 
 
-def card_configs(readme: str | None) -> list[dict]:
-    """The configs the card at ``readme`` declares (none without a card)."""
+def _card_metadata(readme: str | None) -> dict:
     if readme is None or not os.path.isfile(readme):
-        return []
+        return {}
     from huggingface_hub.repocard import metadata_load
 
     try:
-        meta = metadata_load(readme) or {}
+        return metadata_load(readme) or {}
     except Exception as e:  # noqa: BLE001 - a broken card must not hide the data
         raise ValueError(f"cannot read the YAML header of {readme}: {e}") from None
-    configs = meta.get("configs") or []
+
+
+def card_configs(readme: str | None) -> list[dict]:
+    """The configs the card at ``readme`` declares (none without a card)."""
+    configs = _card_metadata(readme).get("configs") or []
     return [c for c in configs if isinstance(c, dict)]
+
+
+def card_features(readme: str | None, name: str | None) -> Any:
+    """The HF ``Features`` the card's ``dataset_info`` declares for the chosen config (``None``: none
+    declared), read as HF reads them."""
+    meta = _card_metadata(readme)
+    if not meta.get("dataset_info"):
+        return None
+    from datasets.info import DatasetInfosDict
+    from huggingface_hub import DatasetCardData
+
+    chosen = _chosen(card_configs(readme), name)
+    config = "default" if chosen is None else chosen.get("config_name", "default")
+    try:
+        infos = DatasetInfosDict.from_dataset_card_data(DatasetCardData(**meta))
+    except Exception as e:  # noqa: BLE001 - name the card, whatever HF's parser raised
+        raise ValueError(f"cannot read the features of the dataset card {readme}: {e}") from None
+    info = infos.get(config)
+    return None if info is None else info.features
 
 
 def config_data_files(configs: list[dict], name: str | None) -> tuple[dict[str, list[str]], str | None] | None:
     """``(data_files, data_dir)`` of the chosen card config, or ``None`` when the card has none."""
+    chosen = _chosen(configs, name)
+    if chosen is None:
+        return None
+    data_files = chosen.get("data_files")
+    data_dir = chosen.get("data_dir")
+    if data_files is None:
+        return ({}, data_dir) if data_dir else None
+    if isinstance(data_files, list) and all(isinstance(e, dict) for e in data_files):
+        return {str(e["split"]): e["path"] if isinstance(e["path"], list) else [e["path"]] for e in data_files}, data_dir
+    return normalize_data_files(data_files), data_dir
+
+
+def _chosen(configs: list[dict], name: str | None) -> dict | None:
+    """The card config ``name`` picks (see the module doc), or ``None`` when the card has none."""
     if not configs:
         if name not in (None, "default"):
             raise ValueError(f"config {name!r} not found: the dataset card declares no configs")
@@ -41,10 +79,4 @@ def config_data_files(configs: list[dict], name: str | None) -> tuple[dict[str, 
         if name not in names:
             raise ValueError(f"config {name!r} not found; available configs: {names}")
         chosen = configs[names.index(name)]
-    data_files = chosen.get("data_files")
-    data_dir = chosen.get("data_dir")
-    if data_files is None:
-        return ({}, data_dir) if data_dir else None
-    if isinstance(data_files, list) and all(isinstance(e, dict) for e in data_files):
-        return {str(e["split"]): e["path"] if isinstance(e["path"], list) else [e["path"]] for e in data_files}, data_dir
-    return normalize_data_files(data_files), data_dir
+    return chosen

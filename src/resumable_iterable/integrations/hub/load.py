@@ -14,6 +14,7 @@ from ...dataset import IterableDataset
 from ...nodes.file_formats import FORMATS, format_of
 from .patterns import match_files, normalize_data_files
 from .repo import HubRepo, is_hub_repo_id, local_files, missing_path_message, parse_hf_path
+from .card import card_features
 from .splits import resolve_splits
 
 _FORMAT_ALIASES = {**{f: f for f in FORMATS}, "jsonl": "json"}
@@ -119,6 +120,8 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
     # one download call for every split: each call asks the Hub about the commit again
     local = dict(zip(needed, repo.fetch(needed))) if repo is not None else {
         f: os.path.join(path, *f.split("/")) for f in needed}
+    if reader_kwargs.get("features") is None:  # the card's, which HF casts to unless features= is given
+        reader_kwargs["features"] = card_features(readme, name)
     out = {s: _split_dataset([local[f] for f in fs], format, s, reader_kwargs) for s, fs in wanted.items()}
     return _pick(out, split)
 
