@@ -273,6 +273,16 @@ def test_map_error_over_generator_and_parquet_sources_names_their_shard(tmp_path
     with pytest.raises(ValueError, match="cannot tokenize") as info:
         list(ri.IterableDataset.from_parquet(paths).map(boom))
     assert "source files shard 2, row 7" in _notes(info) and "example #27" in _notes(info)
+    # a data file source's shards are its files: the note names the file, also for a batch and
+    # under a global shuffle (which reads the files at permuted rows)
+    assert f"row 7, file {paths[2]!r})" in _notes(info)
+    with pytest.raises(ValueError, match="cannot tokenize") as info:
+        list(ri.IterableDataset.from_parquet(paths).map(lambda b: [boom({"id": i}) for i in b["id"]] and {},
+                                                        batched=True, batch_size=4))
+    assert f"source files shard 2, rows 4..7, file {paths[2]!r})" in _notes(info), _notes(info)
+    with pytest.raises(ValueError, match="cannot tokenize") as info:
+        list(ri.IterableDataset.from_parquet(paths).shuffle(seed=1, buffer_size=None).map(boom))
+    assert f"source files shard 2, row 7, file {paths[2]!r})" in _notes(info), _notes(info)
 
 
 def test_a_batched_map_error_names_the_rows_of_the_failing_batch():

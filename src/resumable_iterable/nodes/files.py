@@ -408,6 +408,13 @@ class FileSource(SourceNode):
             return f"{self.kind} source shard {sid} (file {self.paths[sid]!r})"
         return f"{self.kind} source shard {sid} (file {self._path(sid)!r}, row group {self.pieces[sid][1]})"
 
+    def position(self) -> dict | None:
+        """Where the last example came from, with its file: an error note names the file."""
+        pos = super().position()
+        if pos is not None:
+            pos["file"] = self.paths[pos["shard"]]
+        return pos
+
     # ------------------------------------------------------------------ random access (global shuffle)
     def random_access_problem(self) -> str | None:
         """Why these files cannot be read at random positions (``None``: they can)."""

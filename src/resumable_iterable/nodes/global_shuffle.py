@@ -253,7 +253,11 @@ class PermutedSource(Node):
             return None
         start, step, _ = self.slice
         shard, row = self._rows.locate(self.permutation().at(start + step * (pos - 1)))
-        return {"source": self.source.kind, "shard": int(shard), "row": int(row)}
+        where = {"source": self.source.kind, "shard": int(shard), "row": int(row)}
+        paths = getattr(self.source, "paths", None)  # a file source: the note names the file
+        if paths is not None:
+            where["file"] = paths[int(shard)]
+        return where
 
 
 # ---------------------------------------------------------------------- the shuffle node

@@ -114,7 +114,7 @@ def large_list_arrays(column: pa.Array | pa.ChunkedArray) -> list | None:
 
 
 def rows_read(first: dict | None, last: dict | None) -> str:
-    """`` (source S shard N, row R)`` for the positions (``Node.position()``) of the first and last
+    """`` (source S shard N, row R)`` (``, file F`` added for data files) for the positions (``Node.position()``) of the first and last
     rows of what failed (``first`` ``None``: one row); ``""`` when unknown. A position with
     ``"first"`` is that of a batch (``batch()``): where its first row came from."""
     if (last and "first" in last) or (first and "first" in first):  # the items are batches
@@ -123,8 +123,13 @@ def rows_read(first: dict | None, last: dict | None) -> str:
     if not last:
         return ""
     if not first or first == last:
-        return f" (source {last['source']} shard {last['shard']}, row {last['row']})"
+        return f" (source {last['source']} shard {last['shard']}, row {last['row']}{_file(last)})"
     if (first["source"], first["shard"]) == (last["source"], last["shard"]):
-        return f" (source {last['source']} shard {last['shard']}, rows {first['row']}..{last['row']})"
-    return (f" (from source {first['source']} shard {first['shard']}, row {first['row']} "
-            f"to source {last['source']} shard {last['shard']}, row {last['row']})")
+        return f" (source {last['source']} shard {last['shard']}, rows {first['row']}..{last['row']}{_file(last)})"
+    return (f" (from source {first['source']} shard {first['shard']}, row {first['row']}{_file(first)} "
+            f"to source {last['source']} shard {last['shard']}, row {last['row']}{_file(last)})")
+
+
+def _file(position: dict) -> str:
+    """``, file '...'`` for a position in a data file (a file source's shards are its files)."""
+    return f", file {position['file']!r}" if "file" in position else ""
