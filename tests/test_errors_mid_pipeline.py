@@ -1078,3 +1078,97 @@ def test_our_loader_without_workers_keeps_the_batch_that_raised_after_an_elastic
             got += [i for b in again for i in b]
         assert sorted(got) == full, f"fault at {k}"
     assert raised >= 8
+
+
+# ---------------------------------------------------------------------- a real Ctrl-C in a node's own code
+
+
+@contextlib.contextmanager
+def ctrl_c_after(module: str, frame_name: str, call: str, nth: int):
+    """A Ctrl-C (SIGINT) is raised as the next call returns: raise ``KeyboardInterrupt`` as the
+    ``nth`` call (from 0) of the C function ``call`` (``None``: any) made in function ``frame_name``
+    of the node module ``module`` returns."""
+    import sys
+
+    seen = [0]
+
+    def profile(frame, event, arg):
+        code = frame.f_code
+        if (event == "c_return" and code.co_name == frame_name and call in (None, getattr(arg, "__name__", ""))
+                and code.co_filename.endswith(f"nodes/{module}.py")):
+            seen[0] += 1
+            if seen[0] - 1 == nth:
+                raise KeyboardInterrupt
+
+    sys.setprofile(profile)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(None)
+
+
+class _Touchy(dict):
+    """An example whose copy raises once (as a Ctrl-C landing on ``dict(example)`` in ``map``)."""
+    armed = [True]
+
+    def keys(self):
+        if self.armed[0]:
+            self.armed[0] = False
+            raise KeyboardInterrupt
+        return super().keys()
+
+    def __iter__(self):
+        return iter(self.keys())
+
+
+def _touchy_rows(n):
+    for i in range(n):
+        yield _Touchy(id=i) if i == 5 else {"id": i}
+
+
+@pytest.mark.parametrize("where", ["map_copy", "batch_clear", "interleave_block"])
+def test_a_ctrl_c_in_the_bookkeeping_of_a_node_loses_nothing(where):
+    """Where a node's own code (not a user function) is interrupted between taking an example and
+    recording it: ``map`` copying the input, ``batch`` emptying its rows, an interleave drawing its
+    next block of random turns (its state took the new generator state before the block was drawn,
+    so a resume skipped a whole block of draws)."""
+    _Touchy.armed[0] = False
+    if where == "map_copy":
+        build = lambda: ri.IterableDataset.from_generator(_touchy_rows, gen_kwargs={"n": 12}).map(  # noqa: E731
+            lambda ex: {"y": ex["id"]})
+        hook = contextlib.nullcontext()
+    elif where == "batch_clear":  # every call the batch's loop makes (emptying its rows was one)
+        build = lambda: other(n_shards=2, n=7).batch(3)  # noqa: E731
+        for nth in range(40):
+            full = [normalize(x) for x in build()]
+            ds = build()
+            head = []
+            with ctrl_c_after("batch", "_iter", None, nth) as seen:
+                try:
+                    for x in ds:
+                        head.append(normalize(x))
+                except KeyboardInterrupt:
+                    pass
+            resumed = build()
+            resumed.load_state_dict(codec_roundtrip(ds.state_dict()))
+            assert head + [normalize(x) for x in resumed] == full, f"Ctrl-C after call {nth} of the batch's loop"
+            if seen[0] <= nth:
+                break
+        else:
+            raise AssertionError("the batch's loop made more calls than tried")
+        return
+    else:
+        build = lambda: ri.interleave_datasets([other(n_shards=2, n=700), other(5000, n_shards=2, n=700)],  # noqa: E731
+                                               probabilities=P, seed=4)
+        hook = ctrl_c_after("interleave", "_indices", "tolist", 1)  # the second block, drawn after 1000 turns
+    full = [normalize(x) for x in build()]
+    _Touchy.armed[0] = True
+    ds = build()
+    head = []
+    with hook, pytest.raises(KeyboardInterrupt):
+        for x in ds:
+            head.append(normalize(x))
+    resumed = build()
+    resumed.load_state_dict(codec_roundtrip(ds.state_dict()))
+    tail = [normalize(x) for x in resumed]
+    assert head + tail == full, f"{len(head)} + {len(tail)} examples, expected {len(full)}"

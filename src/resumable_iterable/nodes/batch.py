@@ -83,7 +83,7 @@ class BatchNode(Node):
                 rows.clear()
                 return
             batch = rows_to_batch(rows)
-            rows.clear()
+            del rows[:]  # not rows.clear(): a Ctrl-C is raised as a call returns, and would drop the batch
             yield batch
 
     def position(self) -> dict | None:

@@ -178,10 +178,10 @@ class InterleaveNode(DrawnSeed, Node):
         block = rng.choice(n, size=BLOCK, p=self.probabilities).tolist()
         pos = st["rng_pos"]
         while True:
-            if pos == BLOCK:
-                st["rng"] = rng.bit_generator.state
+            if pos == BLOCK:  # the state takes the new block's start once it is drawn (a Ctrl-C in between)
+                fresh = rng.bit_generator.state
                 block = rng.choice(n, size=BLOCK, p=self.probabilities).tolist()
-                pos = 0
+                st["rng"], pos = fresh, 0
             i = block[pos]
             pos += 1
             st["rng_pos"] = pos

@@ -408,8 +408,8 @@ class MapNode(Node):
         for ex in self.children[0]:
             index = st["index"]
             st["index"] = index + 1
-            inp = dict(ex)
             try:
+                inp = dict(ex)  # in the try: a Ctrl-C raised as this call returns keeps the example too
                 out = fn(inp)
                 if out is not None and out is not inp and type(out) is not dict and not isinstance(out, Mapping):
                     raise TypeError(f"{self.kind} function must return a dict or None, got {type(out).__name__}")

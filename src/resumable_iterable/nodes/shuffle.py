@@ -320,10 +320,10 @@ class ShuffleNode(DrawnSeed, Node):
                     born.append(buf.gen)
                     n += 1
                     continue
-                if pos == BLOCK:
-                    st["rng"] = rng.bit_generator.state
+                if pos == BLOCK:  # the state takes the new block's start once it is drawn (a Ctrl-C in between)
+                    fresh = rng.bit_generator.state
                     block = rng.integers(0, size, size=BLOCK).tolist()
-                    pos = 0
+                    st["rng"], pos = fresh, 0
                 i = block[pos]
                 pos += 1
                 st["rng_pos"] = pos
@@ -417,10 +417,10 @@ class ShuffleNode(DrawnSeed, Node):
                     hs.append(h)
                     st["digest"] = digest = (digest + h) & DIGEST_MASK
                     continue
-                if pos == BLOCK:
-                    st["rng"] = rng.bit_generator.state
+                if pos == BLOCK:  # the state takes the new block's start once it is drawn (a Ctrl-C in between)
+                    fresh = rng.bit_generator.state
                     block = rng.integers(0, size, size=BLOCK).tolist()
-                    pos = 0
+                    st["rng"], pos = fresh, 0
                 i = block[pos]
                 pos += 1
                 st["rng_pos"] = pos
