@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import resumable_iterable as ri
-from harness import assert_resumes_exactly, codec_roundtrip, normalize
+from harness import assert_resumes_exactly, codec_roundtrip, json_roundtrip, normalize
 
 
 class Boom(RuntimeError):
@@ -1169,6 +1169,8 @@ def test_a_ctrl_c_in_the_bookkeeping_of_a_node_loses_nothing(where):
         for x in ds:
             head.append(normalize(x))
     resumed = build()
-    resumed.load_state_dict(codec_roundtrip(ds.state_dict()))
+    # the kept example is a dict subclass (_Touchy), which the codec refuses (it would come back a dict)
+    roundtrip = json_roundtrip if where == "map_copy" else codec_roundtrip
+    resumed.load_state_dict(roundtrip(ds.state_dict()))
     tail = [normalize(x) for x in resumed]
     assert head + tail == full, f"{len(head)} + {len(tail)} examples, expected {len(full)}"

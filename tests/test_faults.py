@@ -462,8 +462,18 @@ def test_file_cut_short_is_a_clear_error(tmp_path, fmt):
     data = open(paths[0], "rb").read()
     with open(paths[0], "wb") as f:
         f.write(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=f"cannot read data file .*part0.{fmt}"):  # the first file: when built
+        ds2 = OPEN[fmt](paths)
+    (tmp_path / "later").mkdir()
+    paths = _files(tmp_path / "later", fmt)
+    ds = OPEN[fmt](paths)
+    take(iter(ds), 3)
+    state = ds.state_dict()
+    data = open(paths[1], "rb").read()
+    with open(paths[1], "wb") as f:
+        f.write(data[: len(data) // 2])
     ds2 = OPEN[fmt](paths)
-    with pytest.raises(ValueError, match=f"cannot read data file .*part0.{fmt}"):
+    with pytest.raises(ValueError, match=f"cannot read data file .*part1.{fmt}"):  # another file: when read
         ds2.load_state_dict(state)
         list(ds2)
 

@@ -43,8 +43,10 @@ def features_of_schema(schema: Any) -> Any:
 
 def file_features(path: str, format: str) -> Any:
     """The features in the schema of an Arrow / Parquet file, ``{"text": string}`` for text files;
-    ``None`` for JSON / CSV (a schema needs parsing) or a file that cannot be opened now (reading
-    it reports the error)."""
+    ``None`` for JSON / CSV (a schema needs parsing). An Arrow / Parquet file that cannot be read
+    raises ``ValueError`` naming it, as HF's ``load_dataset`` fails: the pipeline built without
+    its features would have another shape (no column alignment in ``interleave_datasets``), so a
+    state of the healthy run would be refused for that instead of for the file."""
     import pyarrow as pa
 
     if format == "text":
@@ -55,8 +57,8 @@ def file_features(path: str, format: str) -> Any:
         return None
     try:
         return features_of_schema(file_schema(path, format))
-    except (OSError, pa.ArrowException):
-        return None
+    except (OSError, pa.ArrowException) as e:
+        raise ValueError(f"cannot read data file {path!r} (shard 0): {e}") from None
 
 
 def batched_features(features: Any) -> Any:
