@@ -140,6 +140,19 @@ def test_sources_that_cannot_be_split_keep_their_shards(files, tmp_path):
     assert ri.IterableDataset.from_parquet([str(one_group)]).reshard().num_shards == 1
 
 
+def test_an_error_note_names_the_file_of_a_row_group_shard(files):
+    def boom(ex):
+        if ex["id"] == 75:  # the second file, its first row group
+            raise KeyError("nope")
+        return ex
+
+    for build in (lambda: ri.IterableDataset.from_parquet(files).reshard().map(boom).batch(4),
+                  lambda: ri.IterableDataset.from_parquet(files).reshard().shuffle(seed=1, buffer_size=None).map(boom)):
+        with pytest.raises(KeyError) as info:
+            list(build())
+        assert "part-1.parquet" in "".join(getattr(info.value, "__notes__", [])) + str(info.value)
+
+
 def test_reshard_reaches_the_files_below_other_nodes(files):
     ds = ri.concatenate_datasets([ri.IterableDataset.from_parquet(files).map(lambda ex: {"k": 1}),
                                   ri.IterableDataset.from_parquet(files[1:])]).take(200)

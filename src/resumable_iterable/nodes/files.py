@@ -141,7 +141,8 @@ class FileSource(SourceNode):
         return new
 
     # ------------------------------------------------------------------ reading
-    def _path(self, shard_id: int) -> str:
+    def shard_file(self, shard_id: int) -> str:
+        """The data file shard ``shard_id`` reads (error notes name it)."""
         return self.paths[shard_id if self.pieces is None else self.pieces[shard_id][0]]
 
     def _where(self, shard_id: int) -> str:
@@ -158,7 +159,7 @@ class FileSource(SourceNode):
         import pyarrow.parquet as pq
 
         try:
-            return pq.ParquetFile(self._path(shard_id))
+            return pq.ParquetFile(self.shard_file(shard_id))
         except (OSError, pa.ArrowException) as e:
             raise self._open_error(shard_id, e) from None
 
@@ -192,7 +193,7 @@ class FileSource(SourceNode):
         return None
 
     def _table(self, shard_id: int) -> pa.Table:
-        path = self._path(shard_id)
+        path = self.shard_file(shard_id)
         if self.format == "text":
             return pa.Table.from_batches(list(self._text_batches(shard_id, 0)), schema=TEXT_SCHEMA)
         try:
@@ -351,7 +352,7 @@ class FileSource(SourceNode):
         opts = self.reader_kwargs
         seen = 0
         try:
-            with open_text(self._path(shard_id), opts["encoding"], opts["encoding_errors"]) as f:
+            with open_text(self.shard_file(shard_id), opts["encoding"], opts["encoding_errors"]) as f:
                 for rows in text_rows(f, opts):
                     n = len(rows)
                     start, seen = max(0, offset - seen), seen + n
@@ -406,13 +407,13 @@ class FileSource(SourceNode):
     def shard_label(self, sid: int) -> str:
         if self.pieces is None:
             return f"{self.kind} source shard {sid} (file {self.paths[sid]!r})"
-        return f"{self.kind} source shard {sid} (file {self._path(sid)!r}, row group {self.pieces[sid][1]})"
+        return f"{self.kind} source shard {sid} (file {self.shard_file(sid)!r}, row group {self.pieces[sid][1]})"
 
     def position(self) -> dict | None:
         """Where the last example came from, with its file: an error note names the file."""
         pos = super().position()
         if pos is not None:
-            pos["file"] = self.paths[pos["shard"]]
+            pos["file"] = self.shard_file(pos["shard"])
         return pos
 
     # ------------------------------------------------------------------ random access (global shuffle)

@@ -254,9 +254,9 @@ class PermutedSource(Node):
         start, step, _ = self.slice
         shard, row = self._rows.locate(self.permutation().at(start + step * (pos - 1)))
         where = {"source": self.source.kind, "shard": int(shard), "row": int(row)}
-        paths = getattr(self.source, "paths", None)  # a file source: the note names the file
-        if paths is not None:
-            where["file"] = paths[int(shard)]
+        shard_file = getattr(self.source, "shard_file", None)  # a file source: the note names the file
+        if shard_file is not None:
+            where["file"] = shard_file(int(shard))
         return where
 
 
