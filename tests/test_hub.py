@@ -72,6 +72,19 @@ def test_split_conventions():
                                                                   "test": ["test/x.csv"]}
 
 
+def test_splits_are_in_hf_order(tmp_path):
+    """Before, the dict of splits followed the sorted file paths (test, train, validation); HF
+    lists train, validation, test, then the other splits by name."""
+    assert list(infer_splits(["test/a.csv", "train/a.csv", "val/a.csv"])) == ["train", "validation", "test"]
+    assert list(infer_splits(["a_test.csv", "b_dev.csv", "c_train.csv"])) == ["train", "validation", "test"]
+    assert list(infer_splits(["data/zeta-00000-of-00001.parquet", "data/test-00000-of-00001.parquet",
+                              "data/alpha-00000-of-00001.parquet", "data/train-00000-of-00001.parquet"])) == [
+        "train", "test", "alpha", "zeta"]
+    for s in ("test", "train", "validation"):
+        write(str(tmp_path / s / "x.csv"), range(2))
+    assert list(ri.load_dataset(str(tmp_path))) == ["train", "validation", "test"]
+
+
 def test_glob_patterns():
     files = ["a.parquet", "data/b.parquet", "data/sub/c.parquet", "data/d.csv"]
     assert match_files("*.parquet", files) == ["a.parquet"]

@@ -32,7 +32,7 @@ _IGNORED = {"readme.md", ".gitattributes", "config.json", "dataset_info.json", "
 _SHARDED = re.compile(r"^data/(?P<split>\w+?)-\d{5}-of-\d{5}[^/]*$")
 
 
-def _is_candidate(path: str) -> bool:
+def is_candidate(path: str) -> bool:
     """Not hidden (``.git*``, ``__pycache__``, ...) and not repo metadata (``README.md``, ...)."""
     parts = path.split("/")
     if any(p.startswith(".") or p.startswith("__") for p in parts):
@@ -41,7 +41,7 @@ def _is_candidate(path: str) -> bool:
 
 
 def _is_data_file(path: str) -> bool:
-    return _is_candidate(path) and format_of(path) is not None
+    return is_candidate(path) and format_of(path) is not None
 
 
 def _keyword_in(name: str, keyword: str) -> bool:
@@ -62,7 +62,7 @@ def infer_splits(files: list[str]) -> dict[str, list[str]]:
         if m:
             sharded.setdefault(m.group("split"), []).append(f)
     if sharded:
-        return sharded
+        return _hf_order(sharded)
     by_dir: dict[str, list[str]] = {}
     by_name: dict[str, list[str]] = {}
     for f in files:
@@ -74,10 +74,16 @@ def infer_splits(files: list[str]) -> dict[str, list[str]]:
             if any(_keyword_in(stem.lower(), k) for k in keywords):
                 by_name.setdefault(split, []).append(f)
     if by_dir:
-        return by_dir
+        return _hf_order(by_dir)
     if by_name:
-        return by_name
+        return _hf_order(by_name)
     return {"train": files}
+
+
+def _hf_order(splits: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The splits in HF's order: train, validation, test, then the others sorted by name."""
+    first = [s for s in SPLIT_KEYWORDS if s in splits]
+    return {s: splits[s] for s in first + sorted(set(splits) - set(first))}
 
 
 def resolve_splits(files: list[str], data_files: Any = None, data_dir: str | None = None,
@@ -101,7 +107,7 @@ def resolve_splits(files: list[str], data_files: Any = None, data_dir: str | Non
             raise FileNotFoundError(f"no data file under data_dir={data_dir!r}")
     if data_files is not None:
         # explicit patterns may name any file, even one with an unusual name, as long as its format is known
-        candidates = sorted(f[len(prefix):] for f in files if f.startswith(prefix) and _is_candidate(f))
+        candidates = sorted(f[len(prefix):] for f in files if f.startswith(prefix) and is_candidate(f))
         splits = {split: match_files(pats, candidates) for split, pats in normalize_data_files(data_files).items()}
     else:
         splits = infer_splits(data)
