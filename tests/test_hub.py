@@ -272,9 +272,9 @@ def test_the_features_of_the_dataset_card_are_applied_as_hf_applies_them(tmp_pat
     assert ri.load_dataset(str(root), "labelled", split="train", features=mine).features == mine
 
 
-@pytest.mark.parametrize("builder", ["imagefolder", "webdataset", "audiofolder", "pandas"])
+@pytest.mark.parametrize("builder", ["webdataset", "audiofolder", "pandas"])
 def test_hf_builders_we_do_not_have_are_named(tmp_path, builder, monkeypatch):
-    """Before, load_dataset("imagefolder", data_dir=...) said no folder 'imagefolder' existed."""
+    """Before, load_dataset("audiofolder", data_dir=...) said no folder 'audiofolder' existed."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=f"HF's '{builder}' builder is not supported here"):
         ri.load_dataset(builder, data_dir=str(tmp_path), split="train")

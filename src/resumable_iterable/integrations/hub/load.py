@@ -13,6 +13,7 @@ from typing import Any
 from ...dataset import IterableDataset
 from ...nodes.file_formats import FORMATS, format_of
 from .patterns import match_files, normalize_data_files
+from .folder import FOLDER_BUILDERS, load_folder
 from .repo import HubRepo, is_hub_repo_id, local_files, missing_path_message, parse_hf_path
 from .card import card_features
 from .splits import resolve_splits
@@ -20,7 +21,7 @@ from .splits import resolve_splits
 _FORMAT_ALIASES = {**{f: f for f in FORMATS}, "jsonl": "json"}
 #: HF's other packaged builders: named in the error rather than taken for a missing folder
 _HF_BUILDERS = frozenset(("audiofolder", "conll", "eval", "fasta", "fastq", "genbank", "harbor", "hdf5", "iceberg",
-                          "imagefolder", "lance", "meshfolder", "mmcif", "niftifolder", "pandas", "pdb", "pdffolder",
+                          "lance", "meshfolder", "mmcif", "niftifolder", "pandas", "pdb", "pdffolder",
                           "tsfile", "videofolder", "vortex", "webdataset", "xml"))
 
 
@@ -74,6 +75,14 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
     cache_dir = os.fspath(cache_dir) if cache_dir is not None else None
     repo: HubRepo | None = None
     readme = None
+    if path in FOLDER_BUILDERS and not os.path.exists(path):
+        if format is not None or revision is not None or name is not None:
+            raise ValueError(f"load_dataset({path!r}) takes no format=, revision= or name=")
+        unknown = set(reader_kwargs) - {"drop_labels", "drop_metadata", "features", "num_shards"}
+        if unknown:
+            raise TypeError(f"load_dataset({path!r}) got unexpected option(s) {sorted(unknown)}; its options are "
+                            "data_dir, data_files, split, drop_labels, drop_metadata, features, num_shards")
+        return load_folder(path, data_dir, data_files, split, **reader_kwargs)
     if path in _HF_BUILDERS and not os.path.exists(path):
         raise ValueError(f"load_dataset({path!r}): HF's {path!r} builder is not supported here; the formats read "
                          f"are {sorted(_FORMAT_ALIASES)}. Load it with datasets.load_dataset(...) and pass the "

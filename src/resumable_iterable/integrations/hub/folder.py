@@ -1,0 +1,267 @@
+"""``load_dataset("imagefolder", data_dir=... | data_files=...)``: a folder of images as HF's
+``imagefolder`` builder reads it in streaming mode - the same rows in the same order, the same
+features, the same shards.
+
+The rules (HF's ``folder_based_builder``):
+
+* the files of each split are found as for the other formats (``splits.py``: ``data_files``, or
+  folders / file names holding a split keyword); images are the files with an image extension,
+  metadata files are named ``metadata.csv``, ``metadata.jsonl`` or ``metadata.parquet``; other
+  files are ignored (a ``.zip`` archive is refused: HF extracts it, we do not);
+* with a metadata file (and ``drop_metadata`` not true), the rows are the metadata rows (of the
+  metadata files in sorted path order; HF reads several in an order that varies from run to run): its ``file_name`` column (``<name>_file_name``: column ``<name>``)
+  names an image relative to the metadata file's folder and becomes the ``image`` column
+  (``Image()``), the other columns are kept; no label is added. ``file_names`` /
+  ``<name>_file_names`` lists become lists of images;
+* otherwise the rows are the images, in path order, with a ``label`` (``ClassLabel`` of
+  the sorted parent folder names) when ``drop_labels`` is false, or when it is ``None`` and the
+  images lie at the same depth in more than one folder.
+
+Every path is resolved when the dataset is built (the table holds ``{"bytes": None, "path"}``
+per image, decoded when read as HF's ``Image`` feature decodes it): a metadata row naming an
+image that does not exist is an error here, not in the middle of an epoch. HF's streaming
+builder reads a split as one shard; ``num_shards=`` splits it into contiguous shards (as
+``to_iterable_dataset``) so that several DataLoader workers share it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from typing import Any
+
+import pyarrow as pa
+
+from ...dataset import IterableDataset
+from ...nodes.arrow import ArrowSource
+from ...nodes.checks import as_int
+from .patterns import normalize_data_files
+from .repo import local_files
+from .splits import is_candidate, infer_splits
+
+METADATA_FILENAMES = ("metadata.csv", "metadata.jsonl", "metadata.parquet")
+
+# HF's ImageFolder.EXTENSIONS: the extensions Pillow opens (fixed, so that the files chosen do
+# not depend on the Pillow installed)
+IMAGE_EXTENSIONS = frozenset((
+    ".blp", ".bmp", ".dib", ".bufr", ".cur", ".pcx", ".dcx", ".dds", ".ps", ".eps", ".fit", ".fits", ".fli",
+    ".flc", ".ftc", ".ftu", ".gbr", ".gif", ".grib", ".png", ".apng", ".jp2", ".j2k", ".jpc", ".jpf", ".jpx",
+    ".j2c", ".icns", ".ico", ".im", ".iim", ".tif", ".tiff", ".jfif", ".jpe", ".jpg", ".jpeg", ".mpg", ".mpeg",
+    ".msp", ".pcd", ".pxr", ".pbm", ".pgm", ".ppm", ".pnm", ".psd", ".bw", ".rgb", ".rgba", ".sgi", ".ras",
+    ".tga", ".icb", ".vda", ".vst", ".webp", ".wmf", ".emf", ".xbm", ".xpm",
+))
+
+#: the folder builders read here: name -> (base column, HF feature class name, extensions)
+FOLDER_BUILDERS = {"imagefolder": ("image", "Image", IMAGE_EXTENSIONS)}
+
+
+def load_folder(builder: str, data_dir: str | None, data_files: Any, split: str | None,
+                drop_labels: bool | None = None, drop_metadata: bool | None = None,
+                features: Any = None, num_shards: int = 1) -> IterableDataset | dict[str, IterableDataset]:
+    """The splits of a folder of media files as HF's folder builder (``builder``) reads them.
+    ``num_shards``: the contiguous shards of each split (HF's streaming builder has one)."""
+    column, feature_name, extensions = FOLDER_BUILDERS[builder]
+    num_shards = as_int(num_shards, "num_shards", lo=1)
+    if data_dir is None and data_files is None:
+        raise ValueError(f"load_dataset({builder!r}) needs data_dir=... or data_files=...")
+    if data_dir is not None:
+        data_dir = os.fspath(data_dir)
+        if not os.path.isdir(data_dir):
+            raise FileNotFoundError(f"load_dataset({builder!r}): data_dir {data_dir!r} is not a local folder "
+                                    "(Hub repos of images are not read here)")
+    splits = _split_files(data_dir, data_files)
+    if split is not None and split not in splits:
+        raise ValueError(f"unknown split {split!r}; available splits: {sorted(splits)}")
+
+    images: dict[str, list[str]] = {}
+    metadata: dict[str, list[str]] = {}
+    for s, paths in splits.items():
+        images[s], metadata[s] = [], []
+        for p in paths:
+            root, ext = os.path.splitext(p)
+            if ext.lower() in extensions or os.path.splitext(root)[1].lower() in extensions:
+                images[s].append(p)
+            elif os.path.basename(p) in METADATA_FILENAMES:
+                metadata[s].append(p)
+            elif ext.lower() == ".zip":
+                raise ValueError(f"load_dataset({builder!r}): {p!r} is a zip archive; archives are not read here "
+                                 "(extract it first)")
+    analyze = not drop_labels or not drop_metadata
+    add_metadata = analyze and any(metadata.values()) and not drop_metadata
+    add_labels = False
+    labels: list[str] = []
+    if analyze and not any(metadata.values()):
+        image_paths = [p for ps in images.values() for p in ps]
+        labels = sorted({os.path.basename(os.path.dirname(p)) for p in image_paths})
+        depths = {p.replace("\\", "/").count("/") for p in image_paths}
+        add_labels = (len(labels) > 1 and len(depths) == 1) if drop_labels is None else not drop_labels
+
+    import datasets
+    from datasets import ClassLabel, Features
+
+    base = getattr(datasets, feature_name)
+    wanted = {split: splits[split]} if split is not None else splits
+    out = {}
+    meta_features = _metadata_features(metadata, column, base) if add_metadata else None
+    for s in wanted:
+        if add_metadata:
+            if not metadata[s]:
+                raise FileNotFoundError(f"load_dataset({builder!r}): split {s!r} has no metadata file "
+                                        f"({', '.join(METADATA_FILENAMES)}) while other splits have one")
+            feats = meta_features
+            tables = [_metadata_table(m, feats, column) for m in sorted(metadata[s])]
+            table = pa.concat_tables(tables)
+        else:
+            if not images[s]:
+                raise FileNotFoundError(f"load_dataset({builder!r}): no {column} file in split {s!r} "
+                                        f"(files with the extensions {', '.join(sorted(extensions)[:8])}, ...)")
+            feats = Features({column: base()})
+            data = {column: [{"bytes": None, "path": p} for p in images[s]]}
+            if add_labels:
+                feats["label"] = ClassLabel(names=labels)
+                index = {name: i for i, name in enumerate(labels)}
+                data["label"] = [index[os.path.basename(os.path.dirname(p))] for p in images[s]]
+            table = pa.Table.from_pydict(data, schema=feats.arrow_schema)
+        if num_shards > max(table.num_rows, 1):
+            raise ValueError(f"num_shards={num_shards} is larger than the number of rows of split {s!r} "
+                             f"({table.num_rows})")
+        ds = IterableDataset(ArrowSource(table, num_shards=num_shards, features=feats), features=feats)
+        out[s] = ds if features is None else ds.cast(features)
+    return out[split] if split is not None else out
+
+
+def _split_files(data_dir: str | None, data_files: Any) -> dict[str, list[str]]:
+    """``{split: [absolute paths]}``: ``data_files`` (relative to ``data_dir`` or the current
+    folder) or, without them, the files below ``data_dir`` grouped by ``splits.py``'s rules."""
+    base = os.path.abspath(data_dir if data_dir is not None else ".")
+    if data_files is None:
+        files = [f for f in local_files(base) if is_candidate(f)]
+        if not files:
+            raise FileNotFoundError(f"no file found under data_dir={data_dir!r}")
+        return {s: [os.path.join(base, *f.split("/")) for f in fs] for s, fs in infer_splits(files).items()}
+    out = {}
+    for s, patterns in normalize_data_files(data_files).items():
+        paths: list[str] = []
+        for p in patterns:
+            full = os.path.join(base, os.path.expanduser(p))
+            if any(ch in p for ch in "*?["):
+                hits = [h for h in sorted(glob.glob(full, recursive=True)) if os.path.isfile(h)]
+                hits = [h for h in hits if not _hidden(os.path.relpath(h, base))]
+                if not hits:
+                    raise FileNotFoundError(f"no data file matches {p!r}")
+                paths.extend(h for h in hits if h not in paths)
+            elif os.path.isfile(full):
+                paths.append(os.path.normpath(full))
+            else:
+                raise FileNotFoundError(f"data file {p!r} not found")
+        out[s] = paths
+    return out
+
+
+def _hidden(rel: str) -> bool:
+    """A file in a hidden folder or hidden itself (``.x``, ``__x``): not data unless named directly."""
+    return any(part.startswith((".", "__")) for part in rel.split(os.sep) if part not in ("..", "."))
+
+
+def _read_metadata(path: str) -> pa.Table:
+    """A metadata file as HF's folder builder reads it (CSV through pandas)."""
+    if path.endswith(".csv"):
+        import pandas as pd
+
+        return pa.Table.from_pandas(pd.read_csv(path))
+    if path.endswith(".jsonl"):
+        import pyarrow.json as paj
+
+        return paj.read_json(path)
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path)
+
+
+def _file_columns(features: Any, column: str) -> dict[str, tuple[str, bool]]:
+    """``{metadata column: (dataset column, is a list)}`` for the columns naming files."""
+    from datasets import List, Value
+
+    strings = (Value("string"), Value("large_string"))
+    out = {}
+    for key, feature in features.items():
+        if (key == "file_name" or key.endswith("_file_name")) and feature in strings:
+            out[key] = (key[: -len("_file_name")] or column, False)
+        elif (key == "file_names" or key.endswith("_file_names")) and (
+                feature in [List(v) for v in strings] or feature in [[v] for v in strings]):
+            out[key] = (key[: -len("_file_names")] or column + "s", True)
+    return out
+
+
+def _metadata_features(metadata: dict[str, list[str]], column: str, base: Any) -> Any:
+    """The features of the rows: the metadata files' columns, file names made media features.
+    Every metadata file must have the same features (as HF checks)."""
+    from datasets import Features, List
+
+    files = sorted({m for ms in metadata.values() for m in ms})
+    exts = sorted({os.path.splitext(m)[1] for m in files})
+    if len(exts) > 1:
+        raise ValueError(f"found metadata files with different extensions: {exts}")
+    found = [(m, Features.from_arrow_schema(_read_metadata(m).schema)) for m in files]
+    for m, f in found[1:]:
+        if f != found[0][1]:
+            raise ValueError(f"metadata files {found[0][0]!r} and {m!r} have different features: {found[0][1]} != {f}")
+    features = found[0][1]
+    renames = _file_columns(features, column)
+    if not renames:
+        raise ValueError(f"metadata file {found[0][0]!r} has no 'file_name' column (nor '*_file_name', "
+                         f"'file_names', '*_file_names'): it must name the {column} of each row; "
+                         f"its columns: {list(features)}")
+    out = Features()
+    for key, feature in features.items():
+        if key in renames:
+            name, many = renames[key]
+            out[name] = List(base()) if many else base()
+        else:
+            out[key] = feature
+    return out
+
+
+def _metadata_table(path: str, features: Any, column: str) -> pa.Table:
+    """The rows of one metadata file, file names replaced by ``{"bytes": None, "path"}`` of the
+    files they name (relative to the metadata file's folder, which they may not leave)."""
+    from datasets import Features
+
+    table = _read_metadata(path)
+    folder = os.path.dirname(path)
+    renames = _file_columns(Features.from_arrow_schema(table.schema), column)
+    data = {}
+    for key in table.column_names:
+        values = table.column(key)
+        if key in renames:
+            name, many = renames[key]
+            files = values.to_pylist()
+            if many:
+                data[name] = [None if fs is None else [_file(path, folder, f) for f in fs] for fs in files]
+            else:
+                data[name] = [_file(path, folder, f) for f in files]
+        else:
+            data[key] = values
+    arrays = [data[name] if isinstance(data[name], (pa.Array, pa.ChunkedArray))
+              else pa.array(data[name], type=features[name].pa_type if hasattr(features[name], "pa_type") else None)
+              for name in features]
+    return pa.Table.from_arrays([_cast(a, t) for a, t in zip(arrays, features.arrow_schema.types)],
+                                schema=features.arrow_schema)
+
+
+def _cast(array: Any, type_: pa.DataType) -> Any:
+    return array if array.type == type_ else array.cast(type_)
+
+
+def _file(metadata_file: str, folder: str, name: Any) -> dict | None:
+    """The file that a metadata row names, checked to lie below the metadata file's folder and to exist."""
+    if name is None:
+        return None
+    rel = os.path.normpath(name).replace("\\", "/")
+    if "://" in name or os.path.isabs(name) or rel == ".." or rel.startswith("../"):
+        raise ValueError(f"metadata file {metadata_file!r}: file_name {name!r} must be a relative path inside "
+                         "the metadata file's folder")
+    full = os.path.join(folder, rel)
+    if not os.path.isfile(full):
+        raise FileNotFoundError(f"metadata file {metadata_file!r} names {name!r}, but {full!r} does not exist")
+    return {"bytes": None, "path": full}

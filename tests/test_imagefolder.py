@@ -1,0 +1,232 @@
+"""``load_dataset("imagefolder", ...)``: the rows, order, features and shards of HF's streaming
+imagefolder builder (labels from folder names, metadata files, split folders, data_files), and
+exact resumes of what it reads."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+Image = pytest.importorskip("PIL.Image")
+datasets = pytest.importorskip("datasets")
+
+import resumable_iterable as ri  # noqa: E402
+from harness import assert_loader_resumes_exactly, assert_resumes_exactly  # noqa: E402
+
+
+def img(path, seed: int, size=(5, 4), mode: str = "RGB") -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    rng = np.random.default_rng(seed)
+    shape = (size[1], size[0], 3) if mode == "RGB" else (size[1], size[0])
+    Image.fromarray(rng.integers(0, 255, size=shape, dtype=np.uint8), mode).save(path)
+
+
+def pixels(v):
+    if isinstance(v, list):
+        return [pixels(x) for x in v]
+    return (v.mode, v.size, v.tobytes()) if hasattr(v, "tobytes") else v
+
+
+def rows(ds) -> list[dict]:
+    return [{k: pixels(v) for k, v in ex.items()} for ex in ds]
+
+
+def labelled(root, labels=("dog", "cat", "bird"), per=3) -> str:
+    for i, lab in enumerate(labels):
+        for j in range(per):
+            img(f"{root}/{lab}/{j}.png", i * 10 + j)
+    return str(root)
+
+
+def with_metadata(root, kind: str) -> str:
+    for j in range(4):
+        img(f"{root}/imgs/{j}.png", j + 50)
+    names = [2, 0, 3, 1]
+    if kind == "csv":
+        (root / "metadata.csv").write_text("file_name,caption,score\n" + "".join(
+            f"imgs/{j}.png,cap {j},{j * 0.5}\n" for j in names))
+    elif kind == "jsonl":
+        (root / "metadata.jsonl").write_text("".join(json.dumps(
+            {"id": j, "file_name": f"imgs/{j}.png", "cond_file_name": f"imgs/{(j + 1) % 4}.png", "tags": ["a"] * j})
+            + "\n" for j in names))
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"file_names": [["imgs/0.png", "imgs/1.png"], ["imgs/2.png"]], "x": [1, 2]}),
+                       str(root / "metadata.parquet"))
+    return str(root)
+
+
+def folders(tmp_path):
+    """name -> (load_dataset kwargs) of each folder layout compared with HF."""
+    t = tmp_path
+    labelled(t / "labels")
+    img(f"{t}/labels/cat/x.jpg", 99)
+    (t / "labels/cat/notes.txt").write_text("not an image")
+    labelled(t / "one", labels=("cat",))
+    img(f"{t}/depth/a/1.png", 1), img(f"{t}/depth/b/c/2.png", 2), img(f"{t}/depth/3.png", 3)
+    for s in ("train", "test", "validation"):
+        labelled(t / "splits" / s, labels=("a", "b"), per=2)
+    for kind in ("csv", "jsonl", "parquet"):
+        with_metadata(t / kind, kind)
+    for s in ("train", "test"):
+        for j in range(3):
+            img(f"{t}/metasplits/{s}/{j}.png", j + (7 if s == "test" else 0))
+        (t / "metasplits" / s / "metadata.jsonl").write_text("".join(
+            json.dumps({"file_name": f"{j}.png", "v": f"{s}{j}"}) + "\n" for j in (2, 1, 0)))
+    img(f"{t}/modes/l/1.png", 1, mode="L"), img(f"{t}/modes/r/2.jpg", 2), img(f"{t}/modes/r/3.bmp", 3)
+    img(f"{t}/modes/l/4.gif", 4, mode="L"), img(f"{t}/modes/r/5.webp", 5)
+    return {
+        "labels": dict(data_dir=f"{t}/labels", split="train"),
+        "labels-dropped": dict(data_dir=f"{t}/labels", split="train", drop_labels=True),
+        "one-folder": dict(data_dir=f"{t}/one", split="train"),
+        "one-folder-labels": dict(data_dir=f"{t}/one", split="train", drop_labels=False),
+        "depths": dict(data_dir=f"{t}/depth", split="train"),
+        "depths-labels": dict(data_dir=f"{t}/depth", split="train", drop_labels=False),
+        "splits": dict(data_dir=f"{t}/splits"),
+        "splits-test": dict(data_dir=f"{t}/splits", split="test"),
+        "csv": dict(data_dir=f"{t}/csv", split="train"),
+        "csv-dropped": dict(data_dir=f"{t}/csv", split="train", drop_metadata=True),
+        "jsonl": dict(data_dir=f"{t}/jsonl", split="train"),
+        "parquet-lists": dict(data_dir=f"{t}/parquet", split="train"),
+        "metadata-splits": dict(data_dir=f"{t}/metasplits"),
+        "data_files": dict(data_dir=f"{t}/labels", data_files={"train": ["dog/*.png", "cat/*"], "test": "bird/*"}),
+        "data_files-list": dict(data_files=[f"{t}/labels/cat/x.jpg", f"{t}/labels/bird/1.png"], split="train"),
+        "modes": dict(data_dir=f"{t}/modes", split="train"),
+    }
+
+
+CASES = ["labels", "labels-dropped", "one-folder", "one-folder-labels", "depths", "depths-labels", "splits",
+         "splits-test", "csv", "csv-dropped", "jsonl", "parquet-lists", "metadata-splits", "data_files",
+         "data_files-list", "modes"]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("case", CASES)
+def test_same_rows_features_and_shards_as_hf(tmp_path, case):
+    kwargs = folders(tmp_path)[case]
+    hf = datasets.load_dataset("imagefolder", streaming=True, **kwargs)
+    ours = ri.load_dataset("imagefolder", **kwargs)
+    if kwargs.get("split") is None:
+        assert list(ours) == list(hf)
+        pairs = [(hf[s], ours[s]) for s in hf]
+    else:
+        pairs = [(hf, ours)]
+    for h, o in pairs:
+        assert o.features == h.features
+        assert list(o.features) == list(h.features)
+        assert o.num_shards == h.num_shards
+        expected = rows(h)
+        assert expected and rows(o) == expected
+
+
+def test_labels_are_sorted_folder_names(tmp_path):
+    ds = ri.load_dataset("imagefolder", data_dir=labelled(tmp_path), split="train")
+    assert ds.features["label"].names == ["bird", "cat", "dog"]
+    assert [ex["label"] for ex in ds] == [0] * 3 + [1] * 3 + [2] * 3
+    assert ds.column_names == ["image", "label"]
+
+
+def key(ex):
+    return {k: pixels(v) for k, v in ex.items()}
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+@pytest.mark.parametrize("layout", ["labels", "csv"])
+def test_every_cut_point_resumes_exactly(tmp_path, layout, shuffled):
+    root = labelled(tmp_path) if layout == "labels" else with_metadata(tmp_path, "csv")
+
+    def build():
+        ds = ri.load_dataset("imagefolder", data_dir=root, split="train", num_shards=3)
+        if shuffled:
+            ds = ds.shuffle(seed=5, buffer_size=4)
+        return ds.map(key)
+
+    full = assert_resumes_exactly(build)
+    assert len(full) == (9 if layout == "labels" else 4)
+
+
+def test_num_shards_splits_a_split_in_contiguous_shards(tmp_path):
+    root = labelled(tmp_path)
+    one = ri.load_dataset("imagefolder", data_dir=root, split="train")
+    three = ri.load_dataset("imagefolder", data_dir=root, split="train", num_shards=3)
+    assert (one.num_shards, three.num_shards) == (1, 3)
+    assert rows(three) == rows(one)
+    with pytest.raises(ValueError, match="num_shards=10 is larger than the number of rows of split 'train' "):
+        ri.load_dataset("imagefolder", data_dir=root, split="train", num_shards=10)
+
+
+@pytest.mark.torch
+@pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning")
+def test_stateful_dataloader_two_workers_resumes_exactly(tmp_path):
+    pytest.importorskip("torchdata")
+    root = labelled(tmp_path, labels=("a", "b", "c", "d"), per=3)
+
+    def build():
+        ds = ri.load_dataset("imagefolder", data_dir=root, split="train", num_shards=4)
+        return ds.shuffle(seed=3, buffer_size=3).map(lambda ex: {"px": ex["image"].tobytes(), "label": ex["label"]})
+
+    full = assert_loader_resumes_exactly(build, workers=2, batch_size=None,
+                                         item=lambda ex: (ex["px"], int(ex["label"])),
+                                         cuts=lambda n: range(1, n + 1))
+    assert len(full) == 12
+
+
+def test_features_cast(tmp_path):
+    root = labelled(tmp_path)
+    ds = ri.load_dataset("imagefolder", data_dir=root, split="train",
+                         features=datasets.Features({"image": datasets.Image(decode=False),
+                                                     "label": datasets.ClassLabel(names=["bird", "cat", "dog"])}))
+    first = next(iter(ds))
+    assert first["image"]["path"].endswith(os.path.join("bird", "0.png")) and first["label"] == 0
+
+
+# errors
+
+def test_empty_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no file found under data_dir="):
+        ri.load_dataset("imagefolder", data_dir=str(tmp_path), split="train")
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(FileNotFoundError, match="no image file in split 'train'"):
+        ri.load_dataset("imagefolder", data_dir=str(tmp_path), split="train")
+
+
+def test_metadata_without_file_name(tmp_path):
+    img(f"{tmp_path}/a.png", 1)
+    (tmp_path / "metadata.csv").write_text("name,caption\na.png,x\n")
+    with pytest.raises(ValueError, match="metadata file .*metadata.csv' has no 'file_name' column"):
+        ri.load_dataset("imagefolder", data_dir=str(tmp_path), split="train")
+
+
+def test_metadata_naming_a_missing_image(tmp_path):
+    img(f"{tmp_path}/a.png", 1)
+    (tmp_path / "metadata.csv").write_text("file_name,caption\na.png,x\nb.png,y\n")
+    with pytest.raises(FileNotFoundError, match="metadata.csv' names 'b.png', but .*b.png' does not exist"):
+        ri.load_dataset("imagefolder", data_dir=str(tmp_path), split="train")
+
+
+def test_metadata_may_not_leave_its_folder(tmp_path):
+    img(f"{tmp_path}/a.png", 1)
+    img(f"{tmp_path}/sub/b.png", 1)
+    (tmp_path / "sub/metadata.csv").write_text("file_name\n../a.png\n")
+    with pytest.raises(ValueError, match="file_name '../a.png' must be a relative path inside"):
+        ri.load_dataset("imagefolder", data_dir=str(tmp_path), split="train")
+
+
+def test_other_errors(tmp_path):
+    root = labelled(tmp_path / "x")
+    with pytest.raises(ValueError, match="needs data_dir=... or data_files=..."):
+        ri.load_dataset("imagefolder")
+    with pytest.raises(TypeError, match=r"unexpected option\(s\) \['sep'\]"):
+        ri.load_dataset("imagefolder", data_dir=root, sep=",")
+    with pytest.raises(ValueError, match=r"unknown split 'test'; available splits: \['train'\]"):
+        ri.load_dataset("imagefolder", data_dir=root, split="test")
+    (tmp_path / "x" / "more.zip").write_bytes(b"PK")
+    with pytest.raises(ValueError, match="is a zip archive; archives are not read here"):
+        ri.load_dataset("imagefolder", data_dir=root, split="train")
+    with pytest.raises(FileNotFoundError, match="is not a local folder"):
+        ri.load_dataset("imagefolder", data_dir=str(tmp_path / "nope"))
