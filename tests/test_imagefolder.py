@@ -124,6 +124,36 @@ def test_same_rows_features_and_shards_as_hf(tmp_path, case):
         assert expected and rows(o) == expected
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("case", ["labels", "splits", "csv", "metadata-splits", "modes"])
+def test_a_folder_of_images_is_an_imagefolder_as_in_hf(tmp_path, case):
+    """HF's load_dataset(folder) reads a folder whose files are mostly images with its imagefolder
+    builder; before, ours said it held no data files."""
+    kwargs = folders(tmp_path)[case]
+    root = kwargs.pop("data_dir")
+    with open(os.path.join(root, "README.md"), "w") as f:
+        f.write("# images\n")
+    hf = datasets.load_dataset(root, streaming=True, **kwargs)
+    ours = ri.load_dataset(root, **kwargs)
+    pairs = [(hf[s], ours[s]) for s in hf] if kwargs.get("split") is None else [(hf, ours)]
+    assert kwargs.get("split") is not None or list(ours) == list(hf)
+    for h, o in pairs:
+        assert (o.features, o.num_shards) == (h.features, h.num_shards)
+        assert rows(o) == rows(h)
+
+
+def test_a_folder_of_more_tables_than_images_is_read_as_tables(tmp_path):
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    img(f"{tmp_path}/a.png", 1)
+    for i in range(2):
+        pcsv.write_csv(pa.table({"x": [i]}), str(tmp_path / f"t{i}.csv"))
+    assert [ex for ex in ri.load_dataset(str(tmp_path), split="train")] == [{"x": 0}, {"x": 1}]
+    ds = datasets.load_dataset(str(tmp_path), split="train", streaming=True)
+    assert list(ds) == [{"x": 0}, {"x": 1}]
+
+
 def test_labels_are_sorted_folder_names(tmp_path):
     ds = ri.load_dataset("imagefolder", data_dir=labelled(tmp_path), split="train")
     assert ds.features["label"].names == ["bird", "cat", "dog"]

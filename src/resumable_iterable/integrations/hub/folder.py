@@ -54,6 +54,51 @@ IMAGE_EXTENSIONS = frozenset((
 #: the folder builders read here: name -> (base column, HF feature class name, extensions)
 FOLDER_BUILDERS = {"imagefolder": ("image", "Image", IMAGE_EXTENSIONS)}
 
+# the extensions by which HF picks a builder other than imagefolder for a folder (HF's
+# ``_EXTENSION_TO_MODULE``; ".mpg" and ".mpeg" go to its audio and video builders)
+_AUDIO_VIDEO = (".3g2 .3gp .aiff .asf .au .avr .caf .f4v .flac .flv .htk .ircam .m4v .mat4 .mat5 .mp3 .mpc2k "
+                ".mpg .mxf .nist .nut .ogg .ogm .opus .paf .pvf .raw .rf64 .sd2 .sds .svx .voc .w64 .wav .wavex "
+                ".webm .wma .wmv .wve .xi .avi .mkv .mov .mp4 .mpeg")
+_OTHER_BUILDER_EXTENSIONS = frozenset((
+    ".csv .tsv .json .jsonl .ndjson .geoparquet .gpq .parquet .arrow .txt .conll .conllu .tar .xml .h5 .hdf5 "
+    ".eval .md .toml .lance .tsfile .vortex .afa .fa .faa .fasta .ffn .fna .frn .gb .gbk .genbank .fastq .fq "
+    ".ent .pdb .cif .mmcif .glb .gltf .ply .stl .pdf .nii .zip " + _AUDIO_VIDEO).split())
+_PREFERRED = (".parquet", ".lance", ".vortex", ".arrow", ".jsonl", ".json", ".csv")
+
+
+def builder_of(files: list[str]) -> str | None:
+    """``"imagefolder"`` when HF's ``load_dataset(folder)`` reads ``files`` (the files of a split)
+    with its imagefolder builder: their most common extension (metadata files aside; ties go to
+    Parquet, ..., CSV, then by name) is an image extension. ``None`` otherwise."""
+    counts: dict[tuple[str, bool], int] = {}
+    for f in files:
+        name = f.rsplit("/", 1)[-1]
+        for suffix in name.split(".")[1:]:
+            k = ("." + suffix.lower(), name in METADATA_FILENAMES)
+            counts[k] = counts.get(k, 0) + 1
+
+    def rank(item):
+        (ext, is_metadata), count = item
+        return (not is_metadata, count, *(ext == p for p in _PREFERRED), ext)
+
+    for (ext, _), _ in sorted(counts.items(), key=rank, reverse=True):
+        if ext in _OTHER_BUILDER_EXTENSIONS:
+            return None
+        if ext in IMAGE_EXTENSIONS:
+            return "imagefolder"
+    return None
+
+
+def folder_builder(files: list[str], data_dir: str | None) -> str | None:
+    """The folder builder that HF would read a folder with (its files ``files``, posix, relative),
+    found without ``data_files`` nor a dataset card config: the same for every split, else ``None``."""
+    prefix = data_dir.strip("/") + "/" if data_dir else ""
+    files = [f[len(prefix):] for f in files if f.startswith(prefix) and is_candidate(f)]
+    if not files:
+        return None
+    found = {builder_of(fs) for fs in infer_splits(files).values()}
+    return found.pop() if len(found) == 1 else None
+
 
 def load_folder(builder: str, data_dir: str | None, data_files: Any, split: str | None,
                 drop_labels: bool | None = None, drop_metadata: bool | None = None,

@@ -12,8 +12,9 @@ from typing import Any
 
 from ...dataset import IterableDataset
 from ...nodes.file_formats import FORMATS, format_of
+from .card import card_configs
 from .patterns import match_files, normalize_data_files
-from .folder import FOLDER_BUILDERS, load_folder
+from .folder import FOLDER_BUILDERS, folder_builder, load_folder
 from .repo import HubRepo, is_hub_repo_id, local_files, missing_path_message, parse_hf_path
 from .card import card_features
 from .splits import resolve_splits
@@ -78,11 +79,7 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
     if path in FOLDER_BUILDERS and not os.path.exists(path):
         if format is not None or revision is not None or name is not None:
             raise ValueError(f"load_dataset({path!r}) takes no format=, revision= or name=")
-        unknown = set(reader_kwargs) - {"drop_labels", "drop_metadata", "features", "num_shards"}
-        if unknown:
-            raise TypeError(f"load_dataset({path!r}) got unexpected option(s) {sorted(unknown)}; its options are "
-                            "data_dir, data_files, split, drop_labels, drop_metadata, features, num_shards")
-        return load_folder(path, data_dir, data_files, split, **reader_kwargs)
+        return _load_folder(path, data_dir, data_files, split, reader_kwargs)
     if path in _HF_BUILDERS and not os.path.exists(path):
         raise ValueError(f"load_dataset({path!r}): HF's {path!r} builder is not supported here; the formats read "
                          f"are {sorted(_FORMAT_ALIASES)}. Load it with datasets.load_dataset(...) and pass the "
@@ -111,6 +108,12 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
             raise ValueError("revision= only applies to Hub repos, not to a local folder")
         files = local_files(path)
         readme = os.path.join(path, "README.md") if "README.md" in files else None
+        if data_files is None and format is None and not card_configs(readme):
+            builder = folder_builder(files, data_dir)
+            if builder is not None:  # a folder of images: HF's load_dataset(folder) reads it as an imagefolder
+                if name not in (None, "default"):
+                    raise ValueError(f"config {name!r} not found: the dataset card declares no configs")
+                return _load_folder(builder, os.path.join(path, data_dir or ""), None, split, reader_kwargs)
     elif os.path.isfile(path):
         data_files = data_files if data_files is not None else os.path.basename(path)
         files = [os.path.basename(path)]
@@ -133,6 +136,14 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
         reader_kwargs["features"] = card_features(readme, name)
     out = {s: _split_dataset([local[f] for f in fs], format, s, reader_kwargs) for s, fs in wanted.items()}
     return _pick(out, split)
+
+
+def _load_folder(builder: str, data_dir: str | None, data_files: Any, split: str | None, options: dict):
+    unknown = set(options) - {"drop_labels", "drop_metadata", "features", "num_shards"}
+    if unknown:
+        raise TypeError(f"load_dataset({builder!r}) got unexpected option(s) {sorted(unknown)}; its options are "
+                        "data_dir, data_files, split, drop_labels, drop_metadata, features, num_shards")
+    return load_folder(builder, data_dir, data_files, split, **options)
 
 
 def _resolve_direct(patterns: list[str], revision: str | None, token: Any, cache_dir: str | None,
