@@ -15,6 +15,7 @@ datasets = pytest.importorskip("datasets")
 
 import resumable_iterable as ri  # noqa: E402
 from harness import assert_loader_resumes_exactly, assert_resumes_exactly  # noqa: E402
+from resumable_iterable.features import map_feature  # noqa: E402
 
 
 def img(path, seed: int, size=(5, 4), mode: str = "RGB") -> None:
@@ -80,7 +81,26 @@ def folders(tmp_path):
             json.dumps({"file_name": f"{j}.png", "v": f"{s}{j}"}) + "\n" for j in (2, 1, 0)))
     img(f"{t}/modes/l/1.png", 1, mode="L"), img(f"{t}/modes/r/2.jpg", 2), img(f"{t}/modes/r/3.bmp", 3)
     img(f"{t}/modes/l/4.gif", 4, mode="L"), img(f"{t}/modes/r/5.webp", 5)
+    for s in ("train", "test"):
+        for lab in ("cat", "dog"):
+            img(f"{t}/metasubdirs/{s}/{lab}/1.png", len(s) + len(lab))
+        (t / "metasubdirs" / s / "metadata.csv").write_text("file_name,extra\ndog/1.png,b\ncat/1.png,a\n")
+    img(f"{t}/nested/a.png", 1), img(f"{t}/nested/b.png", 2)
+    (t / "nested/metadata.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"file_name": "a.png", "obj": {"file_name": "b.png", "k": 1}, "more": [{"x_file_name": "a.png"}]},
+        {"file_name": None, "obj": {"file_name": "a.png", "k": 2}, "more": []}]))
+    img(f"{t}/odd/a/X.PNG", 1), img(f"{t}/odd/b/y.Jpg", 2), img(f"{t}/odd/.cache/z.png", 3)
+    img(f"{t}/odd/a/__pycache__/w.png", 4)
+    os.symlink(t / "odd", t / "link")
+    img(f"{t}/names/train_1.png", 1), img(f"{t}/names/train_2.png", 2), img(f"{t}/names/test_1.png", 3)
     return {
+        "metadata-subdirs": dict(data_dir=f"{t}/metasubdirs"),
+        "metadata-named": dict(data_dir=f"{t}/metasubdirs", data_files={"train": ["train/**/*.png", "train/*.csv"]},
+                               split="train"),
+        "nested-file-names": dict(data_dir=f"{t}/nested", split="train"),
+        "odd-names": dict(data_dir=f"{t}/odd", split="train"),
+        "symlinked-dir": dict(data_dir=f"{t}/link", split="train", drop_labels=False),
+        "split-by-file-name": dict(data_dir=f"{t}/names"),
         "labels": dict(data_dir=f"{t}/labels", split="train"),
         "labels-dropped": dict(data_dir=f"{t}/labels", split="train", drop_labels=True),
         "one-folder": dict(data_dir=f"{t}/one", split="train"),
@@ -102,7 +122,8 @@ def folders(tmp_path):
 
 CASES = ["labels", "labels-dropped", "one-folder", "one-folder-labels", "depths", "depths-labels", "splits",
          "splits-test", "csv", "csv-dropped", "jsonl", "parquet-lists", "metadata-splits", "data_files",
-         "data_files-list", "modes"]
+         "data_files-list", "modes", "metadata-subdirs", "metadata-named", "nested-file-names", "odd-names",
+         "symlinked-dir", "split-by-file-name"]
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -122,6 +143,11 @@ def test_same_rows_features_and_shards_as_hf(tmp_path, case):
         assert o.num_shards == h.num_shards
         expected = rows(h)
         assert expected and rows(o) == expected
+        # the same files, as HF names them (the data_dir's links resolved)
+        undecoded = datasets.Features(
+            {k: map_feature(f, lambda x: datasets.Image(decode=False) if isinstance(x, datasets.Image) else x)
+             for k, f in h.features.items()})
+        assert list(o.cast(undecoded)) == list(h.cast(undecoded))
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

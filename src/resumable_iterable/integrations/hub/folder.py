@@ -9,10 +9,12 @@ The rules (HF's ``folder_based_builder``):
   metadata files are named ``metadata.csv``, ``metadata.jsonl`` or ``metadata.parquet``; other
   files are ignored (a ``.zip`` archive is refused: HF extracts it, we do not);
 * with a metadata file (and ``drop_metadata`` not true), the rows are the metadata rows (of the
-  metadata files in sorted path order; HF reads several in an order that varies from run to run): its ``file_name`` column (``<name>_file_name``: column ``<name>``)
-  names an image relative to the metadata file's folder and becomes the ``image`` column
+  metadata files in sorted path order; HF reads several in an order that varies from run to
+  run): its ``file_name`` column (``<name>_file_name``: column ``<name>``) names an image
+  relative to the metadata file's folder and becomes the ``image`` column
   (``Image()``), the other columns are kept; no label is added. ``file_names`` /
-  ``<name>_file_names`` lists become lists of images;
+  ``<name>_file_names`` lists become lists of images; such fields inside structs and lists of
+  structs are converted too;
 * otherwise the rows are the images, in path order, with a ``label`` (``ClassLabel`` of
   the sorted parent folder names) when ``drop_labels`` is false, or when it is ``None`` and the
   images lie at the same depth in more than one folder.
@@ -26,6 +28,7 @@ builder reads a split as one shard; ``num_shards=`` splits it into contiguous sh
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 from typing import Any
@@ -154,7 +157,7 @@ def load_folder(builder: str, data_dir: str | None, data_files: Any, split: str 
                 raise FileNotFoundError(f"load_dataset({builder!r}): split {s!r} has no metadata file "
                                         f"({', '.join(METADATA_FILENAMES)}) while other splits have one")
             feats = meta_features
-            tables = [_metadata_table(m, feats, column) for m in sorted(metadata[s])]
+            tables = [_metadata_table(m, feats, column, base) for m in sorted(metadata[s])]
             table = pa.concat_tables(tables)
         else:
             if not images[s]:
@@ -178,7 +181,7 @@ def load_folder(builder: str, data_dir: str | None, data_files: Any, split: str 
 def _split_files(data_dir: str | None, data_files: Any) -> dict[str, list[str]]:
     """``{split: [absolute paths]}``: ``data_files`` (relative to ``data_dir`` or the current
     folder) or, without them, the files below ``data_dir`` grouped by ``splits.py``'s rules."""
-    base = os.path.abspath(data_dir if data_dir is not None else ".")
+    base = os.path.realpath(os.path.expanduser(data_dir if data_dir is not None else "."))
     if data_files is None:
         files = [f for f in local_files(base) if is_candidate(f)]
         if not files:
@@ -223,25 +226,67 @@ def _read_metadata(path: str) -> pa.Table:
     return pq.read_table(path)
 
 
-def _file_columns(features: Any, column: str) -> dict[str, tuple[str, bool]]:
-    """``{metadata column: (dataset column, is a list)}`` for the columns naming files."""
+def _file_key(key: str, feature: Any, column: str) -> tuple[str, bool] | None:
+    """``(new name, is a list)`` when the metadata field ``key`` names files (HF's rule: a string
+    ``file_name`` / ``<name>_file_name``, a list of strings ``file_names`` / ``<name>_file_names``)."""
     from datasets import List, Value
 
     strings = (Value("string"), Value("large_string"))
-    out = {}
-    for key, feature in features.items():
-        if (key == "file_name" or key.endswith("_file_name")) and feature in strings:
-            out[key] = (key[: -len("_file_name")] or column, False)
-        elif (key == "file_names" or key.endswith("_file_names")) and (
-                feature in [List(v) for v in strings] or feature in [[v] for v in strings]):
-            out[key] = (key[: -len("_file_names")] or column + "s", True)
-    return out
+    if (key == "file_name" or key.endswith("_file_name")) and feature in strings:
+        return key[: -len("_file_name")] or column, False
+    if (key == "file_names" or key.endswith("_file_names")) and (
+            feature in [List(v) for v in strings] or feature in [[v] for v in strings]):
+        return key[: -len("_file_names")] or column + "s", True
+    return None
+
+
+def _media_features(feature: Any, column: str, base: Any) -> Any:
+    """``feature`` with its file-name fields (at any depth, as HF) made media features."""
+    from datasets import List
+
+    if isinstance(feature, dict):
+        out = type(feature)()
+        for key, f in feature.items():
+            found = _file_key(key, f, column)
+            if found is None:
+                out[key] = _media_features(f, column, base)
+            else:
+                out[found[0]] = List(base()) if found[1] else base()
+        return out
+    if isinstance(feature, list):
+        return [_media_features(feature[0], column, base)]
+    inner = getattr(feature, "feature", None)
+    if inner is not None and hasattr(feature, "__dataclass_fields__"):  # List / LargeList
+        return dataclasses.replace(feature, feature=_media_features(inner, column, base))
+    return feature
+
+
+def _media_values(value: Any, feature: Any, column: str, where: tuple[str, str]) -> Any:
+    """A metadata value of ``feature`` with the file names in it replaced by the files they name."""
+    if value is None:
+        return None
+    if isinstance(feature, dict):
+        out = {}
+        for key, f in feature.items():
+            found = _file_key(key, f, column)
+            v = value.get(key)
+            if found is None:
+                out[key] = _media_values(v, f, column, where)
+            elif found[1]:
+                out[found[0]] = None if v is None else [_file(*where, n) for n in v]
+            else:
+                out[found[0]] = _file(*where, v)
+        return out
+    inner = feature[0] if isinstance(feature, list) else getattr(feature, "feature", None)
+    if inner is not None and isinstance(value, list):
+        return [_media_values(v, inner, column, where) for v in value]
+    return value
 
 
 def _metadata_features(metadata: dict[str, list[str]], column: str, base: Any) -> Any:
     """The features of the rows: the metadata files' columns, file names made media features.
     Every metadata file must have the same features (as HF checks)."""
-    from datasets import Features, List
+    from datasets import Features
 
     files = sorted({m for ms in metadata.values() for m in ms})
     exts = sorted({os.path.splitext(m)[1] for m in files})
@@ -251,51 +296,32 @@ def _metadata_features(metadata: dict[str, list[str]], column: str, base: Any) -
     for m, f in found[1:]:
         if f != found[0][1]:
             raise ValueError(f"metadata files {found[0][0]!r} and {m!r} have different features: {found[0][1]} != {f}")
-    features = found[0][1]
-    renames = _file_columns(features, column)
-    if not renames:
+    features = _media_features(found[0][1], column, base)
+    if features == found[0][1]:
         raise ValueError(f"metadata file {found[0][0]!r} has no 'file_name' column (nor '*_file_name', "
                          f"'file_names', '*_file_names'): it must name the {column} of each row; "
-                         f"its columns: {list(features)}")
-    out = Features()
-    for key, feature in features.items():
-        if key in renames:
-            name, many = renames[key]
-            out[name] = List(base()) if many else base()
-        else:
-            out[key] = feature
-    return out
+                         f"its columns: {list(found[0][1])}")
+    return features
 
 
-def _metadata_table(path: str, features: Any, column: str) -> pa.Table:
+def _metadata_table(path: str, features: Any, column: str, base: Any) -> pa.Table:
     """The rows of one metadata file, file names replaced by ``{"bytes": None, "path"}`` of the
     files they name (relative to the metadata file's folder, which they may not leave)."""
     from datasets import Features
 
     table = _read_metadata(path)
-    folder = os.path.dirname(path)
-    renames = _file_columns(Features.from_arrow_schema(table.schema), column)
-    data = {}
-    for key in table.column_names:
-        values = table.column(key)
-        if key in renames:
-            name, many = renames[key]
-            files = values.to_pylist()
-            if many:
-                data[name] = [None if fs is None else [_file(path, folder, f) for f in fs] for fs in files]
-            else:
-                data[name] = [_file(path, folder, f) for f in files]
+    where = (path, os.path.dirname(path))
+    schema = features.arrow_schema
+    arrays = []
+    for (key, feature), type_ in zip(Features.from_arrow_schema(table.schema).items(), schema.types):
+        one = {key: feature}
+        if _media_features(one, column, base) == one:  # no file named in this column
+            array = table.column(key)
+            arrays.append(array if array.type == type_ else array.cast(type_))
         else:
-            data[key] = values
-    arrays = [data[name] if isinstance(data[name], (pa.Array, pa.ChunkedArray))
-              else pa.array(data[name], type=features[name].pa_type if hasattr(features[name], "pa_type") else None)
-              for name in features]
-    return pa.Table.from_arrays([_cast(a, t) for a, t in zip(arrays, features.arrow_schema.types)],
-                                schema=features.arrow_schema)
-
-
-def _cast(array: Any, type_: pa.DataType) -> Any:
-    return array if array.type == type_ else array.cast(type_)
+            values = [_media_values({key: v}, one, column, where) for v in table.column(key).to_pylist()]
+            arrays.append(pa.array([next(iter(v.values())) for v in values], type=type_))
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def _file(metadata_file: str, folder: str, name: Any) -> dict | None:
