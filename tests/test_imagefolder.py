@@ -187,6 +187,17 @@ def test_labels_are_sorted_folder_names(tmp_path):
     assert ds.column_names == ["image", "label"]
 
 
+def test_labels_are_decided_over_every_split(tmp_path):
+    """HF decides to add labels split by split, counting the folders seen so far: with one folder
+    in train and two in test, its train rows have label None under a ClassLabel feature. Ours
+    decides once, over every split (the feature HF ends up with), and labels every row."""
+    img(f"{tmp_path}/train/cat/1.png", 1), img(f"{tmp_path}/test/cat/1.png", 2), img(f"{tmp_path}/test/dog/1.png", 3)
+    splits = ri.load_dataset("imagefolder", data_dir=str(tmp_path))
+    assert [ex["label"] for ex in splits["train"]] == [0]
+    assert [ex["label"] for ex in splits["test"]] == [0, 1]
+    assert splits["train"].features["label"].names == ["cat", "dog"]
+
+
 def key(ex):
     return {k: pixels(v) for k, v in ex.items()}
 
