@@ -297,3 +297,28 @@ def test_other_errors(tmp_path):
         ri.load_dataset("imagefolder", data_dir=root, split="train")
     with pytest.raises(FileNotFoundError, match="is not a local folder"):
         ri.load_dataset("imagefolder", data_dir=str(tmp_path / "nope"))
+
+
+def test_a_hub_repo_of_images_from_the_cache(tmp_path, monkeypatch):
+    """A Hub dataset repo of images (read from the Hugging Face cache, offline) is an imagefolder,
+    as HF reads it."""
+    import huggingface_hub.constants as constants
+    from test_hub import populate_hub_cache
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    src = tmp_path / "src"
+    for s in ("train", "test"):
+        labelled(src / s, labels=("a", "b"), per=2)
+    (src / "README.md").write_text("# images\n")
+    files = {os.path.relpath(os.path.join(d, f), src).replace(os.sep, "/"): os.path.join(d, f)
+             for d, _, fs in os.walk(src) for f in fs}
+    cache = str(tmp_path / "cache")
+    populate_hub_cache(cache, "user/images", "b" * 40, "main", files)
+    local = ri.load_dataset(str(src))
+    hub = ri.load_dataset("user/images", cache_dir=cache)
+    assert list(hub) == list(local) == ["train", "test"]
+    for s in hub:
+        assert hub[s].features == local[s].features and hub[s].features["label"].names == ["a", "b"]
+        assert rows(hub[s]) == rows(local[s]) and len(rows(hub[s])) == 4
+    assert rows(ri.load_dataset("hf://datasets/user/images/test", split="train", cache_dir=cache)) == rows(local["test"])

@@ -116,7 +116,7 @@ def load_folder(builder: str, data_dir: str | None, data_files: Any, split: str 
         data_dir = os.fspath(data_dir)
         if not os.path.isdir(data_dir):
             raise FileNotFoundError(f"load_dataset({builder!r}): data_dir {data_dir!r} is not a local folder "
-                                    "(Hub repos of images are not read here)")
+                                    "(for a Hub repo of images, pass its id: load_dataset('user/repo'))")
     splits = _split_files(data_dir, data_files)
     if split is not None and split not in splits:
         raise ValueError(f"unknown split {split!r}; available splits: {sorted(splits)}")

@@ -12,12 +12,11 @@ from typing import Any
 
 from ...dataset import IterableDataset
 from ...nodes.file_formats import FORMATS, format_of
-from .card import card_configs
-from .patterns import match_files, normalize_data_files
+from .card import card_configs, card_features
 from .folder import FOLDER_BUILDERS, folder_builder, load_folder
+from .patterns import match_files, normalize_data_files
 from .repo import HubRepo, is_hub_repo_id, local_files, missing_path_message, parse_hf_path
-from .card import card_features
-from .splits import resolve_splits
+from .splits import is_candidate, resolve_splits
 
 _FORMAT_ALIASES = {**{f: f for f in FORMATS}, "jsonl": "json"}
 #: HF's other packaged builders: named in the error rather than taken for a missing folder
@@ -108,12 +107,6 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
             raise ValueError("revision= only applies to Hub repos, not to a local folder")
         files = local_files(path)
         readme = os.path.join(path, "README.md") if "README.md" in files else None
-        if data_files is None and format is None and not card_configs(readme):
-            builder = folder_builder(files, data_dir)
-            if builder is not None:  # a folder of images: HF's load_dataset(folder) reads it as an imagefolder
-                if name not in (None, "default"):
-                    raise ValueError(f"config {name!r} not found: the dataset card declares no configs")
-                return _load_folder(builder, os.path.join(path, data_dir or ""), None, split, reader_kwargs)
     elif os.path.isfile(path):
         data_files = data_files if data_files is not None else os.path.basename(path)
         files = [os.path.basename(path)]
@@ -124,6 +117,16 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
     else:
         raise FileNotFoundError(missing_path_message(path))
 
+    builder = folder_builder(files, data_dir) if data_files is None and format is None else None
+    if builder is not None and not card_configs(readme):
+        # a folder of images: HF's load_dataset(folder) reads it with its imagefolder builder
+        if name not in (None, "default"):
+            raise ValueError(f"config {name!r} not found: the dataset card declares no configs")
+        if repo is not None:  # every file below data_dir, downloaded into the snapshot of the commit
+            prefix = data_dir.strip("/") + "/" if data_dir else ""
+            repo.fetch([f for f in files if f.startswith(prefix) and is_candidate(f)])
+            path = repo.folder
+        return _load_folder(builder, os.path.join(path, data_dir or ""), None, split, reader_kwargs)
     splits = resolve_splits(files, data_files=data_files, data_dir=data_dir, readme=readme, name=name)
     if split is not None and split not in splits:
         raise ValueError(f"unknown split {split!r}; available splits: {sorted(splits)}")
