@@ -93,7 +93,17 @@ def folders(tmp_path):
     img(f"{t}/odd/a/__pycache__/w.png", 4)
     os.symlink(t / "odd", t / "link")
     img(f"{t}/names/train_1.png", 1), img(f"{t}/names/train_2.png", 2), img(f"{t}/names/test_1.png", 3)
+    for j in range(2):
+        img(f"{t}/codes/{j}.png", j)
+    (t / "codes/metadata.csv").write_text("file_name,code,score\n0.png,007,1\n1.png,010,2\n")
+    V = datasets.Value
     return {
+        "csv-features": dict(data_dir=f"{t}/codes", split="train", features=datasets.Features(
+            {"image": datasets.Image(), "code": V("string"), "score": V("float32")})),
+        "labels-features": dict(data_dir=f"{t}/labels", split="train", features=datasets.Features(
+            {"image": datasets.Image(), "label": datasets.ClassLabel(names=["dog", "bird", "cat"])})),
+        "labels-features-undecoded": dict(data_dir=f"{t}/labels", split="train", features=datasets.Features(
+            {"image": datasets.Image(decode=False)})),
         "metadata-subdirs": dict(data_dir=f"{t}/metasubdirs"),
         "metadata-named": dict(data_dir=f"{t}/metasubdirs", data_files={"train": ["train/**/*.png", "train/*.csv"]},
                                split="train"),
@@ -120,7 +130,7 @@ def folders(tmp_path):
     }
 
 
-CASES = ["labels", "labels-dropped", "one-folder", "one-folder-labels", "depths", "depths-labels", "splits",
+CASES = ["csv-features", "labels-features", "labels-features-undecoded", "labels", "labels-dropped", "one-folder", "one-folder-labels", "depths", "depths-labels", "splits",
          "splits-test", "csv", "csv-dropped", "jsonl", "parquet-lists", "metadata-splits", "data_files",
          "data_files-list", "modes", "metadata-subdirs", "metadata-named", "nested-file-names", "odd-names",
          "symlinked-dir", "split-by-file-name"]

@@ -110,6 +110,10 @@ def load_folder(builder: str, data_dir: str | None, data_files: Any, split: str 
     ``num_shards``: the contiguous shards of each split (HF's streaming builder has one)."""
     column, feature_name, extensions = FOLDER_BUILDERS[builder]
     num_shards = as_int(num_shards, "num_shards", lo=1)
+    if features is not None and not hasattr(features, "encode_example"):
+        from datasets import Features
+
+        features = Features(features)
     if data_dir is None and data_files is None:
         raise ValueError(f"load_dataset({builder!r}) needs data_dir=... or data_files=...")
     if data_dir is not None:
@@ -156,25 +160,34 @@ def load_folder(builder: str, data_dir: str | None, data_files: Any, split: str 
             if not metadata[s]:
                 raise FileNotFoundError(f"load_dataset({builder!r}): split {s!r} has no metadata file "
                                         f"({', '.join(METADATA_FILENAMES)}) while other splits have one")
-            feats = meta_features
-            tables = [_metadata_table(m, feats, column, base) for m in sorted(metadata[s])]
+            if features is not None:  # HF's rows, encoded with the features given
+                feats = features
+                tables = [_typed_metadata_table(m, features, base) for m in sorted(metadata[s])]
+            else:
+                feats = meta_features
+                tables = [_metadata_table(m, feats, column, base) for m in sorted(metadata[s])]
             table = pa.concat_tables(tables)
         else:
             if not images[s]:
                 raise FileNotFoundError(f"load_dataset({builder!r}): no {column} file in split {s!r} "
                                         f"(files with the extensions {', '.join(sorted(extensions)[:8])}, ...)")
-            feats = Features({column: base()})
-            data = {column: [{"bytes": None, "path": p} for p in images[s]]}
-            if add_labels:
-                feats["label"] = ClassLabel(names=labels)
-                index = {name: i for i, name in enumerate(labels)}
-                data["label"] = [index[os.path.basename(os.path.dirname(p))] for p in images[s]]
-            table = pa.Table.from_pydict(data, schema=feats.arrow_schema)
+            names = [os.path.basename(os.path.dirname(p)) for p in images[s]]
+            if features is not None:  # HF's rows ({column: path, "label": folder name}) encoded with them
+                feats = features
+                rows = [{column: p, "label": n} if add_labels else {column: p} for p, n in zip(images[s], names)]
+                table = _encoded(rows, features)
+            else:
+                feats = Features({column: base()})
+                data = {column: [{"bytes": None, "path": p} for p in images[s]]}
+                if add_labels:
+                    feats["label"] = ClassLabel(names=labels)
+                    index = {name: i for i, name in enumerate(labels)}
+                    data["label"] = [index[n] for n in names]
+                table = pa.Table.from_pydict(data, schema=feats.arrow_schema)
         if num_shards > max(table.num_rows, 1):
             raise ValueError(f"num_shards={num_shards} is larger than the number of rows of split {s!r} "
                              f"({table.num_rows})")
-        ds = IterableDataset(ArrowSource(table, num_shards=num_shards, features=feats), features=feats)
-        out[s] = ds if features is None else ds.cast(features)
+        out[s] = IterableDataset(ArrowSource(table, num_shards=num_shards, features=feats), features=feats)
     return out[split] if split is not None else out
 
 
@@ -211,12 +224,27 @@ def _hidden(rel: str) -> bool:
     return any(part.startswith((".", "__")) for part in rel.split(os.sep) if part not in ("..", "."))
 
 
-def _read_metadata(path: str) -> pa.Table:
-    """A metadata file as HF's folder builder reads it (CSV through pandas)."""
+def _encoded(rows: list[dict], features: Any) -> pa.Table:
+    """Rows as HF's streaming builders type them with ``features``: columns not in the features
+    dropped, missing ones ``None``, values encoded."""
+    return pa.Table.from_pylist([features.encode_example({k: r.get(k) for k in features}) for r in rows],
+                                schema=features.arrow_schema)
+
+
+def _read_metadata(path: str, features: Any = None) -> pa.Table:
+    """A metadata file as HF's folder builder reads it (CSV through pandas, which parses the
+    columns of ``features`` as their types: ``"007"`` declared a string keeps its zeros)."""
     if path.endswith(".csv"):
         import pandas as pd
 
-        return pa.Table.from_pandas(pd.read_csv(path))
+        dtype = None
+        if features is not None:
+            from datasets.features.features import require_storage_cast
+
+            schema = features.arrow_schema
+            dtype = {name: object if require_storage_cast(f) else t.to_pandas_dtype()
+                     for name, t, f in zip(schema.names, schema.types, features.values())}
+        return pa.Table.from_pandas(pd.read_csv(path, dtype=dtype))
     if path.endswith(".jsonl"):
         import pyarrow.json as paj
 
@@ -322,6 +350,26 @@ def _metadata_table(path: str, features: Any, column: str, base: Any) -> pa.Tabl
             values = [_media_values({key: v}, one, column, where) for v in table.column(key).to_pylist()]
             arrays.append(pa.array([next(iter(v.values())) for v in values], type=type_))
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _typed_metadata_table(path: str, features: Any, base: Any) -> pa.Table:
+    """The rows of one metadata file as HF reads them when given ``features``: each top-level
+    media column (``<name>``, or a list of them) takes the files that ``file_name`` (or
+    ``<name>_file_name``; ``file_names`` / ``<name>_file_names`` for lists) names."""
+    where = (path, os.path.dirname(path))
+    rows = _read_metadata(path, features).to_pylist()
+    for name, feature in features.items():
+        inner = feature[0] if isinstance(feature, list) else getattr(feature, "feature", None)
+        many = not isinstance(feature, base)
+        if many and not isinstance(inner, base):
+            continue
+        for r in rows:
+            if many:
+                value = r.pop("file_names", None) or r.pop(name + "_file_names", None)
+                r[name] = None if value is None else [_file(*where, v) for v in value]
+            else:
+                r[name] = _file(*where, r.pop("file_name", None) or r.pop(name + "_file_name", None))
+    return _encoded(rows, features)
 
 
 def _file(metadata_file: str, folder: str, name: Any) -> dict | None:
