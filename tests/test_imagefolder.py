@@ -332,3 +332,49 @@ def test_a_hub_repo_of_images_from_the_cache(tmp_path, monkeypatch):
         assert hub[s].features == local[s].features and hub[s].features["label"].names == ["a", "b"]
         assert rows(hub[s]) == rows(local[s]) and len(rows(hub[s])) == 4
     assert rows(ri.load_dataset("hf://datasets/user/images/test", split="train", cache_dir=cache)) == rows(local["test"])
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_images_are_decoded_one_row_at_a_time(tmp_path):
+    """Before, a source decoded its rows 512 at a time: every image of a chunk was loaded before
+    the first was yielded (2 GB for 600 images of 1000x1000 where HF holds one), and an image that
+    could not be decoded failed the rows before it too. As HF, the rows before it are yielded; the
+    state then points at it, so a resume raises there again and loses nothing."""
+    for j in range(6):
+        img(f"{tmp_path}/{j}.png", j)
+    (tmp_path / "3.png").write_bytes(b"not an image")
+    hf = iter(datasets.load_dataset("imagefolder", data_dir=str(tmp_path), split="train", streaming=True))
+    expected = [pixels(next(hf)["image"]) for _ in range(3)]
+    with pytest.raises(Image.UnidentifiedImageError):
+        next(hf)
+    ds = ri.load_dataset("imagefolder", data_dir=str(tmp_path), split="train")
+    it, got = iter(ds), []
+    with pytest.raises(Image.UnidentifiedImageError, match="3.png"):
+        for ex in it:
+            got.append(pixels(ex["image"]))
+    assert got == expected
+    resumed = ri.load_dataset("imagefolder", data_dir=str(tmp_path), split="train")
+    resumed.load_state_dict(json.loads(json.dumps(ds.state_dict())))
+    with pytest.raises(Image.UnidentifiedImageError, match="3.png"):
+        next(iter(resumed))
+
+
+def test_parquet_images_are_decoded_one_row_at_a_time(tmp_path):
+    import io
+
+    def png(k):
+        buf = io.BytesIO()
+        Image.fromarray(np.full((2, 2, 3), k, np.uint8)).save(buf, "PNG")
+        return buf.getvalue()
+
+    blobs = [png(k) for k in range(5)]
+    blobs[2] = b"not an image"
+    path = str(tmp_path / "x.parquet")
+    datasets.Dataset.from_dict({"image": [{"bytes": b, "path": None} for b in blobs]},
+                               features=datasets.Features({"image": datasets.Image()})).to_parquet(path)
+    ds = ri.load_dataset("parquet", data_files=path, split="train")
+    got = []
+    with pytest.raises(Image.UnidentifiedImageError):
+        for ex in ds:
+            got.append(ex["image"].getpixel((0, 0)))
+    assert got == [(0, 0, 0), (1, 1, 1)]

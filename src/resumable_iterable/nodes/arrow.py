@@ -57,11 +57,10 @@ class ArrowSource(SourceNode):
         a, b = self.bounds[shard_id]
         return b - a
 
-    def _read(self, start: int, n: int) -> list[dict]:
-        decode = not self.deferred
+    def _read(self, start: int, n: int) -> Iterator[dict]:
         if self.indices is None:
-            return self.rows_of(self.table.slice(start, n), decode)
-        return self.rows_of(self.table.take(self.indices.slice(start, n)), decode)
+            return self.iter_rows(self.table.slice(start, n))
+        return self.iter_rows(self.table.take(self.indices.slice(start, n)))
 
     def _iter_shard(self, shard_id: int, st: dict) -> Iterator[dict]:
         start, end = self.bounds[shard_id]

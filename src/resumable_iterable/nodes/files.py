@@ -378,7 +378,7 @@ class FileSource(SourceNode):
     def _iter_shard(self, shard_id: int, st: dict) -> Iterator[dict]:
         by_columns = self.decode_batch is not None or self.lists_as_arrays
         for batch in self._batches(shard_id, st["offset"]):
-            for row in (self.rows_of(batch, not self.deferred) if by_columns else batch.to_pylist()):
+            for row in (self.iter_rows(batch) if by_columns else batch.to_pylist()):
                 st["offset"] += 1
                 yield row
 
