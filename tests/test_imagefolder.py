@@ -125,6 +125,7 @@ def folders(tmp_path):
         "parquet-lists": dict(data_dir=f"{t}/parquet", split="train"),
         "metadata-splits": dict(data_dir=f"{t}/metasplits"),
         "data_files": dict(data_dir=f"{t}/labels", data_files={"train": ["dog/*.png", "cat/*"], "test": "bird/*"}),
+        "data_files-overlapping": dict(data_dir=f"{t}/labels", data_files=["cat/*.png", "*/0.png"], split="train"),
         "data_files-list": dict(data_files=[f"{t}/labels/cat/x.jpg", f"{t}/labels/bird/1.png"], split="train"),
         "modes": dict(data_dir=f"{t}/modes", split="train"),
     }
@@ -132,7 +133,7 @@ def folders(tmp_path):
 
 CASES = ["csv-features", "labels-features", "labels-features-undecoded", "labels", "labels-dropped", "one-folder", "one-folder-labels", "depths", "depths-labels", "splits",
          "splits-test", "csv", "csv-dropped", "jsonl", "parquet-lists", "metadata-splits", "data_files",
-         "data_files-list", "modes", "metadata-subdirs", "metadata-named", "nested-file-names", "odd-names",
+         "data_files-list", "data_files-overlapping", "modes", "metadata-subdirs", "metadata-named", "nested-file-names", "odd-names",
          "symlinked-dir", "split-by-file-name"]
 
 
@@ -305,6 +306,8 @@ def test_other_errors(tmp_path):
     (tmp_path / "x" / "more.zip").write_bytes(b"PK")
     with pytest.raises(ValueError, match="is a zip archive; archives are not read here"):
         ri.load_dataset("imagefolder", data_dir=root, split="train")
+    with pytest.raises(ValueError, match="reads local files; for a Hub repo of images, pass its id"):
+        ri.load_dataset("imagefolder", data_files="hf://datasets/user/repo/*.png")
     with pytest.raises(FileNotFoundError, match="is not a local folder"):
         ri.load_dataset("imagefolder", data_dir=str(tmp_path / "nope"))
 

@@ -204,13 +204,16 @@ def _split_files(data_dir: str | None, data_files: Any) -> dict[str, list[str]]:
     for s, patterns in normalize_data_files(data_files).items():
         paths: list[str] = []
         for p in patterns:
+            if "://" in p:
+                raise ValueError(f"data file {p!r}: the image folder builder reads local files; for a Hub repo of "
+                                 "images, pass its id: load_dataset('user/repo')")
             full = os.path.join(base, os.path.expanduser(p))
             if any(ch in p for ch in "*?["):
                 hits = [h for h in sorted(glob.glob(full, recursive=True)) if os.path.isfile(h)]
                 hits = [h for h in hits if not _hidden(os.path.relpath(h, base))]
                 if not hits:
                     raise FileNotFoundError(f"no data file matches {p!r}")
-                paths.extend(h for h in hits if h not in paths)
+                paths.extend(hits)  # as HF: a file two patterns match is read twice
             elif os.path.isfile(full):
                 paths.append(os.path.normpath(full))
             else:
