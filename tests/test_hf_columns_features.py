@@ -341,3 +341,24 @@ def test_a_missing_column_raises_hf_exception_types():
     # known columns: refused when the operation is built
     with pytest.raises(ValueError, match="not in the dataset"):
         ri.IterableDataset.from_dict(DATA).remove_columns(["zz"])
+
+
+def test_from_arrow_table_decodes_the_media_columns_its_schema_declares():
+    """Before, a table whose schema carries HF's Image() feature reported it in `features` but
+    yielded the undecoded {"bytes", "path"} dicts; HF's Dataset(table) decodes them, as our
+    Parquet source does."""
+    import io
+
+    import pyarrow as pa
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (2, 3), (1, 2, 3)).save(buf, "PNG")
+    features = datasets.Features({"image": datasets.Image(), "y": datasets.Value("int64")})
+    table = pa.Table.from_pylist([{"image": {"bytes": buf.getvalue(), "path": None}, "y": 7}],
+                                 schema=features.arrow_schema)
+    ours = next(iter(ri.IterableDataset.from_arrow_table(table)))
+    theirs = datasets.Dataset(table)[0]
+    assert isinstance(ours["image"], Image.Image) and isinstance(theirs["image"], Image.Image)
+    assert (ours["image"].size, ours["image"].tobytes(), ours["y"]) == (theirs["image"].size,
+                                                                        theirs["image"].tobytes(), 7)

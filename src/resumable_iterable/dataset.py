@@ -103,9 +103,11 @@ class IterableDataset(_Base):
 
     @classmethod
     def from_arrow_table(cls, table: Any, num_shards: int = 1) -> IterableDataset:
-        """A ``pyarrow.Table`` read in ``num_shards`` contiguous shards."""
+        """A ``pyarrow.Table`` read in ``num_shards`` contiguous shards. The HF features in its schema
+        metadata are honoured: media columns (``Image()``...) are decoded, as from Parquet files."""
         num_shards = as_int(num_shards, "num_shards", lo=1)
-        return cls(ArrowSource(table, num_shards=num_shards), features=features_of_schema(table.schema),
+        features = features_of_schema(table.schema)
+        return cls(ArrowSource(table, num_shards=num_shards, features=features), features=features,
                    column_names=table.column_names)
 
     @classmethod
