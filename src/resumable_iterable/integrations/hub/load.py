@@ -1,7 +1,7 @@
 """``load_dataset``: a local folder, a Hub dataset repo, or data files given directly, as one lazy
 :class:`~resumable_iterable.IterableDataset` per split (one shard per file). Where the files are
-is ``repo.py``'s story, which files make which split ``splits.py``'s; this module ties them
-together and builds the pipelines.
+is ``repo.py``'s story, which files make which split ``splits.py``'s, folders of images
+``folder.py``'s; this module ties them together and builds the pipelines.
 """
 
 from __future__ import annotations
@@ -46,7 +46,10 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
     Args:
         path: a local folder, a Hub dataset repo id (``"user/repo"``), an
             ``hf://datasets/user/repo[@revision][/path]`` URL, or a format name (``"parquet"``,
-            ``"arrow"``, ``"json"``, ``"csv"``, ``"text"``) together with ``data_files``.
+            ``"arrow"``, ``"json"``, ``"csv"``, ``"text"``) together with ``data_files``, or
+            ``"imagefolder"`` with ``data_dir`` / ``data_files`` (HF's streaming imagefolder, options
+            ``drop_labels``, ``drop_metadata``, ``features``, ``num_shards``: see ``folder.py``). A folder
+            or repo whose files are mostly images is read as an imagefolder, as in HF.
         name: the config of the dataset card (``configs:`` in ``README.md``) to use.
         data_dir: only consider files below this folder of the repo.
         data_files: a glob or list of globs (the ``train`` split) or a dict ``{split: glob(s)}``.
@@ -81,7 +84,7 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
         return _load_folder(path, data_dir, data_files, split, reader_kwargs)
     if path in _HF_BUILDERS and not os.path.exists(path):
         raise ValueError(f"load_dataset({path!r}): HF's {path!r} builder is not supported here; the formats read "
-                         f"are {sorted(_FORMAT_ALIASES)}. Load it with datasets.load_dataset(...) and pass the "
+                         f"are {sorted(_FORMAT_ALIASES)} and folders of images ('imagefolder'). Load it with datasets.load_dataset(...) and pass the "
                          "result to resumable_iterable.to_iterable_dataset, or convert the data to Parquet")
     if path in _FORMAT_ALIASES and not os.path.isdir(path):
         # load_dataset("parquet", data_files=...): files given directly (local paths or hf:// URLs)
