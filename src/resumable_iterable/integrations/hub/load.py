@@ -84,8 +84,9 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
         return _load_folder(path, data_dir, data_files, split, reader_kwargs)
     if path in _HF_BUILDERS and not os.path.exists(path):
         raise ValueError(f"load_dataset({path!r}): HF's {path!r} builder is not supported here; the formats read "
-                         f"are {sorted(_FORMAT_ALIASES)} and folders of images ('imagefolder'). Load it with datasets.load_dataset(...) and pass the "
-                         "result to resumable_iterable.to_iterable_dataset, or convert the data to Parquet")
+                         f"are {sorted(_FORMAT_ALIASES)} and folders of images ('imagefolder'). Load it with "
+                         "datasets.load_dataset(...) and pass the result to resumable_iterable.to_iterable_dataset, "
+                         "or convert the data to Parquet")
     if path in _FORMAT_ALIASES and not os.path.isdir(path):
         # load_dataset("parquet", data_files=...): files given directly (local paths or hf:// URLs)
         if data_files is None:
