@@ -53,11 +53,25 @@ def _plain(value: Any) -> bool:
     return False
 
 
+#: query parameters of signed URLs (S3, GCS, Azure SAS, CloudFront, tokens): credentials and expiry
+#: that change between runs without naming other data
+_SIGNING = {"signature", "expires", "key-pair-id", "policy", "sig", "se", "st", "sp", "sv", "sr", "spr", "skoid",
+            "sktid", "skt", "ske", "sks", "skv", "token", "access_token", "awsaccesskeyid", "googleaccessid"}
+
+
+def _unsigned(url: str) -> str:
+    """``url`` without the query parameters that sign it: other parameters (``?file=A``) name data."""
+    base, _, query = url.partition("?")
+    kept = [p for p in query.split("&") if p and not (
+        (name := p.split("=", 1)[0].lower()) in _SIGNING or name.startswith(("x-amz-", "x-goog-")))]
+    return base + ("?" + "&".join(kept) if kept else "")
+
+
 def shards_digest(gen_kwargs: dict) -> str | None:
     """A short hash of the list values of ``gen_kwargs`` (what defines the shards), in shard order:
     a list of names (strings, paths) relative to the folder they share, as a file source's names
-    (the same files moved to another folder or machine still match; URLs without their query, which
-    holds the access tokens of signed URLs), a list of other plain values
+    (the same files moved to another folder or machine still match; URLs without the query parameters
+    that hold the access tokens of signed URLs, see ``_unsigned``), a list of other plain values
     as they are; lists of other objects are left out. ``None`` when nothing is left."""
     parts = {}
     for key, value in gen_kwargs.items():
@@ -65,8 +79,8 @@ def shards_digest(gen_kwargs: dict) -> str | None:
             continue
         names = [os.fspath(v) if isinstance(v, os.PathLike) else v for v in value]
         if all(isinstance(v, str) for v in names):
-            # a URL's query (signed URLs: access tokens that change between runs) names no other data
-            parts[key] = names_digest([v.split("?", 1)[0] if "://" in v else v for v in names])
+            # a signed URL's access tokens change between runs and name no other data
+            parts[key] = names_digest([_unsigned(v) if "://" in v else v for v in names])
         elif _plain(value):
             parts[key] = digest(value)
     return digest(parts) if parts else None
