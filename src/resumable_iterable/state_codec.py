@@ -3,9 +3,9 @@
 A state is a tree of plain containers whose leaves may be example data. Values JSON cannot hold
 become tagged objects ``{"__ri__": kind, ...}``: bytes, numpy arrays (every dtype, exactly: byte
 order, units, string lengths, structured fields with offsets and padding) and numpy scalars,
-tuples, dicts with non-string keys, ``bytearray``, non-finite floats, dates and times (time
+tuples, sets, dicts with non-string keys, ``bytearray``, non-finite floats, dates and times (time
 zones and pandas' timestamps included, ``state_times.py``), ``Decimal``, and PIL images of PIL's
-own classes with their ``info`` (PNG for the modes PNG stores exactly, raw pixels for the others
+own classes with their ``info`` (a TIFF's rationals and a PNG's international text included; PNG for the modes PNG stores exactly, raw pixels for the others
 and for large images in a binary state file). The decoder rebuilds exactly those kinds and
 nothing else, so decoding never runs code (no pickle, no ``eval``; dtypes are rebuilt from their
 JSON description, images by Pillow's PNG reader or from raw pixels, as pickle rebuilds them). Values are encoded by their exact type: a subclass
@@ -157,6 +157,22 @@ def _ifd_rational_class() -> type | None:
     """PIL's ``IFDRational`` (a TIFF image's resolution, in its ``info``) if PIL's TIFF plugin is loaded."""
     mod = sys.modules.get("PIL.TiffImagePlugin")
     return getattr(mod, "IFDRational", None) if mod is not None else None
+
+
+def _png_text_class() -> type | None:
+    """PIL's ``iTXt`` (a ``str`` with a language and translated key: a PNG's international text,
+    e.g. its XMP metadata, in its ``info``) if PIL's PNG plugin is loaded."""
+    mod = sys.modules.get("PIL.PngImagePlugin")
+    return getattr(mod, "iTXt", None) if mod is not None else None
+
+
+def _decode_png_text(v: Any) -> Any:
+    text, lang, tkey = v
+    if type(text) is not str or any(x is not None and type(x) is not str for x in (lang, tkey)):
+        raise ValueError(f"bad PNG text {v!r}")
+    from PIL.PngImagePlugin import iTXt
+
+    return iTXt(text, lang, tkey)
 
 
 def _decode_ifd_rational(v: Any) -> Any:
@@ -320,9 +336,13 @@ class Encoder:
             return self.image(obj, pil, d)
         if t is _ifd_rational_class():  # in a TIFF image's info (its dpi)
             return {TAG: "ifd_rational", "v": [self.enc(obj.numerator, d + 2), obj.denominator]}
+        if t is _png_text_class():  # in a PNG image's info (international text: XMP metadata...)
+            return {TAG: "png_itxt", "v": [str(obj), obj.lang, obj.tkey]}
+        if t is set or t is frozenset:  # e.g. in an ICO image's info (its sizes)
+            return {TAG: t.__name__, "items": [self.enc(v, d + 2) for v in obj]}
         raise TypeError(
             f"cannot store a value of type {_type_name(t)} in a state; supported (these exact "
-            "types, not subclasses): JSON types, bytes, bytearray, tuples, numpy arrays/scalars, PIL images, "
+            "types, not subclasses): JSON types, bytes, bytearray, tuples, sets, numpy arrays/scalars, PIL images, "
             "datetime/date/time/timedelta, pandas Timestamp/Timedelta, Decimal. Use buffer_state='replay' or "
             "'drop' on shuffle() for examples that hold other objects."
         )
@@ -441,6 +461,11 @@ class Decoder:
                 return decode_time(tag, obj)
             if tag == "ifd_rational":
                 return _decode_ifd_rational(self.dec(obj["v"], d + 1))
+            if tag == "png_itxt":
+                return _decode_png_text(self.dec(obj["v"], d + 1))
+            if tag in ("set", "frozenset"):
+                items = [self.dec(v, d + 2) for v in obj["items"]]
+                return set(items) if tag == "set" else frozenset(items)
             if tag == "bytearray":
                 return bytearray(self.binary(obj))
             if tag == "decimal":
