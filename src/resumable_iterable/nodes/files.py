@@ -62,6 +62,12 @@ def names_digest(paths: list[str]) -> str:
         root = os.path.commonpath([os.path.dirname(p) for p in full])
     except ValueError:  # paths on different drives share no folder
         return digest(full)
+    # ``full`` is normalized: a path that starts with ``root`` and a separator is named by what
+    # follows them, as ``os.path.relpath`` names it (which cost seconds for 100 000s of names)
+    prefix = root if root.endswith(os.sep) else root + os.sep
+    cut = len(prefix)
+    if all(len(p) > cut and p.startswith(prefix) for p in full):
+        return digest([p[cut:].replace(os.sep, "/") for p in full])
     return digest([os.path.relpath(p, root).replace(os.sep, "/") for p in full])
 
 
