@@ -145,6 +145,22 @@ def test_features_are_applied_as_hf_applies_them(files, tmp_path):
     assert ours == theirs and type(ours[0]["a"]) is float
 
 
+def test_json_files_with_a_byte_order_mark_read_as_hf_reads_them_with_utf_8_sig(tmp_path):
+    """Windows tools write UTF-8 with a byte order mark, which HF reads with encoding='utf-8-sig': it
+    was refused as 'not UTF-8, convert the file', and a JSON document read with field= failed on
+    the mark whatever the encoding (JSON Lines files skipped it already)."""
+    import datasets
+
+    lines, doc = tmp_path / "rows.jsonl", tmp_path / "doc.json"
+    lines.write_bytes(b'\xef\xbb\xbf{"a": 1, "t": "caf\xc3\xa9"}\n{"a": 2, "t": "x"}\n')
+    doc.write_bytes(b'\xef\xbb\xbf{"data": [{"a": 1}, {"a": 2}]}')
+    for path, kw in ((lines, {}), (doc, {"field": "data"})):
+        ours = list(ri.load_dataset("json", data_files=str(path), split="train", encoding="utf-8-sig", **kw))
+        theirs = list(datasets.load_dataset("json", data_files=str(path), split="train", streaming=True,
+                                            encoding="utf-8-sig", **kw))
+        assert ours == theirs and ours[0]["a"] == 1
+
+
 def test_json_and_csv_options_are_checked_when_the_dataset_is_built(tmp_path):
     jsonl = tmp_path / "rows.jsonl"
     jsonl.write_text("".join(f'{{"a": {i}}}\n' for i in range(5)))

@@ -121,7 +121,7 @@ def json_options(kwargs: dict) -> dict:
     if unknown:
         raise TypeError(f"json files take no reader option {unknown}; their options are {sorted(JSON_OPTIONS)}")
     encoding = str(kwargs.get("encoding") or "utf-8").lower().replace("_", "-")
-    if encoding not in ("utf-8", "utf8"):
+    if encoding not in ("utf-8", "utf8", "utf-8-sig", "utf8-sig"):  # a UTF-8 byte order mark is skipped as read
         raise ValueError(f"encoding={kwargs['encoding']!r}: JSON files are read as UTF-8 here; convert the file "
                          "to UTF-8 (e.g. iconv) first")
     return {k: v for k, v in kwargs.items() if k not in JSON_TUNING_OPTIONS and k not in ("encoding", "encoding_errors")}
@@ -311,7 +311,7 @@ def json_document(path: str, field: str | None) -> pa.Table:
 
     import pandas as pd
 
-    with open_text(path) as f:
+    with open_text(path, "utf-8-sig") as f:  # UTF-8, and a byte order mark skipped as JSON Lines files skip it
         if field is None:
             df = pd.read_json(f, dtype_backend="pyarrow")
         else:
