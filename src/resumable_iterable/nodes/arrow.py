@@ -8,7 +8,7 @@ table at the saved offset, so the cost of a resume does not depend on the positi
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -57,7 +57,7 @@ class ArrowSource(SourceNode):
         a, b = self.bounds[shard_id]
         return b - a
 
-    def _read(self, start: int, n: int) -> Iterator[dict]:
+    def _read(self, start: int, n: int) -> Iterable[dict]:
         if self.indices is None:
             return self.iter_rows(self.table.slice(start, n))
         return self.iter_rows(self.table.take(self.indices.slice(start, n)))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 
@@ -205,17 +205,15 @@ class SourceNode(Node):
             batch = self.decode_batch(batch)
         return batch_to_rows(batch, part.num_rows)
 
-    def iter_rows(self, part: Any) -> Iterator[dict]:
+    def iter_rows(self, part: Any) -> Iterable[dict]:
         """The rows of ``part`` as :meth:`rows_of` gives them (undecoded when decoding is deferred),
         media decoded one row at a time as each row is taken, as HF decodes: a chunk of images is
         never in memory all at once, and a file that cannot be decoded raises at its own row, after
-        the rows before it were yielded."""
+        the rows before it were yielded. Without media to decode, the list itself (no generator
+        between the rows and the plain iteration path)."""
         if self.deferred or self.decode_batch is None:
-            yield from self.rows_of(part, decode=not self.deferred)
-            return
-        decode = self.decode_row
-        for row in self.rows_of(part, decode=False):
-            yield decode(row)
+            return self.rows_of(part, decode=not self.deferred)
+        return map(self.decode_row, self.rows_of(part, decode=False))
 
     def deferrable_decoder(self) -> Any:
         return None if self.decode_batch is None else self.decode_row_if_encoded
