@@ -5,10 +5,9 @@ become tagged objects ``{"__ri__": kind, ...}``: bytes, numpy arrays (every dtyp
 order, units, string lengths, structured fields with offsets and padding) and numpy scalars,
 tuples, sets, dicts with non-string keys, ``bytearray``, non-finite floats, dates and times (time
 zones and pandas' timestamps included, ``state_times.py``), ``Decimal``, and PIL images of PIL's
-own classes with their ``info`` (a TIFF's rationals and a PNG's international text included; PNG for the modes PNG stores exactly, raw pixels for the others
-and for large images in a binary state file). The decoder rebuilds exactly those kinds and
+own classes with their ``info`` (``state_images.py``). The decoder rebuilds exactly those kinds and
 nothing else, so decoding never runs code (no pickle, no ``eval``; dtypes are rebuilt from their
-JSON description, images by Pillow's PNG reader or from raw pixels, as pickle rebuilds them). Values are encoded by their exact type: a subclass
+JSON description, images as pickle rebuilds them). Values are encoded by their exact type: a subclass
 (an ``IntEnum``, an ``OrderedDict``, a ``namedtuple``, a pandas ``Timestamp`` is one of
 ``datetime``'s...) would come back as its base type, so one the codec does not know is refused
 with a ``TypeError`` that says where in the state it is; so is any other type.
@@ -22,13 +21,14 @@ from __future__ import annotations
 
 import base64
 import decimal
-import io
 import math
 import sys
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
+from .state_images import (decode_ifd_rational, decode_image, decode_png_text, encode_image, ifd_rational_class,
+                           pil_image_class, png_text_class)
 from .state_logs import BufferLog
 from .state_times import TIME_KINDS, decode_time, encode_time
 
@@ -38,7 +38,6 @@ BLOB_MIN = 1024
 #: how deeply a state's JSON document may nest (containers inside containers)
 MAX_DEPTH = 400
 #: PIL image modes PNG stores exactly; other modes are saved as raw pixels
-_PNG_MODES = frozenset(("1", "L", "LA", "P", "RGB", "RGBA", "I;16"))
 _MAX_DTYPE_DEPTH = 32
 _PLAIN = frozenset((str, int, bool, type(None)))  # JSON values kept as they are (finite floats are checked)
 _CONTAINERS = frozenset((dict, list))
@@ -126,118 +125,6 @@ def array_bytes(arr: np.ndarray) -> memoryview:
     if arr.nbytes == 0:
         return memoryview(b"")
     return memoryview(arr.reshape(-1).view(np.uint8))
-
-
-# --------------------------------------------------------------------------- PIL images
-
-
-def pil_image_class() -> type | None:
-    """``PIL.Image.Image`` if PIL is loaded (a PIL image can only exist if PIL was imported)."""
-    mod = sys.modules.get("PIL.Image")
-    return getattr(mod, "Image", None) if mod is not None else None
-
-
-def _encode_image(img: Any, raw: bool = False, pixels: bytes | None = None) -> dict:
-    """A lossless description of a PIL image's pixels: PNG bytes for the modes PNG stores exactly
-    (as HF ``datasets`` stores images without a source file; not a palette with alpha, which PNG
-    keeps apart), raw pixels (``pixels`` if given) for the others and when ``raw`` (no encoding: a
-    binary state file writes them at disk speed)."""
-    if not raw and img.mode in _PNG_MODES and (img.palette is None or img.palette.mode == "RGB"):
-        buf = io.BytesIO()
-        img.save(buf, format="PNG", compress_level=1)  # lossless at any level; 1 is the fastest
-        return {"png": buf.getvalue()}
-    out: dict[str, Any] = {"mode": img.mode, "size": list(img.size), "raw": img.tobytes() if pixels is None else pixels}
-    if img.palette is not None and "P" in img.mode:
-        pmode = img.palette.mode
-        out["palette"] = [pmode, bytes(img.getpalette(pmode))]
-    return out
-
-
-def _ifd_rational_class() -> type | None:
-    """PIL's ``IFDRational`` (a TIFF image's resolution, in its ``info``) if PIL's TIFF plugin is loaded."""
-    mod = sys.modules.get("PIL.TiffImagePlugin")
-    return getattr(mod, "IFDRational", None) if mod is not None else None
-
-
-def _png_text_class() -> type | None:
-    """PIL's ``iTXt`` (a ``str`` with a language and translated key: a PNG's international text,
-    e.g. its XMP metadata, in its ``info``) if PIL's PNG plugin is loaded."""
-    mod = sys.modules.get("PIL.PngImagePlugin")
-    return getattr(mod, "iTXt", None) if mod is not None else None
-
-
-def _decode_png_text(v: Any) -> Any:
-    text, lang, tkey = v
-    if type(text) is not str or any(x is not None and type(x) is not str for x in (lang, tkey)):
-        raise ValueError(f"bad PNG text {v!r}")
-    from PIL.PngImagePlugin import iTXt
-
-    return iTXt(text, lang, tkey)
-
-
-def _decode_ifd_rational(v: Any) -> Any:
-    num, den = v
-    if type(num) not in (int, float) or type(den) is not int:
-        raise ValueError(f"bad rational {v!r}")
-    from PIL.TiffImagePlugin import IFDRational
-
-    return IFDRational(num, den)
-
-
-def _image_class(name: Any, image: type) -> type:
-    """The PIL image class ``name`` (``"PIL.JpegImagePlugin:JpegImageFile"``) stands for: one of
-    PIL's own classes only, whose pickled state (``__getstate__``) is plain data, in a module
-    already loaded or one of the file plugins Pillow loads itself (``Image.init()``): a state
-    never makes us import a module by its name."""
-    module, _, qualname = name.partition(":") if type(name) is str else ("", "", "")
-    if not (module.startswith("PIL.") and qualname.isidentifier()):
-        raise ValueError(f"bad image class {name!r}")
-    if module not in sys.modules:
-        sys.modules["PIL.Image"].init()  # Pillow's registered file plugins, as Image.open loads them
-    cls = getattr(sys.modules.get(module), qualname, None)
-    if not (isinstance(cls, type) and issubclass(cls, image)):
-        raise ValueError(f"unknown image class {name!r}")
-    return cls
-
-
-def _decode_image(obj: dict, data: Callable[[Any], Any], info: dict, extra: list) -> Any:
-    """The image ``obj`` describes, of its class, with its ``info`` (and the class's ``extra``
-    state, e.g. an image file's name), built as pickle builds it: PIL's ``__setstate__`` reads
-    the pixels."""
-    try:
-        from PIL import Image
-    except ImportError:  # pragma: no cover - pillow is installed with datasets[vision]
-        raise ValueError("the state holds a PIL image; install Pillow to load it") from None
-    try:
-        cls = _image_class(obj["class"], Image.Image) if "class" in obj else Image.Image
-        palette = None
-        if "png" in obj:
-            png = data(obj["png"])
-            if type(png) is not bytes:
-                raise ValueError("image data must be bytes")
-            img = Image.open(io.BytesIO(png), formats=["PNG"])
-            img.load()
-            mode, size, raw = img.mode, list(img.size), img.tobytes()
-            if img.palette is not None and "P" in mode:
-                palette = [img.palette.mode, img.getpalette(img.palette.mode)]
-        else:
-            mode, size, raw = obj["mode"], obj["size"], data(obj["raw"])
-            if (type(mode) is not str or type(size) is not list or len(size) != 2
-                    or not all(type(n) is int and n >= 0 for n in size) or type(raw) is not bytes):
-                raise ValueError("bad raw image")
-            if size[0] * size[1] > 8 * len(raw):  # more pixels than the data can hold
-                raise ValueError("image size does not match its data")
-            if "palette" in obj:
-                palette = [obj["palette"][0], data(obj["palette"][1])]
-        out = cls.__new__(cls)
-        out.__setstate__([info, mode, tuple(size), None, raw, *extra])
-        if palette is not None:
-            out.putpalette(palette[1], palette[0])
-        return out
-    except ValueError:
-        raise
-    except Exception as e:  # noqa: BLE001 - any failure of Pillow on damaged data
-        raise ValueError(f"bad image: {type(e).__name__}: {e}") from None
 
 
 # --------------------------------------------------------------------------- encoding
@@ -334,9 +221,9 @@ class Encoder:
         pil = pil_image_class()
         if pil is not None and isinstance(obj, pil):
             return self.image(obj, pil, d)
-        if t is _ifd_rational_class():  # in a TIFF image's info (its dpi)
+        if t is ifd_rational_class():  # in a TIFF image's info (its dpi)
             return {TAG: "ifd_rational", "v": [self.enc(obj.numerator, d + 2), obj.denominator]}
-        if t is _png_text_class():  # in a PNG image's info (international text: XMP metadata...)
+        if t is png_text_class():  # in a PNG image's info (international text: XMP metadata...)
             return {TAG: "png_itxt", "v": [str(obj), obj.lang, obj.tkey]}
         if t is set or t is frozenset:  # e.g. in an ICO image's info (its sizes)
             return {TAG: t.__name__, "items": [self.enc(v, d + 2) for v in obj]}
@@ -367,7 +254,7 @@ class Encoder:
         # a large image in a binary state file: its pixels as a blob, not PNG (encoding one costs
         # milliseconds, about what writing a few MB costs)
         raw = self.blobs is not None and img.width * img.height >= BLOB_MIN
-        parts = _encode_image(img, raw, pixels)
+        parts = encode_image(img, raw, pixels)
         for k, v in parts.items():
             if k == "palette":
                 out[k] = [v[0], self.binary(v[1])]
@@ -456,13 +343,13 @@ class Decoder:
                 extra = self.dec(obj["extra"], d + 1) if "extra" in obj else []
                 if type(info) is not dict or type(extra) is not list:
                     raise ValueError("bad image info")
-                return _decode_image(obj, self.binary_of, info, extra)
+                return decode_image(obj, self.binary_of, info, extra)
             if tag in TIME_KINDS:
                 return decode_time(tag, obj)
             if tag == "ifd_rational":
-                return _decode_ifd_rational(self.dec(obj["v"], d + 1))
+                return decode_ifd_rational(self.dec(obj["v"], d + 1))
             if tag == "png_itxt":
-                return _decode_png_text(self.dec(obj["v"], d + 1))
+                return decode_png_text(self.dec(obj["v"], d + 1))
             if tag in ("set", "frozenset"):
                 items = [self.dec(v, d + 2) for v in obj["items"]]
                 return set(items) if tag == "set" else frozenset(items)

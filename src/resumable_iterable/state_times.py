@@ -109,20 +109,14 @@ def decode_time(kind: str, obj: dict) -> Any:
     fold = obj.get("fold", 0)
     if fold not in (0, 1) or type(fold) is not int:
         raise ValueError(f"bad fold {fold!r}")
-    if kind == "datetime":
-        value = _dt.datetime.fromisoformat(obj["v"])
+    if kind in ("datetime", "time"):
+        value = (_dt.datetime if kind == "datetime" else _dt.time).fromisoformat(obj["v"])
         tz = _tz(obj, value.utcoffset())
         if tz is not None:
             value = value.replace(tzinfo=tz)
         return value.replace(fold=fold) if fold else value
     if kind == "date":
         return _dt.date.fromisoformat(obj["v"])
-    if kind == "time":
-        value = _dt.time.fromisoformat(obj["v"])
-        tz = _tz(obj, value.utcoffset())
-        if tz is not None:
-            value = value.replace(tzinfo=tz)
-        return value.replace(fold=fold) if fold else value
     if kind == "timedelta":
         days, s, us = obj["v"]
         return _dt.timedelta(days=days, seconds=s, microseconds=us)

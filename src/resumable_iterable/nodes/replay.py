@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from ..progress import progress
-from ..state_codec import pil_image_class
+from ..state_images import pil_image_class
 from .base import Node
 
 #: provenance integers are below this (they index rows and inputs)

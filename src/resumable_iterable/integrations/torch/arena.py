@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ...state import buffer_lock
-from ...state_codec import pil_image_class
+from ...state_images import pil_image_class
 
 #: numpy buffers of at least this many bytes go through shared memory instead of the pipe
 SHARED_MIN_BYTES = 1 << 14

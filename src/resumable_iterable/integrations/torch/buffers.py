@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ...state import BufferLog, live_buffer_ids, set_buffer_packer
-from ...state_codec import pil_image_class
+from ...state_images import pil_image_class
 from .arena import SEARCHED_LIST, SHARED_MIN_BYTES, Record, dumps, image_nbytes, lock, process_token, record_of
 
 _received: dict = {}  # main process: key -> (block tensor, its bytes, its ledger)
