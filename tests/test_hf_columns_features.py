@@ -347,8 +347,6 @@ def test_from_arrow_table_decodes_the_media_columns_its_schema_declares():
     """Before, a table whose schema carries HF's Image() feature reported it in `features` but
     yielded the undecoded {"bytes", "path"} dicts; HF's Dataset(table) decodes them, as our
     Parquet source does."""
-    import io
-
     import pyarrow as pa
     from PIL import Image
 
