@@ -178,3 +178,33 @@ def test_json_and_csv_options_are_checked_when_the_dataset_is_built(tmp_path):
         ri.load_dataset("csv", data_files=str(csv), split="train", seperator=";")
     assert list(ri.load_dataset("csv", data_files=str(csv), split="train", delimiter=",", skipinitialspace=True)) == [
         {"a": 1, "b": 2}]
+
+
+def test_columns_with_features_of_more_columns_read_as_hf_reads_them(files):
+    """HF's Parquet builder narrows ``features`` to ``columns=`` (a column of ``columns`` the features
+    lack is refused); ours refused the wider features ("do not match the dataset's columns")."""
+    features = load(files).features
+    ds = load(files, columns=["text", "id"], features=features)
+    hf = hf_load(files, columns=["text", "id"], features=features)
+    assert ds.features == hf.features == Features({"text": Value("string"), "id": Value("int64")})
+    assert list(ds) == list(hf)
+    assert_resumes_exactly(lambda: load(files, columns=["text", "id"], features=features), max_cuts=6)
+    with pytest.raises(ValueError, match=r"features have no column\(s\) \['score'\]"):
+        load(files, columns=["id", "score"], features=Features({"id": Value("int64"), "text": Value("string")}))
+
+
+def test_text_files_take_the_column_name_of_their_features(tmp_path):
+    """HF's text builder names its column after ``features`` of one column; ours refused them
+    ("the features' columns ['line'] do not match the dataset's columns ['text']")."""
+    import datasets
+
+    path = tmp_path / "lines.txt"
+    path.write_text("".join(f"line {i}\n" for i in range(12)), encoding="utf-8")
+    features = Features({"line": Value("string")})
+
+    def build():
+        return ri.load_dataset("text", data_files=str(path), split="train", features=features)
+
+    hf = datasets.load_dataset("text", data_files=str(path), split="train", streaming=True, features=features)
+    assert build().features == hf.features == features
+    assert assert_resumes_exactly(build, max_cuts=6) == list(hf)

@@ -157,8 +157,17 @@ class IterableDataset(_Base):
                 raise ValueError(f"columns={source.columns}: data file {paths[0]!r} has no column(s) {missing} "
                                  f"(its columns: {list(found)})")
             found = type(found)({c: found[c] for c in source.columns})
+        if features is not None and source.columns is not None and set(source.columns) != set(features):
+            # HF's Parquet builder: features of more columns than read are narrowed to those columns
+            missing = [c for c in source.columns if c not in features]
+            if missing:
+                raise ValueError(f"columns={source.columns} and features must match: the features have no "
+                                 f"column(s) {missing}")
+            features = type(features)({c: features[c] for c in source.columns})
         source.set_features(found)
         ds = cls(source, features=found)
+        if features is not None and format == "text" and len(features) == 1 and "text" not in features:
+            ds = ds.rename_column("text", next(iter(features)))  # HF's text builder names it after the features
         return ds if features is None else ds.cast(features)
 
     @classmethod
