@@ -381,8 +381,8 @@ def _file(metadata_file: str, folder: str, name: Any) -> dict | None:
         return None
     rel = os.path.normpath(name).replace("\\", "/")
     if "://" in name or os.path.isabs(name) or rel == ".." or rel.startswith("../"):
-        raise ValueError(f"metadata file {metadata_file!r}: file_name {name!r} must be a relative path inside "
-                         "the metadata file's folder")
+        raise ValueError(f"Invalid metadata file_name in {metadata_file!r}: file_name {name!r} must be "
+                         "a relative path inside the metadata file's folder (no '..', absolute path or URL scheme)")
     full = os.path.join(folder, rel)
     if not os.path.isfile(full):
         raise FileNotFoundError(f"metadata file {metadata_file!r} names {name!r}, but {full!r} does not exist")
