@@ -208,3 +208,31 @@ def test_text_files_take_the_column_name_of_their_features(tmp_path):
     hf = datasets.load_dataset("text", data_files=str(path), split="train", streaming=True, features=features)
     assert build().features == hf.features == features
     assert assert_resumes_exactly(build, max_cuts=6) == list(hf)
+
+
+def test_a_format_name_with_data_dir_reads_the_folder_as_hf_does(tmp_path):
+    """``load_dataset("arrow", data_dir=...)``: HF finds the data files below data_dir and splits them by
+    name (``data_files=`` then counts from data_dir); ours asked for ``data_files=``."""
+    import datasets
+
+    for split in ("train", "test"):
+        pq.write_table(pa.table({"split": [split] * 5, "i": list(range(5))}), tmp_path / f"{split}.parquet")
+    ds = ri.load_dataset("parquet", data_dir=str(tmp_path))
+    hf = datasets.load_dataset("parquet", data_dir=str(tmp_path), streaming=True)
+    assert sorted(ds) == sorted(hf) == ["test", "train"]
+    assert all(list(ds[s]) == list(hf[s]) for s in ds)
+    only = ri.load_dataset("parquet", data_dir=str(tmp_path), data_files="test.parquet", split="train")
+    assert [r["split"] for r in only] == ["test"] * 5
+
+
+def test_an_archive_given_as_a_data_file_is_refused_naming_it(tmp_path):
+    """HF extracts ``.zip`` / ``.tar`` data files; ours read the archive's bytes as the format
+    (a UTF-8 error for text, pandas' own zip handling for CSV). Refused when the dataset is built."""
+    import zipfile
+
+    (tmp_path / "a.txt").write_text("0\n1\n")
+    with zipfile.ZipFile(tmp_path / "a.text.zip", "w") as z:
+        z.write(tmp_path / "a.txt", arcname="a.txt")
+    for fmt in ("text", "csv", "json"):
+        with pytest.raises(ValueError, match=r"a\.text\.zip' is an archive; archives are not read here"):
+            ri.load_dataset(fmt, data_files=str(tmp_path / "a.text.zip"), split="train")

@@ -19,6 +19,8 @@ from .repo import HubRepo, is_hub_repo_id, local_files, missing_path_message, pa
 from .splits import is_candidate, resolve_splits
 
 _FORMAT_ALIASES = {**{f: f for f in FORMATS}, "jsonl": "json"}
+#: archives HF's load_dataset extracts (data files inside them); refused here by name
+_ARCHIVES = (".zip", ".tar", ".tgz", ".tar.gz", ".tar.bz2", ".tar.xz")
 #: HF's other packaged builders: named in the error rather than taken for a missing folder
 _HF_BUILDERS = frozenset(("audiofolder", "conll", "eval", "fasta", "fastq", "genbank", "harbor", "hdf5", "iceberg",
                           "lance", "meshfolder", "mmcif", "niftifolder", "pandas", "pdb", "pdffolder",
@@ -28,6 +30,10 @@ _HF_BUILDERS = frozenset(("audiofolder", "conll", "eval", "fasta", "fastq", "gen
 def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs: dict) -> IterableDataset:
     """The files of one split as a pipeline; their format is checked here (not left to ``from_files``)
     so that the error names the split and the formats it mixes."""
+    archives = [p for p in paths if p.lower().endswith(_ARCHIVES)]
+    if archives:  # HF extracts them; read as a data file they would give bytes of the archive
+        raise ValueError(f"split {split!r}: {archives[0]!r} is an archive; archives are not read here "
+                         "(extract it first and pass its files)")
     if fmt is None:
         found = sorted({format_of(p) or "?" for p in paths})
         if len(found) != 1 or found[0] == "?":
@@ -46,7 +52,8 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
     Args:
         path: a local folder, a Hub dataset repo id (``"user/repo"``), an
             ``hf://datasets/user/repo[@revision][/path]`` URL, or a format name (``"parquet"``,
-            ``"arrow"``, ``"json"``, ``"csv"``, ``"text"``) together with ``data_files``, or
+            ``"arrow"``, ``"json"``, ``"csv"``, ``"text"``) together with ``data_files`` and / or a local
+            ``data_dir`` (its files, split by name as a folder's), or
             ``"imagefolder"`` with ``data_dir`` / ``data_files`` (HF's streaming imagefolder, options
             ``drop_labels``, ``drop_metadata``, ``features``, ``num_shards``: see ``folder.py``). A folder
             or repo whose files are mostly images is read as an imagefolder, as in HF.
@@ -88,6 +95,10 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
                          "datasets.load_dataset(...) and pass the result to resumable_iterable.to_iterable_dataset, "
                          "or convert the data to Parquet")
     if path in _FORMAT_ALIASES and not os.path.isdir(path):
+        if data_dir is not None and os.path.isdir(data_dir) and revision is None and name is None:
+            # load_dataset("arrow", data_dir=...): HF's data_files are below data_dir (its splits by file name)
+            return load_dataset(data_dir, data_files=data_files, split=split, cache_dir=cache_dir,
+                                format=format or _FORMAT_ALIASES[path], **reader_kwargs)
         # load_dataset("parquet", data_files=...): files given directly (local paths or hf:// URLs)
         if data_files is None:
             raise ValueError(f"load_dataset({path!r}) needs data_files=...")
