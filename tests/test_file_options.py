@@ -236,3 +236,27 @@ def test_an_archive_given_as_a_data_file_is_refused_naming_it(tmp_path):
     for fmt in ("text", "csv", "json"):
         with pytest.raises(ValueError, match=r"a\.text\.zip' is an archive; archives are not read here"):
             ri.load_dataset(fmt, data_files=str(tmp_path / "a.text.zip"), split="train")
+
+
+def test_a_damaged_arrow_file_raises_arrow_invalid_naming_it(tmp_path):
+    """Offsets of a damaged Arrow file that stay inside its buffer but go backwards made the rows
+    read past them (``SystemError: Negative size passed to PyBytes_FromStringAndSize``, or a crash).
+    HF checks each record batch (``validate(full=True)``) and raises ``ArrowInvalid``; so do we,
+    naming the file."""
+    import struct
+
+    path = tmp_path / "invalid-offsets.arrow"
+    table = pa.table({"col": pa.array([b"A", b"B"])})
+    with open(path, "wb") as f, pa.ipc.new_stream(f, table.schema) as writer:
+        writer.write_table(table)
+    payload = bytearray(path.read_bytes())
+    schema_start = payload.index(b"\xff\xff\xff\xff")
+    batch_start = (schema_start + 8 + struct.unpack_from("<I", payload, schema_start + 4)[0] + 7) & ~7
+    body_start = (batch_start + 8 + struct.unpack_from("<I", payload, batch_start + 4)[0] + 7) & ~7
+    assert struct.unpack_from("<iii", payload, body_start) == (0, 1, 2)
+    struct.pack_into("<iii", payload, body_start, 0, 2, 1)
+    path.write_bytes(payload)
+    ds = ri.load_dataset("arrow", data_files=str(path), split="train")
+    for read in (lambda: next(iter(ds)), lambda: next(iter(ds.shuffle(seed=0, buffer_size=None)))):
+        with pytest.raises(pa.ArrowInvalid, match=r"invalid-offsets\.arrow.*damaged"):
+            read()

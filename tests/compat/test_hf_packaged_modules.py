@@ -2,8 +2,8 @@
 ``resumable_iterable.load_dataset`` at the public-API level.
 
 Upstream: https://github.com/huggingface/datasets, commit b7cb10b0e38ab8bbefdb142d0279bc85ac8c7ab8,
-files ``tests/packaged_modules/test_parquet.py``, ``test_text.py``, ``test_csv.py``, ``test_json.py``,
-``test_imagefolder.py`` and ``test_folder_based_builder.py`` (through ``imagefolder``).
+files ``tests/packaged_modules/test_parquet.py``, ``test_arrow.py``, ``test_text.py``, ``test_csv.py``,
+``test_json.py``, ``test_imagefolder.py`` and ``test_folder_based_builder.py`` (through ``imagefolder``).
 Test names and fixtures are upstream's. How the port was done (``docs/compat.md``):
 
 - Upstream drives a builder's private ``_generate_tables`` / ``_generate_examples`` (or
@@ -923,3 +923,85 @@ def test_data_files_with_custom_file_names_column_in_metadata_file_large_string_
     assert len(examples) == 1
     assert "image" in examples[0] and "image_file_names" not in examples[0]
     assert len(examples[0]["image"]) == 1 and examples[0]["image"][0]["path"].endswith("file.jpg")
+
+
+################################
+#
+#   tests/packaged_modules/test_arrow.py
+#
+################################
+
+
+def _arrow_file(path, new_writer):
+    import pyarrow as pa
+
+    testdata = [[1, 1, 1], [0, 100, 6], [1, 90, 900]]
+    schema = pa.schema([pa.field("input_ids", pa.list_(pa.int32()))])
+    table = pa.Table.from_arrays([pa.array(testdata, type=pa.list_(pa.int32()))], schema=schema)
+    with open(path, "wb") as f:
+        with new_writer(f, schema) as writer:
+            writer.write_table(table)
+    return str(path)
+
+
+@pytest.fixture
+def arrow_file_streaming_format(tmp_path):
+    import pyarrow as pa
+
+    return _arrow_file(tmp_path / "stream.arrow", pa.ipc.new_stream)
+
+
+@pytest.fixture
+def arrow_file_file_format(tmp_path):
+    import pyarrow as pa
+
+    return _arrow_file(tmp_path / "file.arrow", pa.ipc.new_file)
+
+
+@pytest.fixture
+def arrow_file_with_invalid_offsets(tmp_path):
+    import struct
+
+    import pyarrow as pa
+
+    filename = tmp_path / "invalid-offsets.arrow"
+    table = pa.table({"col": pa.array([b"A", b"B"])})
+    with open(filename, "wb") as f:
+        with pa.ipc.new_stream(f, table.schema) as writer:
+            writer.write_table(table)
+
+    payload = bytearray(filename.read_bytes())
+    schema_message_start = payload.index(b"\xff\xff\xff\xff")
+    schema_metadata_length = struct.unpack_from("<I", payload, schema_message_start + 4)[0]
+    record_batch_start = (schema_message_start + 8 + schema_metadata_length + 7) & ~7
+    record_batch_metadata_length = struct.unpack_from("<I", payload, record_batch_start + 4)[0]
+    record_batch_body_start = (record_batch_start + 8 + record_batch_metadata_length + 7) & ~7
+
+    assert struct.unpack_from("<iii", payload, record_batch_body_start) == (0, 1, 2)
+    # Keep every offset inside the data buffer while making them non-monotonic.
+    struct.pack_into("<iii", payload, record_batch_body_start, 0, 2, 1)
+    filename.write_bytes(payload)
+    return str(filename)
+
+
+@pytest.mark.parametrize("file_fixture", ["arrow_file_streaming_format", "arrow_file_file_format"])
+def test_arrow_generate_tables(file_fixture, request):
+    data_file = request.getfixturevalue(file_fixture)
+    ds = ri.load_dataset("arrow", data_files=data_file, split="train", streaming=True)
+    expected = {"input_ids": [[1, 1, 1], [0, 100, 6], [1, 90, 900]]}
+    assert _columns(list(ds)) == expected
+
+
+def test_arrow_generate_tables_rejects_invalid_record_batch(arrow_file_with_invalid_offsets):
+    import pyarrow as pa
+
+    with open(arrow_file_with_invalid_offsets, "rb") as f:
+        record_batch = pa.ipc.open_stream(f).read_next_batch()
+
+    record_batch.validate()
+    with pytest.raises(pa.ArrowInvalid):
+        record_batch.validate(full=True)
+
+    ds = ri.load_dataset("arrow", data_files=arrow_file_with_invalid_offsets, split="train", streaming=True)
+    with pytest.raises(pa.ArrowInvalid):
+        next(iter(ds))

@@ -202,14 +202,9 @@ class FileSource(SourceNode):
         path = self.shard_file(shard_id)
         if self.format == "text":
             return pa.Table.from_batches(list(self._text_batches(shard_id, 0)), schema=TEXT_SCHEMA)
+        if self.format == "arrow":
+            return self._arrow_table(shard_id, path)
         try:
-            if self.format == "arrow":
-                source = pa.memory_map(path, "r")
-                try:
-                    return pa.ipc.open_file(source).read_all()
-                except pa.ArrowInvalid:
-                    source.seek(0)
-                    return pa.ipc.open_stream(source).read_all()
             if self.format == "json":
                 import pyarrow.json as pj
 
@@ -241,6 +236,28 @@ class FileSource(SourceNode):
                 return pc.read_csv(f, **kwargs)
         except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: a JSON document pandas cannot read
             raise self._open_error(shard_id, e) from None
+
+    def _arrow_table(self, shard_id: int, path: str) -> pa.Table:
+        """An Arrow IPC file (file or stream format), memory-mapped. Its data are checked once per process,
+        as HF checks each record batch: offsets a damaged file holds would read past its buffers (a
+        ``SystemError`` or worse). The error is pyarrow's ``ArrowInvalid`` (a ``ValueError``), as HF's."""
+        try:
+            source = pa.memory_map(path, "r")
+            try:
+                table = pa.ipc.open_file(source).read_all()
+            except pa.ArrowInvalid:
+                source.seek(0)
+                table = pa.ipc.open_stream(source).read_all()
+        except (OSError, pa.ArrowException) as e:
+            raise self._open_error(shard_id, e) from None
+        checked = self._first.setdefault("checked", set())
+        if path not in checked:
+            try:
+                table.validate(full=True)
+            except pa.ArrowInvalid as e:
+                raise pa.ArrowInvalid(f"cannot read {self._where(shard_id)}: the file is damaged ({e})") from None
+            checked.add(path)
+        return table
 
     def _first_schema(self) -> pa.Schema | None:
         """The columns every file's rows follow: the first file's (``file_schema``), as in HF; ``None``
