@@ -238,6 +238,39 @@ def test_num_shards_splits_a_split_in_contiguous_shards(tmp_path):
         ri.load_dataset("imagefolder", data_dir=root, split="train", num_shards=10)
 
 
+def two_metadata_files(root) -> str:
+    for part in ("b", "c"):
+        for j in range(2):
+            img(f"{root}/{part}/{j}.png", j + ord(part))
+        os.makedirs(f"{root}/{part}", exist_ok=True)
+        with open(f"{root}/{part}/metadata.csv", "w") as f:
+            f.write("file_name,caption\n" + "".join(f"{j}.png,{part}{j}\n" for j in range(2)))
+    return str(root)
+
+
+@pytest.mark.parametrize("layout", ["labels", "csv"])
+def test_a_state_refuses_images_renamed_or_reordered(tmp_path, layout):
+    # rows are counted in file order: an image (or a metadata file's folder) renamed so that it
+    # sorts elsewhere moves the rows after it, and a resume repeated one and lost another silently
+    root = labelled(tmp_path / "a") if layout == "labels" else two_metadata_files(tmp_path / "a")
+    ds = ri.load_dataset("imagefolder", data_dir=root, split="train")
+    it = iter(ds)
+    next(it), next(it)
+    state = json.loads(json.dumps(ds.state_dict()))
+    moved = str(tmp_path / "b")
+    os.rename(root, moved)  # the same files in another folder resume
+    same = ri.load_dataset("imagefolder", data_dir=moved, split="train")
+    same.load_state_dict(state)
+    assert len(list(same)) == (7 if layout == "labels" else 2)
+    if layout == "labels":
+        os.rename(f"{moved}/dog/0.png", f"{moved}/dog/9.png")
+    else:
+        os.rename(f"{moved}/c", f"{moved}/a")  # its rows now come first
+    other = ri.load_dataset("imagefolder", data_dir=moved, split="train")
+    with pytest.raises(ValueError, match="the data files are not those the state was saved with"):
+        other.load_state_dict(state)
+
+
 @pytest.mark.torch
 @pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning")
 def test_stateful_dataloader_two_workers_resumes_exactly(tmp_path):

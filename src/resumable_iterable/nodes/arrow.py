@@ -4,6 +4,11 @@ The rows (after the dataset's indices mapping, if ``select``/``shuffle`` made on
 into ``num_shards`` contiguous shards exactly as ``datasets.Dataset.to_iterable_dataset`` does.
 Reading converts Arrow slices of ``chunk_size`` rows to Python in bulk; resuming slices the
 table at the saved offset, so the cost of a resume does not depend on the position.
+
+A table built from files (``load_dataset("imagefolder")``: a row per image, or per metadata row)
+is given ``names_digest``, the digest of those files' names in row order (``files.names_digest``):
+the state holds it as ``files`` and a state of other files, or of the same files in another order,
+is refused, as for file sources (its offsets would count other rows).
 """
 
 from __future__ import annotations
@@ -13,18 +18,20 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
+from .checks import check_names
 from .source import SourceNode, split_positions
 
 
 class ArrowSource(SourceNode):
     kind = "arrow"
+    added_fields = frozenset(("files",))  # ``files``: of tables built from files; absent from earlier states
 
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
         return True
     chunk_size = 512  # rows converted at a time: as fast as larger chunks, less memory in flight
 
     def __init__(self, table: pa.Table, num_shards: int = 1, indices: pa.Array | None = None,
-                 features: Any = None, shard_ids: list[int] | None = None):
+                 features: Any = None, shard_ids: list[int] | None = None, names_digest: str | None = None):
         if not isinstance(num_shards, int) or num_shards < 1:
             raise ValueError(f"num_shards must be a positive integer, got {num_shards!r}")
         self.table = table
@@ -33,6 +40,7 @@ class ArrowSource(SourceNode):
         if num_shards > max(n, 1):
             raise ValueError(f"num_shards={num_shards} is larger than the number of rows ({n})")
         self.num_rows = n
+        self.names_digest = names_digest  # before the fresh state, which holds it
         self.bounds = []
         for i in range(num_shards):
             pos = split_positions(n, num_shards, i, contiguous=True)
@@ -52,6 +60,15 @@ class ArrowSource(SourceNode):
 
     def params(self) -> dict:
         return {**super().params(), "num_rows": self.num_rows, "columns": list(self.table.column_names)}
+
+    def _own_state(self) -> dict:
+        st = super()._own_state()
+        return st if self.names_digest is None else {**st, "files": self.names_digest}
+
+    def _validate_own(self, state: dict, where: str) -> None:
+        if self.names_digest is not None:
+            check_names(state, self.names_digest, where)  # before the offsets, which count its rows
+        super()._validate_own(state, where)
 
     def shard_length(self, shard_id: int) -> int:
         a, b = self.bounds[shard_id]

@@ -38,6 +38,7 @@ import pyarrow as pa
 from ...dataset import IterableDataset
 from ...nodes.arrow import ArrowSource
 from ...nodes.checks import as_int
+from ...nodes.files import names_digest
 from .patterns import normalize_data_files
 from .repo import local_files
 from .splits import is_candidate, infer_splits
@@ -187,7 +188,10 @@ def load_folder(builder: str, data_dir: str | None, data_files: Any, split: str 
         if num_shards > max(table.num_rows, 1):
             raise ValueError(f"num_shards={num_shards} is larger than the number of rows of split {s!r} "
                              f"({table.num_rows})")
-        out[s] = IterableDataset(ArrowSource(table, num_shards=num_shards, features=feats), features=feats)
+        # rows are counted in the order of these files: a state refuses other names or another order
+        named = sorted(metadata[s]) if add_metadata else images[s]
+        source = ArrowSource(table, num_shards=num_shards, features=feats, names_digest=names_digest(named))
+        out[s] = IterableDataset(source, features=feats)
     return out[split] if split is not None else out
 
 
