@@ -129,6 +129,7 @@ def test_more_workers_than_shards_warns_once_in_the_main_process(caplog, monkeyp
     msgs = [r.getMessage() for r in caplog.records if "too many dataloader workers" in r.getMessage()]
     assert len(msgs) == 1, msgs
     assert "4 workers for 2 shard(s)" in msgs[0]
+    assert "load_dataset('imagefolder', ..., num_shards=n)" in msgs[0]  # reshard() leaves a folder of images one shard
 
 
 def test_more_workers_than_shards_resumes_exactly():

@@ -143,7 +143,8 @@ def too_many_workers_message(num_workers: int, num_shards: int) -> str:
     return (f"too many dataloader workers: {num_workers} workers for {num_shards} shard(s); "
             f"{num_workers - num_shards} worker(s) will yield nothing (every example is still yielded once). "
             f"Use at most {num_shards} workers, or more shards (reshard() splits Parquet files into "
-            f"a shard per row group).")
+            f"a shard per row group; load_dataset('imagefolder', ..., num_shards=n) and "
+            f"to_iterable_dataset(..., num_shards=n) split a folder of images or a table).")
 
 
 def warn_too_many_workers(num_workers: int, num_shards: int) -> bool:
