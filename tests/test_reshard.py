@@ -158,21 +158,3 @@ def test_reshard_reaches_the_files_below_other_nodes(files):
                                   ri.IterableDataset.from_parquet(files[1:])]).take(200)
     assert (ds.num_shards, ds.reshard().num_shards) == (3, 15)
     assert ids(ds.reshard()) == ids(ds)
-
-
-def test_hf_upstream_parquet_reshard(tmp_path):
-    """HF's tests/packaged_modules/test_parquet.py::test_parquet_reshard, through our load_dataset:
-    one file written as 4 row groups reads as 4 shards, the same rows."""
-    path = str(tmp_path / "multi_row_groups_dataset.parquet")
-    schema = pa.schema({"col_1": pa.string(), "col_2": pa.int64(), "col_3": pa.float64()})
-    table = pa.Table.from_pydict({"col_1": ["0", "1", "2", "3"], "col_2": [0, 1, 2, 3], "col_3": [0.0, 1.0, 2.0, 3.0]},
-                                 schema=schema)
-    with pq.ParquetWriter(path, schema=schema) as writer:
-        for _ in range(4):
-            writer.write_table(table)
-    ds = ri.load_dataset("parquet", data_files=path, split="train", streaming=True)
-    assert ds.num_shards == 1
-    expected = list(ds)
-    resharded = ds.reshard()
-    assert resharded.num_shards == 4
-    assert list(resharded) == expected
