@@ -366,3 +366,53 @@ def is_tsv(path: str) -> bool:
     if compression_of(p) is not None:
         p = os.path.splitext(p)[0]
     return p.endswith(".tsv")
+
+
+# ---------------------------------------------------------------------- whole files as tables
+def arrow_ipc_table(path: str) -> pa.Table:
+    """An Arrow IPC file, file or stream format, memory-mapped (no copy)."""
+    source = pa.memory_map(path, "r")
+    try:
+        return pa.ipc.open_file(source).read_all()
+    except pa.ArrowInvalid:
+        source.seek(0)
+        return pa.ipc.open_stream(source).read_all()
+
+
+def json_table(path: str, reader_kwargs: dict) -> pa.Table:
+    """A JSON file as HF's json builder reads it: JSON Lines, or one document (a list of objects,
+    or the list under ``field``); with pyarrow's options, JSON Lines read by pyarrow. A file that
+    is neither names its first line that is no JSON object."""
+    import pyarrow.json as pj
+
+    kwargs = dict(reader_kwargs)
+    field = kwargs.pop("field", None)
+    if field is not None:
+        return json_document(path, field)
+    if kwargs:  # pyarrow options given: JSON Lines it is
+        with open_binary(path) as f:
+            return pj.read_json(f, **kwargs)
+    try:
+        return json_lines(path)
+    except pa.ArrowInvalid as e:
+        lines_error = e
+    try:
+        return json_document(path, None)  # one JSON document, as HF reads it
+    except ValueError:
+        # neither: name the line that is no JSON object (pyarrow's "row" counts from the start of
+        # its block, not of the file)
+        raise ValueError(json_lines_problem(path, lines_error) or str(lines_error)) from None
+
+
+def csv_file_table(path: str, reader_kwargs: dict) -> pa.Table:
+    """A CSV file as HF reads it (:func:`csv_table`), or with pyarrow's reader when pyarrow's
+    options are given (tab-separated for ``.tsv``)."""
+    kwargs = dict(reader_kwargs)
+    if not PYARROW_CSV_OPTIONS & set(kwargs):
+        return csv_table(path, kwargs)
+    import pyarrow.csv as pc
+
+    if is_tsv(path) and "parse_options" not in kwargs:
+        kwargs["parse_options"] = pc.ParseOptions(delimiter="\t")
+    with open_binary(path) as f:
+        return pc.read_csv(f, **kwargs)

@@ -45,9 +45,8 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
-from .file_formats import (FORMATS, PYARROW_CSV_OPTIONS, TEXT_SCHEMA, csv_options, csv_table, file_schema, is_tsv,
-                           json_document, json_lines, json_lines_problem, json_options, open_binary, open_text,
-                           parquet_options, select_schema, text_options, text_rows)
+from .file_formats import (FORMATS, TEXT_SCHEMA, arrow_ipc_table, csv_file_table, csv_options, file_schema, json_options,
+                           json_table, open_text, parquet_options, select_schema, text_options, text_rows)
 from ..state import fingerprint as digest
 from .checks import check_names
 from .base import Node
@@ -206,34 +205,8 @@ class FileSource(SourceNode):
             return self._arrow_table(shard_id, path)
         try:
             if self.format == "json":
-                import pyarrow.json as pj
-
-                kwargs = dict(self.reader_kwargs)
-                field = kwargs.pop("field", None)
-                if field is not None:
-                    return json_document(path, field)
-                if kwargs:  # pyarrow options given: JSON Lines it is
-                    with open_binary(path) as f:
-                        return pj.read_json(f, **kwargs)
-                try:
-                    return json_lines(path)
-                except pa.ArrowInvalid as e:
-                    lines_error = e
-                try:
-                    return json_document(path, None)  # one JSON document, as HF reads it
-                except ValueError:
-                    # neither: name the line that is no JSON object (pyarrow's "row" counts from the start of
-                    # its block, not of the file)
-                    raise ValueError(json_lines_problem(path, lines_error) or str(lines_error)) from None
-            kwargs = dict(self.reader_kwargs)
-            if not PYARROW_CSV_OPTIONS & set(kwargs):
-                return csv_table(path, kwargs)  # as HF reads it
-            import pyarrow.csv as pc
-
-            if is_tsv(path) and "parse_options" not in kwargs:
-                kwargs["parse_options"] = pc.ParseOptions(delimiter="\t")
-            with open_binary(path) as f:
-                return pc.read_csv(f, **kwargs)
+                return json_table(path, self.reader_kwargs)
+            return csv_file_table(path, self.reader_kwargs)
         except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: a JSON document pandas cannot read
             raise self._open_error(shard_id, e) from None
 
@@ -242,12 +215,7 @@ class FileSource(SourceNode):
         as HF checks each record batch: offsets a damaged file holds would read past its buffers (a
         ``SystemError`` or worse). The error is pyarrow's ``ArrowInvalid`` (a ``ValueError``), as HF's."""
         try:
-            source = pa.memory_map(path, "r")
-            try:
-                table = pa.ipc.open_file(source).read_all()
-            except pa.ArrowInvalid:
-                source.seek(0)
-                table = pa.ipc.open_stream(source).read_all()
+            table = arrow_ipc_table(path)
         except (OSError, pa.ArrowException) as e:
             raise self._open_error(shard_id, e) from None
         checked = self._first.setdefault("checked", set())
