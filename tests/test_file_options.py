@@ -225,17 +225,23 @@ def test_a_format_name_with_data_dir_reads_the_folder_as_hf_does(tmp_path):
     assert [r["split"] for r in only] == ["test"] * 5
 
 
-def test_an_archive_given_as_a_data_file_is_refused_naming_it(tmp_path):
-    """HF extracts ``.zip`` / ``.tar`` data files; ours read the archive's bytes as the format
-    (a UTF-8 error for text, pandas' own zip handling for CSV). Refused when the dataset is built."""
+def test_an_archive_given_as_a_data_file_is_read_as_hf_reads_it(tmp_path):
+    """HF's streaming readers read the files in a ``.zip`` data file (``test_archives.py``); ours
+    once read the archive's bytes as the format (a UTF-8 error for text, pandas' own zip handling
+    for CSV), then refused it; a ``.tar`` is refused, as HF's streaming mode refuses it."""
+    import tarfile
     import zipfile
 
     (tmp_path / "a.txt").write_text("0\n1\n")
     with zipfile.ZipFile(tmp_path / "a.text.zip", "w") as z:
         z.write(tmp_path / "a.txt", arcname="a.txt")
+    assert list(ri.load_dataset("text", data_files=str(tmp_path / "a.text.zip"), split="train")) == [
+        {"text": "0"}, {"text": "1"}]
+    with tarfile.open(tmp_path / "a.tar", "w") as t:
+        t.add(tmp_path / "a.txt", arcname="a.txt")
     for fmt in ("text", "csv", "json"):
-        with pytest.raises(ValueError, match=r"a\.text\.zip' is an archive; archives are not read here"):
-            ri.load_dataset(fmt, data_files=str(tmp_path / "a.text.zip"), split="train")
+        with pytest.raises(ValueError, match=r"a\.tar' is a tar archive: tar archives are not read in streaming"):
+            ri.load_dataset(fmt, data_files=str(tmp_path / "a.tar"), split="train")
 
 
 def test_a_damaged_arrow_file_raises_arrow_invalid_naming_it(tmp_path):

@@ -25,18 +25,12 @@ import resumable_iterable as ri
 
 pytestmark = pytest.mark.compat
 
-ARCHIVES = "missing API: data files inside zip archives (refused naming the archive: extract it first)"
-
 DATA = [
     {"col_1": "0", "col_2": 0, "col_3": 0.0},
     {"col_1": "1", "col_2": 1, "col_3": 1.0},
     {"col_1": "2", "col_2": 2, "col_3": 2.0},
     {"col_1": "3", "col_2": 3, "col_3": 3.0},
 ]
-
-
-def xfail(reason: str):
-    return pytest.mark.xfail(reason=reason, strict=True)
 
 
 def _csv(path):
@@ -112,8 +106,8 @@ def test_load_dataset_streaming_csv(path_extension, data):
 
 def _zip_params(kind):
     return pytest.mark.parametrize("data_file", [
-        pytest.param(f"zip_{kind}_path", marks=xfail(ARCHIVES)),
-        pytest.param(f"zip_{kind}_with_dir_path", marks=xfail(ARCHIVES)),
+        f"zip_{kind}_path",
+        f"zip_{kind}_with_dir_path",
         f"{kind}_path",
     ])
 

@@ -2,7 +2,9 @@
 formats and their extensions, compressed files (``.gz``, ``.bz2``, ``.xz``, ``.zst`` after the
 format's extension), text rows (HF's ``text`` builder), JSON Lines (pyarrow's reader, the first bad
 line named when it refuses a file), JSON documents and CSV (pandas, as HF). The source node over
-these files, its shards, offsets and resumption, is ``files.py``."""
+these files, its shards, offsets and resumption, is ``files.py``. A path may name a member of a
+zip archive (``zip://<member>::<archive>``, see ``archives.py``), opened by ``open_binary`` and
+``open_text``."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import os
 from typing import Any, Iterator
 
 import pyarrow as pa
+
+from .archives import open_member, split_member
 
 FORMATS = ("parquet", "arrow", "json", "csv", "text")
 TEXT_OPTIONS = {"sample_by": "line", "keep_linebreaks": False, "encoding": "utf-8", "encoding_errors": None,
@@ -31,12 +35,17 @@ def format_of(path: str) -> str | None:
 
 def compression_of(path: str) -> str | None:
     """The compression a file's extension names (``.gz``, ``.bz2``, ``.zst``, ``.xz``), as HF infers it."""
+    member = split_member(path)
+    if member is not None:  # an archive member: its own name says
+        path = member[1]
     return _COMPRESSIONS.get(os.path.splitext(path.lower())[1])
 
 
 def open_binary(path: str) -> Any:
-    """A file opened for reading bytes, decompressed as its extension says."""
+    """A file (or archive member) opened for reading bytes, decompressed as its extension says."""
     compression = compression_of(path)
+    if split_member(path) is not None:
+        return _decompressed(open_member(path), compression)
     if compression == "gzip":
         import gzip
 
@@ -54,9 +63,37 @@ def open_binary(path: str) -> Any:
     return open(path, "rb")
 
 
+def _decompressed(raw: Any, compression: str | None) -> Any:
+    """An open binary file, decompressed; closing the result closes ``raw``."""
+    if compression is None:
+        return raw
+    if compression == "zstd":
+        return pa.input_stream(raw, compression="zstd")
+    import bz2
+    import gzip
+    import lzma
+
+    f = {"gzip": gzip, "bz2": bz2, "xz": lzma}[compression].open(raw, "rb")
+    close = f.close
+
+    def close_both() -> None:
+        try:
+            close()
+        finally:
+            raw.close()
+
+    f.close = close_both
+    return f
+
+
+def is_plain_file(path: str) -> bool:
+    """A file read as it is on disk: not compressed, not in an archive."""
+    return compression_of(path) is None and split_member(path) is None
+
+
 def open_text(path: str, encoding: str = "utf-8", errors: str | None = None) -> Any:
     """A file opened for reading text (universal newlines), decompressed as its extension says."""
-    if compression_of(path) is None:
+    if is_plain_file(path):
         return open(path, encoding=encoding, errors=errors)
     import io
 
@@ -237,7 +274,7 @@ def json_lines(path: str) -> pa.Table:
     than pyarrow's block is read with a larger block (HF doubles it too)."""
     import pyarrow.json as pj
 
-    if compression_of(path) is None:
+    if is_plain_file(path):
         size, source = os.path.getsize(path), lambda: path
     else:
         with open_binary(path) as f:
@@ -354,7 +391,7 @@ def csv_table(path: str, kwargs: dict) -> pa.Table:
     if "column_names" in kw:
         kw["names"] = kw.pop("column_names")
     kw.setdefault("sep", "\t" if is_tsv(path) else ",")
-    if compression_of(path) is None:
+    if is_plain_file(path):
         return pa.Table.from_pandas(pd.read_csv(path, **kw), preserve_index=False)
     with open_binary(path) as f:
         return pa.Table.from_pandas(pd.read_csv(f, **kw), preserve_index=False)

@@ -19,6 +19,8 @@ Resuming seeks instead of re-reading where the format allows it:
   a ``.txt`` file in a dataset folder is not taken for data.
 
 Text formats may be compressed (``.gz``, ``.bz2``, ``.xz``, ``.zst`` after the extension), as in HF.
+JSON, CSV and text files may be inside zip archives, an archive a shard whose members are read one
+after another (``archives.py``), as HF's streaming readers read them.
 A malformed JSON Lines file names its first bad line. Parquet, Arrow and JSON Lines files follow
 the first file's columns (``_aligned``), as HF casts every file to the first one's features. How each
 format is opened and parsed is
@@ -48,6 +50,7 @@ import pyarrow as pa
 from .file_formats import (FORMATS, TEXT_SCHEMA, arrow_ipc_table, csv_file_table, csv_options, file_schema, json_options,
                            json_table, open_text, parquet_options, select_schema, text_options, text_rows)
 from ..state import fingerprint as digest
+from .archives import ArchiveReading, archive_members, members_digest_names, split_member
 from .checks import check_names
 from .base import Node
 from .source import SourceNode
@@ -70,7 +73,7 @@ def names_digest(paths: list[str]) -> str:
     return digest([os.path.relpath(p, root).replace(os.sep, "/") for p in full])
 
 
-class FileSource(SourceNode):
+class FileSource(ArchiveReading, SourceNode):
     kind = "files"
     added_fields = frozenset(("files",))  # ``files``: absent from states of earlier releases
 
@@ -100,7 +103,11 @@ class FileSource(SourceNode):
         self.columns, self.filters, self._filter_columns = parquet_options(format, self.reader_kwargs)
         self._lengths: dict[int, int] = {}
         self._first: dict = {}  # "schema": the first file's (``_first_schema``), shared by the clones
+        #: per data file, the members of a zip archive (``None``: a plain file); ``None``: no archive
+        self.members = archive_members(paths, format)
         self.names_digest = names_digest(paths)  # before the fresh state, which holds it
+        if self.members is not None:  # and the members of each archive, in their order
+            self.names_digest = digest([self.names_digest, members_digest_names(self.members)])
         #: ``None``: one file per shard; after ``resharded``: one Parquet row group per shard,
         #: ``(file, row group, rows)``
         self.pieces: list[tuple[int, int, int]] | None = None
@@ -150,15 +157,17 @@ class FileSource(SourceNode):
         """The data file shard ``shard_id`` reads (error notes name it)."""
         return self.paths[shard_id if self.pieces is None else self.pieces[shard_id][0]]
 
-    def _where(self, shard_id: int) -> str:
-        """The shard, for messages: its file (and row group, after ``resharded``)."""
+    def _where(self, shard_id: int, member: str | None = None) -> str:
+        """The shard, for messages: its file (and row group, after ``resharded``; or archive member)."""
+        if member is not None:
+            return f"{split_member(member)[1]!r} in data file {self.paths[shard_id]!r} (shard {shard_id})"
         if self.pieces is None:
             return f"data file {self.paths[shard_id]!r} (shard {shard_id})"
         f, g, _ = self.pieces[shard_id]
         return f"data file {self.paths[f]!r} (row group {g}, shard {shard_id})"
 
-    def _open_error(self, shard_id: int, e: Exception) -> ValueError:
-        return ValueError(f"cannot read {self._where(shard_id)}: {e}")
+    def _open_error(self, shard_id: int, e: Exception, member: str | None = None) -> ValueError:
+        return ValueError(f"cannot read {self._where(shard_id, member)}: {e}")
 
     def _parquet(self, shard_id: int) -> Any:
         import pyarrow.parquet as pq
@@ -197,8 +206,9 @@ class FileSource(SourceNode):
             return n
         return None
 
-    def _table(self, shard_id: int) -> pa.Table:
-        path = self.shard_file(shard_id)
+    def _table(self, shard_id: int, member: str | None = None) -> pa.Table:
+        """A whole file as read (``member``: that member of an archive's shard)."""
+        path = member or self.shard_file(shard_id)
         if self.format == "text":
             return pa.Table.from_batches(list(self._text_batches(shard_id, 0)), schema=TEXT_SCHEMA)
         if self.format == "arrow":
@@ -208,7 +218,7 @@ class FileSource(SourceNode):
                 return json_table(path, self.reader_kwargs)
             return csv_file_table(path, self.reader_kwargs)
         except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: a JSON document pandas cannot read
-            raise self._open_error(shard_id, e) from None
+            raise self._open_error(shard_id, e, member) from None
 
     def _arrow_table(self, shard_id: int, path: str) -> pa.Table:
         """An Arrow IPC file (file or stream format), memory-mapped. Its data are checked once per process,
@@ -233,16 +243,17 @@ class FileSource(SourceNode):
         if self.format == "json" and self.reader_kwargs:
             return None
         if "schema" not in self._first:  # read once per process, whatever the passes and clones
+            first = self.paths[0] if self.members is None else self.schema_file()
             try:
-                schema = file_schema(self.paths[0], self.format)
+                schema = None if first is None else file_schema(first, self.format)
             except (OSError, pa.ArrowException) as e:
                 raise self._open_error(0, e) from None
             if self.columns is not None:
-                schema = select_schema(schema, self.columns, self.paths[0])
+                schema = select_schema(schema, self.columns, first)
             self._first["schema"] = schema
         return self._first["schema"]
 
-    def _aligned(self, shard_id: int, part: Any) -> Any:
+    def _aligned(self, shard_id: int, part: Any, member: str | None = None) -> Any:
         """A record batch or table of file ``shard_id`` with the first file's columns, as HF casts every
         file to the features of the first: in its order, a missing column as nulls, types cast (a column
         of nulls only in the first file takes each file's type); a column the first file lacks, or a
@@ -252,8 +263,8 @@ class FileSource(SourceNode):
             return part
         extra = [n for n in part.schema.names if n not in schema.names]
         if extra:
-            raise ValueError(f"{self._where(shard_id)} has column(s) {extra} that the "
-                             f"first data file {self.paths[0]!r} has not (its columns: {schema.names})")
+            raise ValueError(f"{self._where(shard_id, member)} has column(s) {extra} that the "
+                             f"first data file {self.schema_file()!r} has not (its columns: {schema.names})")
         columns, out = [], schema
         for k, field in enumerate(schema):
             i = part.schema.get_field_index(field.name)
@@ -267,9 +278,9 @@ class FileSource(SourceNode):
                 try:
                     column = column.cast(field.type)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                    raise ValueError(f"{self._where(shard_id)}: column {field.name!r} "
+                    raise ValueError(f"{self._where(shard_id, member)}: column {field.name!r} "
                                      f"is {column.type}, and cannot be cast to {field.type} as in the first data "
-                                     f"file {self.paths[0]!r}: {e}") from None
+                                     f"file {self.schema_file()!r}: {e}") from None
             columns.append(column)
         return type(part).from_arrays(columns, schema=out)
 
@@ -295,6 +306,9 @@ class FileSource(SourceNode):
 
     def _batches(self, shard_id: int, offset: int) -> Iterator[pa.RecordBatch]:
         """Record batches of a shard starting at row ``offset``, with the first file's columns."""
+        if self.is_archive(shard_id):
+            yield from self.member_batches(shard_id, offset)
+            return
         for batch in self._file_batches(shard_id, offset):
             yield self._aligned(shard_id, batch)
 
@@ -340,10 +354,16 @@ class FileSource(SourceNode):
 
     def _text_batches(self, shard_id: int, offset: int) -> Iterator[pa.RecordBatch]:
         """The rows of a text file from row ``offset`` on, a chunk of the file at a time."""
+        seen = yield from self._text_file_batches(shard_id, offset)
+        self._lengths[shard_id] = seen
+        self._check_offset(shard_id, offset, seen)
+
+    def _text_file_batches(self, shard_id: int, offset: int, member: str | None = None) -> Iterator[pa.RecordBatch]:
+        """The rows of a text file (or archive ``member``) from row ``offset`` on; returns its rows."""
         opts = self.reader_kwargs
         seen = 0
         try:
-            with open_text(self.shard_file(shard_id), opts["encoding"], opts["encoding_errors"]) as f:
+            with open_text(member or self.shard_file(shard_id), opts["encoding"], opts["encoding_errors"]) as f:
                 for rows in text_rows(f, opts):
                     n = len(rows)
                     start, seen = max(0, offset - seen), seen + n
@@ -351,9 +371,8 @@ class FileSource(SourceNode):
                         yield pa.RecordBatch.from_arrays([pa.array(rows[k:k + self.batch_rows], pa.string())],
                                                          names=["text"])
         except (OSError, UnicodeDecodeError) as e:
-            raise self._open_error(shard_id, e) from None
-        self._lengths[shard_id] = seen
-        self._check_offset(shard_id, offset, seen)
+            raise self._open_error(shard_id, e, member) from None
+        return seen
 
     def record_batches(self, shard_id: int, offset: int) -> Iterator[pa.RecordBatch]:
         """Record batches of a shard from row ``offset`` on (read by the column-wise batch path)."""
@@ -374,6 +393,8 @@ class FileSource(SourceNode):
                 yield row
 
     def read_rows(self, shard_id: int, rows: list[int]) -> list[dict]:
+        if self.is_archive(shard_id):
+            return self.archive_rows(shard_id, rows)
         if self.format != "parquet":
             return self.rows_of(self._aligned(shard_id, self._table(shard_id).take(pa.array(rows, type=pa.int64()))))
         if self.filters is not None:  # rows count the rows kept: read the shard, keep them, take

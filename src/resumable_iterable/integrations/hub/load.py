@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from ...dataset import IterableDataset
+from ...nodes.archives import archive_kind
 from ...nodes.file_formats import FORMATS, format_of
 from .card import card_configs, card_features
 from .folder import FOLDER_BUILDERS, folder_builder, load_folder
@@ -19,8 +20,6 @@ from .repo import HubRepo, is_hub_repo_id, local_files, missing_path_message, pa
 from .splits import is_candidate, resolve_splits
 
 _FORMAT_ALIASES = {**{f: f for f in FORMATS}, "jsonl": "json"}
-#: archives HF's load_dataset extracts (data files inside them); refused here by name
-_ARCHIVES = (".zip", ".tar", ".tgz", ".tar.gz", ".tar.bz2", ".tar.xz")
 #: HF's other packaged builders: named in the error rather than taken for a missing folder
 _HF_BUILDERS = frozenset(("audiofolder", "conll", "eval", "fasta", "fastq", "genbank", "harbor", "hdf5", "iceberg",
                           "lance", "meshfolder", "mmcif", "niftifolder", "pandas", "pdb", "pdffolder",
@@ -29,11 +28,12 @@ _HF_BUILDERS = frozenset(("audiofolder", "conll", "eval", "fasta", "fastq", "gen
 
 def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs: dict) -> IterableDataset:
     """The files of one split as a pipeline; their format is checked here (not left to ``from_files``)
-    so that the error names the split and the formats it mixes."""
-    archives = [p for p in paths if p.lower().endswith(_ARCHIVES)]
-    if archives:  # HF extracts them; read as a data file they would give bytes of the archive
-        raise ValueError(f"split {split!r}: {archives[0]!r} is an archive; archives are not read here "
-                         "(extract it first and pass its files)")
+    so that the error names the split and the formats it mixes. Zip archives of JSON, CSV or text
+    files are read as HF's streaming readers read them (``nodes/archives.py``)."""
+    archives = [p for p in paths if archive_kind(p, sniff=False)]
+    if archives and fmt is None:  # HF guesses the format from the archives' members
+        raise ValueError(f"split {split!r}: {archives[0]!r} is an archive; name the format of the files in it "
+                         "(load_dataset('csv' | 'json' | 'text', data_files=...))")
     if fmt is None:
         found = sorted({format_of(p) or "?" for p in paths})
         if len(found) != 1 or found[0] == "?":

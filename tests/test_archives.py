@@ -1,0 +1,196 @@
+"""Data files inside zip archives (``load_dataset("json" | "csv" | "text", data_files="x.zip")``), as
+HF's streaming readers read them (``nodes/archives.py``):
+
+* the rows, their order and ``num_shards`` equal HF's streaming ``load_dataset`` for archives with
+  several members, nested folders, members of other extensions, hidden files and ``__MACOSX/``,
+  empty archives, and a zip with plain files in one split (an archive is one shard);
+* every cut point resumes exactly (JSON round trip), under a shuffle buffer and a replay shuffle,
+  through ``StatefulDataLoader`` with 2 workers, and elastically from 2 workers to 3;
+* a state is refused over an archive rebuilt with other members or in another order; a member
+  that vanished since the dataset was built is named;
+* tar archives are refused as HF's streaming mode refuses them, and zips given as Parquet files.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import zipfile
+from collections import Counter
+
+import pytest
+
+import resumable_iterable as ri
+from harness import assert_resumes_exactly, json_roundtrip
+
+EXT = {"csv": "csv", "json": "jsonl", "text": "txt"}
+
+
+def content(fmt: str, tag: str, n: int) -> str:
+    if fmt == "csv":
+        return "a,b\n" + "".join(f"{tag}{i},{i}\n" for i in range(n))
+    if fmt == "json":
+        return "".join(json.dumps({"a": f"{tag}{i}", "b": i}) + "\n" for i in range(n))
+    return "".join(f"{tag}{i}\n" for i in range(n))
+
+
+def write_zip(path, members):
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members:
+            z.writestr(name, data)
+    return str(path)
+
+
+def layout(tmp_path, fmt):
+    """A zip with nested folders, hidden files, ``__MACOSX/``, a member of another extension and a
+    gzipped member; a plain file; a second zip; an empty zip."""
+    e = EXT[fmt]
+    c = lambda tag, n: content(fmt, tag, n)  # noqa: E731
+    first = write_zip(tmp_path / "first.zip", [
+        (f"z.{e}", c("Z", 3)), (f"d2/x.{e}", c("X", 2)), (f"d1/sub/y.{e}", c("Y", 4)), (f"d1/w.{e}", c("W", 1)),
+        (f"a.{e}", c("A", 5)), ("README.md", c("M", 2)), (f".hidden.{e}", c("H", 1)),
+        (f"__MACOSX/._a.{e}", c("X", 1)), (f".git/k.{e}", c("G", 1)), (f"_kept.{e}", c("K", 2))])
+    plain = tmp_path / f"plain.{e}"
+    plain.write_text(c("P", 6))
+    second = write_zip(tmp_path / "second.zip", [(f"b.{e}", c("B", 7)), (f"a.{e}", c("Q", 3))])
+    empty = write_zip(tmp_path / "empty.zip", [])
+    return [first, str(plain), empty, second]
+
+
+EXPECTED = (["M0", "M1", "K0", "K1", "A0", "A1", "A2", "A3", "A4", "Z0", "Z1", "Z2", "W0", "Y0", "Y1", "Y2", "Y3",
+             "X0", "X1"] + [f"P{i}" for i in range(6)] + ["Q0", "Q1", "Q2"] + [f"B{i}" for i in range(7)])
+
+
+def first_column(rows):
+    return [next(iter(r.values())) for r in rows]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "text"])
+def test_rows_order_and_shards_equal_hf_streaming(tmp_path, fmt):
+    import datasets
+
+    files = layout(tmp_path, fmt)
+    ds = ri.load_dataset(fmt, data_files=files, split="train")
+    assert ds.num_shards == 4
+    assert first_column(ds) == EXPECTED
+    hf = datasets.load_dataset(fmt, data_files=files, split="train", streaming=True)
+    assert hf.num_shards == ds.num_shards
+    assert list(ds) == list(hf)
+    only = ri.load_dataset(fmt, data_files=files[0], split="train")
+    assert list(only) == list(datasets.load_dataset(fmt, data_files=files[0], split="train", streaming=True))
+
+
+def test_a_zip_is_known_by_its_first_bytes_and_its_members_may_be_compressed(tmp_path):
+    """HF opens a file whose extension it does not know as a zip when it starts as one; a
+    ``.gz`` member is decompressed as a ``.gz`` file is (HF does so for CSV only)."""
+    z = write_zip(tmp_path / "data.bin", [("a.txt", "1\n2\n")])
+    assert first_column(ri.load_dataset("text", data_files=z, split="train")) == ["1", "2"]
+    g = write_zip(tmp_path / "g.zip", [("a.jsonl.gz", gzip.compress(b'{"a": 1}\n{"a": 2}\n'))])
+    assert list(ri.load_dataset("json", data_files=g, split="train")) == [{"a": 1}, {"a": 2}]
+
+
+def build(files, fmt, shuffle=None):
+    ds = ri.load_dataset(fmt, data_files=files, split="train")
+    if shuffle == "buffer":
+        ds = ds.map(lambda ex: {"n": len(str(ex))}).shuffle(seed=3, buffer_size=5)
+    elif shuffle == "replay":
+        ds = ds.shuffle(seed=4, buffer_size=6, buffer_state="replay")
+    return ds
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "text"])
+@pytest.mark.parametrize("shuffle", [None, "buffer", "replay"])
+def test_every_cut_point_resumes_exactly(tmp_path, fmt, shuffle):
+    files = layout(tmp_path, fmt)
+    full = assert_resumes_exactly(lambda: build(files, fmt, shuffle))
+    assert sorted(first_column(full)) == sorted(EXPECTED)
+
+
+def test_json_reader_options_and_text_options_resume_exactly(tmp_path):
+    z = write_zip(tmp_path / "t.zip", [("a.txt", "p1\n\np2\n\n\np3\n"), ("b.txt", "q1\nq2\n\nq3")])
+    for options in ({"sample_by": "paragraph"}, {"sample_by": "document"}, {"keep_linebreaks": True, "chunksize": 3}):
+        assert_resumes_exactly(lambda: ri.load_dataset("text", data_files=z, split="train", **options))
+    import datasets
+
+    para = ri.load_dataset("text", data_files=z, split="train", sample_by="paragraph")
+    assert list(para) == list(datasets.load_dataset("text", data_files=z, split="train", streaming=True,
+                                                    sample_by="paragraph"))
+
+
+@pytest.mark.torch
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+def test_loader_with_two_workers_resumes_exactly_and_elastically_with_three(tmp_path):
+    pytest.importorskip("torchdata")
+    files = layout(tmp_path, "json")
+
+    def loader(workers):
+        return ri.StatefulDataLoader(build(files, "json"), batch_size=3, num_workers=workers)
+
+    full = [b["a"] for b in loader(2)]
+    assert sorted(a for b in full for a in b) == sorted(EXPECTED)
+    for k in (1, 4, 7, len(full) - 1):
+        ld = loader(2)
+        head = []
+        for b in ld:
+            head.append(b["a"])
+            if len(head) == k:
+                state = json_roundtrip(ld.state_dict())
+                break
+        same = loader(2)
+        same.load_state_dict(state)
+        assert head + [b["a"] for b in same] == full, f"cut {k}"
+        more = loader(3)  # elastic: 2 -> 3 workers, every example not yet yielded exactly once
+        more.load_state_dict(state)
+        got = Counter(a for b in head + [b["a"] for b in more] for a in b)
+        assert got == Counter(EXPECTED), f"cut {k}, 2 -> 3 workers"
+
+
+def test_a_state_over_a_rebuilt_archive_is_refused(tmp_path):
+    z = write_zip(tmp_path / "a.zip", [("a.txt", "1\n2\n"), ("b.txt", "3\n4\n")])
+    ds = ri.load_dataset("text", data_files=z, split="train")
+    it = iter(ds)
+    next(it), next(it), next(it)
+    state = json_roundtrip(ds.state_dict())
+    write_zip(z, [("b.txt", "3\n4\n"), ("c.txt", "1\n2\n")])  # another member in its place
+    with pytest.raises(ValueError, match="the data files are not those the state was saved with"):
+        ri.load_dataset("text", data_files=z, split="train").load_state_dict(state)
+    write_zip(z, [("a.txt", "1\n2\n"), ("b.txt", "3\n4\n")])  # rebuilt alike (members written again): loads
+    again = ri.load_dataset("text", data_files=z, split="train")
+    again.load_state_dict(state)
+    assert first_column(again) == ["4"]
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    os.replace(z, moved / "a.zip")  # the same archive in another folder still resumes
+    there = ri.load_dataset("text", data_files=str(moved / "a.zip"), split="train")
+    there.load_state_dict(state)
+    assert first_column(there) == ["4"]
+
+
+def test_a_member_that_vanished_or_shrank_is_named(tmp_path):
+    z = write_zip(tmp_path / "a.zip", [("a.txt", "1\n2\n"), ("b.txt", "3\n4\n")])
+    ds = ri.load_dataset("text", data_files=z, split="train")
+    write_zip(z, [("a.txt", "1\n2\n")])
+    with pytest.raises(ValueError, match=r"'b\.txt' in data file .*a\.zip.*no longer in the archive"):
+        list(ds)
+    ds = ri.load_dataset("csv", data_files=write_zip(tmp_path / "c.zip", [("a.csv", "x\n1\n"), ("e.csv", "")]),
+                         split="train")
+    with pytest.raises(ValueError, match=r"cannot read 'e\.csv' in data file .*c\.zip"):
+        list(ds)
+
+
+def test_tar_archives_and_zipped_parquet_files_are_refused(tmp_path):
+    import io
+    import tarfile
+
+    with tarfile.open(tmp_path / "a.tar.gz", "w:gz") as t:
+        info = tarfile.TarInfo("a.txt")
+        info.size = 2
+        t.addfile(info, io.BytesIO(b"1\n"))
+    with pytest.raises(ValueError, match=r"a\.tar\.gz' is a tar archive: tar archives are not read in streaming"):
+        ri.load_dataset("text", data_files=str(tmp_path / "a.tar.gz"), split="train")
+    z = write_zip(tmp_path / "p.zip", [("a.parquet", b"PAR1")])
+    with pytest.raises(ValueError, match=r"p\.zip' is a zip archive: parquet files are not read inside archives"):
+        ri.load_dataset("parquet", data_files=z, split="train")
+    with pytest.raises(ValueError, match=r"p\.zip' is an archive; name the format of the files in it"):
+        ri.load_dataset(str(tmp_path), data_files="p.zip", split="train")
