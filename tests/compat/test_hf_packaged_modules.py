@@ -44,7 +44,6 @@ JSON_ENCODING = ("deliberate difference (documented in docs/hub.md): JSON files 
                  "skipped); another encoding is refused naming it")
 READ_ERROR_LOG = ("deliberate difference: a file that cannot be parsed raises a ValueError naming the file and shard "
                   "(HF's message follows); HF logs 'Failed to read file ...' at ERROR and re-raises pandas' error")
-ZIP_ARCHIVES = "missing API: images inside zip archives of an imagefolder"
 
 
 def xfail(reason: str):
@@ -712,7 +711,6 @@ def test_data_files_with_metadata_and_multiple_splits(data_files_with_two_splits
     _check_splits_with_metadata(*data_files_with_two_splits_and_metadata)
 
 
-@xfail(ZIP_ARCHIVES)
 def test_data_files_with_metadata_and_archives(data_files_with_zip_archives):
     data_dir, num_files = data_files_with_zip_archives
     datasets = ri.load_dataset("imagefolder", data_dir=data_dir, streaming=True)

@@ -89,6 +89,12 @@ def zip_members(archive: str) -> list[str]:
     return out
 
 
+def member_names(archive: str) -> frozenset[str]:
+    """The names of the files in a zip archive, hidden ones included (a metadata file may name them)."""
+    with zipfile.ZipFile(archive) as z:
+        return frozenset(i.filename for i in z.infolist() if not i.is_dir())
+
+
 def member_path(archive: str, member: str) -> str:
     """HF's name of an archive member: ``zip://<member>::<archive>``."""
     return f"zip://{member}::{archive}"

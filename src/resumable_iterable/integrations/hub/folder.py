@@ -7,7 +7,14 @@ The rules (HF's ``folder_based_builder``):
 * the files of each split are found as for the other formats (``splits.py``: ``data_files``, or
   folders / file names holding a split keyword); images are the files with an image extension,
   metadata files are named ``metadata.csv``, ``metadata.jsonl`` or ``metadata.parquet``; other
-  files are ignored (a ``.zip`` archive is refused: HF extracts it, we do not);
+  files are ignored;
+* a ``.zip`` file holds more of them: its images (after the images outside archives, archive after
+  archive, each in HF's order: ``nodes/archives.py``) and its metadata files, whose file names are
+  relative to their folder inside the archive. An image inside is named as HF names it,
+  ``zip://<member>::<archive>``, and decoded from there as HF decodes it. (HF also yields the
+  archive's other files as images, which fail to decode, and labels its images with the archive's
+  folder, which fails; here other files are ignored as outside archives, and the label is the
+  image's folder inside the archive, as HF's features declare it);
 * with a metadata file (and ``drop_metadata`` not true), the rows are the metadata rows (of the
   metadata files in sorted path order; HF reads several in an order that varies from run to
   run): its ``file_name`` column (``<name>_file_name``: column ``<name>``) names an image
@@ -36,6 +43,7 @@ from typing import Any
 import pyarrow as pa
 
 from ...dataset import IterableDataset
+from ...nodes.archives import member_names, member_path, split_member, zip_members
 from ...nodes.arrow import ArrowSource
 from ...nodes.checks import as_int
 from ...nodes.files import names_digest
@@ -130,22 +138,23 @@ def load_folder(builder: str, data_dir: str | None, data_files: Any, split: str 
     metadata: dict[str, list[str]] = {}
     for s, paths in splits.items():
         images[s], metadata[s] = [], []
-        for p in paths:
-            root, ext = os.path.splitext(p)
+        archives = [p for p in paths if os.path.splitext(p)[1].lower() == ".zip"]
+        # as HF: the files outside archives, then each archive's members (paths named as HF names them)
+        files = [p for p in paths if os.path.splitext(p)[1].lower() != ".zip"]
+        for p in files + [member_path(a, m) for a in archives for m in zip_members(a)]:
+            name = _inner(p)
+            root, ext = os.path.splitext(name)
             if ext.lower() in extensions or os.path.splitext(root)[1].lower() in extensions:
                 images[s].append(p)
-            elif os.path.basename(p) in METADATA_FILENAMES:
+            elif name.rsplit("/", 1)[-1] in METADATA_FILENAMES:
                 metadata[s].append(p)
-            elif ext.lower() == ".zip":
-                raise ValueError(f"load_dataset({builder!r}): {p!r} is a zip archive; archives are not read here "
-                                 "(extract it first)")
     analyze = not drop_labels or not drop_metadata
     add_metadata = analyze and any(metadata.values()) and not drop_metadata
     add_labels = False
     labels: list[str] = []
     if analyze and not any(metadata.values()):
         image_paths = [p for ps in images.values() for p in ps]
-        labels = sorted({os.path.basename(os.path.dirname(p)) for p in image_paths})
+        labels = sorted({_parent(p) for p in image_paths})
         depths = {p.replace("\\", "/").count("/") for p in image_paths}
         add_labels = (len(labels) > 1 and len(depths) == 1) if drop_labels is None else not drop_labels
 
@@ -163,16 +172,16 @@ def load_folder(builder: str, data_dir: str | None, data_files: Any, split: str 
                                         f"({', '.join(METADATA_FILENAMES)}) while other splits have one")
             if features is not None:  # HF's rows, encoded with the features given
                 feats = features
-                tables = [_typed_metadata_table(m, features, base) for m in sorted(metadata[s])]
+                tables = [_typed_metadata_table(m, features, base) for m in sorted(metadata[s], key=_digest_name)]
             else:
                 feats = meta_features
-                tables = [_metadata_table(m, feats, column, base) for m in sorted(metadata[s])]
+                tables = [_metadata_table(m, feats, column, base) for m in sorted(metadata[s], key=_digest_name)]
             table = pa.concat_tables(tables)
         else:
             if not images[s]:
                 raise FileNotFoundError(f"load_dataset({builder!r}): no {column} file in split {s!r} "
                                         f"(files with the extensions {', '.join(sorted(extensions)[:8])}, ...)")
-            names = [os.path.basename(os.path.dirname(p)) for p in images[s]]
+            names = [_parent(p) for p in images[s]]
             if features is not None:  # HF's rows ({column: path, "label": folder name}) encoded with them
                 feats = features
                 rows = [{column: p, "label": n} if add_labels else {column: p} for p, n in zip(images[s], names)]
@@ -189,8 +198,9 @@ def load_folder(builder: str, data_dir: str | None, data_files: Any, split: str 
             raise ValueError(f"num_shards={num_shards} is larger than the number of rows of split {s!r} "
                              f"({table.num_rows})")
         # rows are counted in the order of these files: a state refuses other names or another order
-        named = sorted(metadata[s]) if add_metadata else images[s]
-        source = ArrowSource(table, num_shards=num_shards, features=feats, names_digest=names_digest(named))
+        named = sorted(metadata[s], key=_digest_name) if add_metadata else images[s]
+        source = ArrowSource(table, num_shards=num_shards, features=feats,
+                             names_digest=names_digest([_digest_name(p) for p in named]))
         out[s] = IterableDataset(source, features=feats)
     return out[split] if split is not None else out
 
@@ -226,6 +236,32 @@ def _split_files(data_dir: str | None, data_files: Any) -> dict[str, list[str]]:
     return out
 
 
+def _inner(path: str) -> str:
+    """A path, or the name inside its archive of an archive member (``zip://<member>::<archive>``)."""
+    member = split_member(path)
+    return path if member is None else member[1]
+
+
+def _parent(path: str) -> str:
+    """The name of the folder holding a file (inside its archive for a member; ``""`` at its root)."""
+    return os.path.basename(os.path.dirname(path)) if split_member(path) is None else _inner(path).rpartition(
+        "/")[0].rpartition("/")[2]
+
+
+def _digest_name(path: str) -> str:
+    """A file's name for the state's digest and the order of metadata files: an archive member as a
+    file in a folder named after its archive (so that a moved folder still matches)."""
+    member = split_member(path)
+    return path if member is None else os.path.join(member[0], *member[1].split("/"))
+
+
+def _folder(path: str) -> str:
+    """The folder of a metadata file, which its file names are relative to (for an archive member,
+    its folder inside the archive, named as a member is)."""
+    member = split_member(path)
+    return os.path.dirname(path) if member is None else member_path(member[0], member[1].rpartition("/")[0])
+
+
 def _hidden(rel: str) -> bool:
     """A file in a hidden folder or hidden itself (``.x``, ``__x``): not data unless named directly."""
     return any(part.startswith((".", "__")) for part in rel.split(os.sep) if part not in ("..", "."))
@@ -241,7 +277,20 @@ def _encoded(rows: list[dict], features: Any) -> pa.Table:
 def _read_metadata(path: str, features: Any = None) -> pa.Table:
     """A metadata file as HF's folder builder reads it (CSV through pandas, which parses the
     columns of ``features`` as their types: ``"007"`` declared a string keeps its zeros)."""
-    if path.endswith(".csv"):
+    if split_member(path) is not None:  # an archive member: read from its bytes
+        import io
+
+        from ...nodes.file_formats import open_binary
+
+        with open_binary(path) as f:
+            data = io.BytesIO(f.read())
+        return _read_metadata_from(data, _inner(path), features)
+    return _read_metadata_from(path, path, features)
+
+
+def _read_metadata_from(path: Any, name: str, features: Any) -> pa.Table:
+    """A metadata file (a path or a file object) named ``name``, read as HF reads it."""
+    if name.endswith(".csv"):
         import pandas as pd
 
         dtype = None
@@ -252,7 +301,7 @@ def _read_metadata(path: str, features: Any = None) -> pa.Table:
             dtype = {name: object if require_storage_cast(f) else t.to_pandas_dtype()
                      for name, t, f in zip(schema.names, schema.types, features.values())}
         return pa.Table.from_pandas(pd.read_csv(path, dtype=dtype))
-    if path.endswith(".jsonl"):
+    if name.endswith(".jsonl"):
         import pyarrow.json as paj
 
         return paj.read_json(path)
@@ -323,8 +372,8 @@ def _metadata_features(metadata: dict[str, list[str]], column: str, base: Any) -
     Every metadata file must have the same features (as HF checks)."""
     from datasets import Features
 
-    files = sorted({m for ms in metadata.values() for m in ms})
-    exts = sorted({os.path.splitext(m)[1] for m in files})
+    files = sorted({m for ms in metadata.values() for m in ms}, key=_digest_name)
+    exts = sorted({os.path.splitext(_inner(m))[1] for m in files})
     if len(exts) > 1:
         raise ValueError(f"found metadata files with different extensions: {exts}")
     found = [(m, Features.from_arrow_schema(_read_metadata(m).schema)) for m in files]
@@ -345,7 +394,7 @@ def _metadata_table(path: str, features: Any, column: str, base: Any) -> pa.Tabl
     from datasets import Features
 
     table = _read_metadata(path)
-    where = (path, os.path.dirname(path))
+    where = (path, _folder(path))
     schema = features.arrow_schema
     arrays = []
     for (key, feature), type_ in zip(Features.from_arrow_schema(table.schema).items(), schema.types):
@@ -363,7 +412,7 @@ def _typed_metadata_table(path: str, features: Any, base: Any) -> pa.Table:
     """The rows of one metadata file as HF reads them when given ``features``: each top-level
     media column (``<name>``, or a list of them) takes the files that ``file_name`` (or
     ``<name>_file_name``; ``file_names`` / ``<name>_file_names`` for lists) names."""
-    where = (path, os.path.dirname(path))
+    where = (path, _folder(path))
     rows = _read_metadata(path, features).to_pylist()
     for name, feature in features.items():
         inner = feature[0] if isinstance(feature, list) else getattr(feature, "feature", None)
@@ -387,6 +436,14 @@ def _file(metadata_file: str, folder: str, name: Any) -> dict | None:
     if "://" in name or os.path.isabs(name) or rel == ".." or rel.startswith("../"):
         raise ValueError(f"Invalid metadata file_name in {metadata_file!r}: file_name {name!r} must be "
                          "a relative path inside the metadata file's folder (no '..', absolute path or URL scheme)")
+    inside = split_member(folder)
+    if inside is not None:  # a metadata file inside an archive names a file of that archive
+        archive, base = inside
+        member = f"{base}/{rel}" if base else rel
+        if member not in member_names(archive):
+            raise FileNotFoundError(f"metadata file {metadata_file!r} names {name!r}, but the archive {archive!r} "
+                                    f"holds no {member!r}")
+        return {"bytes": None, "path": member_path(archive, member)}
     full = os.path.join(folder, rel)
     if not os.path.isfile(full):
         raise FileNotFoundError(f"metadata file {metadata_file!r} names {name!r}, but {full!r} does not exist")
