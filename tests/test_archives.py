@@ -192,8 +192,6 @@ def test_tar_archives_and_zipped_parquet_files_are_refused(tmp_path):
     z = write_zip(tmp_path / "p.zip", [("a.parquet", b"PAR1")])
     with pytest.raises(ValueError, match=r"p\.zip' is a zip archive: parquet files are not read inside archives"):
         ri.load_dataset("parquet", data_files=z, split="train")
-    with pytest.raises(ValueError, match=r"p\.zip' is an archive; name the format of the files in it"):
-        ri.load_dataset(str(tmp_path), data_files="p.zip", split="train")
 
 
 # ---------------------------------------------------------------------- imagefolder
@@ -308,3 +306,35 @@ def test_imagefolder_state_over_a_rebuilt_archive_is_refused(tmp_path):
     write_zip(os.path.join(d, "b.zip"), [(f"dog/{i}.png", png(20 + i)) for i in (1, 2, 3, 4, 9)])  # one replaced
     with pytest.raises(ValueError, match="the data files are not those the state was saved with"):
         ri.load_dataset("imagefolder", data_dir=d, split="train").load_state_dict(state)
+
+
+def test_a_folder_of_zips_is_read_as_hf_reads_it(tmp_path):
+    """``load_dataset(folder)`` and ``load_dataset("csv", data_dir=...)`` take the zips of a folder
+    for data files (they were ignored, leaving out a split); with no format named, a split of zips
+    is read in the format of most of the files in them, and a folder of zipped images is an
+    ``imagefolder``, as in HF."""
+    import datasets
+
+    d = tmp_path / "d"
+    d.mkdir()
+    write_zip(d / "train.zip", [("a.csv", "a\n1\n2\n"), ("notes.md", "a\n5\n"), ("b.csv", "a\n6\n")])
+    write_zip(d / "test.zip", [("b.csv", "a\n3\n")])
+    (d / "train_extra.csv").write_text("a\n9\n")
+    for ours, hf in [(ri.load_dataset(str(d)), datasets.load_dataset(str(d), streaming=True)),
+                     (ri.load_dataset("csv", data_dir=str(d)), datasets.load_dataset("csv", data_dir=str(d),
+                                                                                       streaming=True))]:
+        assert sorted(ours) == sorted(hf) == ["test", "train"]
+        assert {s: list(ours[s]) for s in ours} == {s: list(hf[s]) for s in hf}
+        assert ours["train"].num_shards == hf["train"].num_shards == 2
+    os.remove(d / "train_extra.csv")
+    assert first_column(ri.load_dataset(str(d), split="train")) == [1, 2, 6, 5]
+    images = tmp_path / "images"
+    images.mkdir()
+    write_zip(images / "train.zip", [("cat/a.png", png(1)), ("dog/b.png", png(2))])
+    ours = ri.load_dataset(str(images), split="train")
+    hf = datasets.load_dataset(str(images), split="train", streaming=True)
+    assert ours.features == hf.features
+    assert [pixel(e) for e in ours] == [1, 2]
+    write_zip(tmp_path / "p.zip", [("a.parquet", b"PAR1")])
+    with pytest.raises(ValueError, match=r"p\.zip' is a zip archive, and most files in the split's archives are not"):
+        ri.load_dataset(str(tmp_path), data_files="p.zip", split="train")

@@ -78,10 +78,12 @@ _OTHER_BUILDER_EXTENSIONS = frozenset((
 _PREFERRED = (".parquet", ".lance", ".vortex", ".arrow", ".jsonl", ".json", ".csv")
 
 
-def builder_of(files: list[str]) -> str | None:
+def builder_of(files: list[str], members: Any = None) -> str | None:
     """``"imagefolder"`` when HF's ``load_dataset(folder)`` reads ``files`` (the files of a split)
     with its imagefolder builder: their most common extension (metadata files aside; ties go to
-    Parquet, ..., CSV, then by name) is an image extension. ``None`` otherwise."""
+    Parquet, ..., CSV, then by name) is an image extension, or is ``.zip`` and the most common
+    extension of the files in the archives is (``members(zips)``: their names; ``None``: not
+    looked into). ``None`` otherwise."""
     counts: dict[tuple[str, bool], int] = {}
     for f in files:
         name = f.rsplit("/", 1)[-1]
@@ -94,6 +96,8 @@ def builder_of(files: list[str]) -> str | None:
         return (not is_metadata, count, *(ext == p for p in _PREFERRED), ext)
 
     for (ext, _), _ in sorted(counts.items(), key=rank, reverse=True):
+        if ext == ".zip" and members is not None:  # HF looks into the archives
+            return _archives_builder(members([f for f in files if f.lower().endswith(".zip")]))
         if ext in _OTHER_BUILDER_EXTENSIONS:
             return None
         if ext in IMAGE_EXTENSIONS:
@@ -101,14 +105,33 @@ def builder_of(files: list[str]) -> str | None:
     return None
 
 
-def folder_builder(files: list[str], data_dir: str | None) -> str | None:
+def _archives_builder(names: list[str]) -> str | None:
+    """``"imagefolder"`` when the most common extension of the files in a split's archives (HF's
+    count: every suffix of each name) is an image extension."""
+    counts: dict[str, int] = {}
+    for name in names:
+        for suffix in name.rsplit("/", 1)[-1].split(".")[1:]:
+            counts["." + suffix.lower()] = counts.get("." + suffix.lower(), 0) + 1
+    if not counts:
+        return None
+    top = max(counts.values())
+    ext = next(e for e, n in counts.items() if n == top)  # HF's Counter.most_common: the first seen
+    return "imagefolder" if ext in IMAGE_EXTENSIONS else None
+
+
+def folder_builder(files: list[str], data_dir: str | None, root: str | None = None) -> str | None:
     """The folder builder that HF would read a folder with (its files ``files``, posix, relative),
-    found without ``data_files`` nor a dataset card config: the same for every split, else ``None``."""
+    found without ``data_files`` nor a dataset card config: the same for every split, else ``None``.
+    ``root``: the local folder, whose zip archives are looked into as HF does (``None``: not)."""
     prefix = data_dir.strip("/") + "/" if data_dir else ""
     files = [f[len(prefix):] for f in files if f.startswith(prefix) and is_candidate(f)]
     if not files:
         return None
-    found = {builder_of(fs) for fs in infer_splits(files).values()}
+    members = None
+    if root is not None:
+        def members(zips: list[str]) -> list[str]:
+            return [m for z in zips for m in zip_members(os.path.join(root, prefix, *z.split("/")))]
+    found = {builder_of(fs, members) for fs in infer_splits(files).values()}
     return found.pop() if len(found) == 1 else None
 
 

@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from ...dataset import IterableDataset
-from ...nodes.archives import archive_kind
+from ...nodes.archives import archive_kind, zip_members
 from ...nodes.file_formats import FORMATS, format_of
 from .card import card_configs, card_features
 from .folder import FOLDER_BUILDERS, folder_builder, load_folder
@@ -30,10 +30,15 @@ def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs:
     """The files of one split as a pipeline; their format is checked here (not left to ``from_files``)
     so that the error names the split and the formats it mixes. Zip archives of JSON, CSV or text
     files are read as HF's streaming readers read them (``nodes/archives.py``)."""
-    archives = [p for p in paths if archive_kind(p, sniff=False)]
-    if archives and fmt is None:  # HF guesses the format from the archives' members
-        raise ValueError(f"split {split!r}: {archives[0]!r} is an archive; name the format of the files in it "
-                         "(load_dataset('csv' | 'json' | 'text', data_files=...))")
+    archives = {p: archive_kind(p, sniff=False) for p in paths}
+    if fmt is None and any(archives.values()):
+        plain = [p for p in paths if not archives[p]]
+        if plain or "tar" in archives.values():  # the other files' format (FileSource refuses tar archives)
+            found = sorted({format_of(p) or "?" for p in plain}) or ["text"]
+        else:  # only zips: HF reads them with the format of most of the files in them
+            found = [_members_format(paths, split)]
+        if len(found) == 1 and found[0] != "?":
+            fmt = found[0]
     if fmt is None:
         found = sorted({format_of(p) or "?" for p in paths})
         if len(found) != 1 or found[0] == "?":
@@ -41,6 +46,22 @@ def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs:
                              f"or pass format= one of {FORMATS}")
         fmt = found[0]
     return IterableDataset.from_files(paths, fmt, **reader_kwargs)
+
+
+def _members_format(archives: list[str], split: str) -> str:
+    """The format of most of the files in a split's zip archives (HF's rule), when it is one read
+    in archives (JSON, CSV, text)."""
+    counts: dict = {}
+    for a in archives:
+        for m in zip_members(a):
+            f = format_of(m) or ("text" if m.lower().endswith(".txt") else None)
+            counts[f] = counts.get(f, 0) + 1
+    top = max(counts, key=lambda f: counts[f]) if counts else None
+    if top not in ("json", "csv", "text"):
+        raise ValueError(f"split {split!r}: {archives[0]!r} is a zip archive, and most files in the split's "
+                         f"archives are {'empty' if not counts else 'not JSON, CSV or text files'}; name their format "
+                         "(load_dataset('csv' | 'json' | 'text', data_files=...)) or extract them")
+    return top
 
 
 def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: str | None = None,
@@ -132,7 +153,8 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
     else:
         raise FileNotFoundError(missing_path_message(path))
 
-    builder = folder_builder(files, data_dir) if data_files is None and format is None else None
+    local_root = path if repo is None else None  # a local folder's zip archives are looked into, as HF does
+    builder = folder_builder(files, data_dir, local_root) if data_files is None and format is None else None
     if builder is not None and not card_configs(readme):
         # a folder of images: HF's load_dataset(folder) reads it with its imagefolder builder
         if name not in (None, "default"):

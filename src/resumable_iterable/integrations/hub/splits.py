@@ -41,7 +41,8 @@ def is_candidate(path: str) -> bool:
 
 
 def _is_data_file(path: str) -> bool:
-    return is_candidate(path) and format_of(path) is not None
+    """A file of a known format, or a zip archive (HF reads the files in it)."""
+    return is_candidate(path) and (format_of(path) is not None or path.lower().endswith(".zip"))
 
 
 def _keyword_in(name: str, keyword: str) -> bool:
