@@ -338,3 +338,10 @@ def test_a_folder_of_zips_is_read_as_hf_reads_it(tmp_path):
     write_zip(tmp_path / "p.zip", [("a.parquet", b"PAR1")])
     with pytest.raises(ValueError, match=r"p\.zip' is a zip archive, and most files in the split's archives are not"):
         ri.load_dataset(str(tmp_path), data_files="p.zip", split="train")
+
+
+def test_odd_member_names_are_read(tmp_path):
+    """A member named with ``::`` (HF's separator of member and archive), a leading ``/`` or ``./``:
+    each read once, in the walk order (HF fails on the first two)."""
+    z = write_zip(tmp_path / "odd.zip", [("a::b.txt", "x\ny\n"), ("/abs.txt", "abs\n"), ("./dot/k.txt", "k\n")])
+    assert first_column(ri.load_dataset("text", data_files=z, split="train")) == ["x", "y", "abs", "k"]

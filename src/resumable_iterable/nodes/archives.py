@@ -68,7 +68,7 @@ def zip_members(archive: str) -> list[str]:
         raise ValueError(f"data file {archive!r} is not a valid zip archive: {e}") from None
     tree: dict = {}  # folder -> {"": [(file name, member)], sub-folder: {...}}
     for name in dict.fromkeys(names):
-        parts = [p for p in name.replace("\\", "/").split("/") if p]
+        parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
         if not parts:
             continue
         node = tree
@@ -104,7 +104,7 @@ def split_member(path: str) -> tuple[str, str] | None:
     """``(archive, member)`` of a :func:`member_path` name; ``None`` for a plain file."""
     if not path.startswith("zip://") or "::" not in path:
         return None
-    member, _, archive = path[len("zip://"):].partition("::")
+    member, _, archive = path[len("zip://"):].rpartition("::")  # a member's name may hold "::"
     return archive, member
 
 
