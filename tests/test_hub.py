@@ -433,3 +433,21 @@ def test_load_dataset_is_one_function_under_its_three_names():
             if isinstance(node, ast.ImportFrom) and node.module != "__future__":
                 found += [(path.name, node.module, a.name) for a in node.names if a.name.startswith("_")]
     assert found == []
+
+
+def test_a_hub_repo_of_zip_archives_from_the_cache_offline(tmp_path, offline):
+    """A repo whose data files are zips of CSV files (HF reads the files in them, format guessed from
+    the files inside): read from the Hugging Face cache, and through an ``hf://`` URL."""
+    import zipfile
+
+    src = tmp_path / "src"
+    src.mkdir()
+    with zipfile.ZipFile(src / "train.zip", "w") as z:
+        z.writestr("b.csv", "id\n2\n3\n")
+        z.writestr("a.csv", "id\n0\n1\n")
+    cache = str(tmp_path / "hf-cache")
+    populate_hub_cache(cache, "user/zips", COMMIT_V1, "main", {"data/train.zip": str(src / "train.zip")})
+    ds = ri.load_dataset("user/zips", split="train", cache_dir=cache)
+    assert ds.num_shards == 1 and ids_of(ds) == [0, 1, 2, 3]
+    url = ri.load_dataset("csv", data_files="hf://datasets/user/zips/data/*.zip", split="train", cache_dir=cache)
+    assert ids_of(url) == [0, 1, 2, 3]
