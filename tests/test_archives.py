@@ -345,3 +345,17 @@ def test_odd_member_names_are_read(tmp_path):
     each read once, in the walk order (HF fails on the first two)."""
     z = write_zip(tmp_path / "odd.zip", [("a::b.txt", "x\ny\n"), ("/abs.txt", "abs\n"), ("./dot/k.txt", "k\n")])
     assert first_column(ri.load_dataset("text", data_files=z, split="train")) == ["x", "y", "abs", "k"]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "text"])
+def test_a_damaged_member_is_named_with_its_archive(tmp_path, fmt):
+    """zipfile's ``BadZipFile`` (a CRC mismatch found while reading) escaped naming neither."""
+    data = content(fmt, "v", 50).encode()
+    path = tmp_path / "bad.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr(f"a.{EXT[fmt]}", data)
+    raw = bytearray(path.read_bytes())
+    raw[raw.find(data[:8]) + 5] ^= 1  # one bit of the stored data flipped: its CRC no longer matches
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match=rf"cannot read 'a\.{EXT[fmt]}' in data file .*bad\.zip.*the archive is damaged"):
+        list(ri.load_dataset(fmt, data_files=str(path), split="train"))

@@ -24,6 +24,8 @@ import os
 import zipfile
 from typing import Any, Iterator
 
+#: what reading a damaged member raises (a CRC mismatch, a truncated archive...)
+DAMAGED = zipfile.BadZipFile
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08")
 TAR_SUFFIXES = (".tar", ".tgz", ".tar.gz", ".tar.bz2", ".tar.xz")
 #: extensions HF opens as they are, never as an archive (its ``BASE_KNOWN_EXTENSIONS``), and
@@ -173,14 +175,17 @@ class ArchiveReading:
         seen = 0
         for path in self.members[shard_id]:
             start = max(0, offset - seen)
-            if self.format == "text":
-                counted = yield from self._text_file_batches(shard_id, start, path)
-            else:
-                table = self._table(shard_id, path)
-                counted = table.num_rows
-                if start < counted:
-                    for batch in table.slice(start).to_batches(max_chunksize=self.batch_rows):
-                        yield self._aligned(shard_id, batch, path)
+            try:
+                if self.format == "text":
+                    counted = yield from self._text_file_batches(shard_id, start, path)
+                else:
+                    table = self._table(shard_id, path)
+                    counted = table.num_rows
+                    if start < counted:
+                        for batch in table.slice(start).to_batches(max_chunksize=self.batch_rows):
+                            yield self._aligned(shard_id, batch, path)
+            except DAMAGED as e:
+                raise self._open_error(shard_id, OSError(f"the archive is damaged ({e})"), path) from None
             seen += counted
         self._lengths[shard_id] = seen
         self._check_offset(shard_id, offset, seen)

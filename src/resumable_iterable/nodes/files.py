@@ -50,7 +50,7 @@ import pyarrow as pa
 from .file_formats import (FORMATS, TEXT_SCHEMA, arrow_ipc_table, csv_file_table, csv_options, file_schema, json_options,
                            json_table, open_text, parquet_options, select_schema, text_options, text_rows)
 from ..state import fingerprint as digest
-from .archives import ArchiveReading, archive_members, members_digest_names, split_member
+from .archives import DAMAGED, ArchiveReading, archive_members, members_digest_names, split_member
 from .checks import check_names
 from .base import Node
 from .source import SourceNode
@@ -246,7 +246,7 @@ class FileSource(ArchiveReading, SourceNode):
             first = self.paths[0] if self.members is None else self.schema_file()
             try:
                 schema = None if first is None else file_schema(first, self.format)
-            except (OSError, pa.ArrowException) as e:
+            except (OSError, pa.ArrowException, DAMAGED) as e:
                 raise self._open_error(0, e) from None
             if self.columns is not None:
                 schema = select_schema(schema, self.columns, first)
