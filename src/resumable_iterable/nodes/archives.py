@@ -128,8 +128,8 @@ def open_member(path: str) -> Any:
 
 
 def archive_members(paths: list[str], format: str) -> list[list[str] | None] | None:
-    """For each data file, the members (:func:`member_path` names) it holds when it is a zip
-    archive, else ``None``; ``None`` when no file is an archive. Tar archives, and zips given as
+    """For each data file, the names of the members it holds when it is a zip archive (in the
+    archive: :func:`member_path` makes a path of them), else ``None``; ``None`` when no file is an archive. Tar archives, and zips given as
     Parquet or Arrow files, are refused naming them."""
     out: list[list[str] | None] = []
     for p in paths:
@@ -140,13 +140,13 @@ def archive_members(paths: list[str], format: str) -> list[list[str] | None] | N
         if kind == "zip" and format not in ("json", "csv", "text"):
             raise ValueError(f"data file {p!r} is a zip archive: {format} files are not read inside archives (HF "
                              "reads only JSON, CSV and text files in them); extract it first")
-        out.append(None if kind is None else [member_path(p, m) for m in zip_members(p)])
+        out.append(None if kind is None else zip_members(p))
     return out if any(m is not None for m in out) else None
 
 
 def members_digest_names(members: list[list[str] | None]) -> list:
     """What the state's ``files`` digest adds for archives: each archive's member names, by shard."""
-    return [[i, [split_member(m)[1] for m in ms]] for i, ms in enumerate(members) if ms is not None]
+    return [[i, ms] for i, ms in enumerate(members) if ms is not None]
 
 
 class ArchiveReading:
@@ -166,14 +166,15 @@ class ArchiveReading:
             if not self.is_archive(i):
                 return p
             if self.members[i]:
-                return self.members[i][0]
+                return member_path(p, self.members[i][0])
         return None
 
     def member_batches(self, shard_id: int, offset: int) -> Iterator:
         """The record batches of an archive's shard from row ``offset`` on, each member's with the
         first file's columns; the members before the offset are read to count their rows."""
         seen = 0
-        for path in self.members[shard_id]:
+        for name in self.members[shard_id]:
+            path = member_path(self.paths[shard_id], name)
             start = max(0, offset - seen)
             try:
                 if self.format == "text":
