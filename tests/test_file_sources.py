@@ -358,14 +358,12 @@ def test_every_parquet_and_arrow_file_follows_the_first_files_columns(tmp_path):
         list(ri.IterableDataset.from_parquet([paths[0].replace(".arrow", ".parquet"), str(tmp_path / "frac.parquet")]))
 
 
-def test_every_json_lines_file_follows_the_columns_of_the_first_files_first_chunk(tmp_path, monkeypatch):
+def test_every_json_lines_file_follows_the_columns_of_the_first_files_first_chunk(tmp_path):
     """HF's json builder takes its features from the first chunk of the first file and casts every
     file to them: the same rows here, in the loader with 2 workers (each reads the first file's head
     itself) and resumed at every cut. An extra column or a lossy cast is an error naming the file;
     a column that is null all through the first file's head takes each file's own type (HF raises)."""
     import datasets
-
-    from resumable_iterable.nodes import file_formats
 
     def write(name, rows):
         path = tmp_path / name
@@ -388,13 +386,14 @@ def test_every_json_lines_file_follows_the_columns_of_the_first_files_first_chun
                                 num_workers=2)
     assert sorted((dict(r) for r in loader), key=lambda r: r["id"]) == expected
 
-    # the head: whole lines of the first 10 MB (here: of 40 bytes); a later line of the first file
-    # with another column is an extra column as in any other file
-    monkeypatch.setattr(file_formats, "JSON_SCHEMA_BYTES", 40)
+    # the head: HF's first chunk, ``chunksize`` bytes (10 MB by default; here 20, the first line) and
+    # the rest of the line it ends in; a later line of the first file with another column is an extra
+    # column as in any other file (HF: "column names don't match"). 40 bytes reach the third line.
     first = write("first.jsonl", [{"id": 0, "x": "a"}, {"id": 1, "x": "b"}, {"id": 2, "y": 1}])
     with pytest.raises(ValueError, match=r"first\.jsonl' \(shard 0\) has column\(s\) \['y'\] that the first"):
-        list(ri.load_dataset("json", data_files=[first], split="train"))
-    monkeypatch.undo()
+        list(ri.load_dataset("json", data_files=[first], split="train", chunksize=20))
+    assert list(ri.load_dataset("json", data_files=[first], split="train", chunksize=40)) == list(
+        datasets.load_dataset("json", data_files=[first], split="train", streaming=True, chunksize=40))
 
     extra = write("extra.jsonl", [{"id": 4, "y": 1}])
     with pytest.raises(ValueError, match=r"extra\.jsonl' \(shard 1\) has column\(s\) \['y'\] that the first"):

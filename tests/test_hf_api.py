@@ -216,10 +216,19 @@ def test_arrow_table_and_files_have_features(tmp_path):
     assert ri.IterableDataset.from_parquet(plain).features == Features({"s": Value("string")})
 
 
-def test_json_files_and_missing_files_have_no_features(tmp_path):
+def test_json_lines_features_are_hfs_and_missing_files_have_none(tmp_path):
+    """JSON Lines features: those HF finds in the first chunk of the first file (HF 5.2's ``Json``
+    for a column of mixed types); a JSON document's are unknown (HF reads it whole to know them)."""
+    import datasets
+
     path = tmp_path / "d.jsonl"
-    path.write_text('{"a": 1}\n')
-    assert ri.IterableDataset.from_json(str(path)).features is None
+    path.write_text('{"a": 1, "b": 1}\n{"a": 2, "b": "x"}\n')
+    hf = datasets.load_dataset("json", data_files=str(path), split="train", streaming=True)
+    assert ri.IterableDataset.from_json(str(path)).features == hf.features == Features(
+        {"a": Value("int64"), "b": datasets.Json()})
+    doc = tmp_path / "d.json"
+    doc.write_text('[{"a": 1}]')
+    assert ri.IterableDataset.from_json(str(doc)).features is None
     with pytest.raises(ValueError, match="cannot read data file"):  # when built, as HF's load_dataset
         ri.IterableDataset.from_parquet(str(tmp_path / "missing.parquet"))
 

@@ -151,6 +151,8 @@ class IterableDataset(_Base):
             reader_kwargs.setdefault("dtype", csv_dtypes(features))
         source = FileSource(paths, format, reader_kwargs=reader_kwargs)
         found = file_features(paths[0], format)
+        if format == "json":  # the first file's first chunk, HF 5.2's Json columns found there (or given)
+            found = source.json_features(features)
         if found is not None and source.columns is not None:  # only those columns, in that order
             missing = [c for c in source.columns if c not in found]
             if missing:

@@ -37,9 +37,6 @@ pytestmark = pytest.mark.compat
 
 # ---------------------------------------------------------------------------- cause groups
 # Every xfail names one of these (docs/compat.md lists them with the cases).
-JSON_TYPE = ("missing API: HF 5.2's Json feature. HF types a JSON column whose values mix types, or whose objects "
-             "have varying keys, as Json() and yields each value as written; ours unifies the objects' keys "
-             "(a key an object lacks is None) and refuses a column that changes type")
 JSON_ENCODING = ("deliberate difference (documented in docs/hub.md): JSON files are read as UTF-8 (a byte order mark "
                  "skipped); another encoding is refused naming it")
 READ_ERROR_LOG = ("deliberate difference: a file that cannot be parsed raises a ValueError naming the file and shard "
@@ -482,17 +479,11 @@ EXPECTED_MESSAGES = {"messages": [_messages]}
         ("json_file_with_list_of_strings", {}, EXPECTED_LIST_OF_STRINGS),
         ("json_file_with_list_of_strings_field", {"field": "field3"}, EXPECTED_LIST_OF_STRINGS),
         ("json_file_with_dict_of_lists_field", {"field": "field3"}, EXPECTED_THREE),
-        pytest.param("jsonl_file_with_mix_of_str_and_int", {}, EXPECTED_MIX, marks=xfail(JSON_TYPE),
-                     id="jsonl_file_with_mix_of_str_and_int"),
-        pytest.param("jsonl_file_with_dicts_of_varying_keys", {}, EXPECTED_DICTS_WITH_VARYING_KEYS,
-                     marks=xfail(JSON_TYPE), id="jsonl_file_with_dicts_of_varying_keys"),
-        pytest.param("jsonl_file_with_lists_of_dicts_of_varying_keys", {}, EXPECTED_LISTS_OF_DICTS_WITH_VARYING_KEYS,
-                     marks=xfail(JSON_TYPE), id="jsonl_file_with_lists_of_dicts_of_varying_keys"),
-        pytest.param("jsonl_file_with_lists_of_dicts_of_varying_keys_and_bom", {},
-                     EXPECTED_LISTS_OF_DICTS_WITH_VARYING_KEYS, marks=xfail(JSON_TYPE),
-                     id="jsonl_file_with_lists_of_dicts_of_varying_keys_and_bom"),
-        pytest.param("jsonl_file_with_messages", {}, EXPECTED_MESSAGES, marks=xfail(JSON_TYPE),
-                     id="jsonl_file_with_messages"),
+        ("jsonl_file_with_mix_of_str_and_int", {}, EXPECTED_MIX),
+        ("jsonl_file_with_dicts_of_varying_keys", {}, EXPECTED_DICTS_WITH_VARYING_KEYS),
+        ("jsonl_file_with_lists_of_dicts_of_varying_keys", {}, EXPECTED_LISTS_OF_DICTS_WITH_VARYING_KEYS),
+        ("jsonl_file_with_lists_of_dicts_of_varying_keys_and_bom", {}, EXPECTED_LISTS_OF_DICTS_WITH_VARYING_KEYS),
+        ("jsonl_file_with_messages", {}, EXPECTED_MESSAGES),
     ],
 )
 def test_json_generate_tables(file_fixture, config_kwargs, expected, tmp_path):

@@ -1,10 +1,10 @@
 """How each data file format is opened and parsed, as HF's packaged builders read them: the file
 formats and their extensions, compressed files (``.gz``, ``.bz2``, ``.xz``, ``.zst`` after the
-format's extension), text rows (HF's ``text`` builder), JSON Lines (pyarrow's reader, the first bad
-line named when it refuses a file), JSON documents and CSV (pandas, as HF). The source node over
-these files, its shards, offsets and resumption, is ``files.py``. A path may name a member of a
-zip archive (``zip://<member>::<archive>``, see ``archives.py``), opened by ``open_binary`` and
-``open_text``."""
+format's extension), text rows (HF's ``text`` builder), JSON Lines (pyarrow's reader, HF 5.2's ``Json``
+columns found as HF finds them in ``json_lines.py``, the first bad line named when it refuses a
+file), JSON documents and CSV (pandas, as HF). The source node over these files, its shards,
+offsets and resumption, is ``files.py``. A path may name a member of a zip archive
+(``zip://<member>::<archive>``, see ``archives.py``), opened by ``open_binary`` and ``open_text``."""
 
 from __future__ import annotations
 
@@ -91,6 +91,16 @@ def is_plain_file(path: str) -> bool:
     return compression_of(path) is None and split_member(path) is None
 
 
+def open_lines(path: str) -> Any:
+    """A file opened for reading bytes a line at a time (``readline``), decompressed."""
+    if compression_of(path) != "zstd":
+        return open_binary(path)
+    import io
+
+    with open_binary(path) as f:  # pyarrow's stream has no readline
+        return io.BytesIO(f.read())
+
+
 def open_text(path: str, encoding: str = "utf-8", errors: str | None = None) -> Any:
     """A file opened for reading text (universal newlines), decompressed as its extension says."""
     if is_plain_file(path):
@@ -105,11 +115,14 @@ def open_text(path: str, encoding: str = "utf-8", errors: str | None = None) -> 
 JSON_SCHEMA_BYTES = 10 << 20
 
 
-def file_schema(path: str, format: str) -> pa.Schema | None:
+def file_schema(path: str, format: str, chunksize: int | None = None,
+                json_paths: list | None = None) -> pa.Schema | None:
     """The columns and types every file of a source follows, as HF takes its features from the first
     file (``path``): a Parquet or Arrow file's schema; for a JSON Lines file, the columns pyarrow reads
-    in its first 10 MB of whole lines. ``None`` for CSV and text files (HF does not align them), a JSON
-    document, or a JSON file without rows. Raises ``OSError`` or ``pyarrow.ArrowException``."""
+    in its first chunk (``chunksize``, 10 MB by default, and the rest of the line), with HF 5.2's
+    ``Json`` columns (``json_lines.py``; at ``json_paths`` when features with some are given).
+    ``None`` for CSV and text files (HF does not align them), a JSON document, or a JSON file without
+    rows. Raises ``OSError`` or ``pyarrow.ArrowException``."""
     if format == "parquet":
         import pyarrow.parquet as pq
 
@@ -123,6 +136,13 @@ def file_schema(path: str, format: str) -> pa.Schema | None:
                 return pa.ipc.open_stream(source).schema
     if format != "json":
         return None
+    from .json_lines import first_chunk_schema, hf_json
+
+    if hf_json() is not None:  # HF 5.2: its Json columns found as HF finds them
+        try:
+            return first_chunk_schema(open_lines(path), chunksize or JSON_SCHEMA_BYTES, json_paths)
+        except (pa.ArrowInvalid, ValueError):  # a JSON document, or a bad line (reading the file names it)
+            return None
     import pyarrow.json as pj
 
     with open_binary(path) as f:
@@ -144,8 +164,8 @@ def file_schema(path: str, format: str) -> pa.Schema | None:
 PARQUET_OPTIONS = frozenset(("columns", "filters", "batch_size", "fragment_scan_options", "on_bad_files"))
 
 
-#: options of HF's JSON builder that tune reading only (the rows of a JSON Lines file stay the same):
-#: accepted and left out
+#: options of HF's JSON builder that tune reading only: accepted and left out, but ``chunksize``
+#: (``block_size``, HF's older name), kept: HF 5.2 finds its ``Json`` columns in the first chunk
 JSON_TUNING_OPTIONS = frozenset(("use_threads", "block_size", "chunksize", "newlines_in_values"))
 JSON_OPTIONS = frozenset(("field", "read_options", "parse_options", "encoding", "encoding_errors")) | JSON_TUNING_OPTIONS
 
@@ -161,7 +181,13 @@ def json_options(kwargs: dict) -> dict:
     if encoding not in ("utf-8", "utf8", "utf-8-sig", "utf8-sig"):  # a UTF-8 byte order mark is skipped as read
         raise ValueError(f"encoding={kwargs['encoding']!r}: JSON files are read as UTF-8 here; convert the file "
                          "to UTF-8 (e.g. iconv) first")
-    return {k: v for k, v in kwargs.items() if k not in JSON_TUNING_OPTIONS and k not in ("encoding", "encoding_errors")}
+    options = {k: v for k, v in kwargs.items() if k not in JSON_TUNING_OPTIONS and k not in ("encoding", "encoding_errors")}
+    chunksize = kwargs.get("block_size") or kwargs.get("chunksize")  # HF: block_size, if given, wins
+    if chunksize is not None:
+        if not isinstance(chunksize, int) or chunksize < 1:
+            raise ValueError(f"chunksize must be a positive number of bytes, got {chunksize!r}")
+        options["chunksize"] = chunksize
+    return options
 
 
 def csv_options(kwargs: dict) -> None:
@@ -416,21 +442,27 @@ def arrow_ipc_table(path: str) -> pa.Table:
         return pa.ipc.open_stream(source).read_all()
 
 
-def json_table(path: str, reader_kwargs: dict) -> pa.Table:
-    """A JSON file as HF's json builder reads it: JSON Lines, or one document (a list of objects,
-    or the list under ``field``); with pyarrow's options, JSON Lines read by pyarrow. A file that
-    is neither names its first line that is no JSON object."""
+def json_table(path: str, reader_kwargs: dict, schema: pa.Schema | None = None, align: Any = None) -> pa.Table:
+    """A JSON file as HF's json builder reads it: JSON Lines (a chunk at a time, with HF 5.2's
+    ``Json`` columns: those of ``schema``, the first file's, and each chunk ``align``-ed to it), or
+    one document (a list of objects, or the list under ``field``); with pyarrow's options, JSON Lines
+    read by pyarrow. A file that is neither names its first line that is no JSON object."""
     import pyarrow.json as pj
+
+    from .json_lines import hf_json, json_lines_table, json_paths
 
     kwargs = dict(reader_kwargs)
     field = kwargs.pop("field", None)
+    chunksize = kwargs.pop("chunksize", None) or JSON_SCHEMA_BYTES
     if field is not None:
         return json_document(path, field)
     if kwargs:  # pyarrow options given: JSON Lines it is
         with open_binary(path) as f:
             return pj.read_json(f, **kwargs)
     try:
-        return json_lines(path)
+        if hf_json() is None:
+            return json_lines(path)
+        return json_lines_table(open_lines(path), json_paths(schema), chunksize, align or (lambda table: table))
     except pa.ArrowInvalid as e:
         lines_error = e
     try:

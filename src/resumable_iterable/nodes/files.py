@@ -108,6 +108,8 @@ class FileSource(ArchiveReading, SourceNode):
         self.names_digest = names_digest(paths)  # before the fresh state, which holds it
         if self.members is not None:  # and the members of each archive, in their order
             self.names_digest = digest([self.names_digest, members_digest_names(self.members)])
+        #: JSON: where the features given hold HF's ``Json`` (``None``: found in the first file, as HF)
+        self.json_paths: list | None = None
         #: ``None``: one file per shard; after ``resharded``: one Parquet row group per shard,
         #: ``(file, row group, rows)``
         self.pieces: list[tuple[int, int, int]] | None = None
@@ -215,9 +217,12 @@ class FileSource(ArchiveReading, SourceNode):
             return self._arrow_table(shard_id, path)
         try:
             if self.format == "json":
-                return json_table(path, self.reader_kwargs)
+                return json_table(path, self.reader_kwargs, self._first_schema(),
+                                  lambda table: self._aligned(shard_id, table, member))
             return csv_file_table(path, self.reader_kwargs)
         except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: a JSON document pandas cannot read
+            if self._where(shard_id, member) in str(e):  # already names the file (``_aligned``, a JSON chunk)
+                raise
             raise self._open_error(shard_id, e, member) from None
 
     def _arrow_table(self, shard_id: int, path: str) -> pa.Table:
@@ -240,18 +245,35 @@ class FileSource(ArchiveReading, SourceNode):
     def _first_schema(self) -> pa.Schema | None:
         """The columns every file's rows follow: the first file's (``file_schema``), as in HF; ``None``
         for CSV, text, JSON documents and JSON read with pyarrow options given (each file as read)."""
-        if self.format == "json" and self.reader_kwargs:
+        if self.format == "json" and set(self.reader_kwargs) - {"chunksize"}:
             return None
         if "schema" not in self._first:  # read once per process, whatever the passes and clones
             first = self.paths[0] if self.members is None else self.schema_file()
             try:
-                schema = None if first is None else file_schema(first, self.format)
+                schema = None if first is None else file_schema(first, self.format, self.reader_kwargs.get("chunksize"),
+                                                                 self.json_paths)
             except (OSError, pa.ArrowException, DAMAGED) as e:
                 raise self._open_error(0, e) from None
             if self.columns is not None:
                 schema = select_schema(schema, self.columns, first)
             self._first["schema"] = schema
         return self._first["schema"]
+
+    def json_features(self, given: Any = None) -> Any:
+        """The HF features of a JSON source's rows, as HF finds them in the first chunk of the first
+        file (``Json`` columns included, decoded as read). With features ``given`` (to cast the rows
+        to), ``None``: their ``Json`` columns are those encoded as JSON text (decoded by the cast).
+        ``None`` also for a JSON document, or JSON read with pyarrow's options."""
+        from datasets import Features
+
+        from .json_lines import hf_json, json_paths
+
+        if given is not None:
+            if hf_json() is not None:
+                self.json_paths = json_paths(Features(given).arrow_schema)
+            return None
+        schema = self._first_schema()
+        return None if schema is None else Features.from_arrow_schema(schema)
 
     def _aligned(self, shard_id: int, part: Any, member: str | None = None) -> Any:
         """A record batch or table of file ``shard_id`` with the first file's columns, as HF casts every

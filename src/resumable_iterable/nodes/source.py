@@ -50,6 +50,17 @@ def split_positions(n: int, num_shards: int, index: int, contiguous: bool) -> ra
     return range(index, n, num_shards)
 
 
+def _holds_files(feature: Any) -> bool:
+    """Whether a feature that needs decoding holds files (media); HF 5.2's ``Json`` (JSON text) does not."""
+    from datasets.features.features import _visit, require_decoding
+
+    try:
+        from datasets import Json, Value
+    except ImportError:  # datasets < 5.2: no Json
+        return require_decoding(feature)
+    return require_decoding(_visit(feature, lambda f: Value("string") if isinstance(f, Json) else f))
+
+
 def _encoded(value: Any) -> bool:
     """Whether a media value read from a state is still a file (decoded ones are objects)."""
     if isinstance(value, list):
@@ -216,7 +227,11 @@ class SourceNode(Node):
         return map(self.decode_row, self.rows_of(part, decode=False))
 
     def deferrable_decoder(self) -> Any:
-        return None if self.decode_batch is None else self.decode_row_if_encoded
+        """The decoder of media a shuffle right above may defer; ``None`` without media files (``Json``
+        columns only: JSON text, decoded as read; a state's buffered rows are then always decoded)."""
+        if self.decode_batch is None or not any(_holds_files(self.features[k]) for k in self.media_columns):
+            return None
+        return self.decode_row_if_encoded
 
     def defer_decoding(self, deferred: bool) -> None:
         self.deferred = bool(deferred)

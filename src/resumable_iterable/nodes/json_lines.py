@@ -1,0 +1,152 @@
+"""JSON Lines read as HF 5.2's json builder reads them, HF's ``Json`` feature included: a chunk at a
+time (``chunksize`` bytes, 10 MB by default, and the rest of the line), by pyarrow. A column whose
+values mix types (``1`` and ``"a"``), or whose objects have varying keys (``{"a": 0}``, ``{"b": 0}``,
+also inside lists: chat ``messages``), is stored as JSON text (pyarrow's ``json`` extension type,
+HF's ``Json()``) and decoded to each value as written. As in HF, the first chunk of the first file
+says which columns those are (objects of varying keys found there, mixed types where pyarrow
+refuses the chunk): every file is encoded at those paths, and a column found mixed later (in a
+chunk of its own) is encoded for the rest of its file, then cast to the first file's type (an
+error, as in HF). Without HF's ``Json`` (``datasets`` < 5.2) none of this is done: ``None``."""
+
+from __future__ import annotations
+
+import codecs
+import io
+from typing import Any, BinaryIO, Callable
+
+import pyarrow as pa
+
+CHUNKSIZE = 10 << 20  # HF's JsonConfig.chunksize
+
+
+def hf_json() -> Any:
+    """HF's JSON helpers (``datasets.utils.json``), or ``None`` when ``datasets`` has no ``Json``."""
+    try:
+        from datasets.utils import json as hf
+    except ImportError:
+        return None
+    return hf if hasattr(hf, "find_mixed_struct_types_field_paths") else None
+
+
+def json_paths(schema: pa.Schema | None) -> list[list]:
+    """The paths of a schema's ``Json`` columns (``["messages", 0]``: the items of a list)."""
+    if schema is None or hf_json() is None:
+        return []
+    from datasets import Features
+
+    return hf_json().get_json_field_paths_from_feature(Features.from_arrow_schema(schema))
+
+
+def _chunks(f: BinaryIO, chunksize: int) -> Any:
+    """The chunks of a file open for reading bytes as HF reads them: ``chunksize`` bytes and the rest
+    of the line (a byte order mark dropped); ``None`` for a file that starts as one JSON document (``[``)."""
+    with f:
+        first = True
+        while True:
+            chunk = f.read(chunksize)
+            if not chunk:
+                return
+            if first and chunk.startswith(codecs.BOM_UTF8):
+                chunk = chunk[len(codecs.BOM_UTF8):]
+            if first and chunk.startswith(b"["):
+                yield None
+                return
+            first = False
+            yield chunk + f.readline()
+
+
+def read_chunk(chunk: bytes, paths: list[list], detect: bool = False, mixed: list | None = None) -> pa.Table:
+    """One chunk read by pyarrow with its values at ``paths`` encoded as JSON text, as HF does;
+    ``paths`` grows by the columns found mixed (and, with ``detect``, of varying keys), pyarrow's
+    errors that found them appended to ``mixed``."""
+    import pyarrow.json as pj
+
+    hf = hf_json()
+    lines = chunk.splitlines()
+    if detect:
+        try:
+            paths += hf.find_mixed_struct_types_field_paths([hf.ujson_loads(line) for line in lines])
+        except ValueError:  # not JSON Lines (pyarrow names the line)
+            pass
+    data = encoded(lines, paths) if paths else chunk
+    block = max(CHUNKSIZE // 32, 16 << 10)
+    block = len(data) if len(data) // 8 > block else block
+    while True:
+        try:
+            table = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(block_size=block))
+            break
+        except pa.ArrowInvalid as e:
+            message = str(e)
+            if "Column(" in message and ") changed from" in message:
+                path = hf.get_json_field_path_from_pyarrow_json_error(
+                    message, examples=(hf.ujson_loads(line) for line in lines if line.strip()))
+                if not path:
+                    raise
+                if any(path[:len(p)] == p for p in paths):
+                    raise ValueError(f"Cannot encode mixed-type JSON field {path!r} as JSON") from e
+                hf.insert_json_field_path(paths, path)
+                if mixed is not None:
+                    mixed.append(e)
+                data = encoded(lines, paths)
+            elif ("straddling" in message or "JSON conversion to" in message) and block < len(data):
+                block *= 2
+            else:
+                raise
+    return with_json_types(table, paths)
+
+
+def encoded(lines: list[bytes], paths: list[list]) -> bytes:
+    """JSON Lines with the values at ``paths`` replaced by their JSON text (blank lines dropped)."""
+    hf = hf_json()
+    out = []
+    for line in lines:
+        if line.strip():
+            example = hf.ujson_loads(line)
+            for path in paths:
+                example = hf.json_encode_field(example, path)
+            out.append(hf.ujson_dumps(example))
+    return "\n".join(out).encode()
+
+
+def with_json_types(table: pa.Table, paths: list[list]) -> pa.Table:
+    """``table`` with its columns at ``paths`` typed ``Json`` (pyarrow's ``json``)."""
+    if not paths:
+        return table
+    from datasets import Features
+    from datasets.table import table_cast
+
+    features = hf_json().set_json_types_in_feature(Features.from_arrow_schema(table.schema), paths)
+    return table_cast(table, features.arrow_schema)
+
+
+def first_chunk_schema(f: BinaryIO, chunksize: int, paths: list[list] | None) -> pa.Schema | None:
+    """The schema of the first chunk of a file (open for reading bytes), its ``Json`` columns found as HF finds them (or at
+    ``paths``, those of the features given); ``None`` for a JSON document or an empty file."""
+    for chunk in _chunks(f, chunksize):
+        if chunk is None or not chunk.strip():
+            return None
+        table = read_chunk(chunk, list(paths or ()), detect=paths is None)
+        return table.schema if table.num_columns else None
+    return None
+
+
+def json_lines_table(f: BinaryIO, paths: list[list], chunksize: int, align: Callable[[pa.Table], pa.Table]) -> pa.Table:
+    """A JSON Lines file (open for reading bytes), each chunk with the values at ``paths`` (and those found mixed in it and
+    the chunks before) encoded as JSON text, then ``align``-ed to the first file's columns. A column
+    found mixed that the first file types otherwise cannot be: pyarrow's error (``ArrowInvalid``)."""
+    paths, tables, mixed = list(paths), [], []
+    for chunk in _chunks(f, chunksize):
+        if chunk is None:
+            raise pa.ArrowInvalid("a JSON document, not JSON Lines")
+        if not chunk.strip():
+            continue
+        table = read_chunk(chunk, paths, mixed=mixed)
+        try:
+            tables.append(align(table))
+        except ValueError:
+            if mixed:  # a column the first file types otherwise changes type here: pyarrow's error names it
+                raise mixed[-1] from None
+            raise
+    if not tables:
+        return pa.table({})
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="default")

@@ -1,0 +1,127 @@
+"""HF 5.2's ``Json`` feature in JSON Lines files: a column whose values mix types, or whose objects
+have varying keys (also inside lists: chat ``messages``), is typed ``Json()`` and yields each value
+as written, as HF finds such columns (the first chunk of the first file); rows, features and types
+as HF's streaming ``load_dataset("json")``, resumed exactly at every cut point."""
+
+import json
+
+import datasets
+import pytest
+from datasets import Features, Json, List, Value
+
+import resumable_iterable as ri
+from harness import assert_loader_resumes_exactly, assert_resumes_exactly
+
+MESSAGES = [
+    {"role": "user", "content": "lights on"},
+    {"role": "assistant", "tool_calls": [
+        {"type": "function", "function": {"name": "light", "arguments": {"room": "living", "state": "on"}}},
+        {"type": "function", "function": {"name": "music", "arguments": {"playlist": "electronic"}}}]},
+    {"role": "tool", "name": "light", "content": "on"},
+]
+
+LAYOUTS = {
+    "mixed_scalars": [{"c": -1}, {"c": 1}, {"c": "foo"}, {"c": "2"}, {"c": True}, {"c": 1.5}, {"c": None}],
+    "int_and_float_stay_float": [{"c": 1}, {"c": 1.5}],
+    "dict_and_scalar": [{"c": {"a": 1}}, {"c": 2}, {"c": [1, "x"]}],
+    "varying_keys_and_nulls": [{"c": {"a": 0}}, {"c": None}, {"c": {"b": 0}}, {"x": 1}],
+    "empty_objects": [{"c": {}}, {"c": {}}],
+    "lists_of_dicts_of_varying_keys": [{"c": [{"a": 0}, {"b": 0}]}, {"c": [{"c": 0}, {"d": 0}]}],
+    "nested": [{"o": {"p": {"a": 1}, "q": 1}}, {"o": {"p": {"b": 1}, "q": 2}}],
+    "mixed_inside_list_of_dicts": [{"c": [{"x": 1}, {"x": "s"}]}],
+    "messages": [{"messages": MESSAGES, "id": 1}, {"messages": MESSAGES[:1], "id": 2}],
+    "top_level_keys_vary": [{"a": 1}, {"b": 2}],
+    "late_in_the_first_chunk": [{"c": i, "t": "x" * 40} for i in range(2000)] + [{"c": "late"}],
+}
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def _hf(files, **kw):
+    return datasets.load_dataset("json", data_files=files, split="train", streaming=True, **kw)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_rows_features_and_types_are_hfs(tmp_path, layout):
+    path = _write(tmp_path / "d.jsonl", LAYOUTS[layout])
+    ours, theirs = ri.load_dataset("json", data_files=path, split="train"), _hf(path)
+    rows, expected = list(ours), list(theirs)
+    assert rows == expected
+    assert [[type(v) for v in r.values()] for r in rows] == [[type(v) for v in r.values()] for r in expected]
+    assert ours.features == theirs.features
+
+
+def test_the_first_file_first_chunk_says_which_columns_are_json(tmp_path):
+    """As HF: the first chunk (``chunksize``) of the first file; a later file is encoded there too, and
+    a column it mixes that the first file types otherwise is an error naming the line."""
+    mixed = _write(tmp_path / "a.jsonl", [{"c": 1}, {"c": "a"}])
+    ints = _write(tmp_path / "b.jsonl", [{"c": 2}, {"c": 3}])
+    for files in ([mixed, ints], [mixed, mixed]):
+        assert list(ri.load_dataset("json", data_files=files, split="train")) == list(_hf(files))
+    with pytest.raises(ValueError, match=r"a\.jsonl' \(shard 1\): line 2: column 'c' holds a string"):
+        list(ri.load_dataset("json", data_files=[ints, mixed], split="train"))
+    keys = _write(tmp_path / "k.jsonl", [{"c": {"a": i}} for i in range(20)] + [{"c": {"b": 1}}])
+    assert list(ri.load_dataset("json", data_files=keys, split="train")) == list(_hf(keys))
+    assert ri.load_dataset("json", data_files=keys, split="train").features == Features({"c": Json()})
+
+
+def test_features_given_win(tmp_path):
+    mixed = _write(tmp_path / "m.jsonl", [{"c": -1}, {"c": 1}, {"c": "foo"}])
+    strings = _write(tmp_path / "s.jsonl", [{"c": "1"}, {"c": "x"}, {"c": None}])
+    chat = _write(tmp_path / "c.jsonl", [{"messages": MESSAGES}])
+    for path, features in ((mixed, Features({"c": Value("string")})), (strings, Features({"c": Json()})),
+                           (chat, Features({"messages": Json()})), (chat, Features({"messages": List(Json())})),
+                           (mixed, Features({"c": Json(), "z": Value("string")}))):
+        ours = ri.load_dataset("json", data_files=path, split="train", features=features)
+        assert list(ours) == list(_hf(path, features=features))
+        assert ours.features == features
+
+
+def _dataset_with_json_columns(tmp_path):
+    files = []
+    for f in range(3):
+        rows = [{"id": 10 * f + i, "v": [i, str(i), {"k": i}, None][i % 4], "messages": MESSAGES[: 1 + i % 3],
+                 "o": {"p": {f"k{i % 2}": i}, "q": i}} for i in range(9)]
+        files.append(_write(tmp_path / f"f{f}.jsonl", rows))
+    return files
+
+
+def test_json_columns_resume_exactly(tmp_path):
+    files = _dataset_with_json_columns(tmp_path)
+
+    def plain():
+        return ri.load_dataset("json", data_files=files, split="train")
+
+    assert list(plain()) == list(_hf(files))
+    assert_resumes_exactly(plain)
+    assert_resumes_exactly(lambda: plain().shuffle(seed=3, buffer_size=5))
+    assert_resumes_exactly(lambda: ri.load_dataset("json", data_files=files, split="train", chunksize=200))
+    assert_loader_resumes_exactly(lambda: plain().shuffle(seed=1, buffer_size=4), workers=2, batch_size=None,
+                                  item=lambda x: json.dumps(x, sort_keys=True), cuts=lambda n: range(1, n, 5))
+
+
+def test_a_shuffle_state_saved_before_json_columns_still_loads(tmp_path):
+    """Before, such a column was read as a struct of every key (``None`` for those an object lacks) and
+    the shuffle buffer held those rows: loaded now, they are yielded as saved (JSON columns are decoded
+    as read, not deferred past the buffer as media are, so buffered rows are never decoded twice)."""
+    path = _write(tmp_path / "d.jsonl", [{"id": i, "c": {f"k{i % 2}": i}} for i in range(8)])
+
+    def build():
+        return ri.load_dataset("json", data_files=path, split="train").shuffle(seed=1, buffer_size=3)
+
+    full = list(build())
+    ds = build()
+    it = iter(ds)
+    head = [next(it) for _ in range(2)]
+    state = json.loads(json.dumps(ds.state_dict()))
+    for chunk in state["state"]["buffer"]:
+        for row in chunk:  # as the reader of the earlier release held them
+            row["c"] = {"k0": row["c"].get("k0"), "k1": row["c"].get("k1")}
+    resumed = build()
+    resumed.load_state_dict(state)
+    tail = list(resumed)
+    assert [r["id"] for r in head + tail] == [r["id"] for r in full]
+    assert sum(set(r["c"]) == {"k0", "k1"} for r in tail) == 3  # the 3 buffered rows
