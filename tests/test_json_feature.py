@@ -125,3 +125,22 @@ def test_a_shuffle_state_saved_before_json_columns_still_loads(tmp_path):
     tail = list(resumed)
     assert [r["id"] for r in head + tail] == [r["id"] for r in full]
     assert sum(set(r["c"]) == {"k0", "k1"} for r in tail) == 3  # the 3 buffered rows
+
+
+def test_a_struct_field_the_first_file_lacks_is_refused_not_dropped(tmp_path):
+    """A later file (or chunk) whose objects hold a key the first file's lack was cast to the first
+    file's struct, the key silently dropped (``{"b": 1}`` yielded as ``{"a": None}``); HF refuses
+    the cast ("Couldn't cast"). A key only the first file has is still null-filled, as in HF."""
+    a = _write(tmp_path / "a.jsonl", [{"c": {"a": 1, "z": 0}, "l": [{"x": 1}]}])
+    b = _write(tmp_path / "b.jsonl", [{"c": {"a": 2, "b": 1}, "l": [{"x": 2}]}])
+    c = _write(tmp_path / "c.jsonl", [{"c": {"a": 3}, "l": [{"x": 3, "y": 1}]}])
+    d = _write(tmp_path / "d.jsonl", [{"c": {"a": 4}, "l": [{"x": 4}]}])
+    with pytest.raises(ValueError, match=r"b\.jsonl' \(shard 1\): column 'c' has field 'c\.b' that the first"):
+        list(ri.load_dataset("json", data_files=[a, b], split="train"))
+    with pytest.raises(ValueError, match=r"c\.jsonl' \(shard 1\): column 'l' has field 'l\[\]\.y'"):
+        list(ri.load_dataset("json", data_files=[a, c], split="train"))
+    assert list(ri.load_dataset("json", data_files=[a, d], split="train")) == list(_hf([a, d])) == [
+        {"c": {"a": 1, "z": 0}, "l": [{"x": 1}]}, {"c": {"a": 4, "z": None}, "l": [{"x": 4}]}]
+    keys = _write(tmp_path / "k.jsonl", [{"c": {"a": i}} for i in range(20)] + [{"c": {"b": 1}}])
+    with pytest.raises(ValueError, match=r"k\.jsonl' \(shard 0\): column 'c' has field 'c\.b'"):
+        list(ri.load_dataset("json", data_files=keys, split="train", chunksize=30))  # a later chunk

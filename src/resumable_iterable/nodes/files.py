@@ -73,6 +73,22 @@ def names_digest(paths: list[str]) -> str:
     return digest([os.path.relpath(p, root).replace(os.sep, "/") for p in full])
 
 
+def dropped_field(source: pa.DataType, target: pa.DataType, path: str = "") -> str | None:
+    """The first field of a struct in ``source`` that ``target`` lacks (a cast would drop it
+    silently: ``{"b": 1}`` read as ``{"a": None}``), as a dotted path; HF refuses such a cast."""
+    if pa.types.is_struct(source) and pa.types.is_struct(target):
+        for field in source:
+            i = target.get_field_index(field.name)
+            found = f"{path}.{field.name}" if i < 0 else dropped_field(field.type, target.field(i).type,
+                                                                        f"{path}.{field.name}")
+            if found:
+                return found
+    elif pa.types.is_list(source) or pa.types.is_large_list(source):
+        if pa.types.is_list(target) or pa.types.is_large_list(target):
+            return dropped_field(source.value_type, target.value_type, path + "[]")
+    return None
+
+
 class FileSource(ArchiveReading, SourceNode):
     kind = "files"
     added_fields = frozenset(("files",))  # ``files``: absent from states of earlier releases
@@ -297,6 +313,11 @@ class FileSource(ArchiveReading, SourceNode):
             if pa.types.is_null(field.type):
                 out = out.set(k, field.with_type(column.type))
             elif not column.type.equals(field.type):
+                dropped = dropped_field(column.type, field.type)
+                if dropped:
+                    raise ValueError(f"{self._where(shard_id)}: column {field.name!r} has field "
+                                     f"{field.name + dropped!r} that the first data file {self.paths[0]!r} has not "
+                                     f"(its type there: {field.type})")
                 try:
                     column = column.cast(field.type)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
