@@ -144,3 +144,15 @@ def test_a_struct_field_the_first_file_lacks_is_refused_not_dropped(tmp_path):
     keys = _write(tmp_path / "k.jsonl", [{"c": {"a": i}} for i in range(20)] + [{"c": {"b": 1}}])
     with pytest.raises(ValueError, match=r"k\.jsonl' \(shard 0\): column 'c' has field 'c\.b'"):
         list(ri.load_dataset("json", data_files=keys, split="train", chunksize=30))  # a later chunk
+
+
+def test_a_json_column_cast_to_string_is_its_json_text(tmp_path):
+    """HF casts the JSON text storage: ``{"k": 2}`` becomes ``'{"k":2}'`` and ``"s"`` ``'"s"'``; ours
+    cast the decoded values with Python's ``str`` (``"{'k': 2}"``, not JSON)."""
+    path = _write(tmp_path / "d.jsonl", [{"v": [i, "s", {"k": i}, None][i % 4], "m": MESSAGES[:1]} for i in range(8)])
+    for cast in (lambda ds: ds.cast_column("v", Value("string")),
+                 lambda ds: ds.cast(Features({"v": Value("string"), "m": List(Json())}))):
+        ours = cast(ri.load_dataset("json", data_files=path, split="train"))
+        assert list(ours) == list(cast(_hf(path)))
+        assert_resumes_exactly(lambda: cast(ri.load_dataset("json", data_files=path, split="train")).shuffle(
+            seed=0, buffer_size=3))

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 from . import state as _state
 from .distributed import check_rank_splits, check_strategy, rank_shards, ranks_of
 from .features import (batched_features, decode_only_change, features_of_schema, file_features, infer_features,
-                       map_feature, row_features)
+                       json_as_text, map_feature, row_features)
 from .loader import hooks
 from .loader.session import IterationSession
 from .nodes.arrow import ArrowSource
@@ -320,7 +320,7 @@ class IterableDataset(_Base):
     # ------------------------------------------------------------------ HF features and columns
     def _typed(self, features: Any) -> IterableDataset:
         """This dataset with ``features`` applied to every example (see ``nodes/typed.py``)."""
-        node = MapNode(self._node.clone(), ApplyFeatures(features))
+        node = MapNode(self._node.clone(), ApplyFeatures(features, json_as_text(self._features, features)))
         return self._derive(node, features=features, column_names=list(features))
 
     def cast(self, features: Any) -> IterableDataset:

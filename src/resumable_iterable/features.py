@@ -106,3 +106,14 @@ def decode_only_change(old: Any, new: Any) -> bool:
         return {k: map_feature(v, strip) for k, v in old.items()} == {k: map_feature(v, strip) for k, v in new.items()}
     except Exception:  # noqa: BLE001 - unusual features: take the general path
         return False
+
+
+def json_as_text(old: Any, new: Any) -> list[str]:
+    """The columns that HF 5.2's ``Json`` in ``old`` features casts to a string in ``new`` (their
+    values become their JSON text, as HF's Arrow cast of the text storage gives)."""
+    try:
+        from datasets import Json
+    except ImportError:  # datasets < 5.2
+        return []
+    return [k for k, f in (old or {}).items()
+            if isinstance(f, Json) and getattr(new.get(k), "dtype", None) in ("string", "large_string")]

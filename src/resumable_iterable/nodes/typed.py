@@ -134,8 +134,11 @@ def _feature_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
 class ApplyFeatures:
     keeps_arrow_rows = True  # HF's cast stays on its Arrow path (``arrow_batches.arrow_rooted``)
 
-    def __init__(self, features: Any):
+    def __init__(self, features: Any, json_text: tuple = ()):
         self.features = features
+        #: columns cast from HF's ``Json`` to a string: their values become their JSON text, as
+        #: HF's Arrow cast of the JSON text storage gives (not Python's ``str`` of a dict)
+        self.json_text = tuple(json_text)
         self._checks: dict | None = None
         self._times: list = []  # the columns of time ``Value`` s (with ``_checks``)
 
@@ -155,6 +158,12 @@ class ApplyFeatures:
         for name in features:
             if name not in example:
                 example[name] = None
+        if self.json_text:
+            from datasets.utils.json import ujson_dumps
+
+            for name in self.json_text:
+                if example[name] is not None:
+                    example[name] = ujson_dumps(example[name])
         for name, check in self.checks().items():  # before encoding: HF's encoding truncates floats to ints
             v = example[name]
             if v is not None:
