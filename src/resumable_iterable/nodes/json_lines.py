@@ -62,7 +62,7 @@ def read_chunk(chunk: bytes, paths: list[list], detect: bool = False, mixed: lis
     import pyarrow.json as pj
 
     hf = hf_json()
-    lines = chunk.splitlines()
+    lines = chunk.splitlines() if detect or paths else None  # split only when needed (a cost per 10 MB)
     if detect:
         try:
             paths += hf.find_mixed_struct_types_field_paths([hf.ujson_loads(line) for line in lines])
@@ -78,6 +78,7 @@ def read_chunk(chunk: bytes, paths: list[list], detect: bool = False, mixed: lis
         except pa.ArrowInvalid as e:
             message = str(e)
             if "Column(" in message and ") changed from" in message:
+                lines = chunk.splitlines() if lines is None else lines
                 path = hf.get_json_field_path_from_pyarrow_json_error(
                     message, examples=(hf.ujson_loads(line) for line in lines if line.strip()))
                 if not path:
