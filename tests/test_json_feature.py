@@ -156,3 +156,15 @@ def test_a_json_column_cast_to_string_is_its_json_text(tmp_path):
         assert list(ours) == list(cast(_hf(path)))
         assert_resumes_exactly(lambda: cast(ri.load_dataset("json", data_files=path, split="train")).shuffle(
             seed=0, buffer_size=3))
+
+
+def test_a_json_document_whose_columns_mix_types_is_read_as_hf_reads_it(tmp_path):
+    """A list of objects whose column mixes types: pandas cannot type it and ours refused the file
+    ("line 1 is a JSON list, not an object"); HF reads it as JSON Lines with a ``Json`` column, left
+    as JSON text (a document's features are unknown when streaming, as ours)."""
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps([{"c": 1, "n": 0}, {"c": "a", "n": 1}, {"c": {"k": [1]}, "n": 2}]))
+    ours = ri.load_dataset("json", data_files=str(path), split="train")
+    assert list(ours) == list(_hf(str(path))) == [{"c": "1", "n": 0}, {"c": '"a"', "n": 1},
+                                                  {"c": '{"k":[1]}', "n": 2}]
+    assert_resumes_exactly(lambda: ri.load_dataset("json", data_files=str(path), split="train"))

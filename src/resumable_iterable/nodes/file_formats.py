@@ -468,9 +468,21 @@ def json_table(path: str, reader_kwargs: dict, schema: pa.Schema | None = None, 
     try:
         return json_document(path, None)  # one JSON document, as HF reads it
     except ValueError:
+        table = None if hf_json() is None else _hf_document(path)
+        if table is not None:  # a list of objects whose columns mix types: HF's Json columns
+            return table
         # neither: name the line that is no JSON object (pyarrow's "row" counts from the start of
         # its block, not of the file)
         raise ValueError(json_lines_problem(path, lines_error) or str(lines_error)) from None
+
+
+def _hf_document(path: str) -> pa.Table | None:
+    from .json_lines import document_table
+
+    try:
+        return document_table(open_lines(path))
+    except (ValueError, pa.ArrowInvalid):  # not JSON: the line is named
+        return None
 
 
 def csv_file_table(path: str, reader_kwargs: dict) -> pa.Table:
