@@ -268,7 +268,9 @@ class FileSource(ArchiveReading, SourceNode):
             try:
                 schema = None if first is None else file_schema(first, self.format, self.reader_kwargs.get("chunksize"),
                                                                  self.json_paths)
-            except (OSError, pa.ArrowException, DAMAGED) as e:
+            except DAMAGED as e:  # a member of the first archive
+                raise self._open_error(0, OSError(f"the archive is damaged ({e})"), first) from None
+            except (OSError, pa.ArrowException) as e:
                 raise self._open_error(0, e) from None
             if self.columns is not None:
                 schema = select_schema(schema, self.columns, first)
