@@ -63,6 +63,33 @@ def test_cast_refuses_other_columns():
         ri.IterableDataset.from_dict(DATA).cast_column("x", Value("int64"))
 
 
+def triple(e):
+    return {"c": e["id"] * 3}
+
+
+@pytest.mark.parametrize("features", [{"id": Value("int32")}, {"c": Value("int64"), "id": Value("int32")},
+                                      {"id": Value("int32"), "z": Value("string")}], ids=["subset", "order", "extra"])
+def test_cast_of_unknown_columns_yields_only_the_features_columns_as_hf(features):
+    # after a map the columns are unknown: HF's cast yields the features' columns, in their order
+    # (missing ones as None), and drops the others; ours kept every column the map left
+    features = Features(features)
+    ours = ri.IterableDataset.from_dict(DATA, num_shards=2).map(triple).cast(features)
+    hf = HFIterable.from_dict(DATA, num_shards=2).map(triple).cast(features)
+    assert list(ours) == list(hf)
+    assert [list(ex) for ex in ours] == [list(features)] * len(DATA["id"])
+    assert ours.column_names == hf.column_names == list(features)
+    gen = ri.IterableDataset.from_generator(gen_rows, gen_kwargs={"n": 6}).cast(Features({"b": Value("string")}))
+    assert list(gen) == list(HFIterable.from_generator(gen_rows, gen_kwargs={"n": 6}).cast(Features({"b": Value("string")})))
+    assert_resumes_exactly(lambda: ri.IterableDataset.from_dict(DATA, num_shards=2).map(triple).cast(features)
+                           .shuffle(seed=1, buffer_size=4))
+
+
+def test_cast_column_of_unknown_columns_keeps_the_others():
+    # HF raises TypeError here (no features to update); ours casts the column and keeps the rest
+    ours = ri.IterableDataset.from_generator(gen_rows, gen_kwargs={"n": 4}).cast_column("a", Value("float32"))
+    assert list(ours) == [{"a": 0.0, "b": "b0"}, {"a": 1.0}, {"a": 2.0, "b": "b2"}, {"a": 3.0}]
+
+
 def gen_rows(n):
     for i in range(n):
         yield {"a": i} if i % 2 else {"a": i, "b": f"b{i}"}

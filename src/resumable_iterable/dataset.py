@@ -324,7 +324,9 @@ class IterableDataset(_Base):
         return self._derive(node, features=features, column_names=list(features))
 
     def cast(self, features: Any) -> IterableDataset:
-        """Cast to new HF ``features`` (same column names), applied to each example as HF does."""
+        """Cast to new HF ``features`` (same column names), applied to each example as HF does. Where
+        the columns are unknown (after a ``map``, from a generator), the examples get the features'
+        columns only, in their order (a missing one as ``None``), as in HF."""
         from datasets import Features
 
         features = features if isinstance(features, Features) else Features(features)
@@ -344,8 +346,10 @@ class IterableDataset(_Base):
         elif self._column_names is not None:
             raise ValueError(f"cast_column({column!r}) needs the dataset's features, which are unknown here "
                              "(e.g. after a map): use cast(features) with every column")
-        else:
+        else:  # columns unknown (e.g. from a generator): the other columns stay as they are
             features = Features({column: feature})
+            return self._derive(MapNode(self._node.clone(), ApplyFeatures(features, keep_other_columns=True)),
+                                features=features, column_names=list(features))
         return self._with_features(features)
 
     def decode(self, enable: bool = True, num_threads: int | None = 0) -> IterableDataset:

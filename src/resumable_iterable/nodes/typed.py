@@ -6,7 +6,8 @@ resume, replay and global-shuffle support) without a node kind of their own:
   them (``cast``, ``cast_column``, ``decode``, ``from_generator(features=...)``): a column the
   example lacks is filled with ``None``, then the example is encoded with the features (e.g. a
   ``ClassLabel`` name becomes its id, ``Value("float32")`` turns ints into floats) and decoded
-  (e.g. ``Image()`` bytes become a PIL image, unless ``decode=False``).
+  (e.g. ``Image()`` bytes become a PIL image, unless ``decode=False``); a column the features
+  lack is dropped.
 * :class:`AddColumn` - ``add_column(name, column)``: value ``column[index]`` for example ``index``.
 
 Both are plain picklable objects (DataLoader workers receive them).
@@ -134,11 +135,13 @@ def _feature_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
 class ApplyFeatures:
     keeps_arrow_rows = True  # HF's cast stays on its Arrow path (``arrow_batches.arrow_rooted``)
 
-    def __init__(self, features: Any, json_text: tuple = ()):
+    def __init__(self, features: Any, json_text: tuple = (), keep_other_columns: bool = False):
         self.features = features
         #: columns cast from HF's ``Json`` to a string: their values become their JSON text, as
         #: HF's Arrow cast of the JSON text storage gives (not Python's ``str`` of a dict)
         self.json_text = tuple(json_text)
+        #: keep the columns the features lack (``cast_column`` of a dataset whose columns are unknown)
+        self.keep_other_columns = bool(keep_other_columns)
         self._checks: dict | None = None
         self._times: list = []  # the columns of time ``Value`` s (with ``_checks``)
 
@@ -153,7 +156,7 @@ class ApplyFeatures:
             self._times = [name for name, f in self.features.items() if _time_check(name, f) is not None]
         return self._checks
 
-    def __call__(self, example: dict) -> dict:
+    def __call__(self, example: dict) -> None:
         features = self.features
         for name in features:
             if name not in example:
@@ -175,7 +178,14 @@ class ApplyFeatures:
         decoded = features.decode_example(encoded)
         for name in self._times:  # the cast's value: encoding makes a pandas Timestamp (ns) a datetime
             decoded[name] = example[name]
-        return decoded
+        # the example becomes the features' columns, in their order, and nothing else (as HF: a cast
+        # of a dataset whose columns are unknown, e.g. after a map, keeps only the features' columns).
+        # Edited in place and returned as None: a map keeps such an example as it is, where a
+        # returned dict would go onto the example's other columns
+        if not self.keep_other_columns:
+            example.clear()
+        example.update(decoded)
+        return None
 
     def _which(self, example: dict, error: Exception) -> str:
         """``error`` of encoding ``example``, naming the column whose value does not fit its feature."""
