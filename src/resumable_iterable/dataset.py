@@ -14,6 +14,7 @@ import copy
 import os
 from typing import Any, Callable, Iterator
 
+from . import export
 from . import state as _state
 from .distributed import check_rank_splits, check_strategy, rank_shards, ranks_of
 from .features import (batched_features, decode_only_change, features_of_schema, file_features, infer_features,
@@ -97,6 +98,7 @@ class IterableDataset(_Base):
                                       "with_format(None) first, or select_columns on the iterable dataset")
         ds = cls(ArrowSource.from_hf(dataset, num_shards=num_shards), features=dataset.features)
         ds._info = dataset.info.copy()
+        ds._named_split = dataset.split
         if fmt.get("type") is not None:
             ds = ds.with_format(fmt["type"], **fmt.get("format_kwargs", {}))
         return ds
@@ -121,18 +123,37 @@ class IterableDataset(_Base):
         return ds._typed(features) if features is not None else ds
 
     @classmethod
-    def from_dict(cls, mapping: dict, features: Any = None, num_shards: int = 1) -> IterableDataset:
+    def from_dict(cls, mapping: dict, features: Any = None, info: Any = None, split: Any = None,
+                  num_shards: int = 1) -> IterableDataset:
         """Columns ``{name: [values]}`` held in memory (as HF: through an in-memory ``datasets.Dataset``)."""
         from datasets import Dataset
 
-        return cls.from_hf(Dataset.from_dict(mapping, features=features), num_shards=num_shards)
+        return cls.from_hf(Dataset.from_dict(mapping, features=features, info=info, split=split), num_shards=num_shards)
 
     @classmethod
-    def from_list(cls, mapping: list[dict], features: Any = None, num_shards: int = 1) -> IterableDataset:
+    def from_list(cls, mapping: list[dict], features: Any = None, info: Any = None, split: Any = None,
+                  num_shards: int = 1) -> IterableDataset:
         """Rows ``[{name: value}, ...]`` held in memory; the first row's keys are the columns (as HF)."""
         from datasets import Dataset
 
-        return cls.from_hf(Dataset.from_list(mapping, features=features), num_shards=num_shards)
+        return cls.from_hf(Dataset.from_list(mapping, features=features, info=info, split=split), num_shards=num_shards)
+
+    @classmethod
+    def from_pandas(cls, df: Any, features: Any = None, info: Any = None, split: Any = None,
+                    preserve_index: bool | None = None, num_shards: int = 1) -> IterableDataset:
+        """A ``pandas.DataFrame`` held in memory, typed as HF ``Dataset.from_pandas`` types it."""
+        from datasets import Dataset
+
+        return cls.from_hf(Dataset.from_pandas(df, features=features, info=info, split=split,
+                                               preserve_index=preserve_index), num_shards=num_shards)
+
+    @classmethod
+    def from_polars(cls, df: Any, features: Any = None, info: Any = None, split: Any = None) -> IterableDataset:
+        """A ``polars.DataFrame`` (or ``LazyFrame``, collected) held in memory, one shard, as HF."""
+        from datasets import Dataset
+
+        return cls.from_hf(Dataset.from_polars(df.collect() if hasattr(df, "collect") else df, features=features,
+                                               info=info, split=split))
 
     @classmethod
     def from_files(cls, paths: str | list[str], format: str | None = None, features: Any = None,
@@ -193,6 +214,17 @@ class IterableDataset(_Base):
     def from_csv(cls, paths: str | list[str], **reader_kwargs: Any) -> IterableDataset:
         return cls.from_files(paths, "csv", **reader_kwargs)
 
+    @classmethod
+    def from_text(cls, path_or_paths: str | list[str], split: Any = "train", features: Any = None,
+                  keep_in_memory: bool = False, keep_linebreaks: bool = False, sample_by: str = "line",
+                  **reader_kwargs: Any) -> IterableDataset:
+        """Text files read as HF's text builder reads them (a ``text`` column of lines, paragraphs
+        or whole documents), one shard per file. ``keep_in_memory`` is ignored (streamed, as HF)."""
+        ds = cls.from_files(path_or_paths, "text", features=features, keep_linebreaks=keep_linebreaks,
+                            sample_by=sample_by, **reader_kwargs)
+        ds._named_split = split if split is not None else "train"
+        return ds
+
     # ------------------------------------------------------------------ building on the pipeline
     @property
     def pipeline(self) -> Node:
@@ -233,6 +265,7 @@ class IterableDataset(_Base):
         new = type(self)(pipeline, features=features, column_names=column_names, _split=split, _epoch=self.epoch)
         new._format = self._format
         new._info = self._info
+        new._named_split = self._named_split
         return new
 
     # ------------------------------------------------------------------ chaining
@@ -606,6 +639,25 @@ class IterableDataset(_Base):
     homepage = property(lambda self: self.info.homepage, doc="``info.homepage``")
     license = property(lambda self: self.info.license, doc="``info.license``")
     size_in_bytes = property(lambda self: self.info.size_in_bytes, doc="``info.size_in_bytes``")
+    builder_name = property(lambda self: self.info.builder_name, doc="``info.builder_name``")
+    config_name = property(lambda self: self.info.config_name, doc="``info.config_name``")
+    version = property(lambda self: self.info.version, doc="``info.version``")
+    dataset_size = property(lambda self: self.info.dataset_size, doc="``info.dataset_size``")
+    download_size = property(lambda self: self.info.download_size, doc="``info.download_size``")
+    download_checksums = property(lambda self: self.info.download_checksums, doc="``info.download_checksums``")
+    supervised_keys = property(lambda self: self.info.supervised_keys, doc="``info.supervised_keys``")
+
+    _named_split: Any = None  # the split name of a HF dataset source or a from_* constructor, kept by derived datasets
+
+    @property
+    def split(self) -> Any:
+        """The split name (a ``datasets.NamedSplit`` or ``str``) the source was given, if any (as HF)."""
+        return self._named_split
+
+    @property
+    def num_columns(self) -> int | None:
+        """``len(column_names)``; ``None`` where the columns are unknown (e.g. after a ``map``), as HF."""
+        return len(self._column_names) if self._column_names is not None else None
 
     @property
     def column_names(self) -> list[str] | None:
@@ -668,29 +720,48 @@ class IterableDataset(_Base):
         self.load_state_dict(_state.load_state(path))
 
     # ------------------------------------------------------------------ features, as HF datasets knows them
+    # ------------------------------------------------------------------ exports (``export.py``): a fresh pass each
+    def to_list(self) -> list:
+        """All examples as a list of dicts, as HF. Like every ``to_*`` export, it reads a fresh pass of a
+        copy (this dataset's iteration and state are untouched; see ``export.py``)."""
+        return export.to_list(self)
+
+    def to_dict(self, batch_size: int | None = None, batched: bool = False) -> Any:
+        """All examples as columns ``{name: [values]}`` (``batched=True``: an iterator of one per batch)."""
+        return export.to_dict(self, batch_size, batched)
+
     def to_pandas(self, batch_size: int | None = None, batched: bool = False) -> Any:
         """All examples as one ``pandas.DataFrame`` (or, with ``batched=True``, an iterator of one
-        DataFrame per batch of ``batch_size``), typed with the dataset's features, as HF does.
-        Reads a fresh pass: this dataset's own iteration and state are untouched."""
-        from datasets.table import table_cast
+        DataFrame per batch of ``batch_size``), typed with the dataset's features, as HF does."""
+        return export.to_pandas(self, batch_size, batched)
 
-        features = self._features
-        tables = self.with_format("arrow").iter(batch_size or 1000)
+    def to_polars(self, batch_size: int | None = None, batched: bool = False, schema_overrides: dict | None = None,
+                  rechunk: bool = True) -> Any:
+        """All examples as one ``polars.DataFrame`` (``batched=True``: an iterator of one per batch)."""
+        return export.to_polars(self, batch_size, batched, schema_overrides, rechunk)
 
-        def typed(table: Any) -> Any:
-            if features is not None and table.schema != features.arrow_schema:
-                table = table_cast(table, features.arrow_schema)
-            return table
+    def to_csv(self, path_or_buf: Any, batch_size: int | None = None, storage_options: dict | None = None,
+               **to_csv_kwargs: Any) -> int:
+        """Write all examples to a CSV file (as HF, through ``pandas.DataFrame.to_csv``); bytes written."""
+        return export.to_file(self, "csv", path_or_buf, batch_size=batch_size, storage_options=storage_options,
+                              **to_csv_kwargs)
 
-        if batched:
-            return (typed(t).to_pandas() for t in tables)
-        import pyarrow as pa
+    def to_json(self, path_or_buf: Any, batch_size: int | None = None, storage_options: dict | None = None,
+                **to_json_kwargs: Any) -> int:
+        """Write all examples to a JSON Lines file (``lines=False``: JSON), as HF; bytes written."""
+        return export.to_file(self, "json", path_or_buf, batch_size=batch_size, storage_options=storage_options,
+                              **to_json_kwargs)
 
-        tables = [typed(t) for t in tables]
-        if not tables:
-            schema = features.arrow_schema if features is not None else pa.schema([])
-            return schema.empty_table().to_pandas()
-        return pa.concat_tables(tables).to_pandas()
+    def to_parquet(self, path_or_buf: Any, batch_size: int | None = None, storage_options: dict | None = None,
+                   **parquet_writer_kwargs: Any) -> int:
+        """Write all examples to a Parquet file (``batch_size``: rows per row group), as HF; bytes written."""
+        return export.to_file(self, "parquet", path_or_buf, batch_size=batch_size, storage_options=storage_options,
+                              **parquet_writer_kwargs)
+
+    def to_sql(self, name: str, con: Any, batch_size: int | None = None, **sql_writer_kwargs: Any) -> int:
+        """Write all examples to SQL table ``name`` (``con``: a URI or a sqlite3 / SQLAlchemy connection), as
+        HF; the number of rows written."""
+        return export.to_file(self, "sql", name, con, batch_size=batch_size, **sql_writer_kwargs)
 
     def resolve_features(self, n: int = 5) -> IterableDataset:
         """This dataset with ``features`` (and ``column_names``) known.

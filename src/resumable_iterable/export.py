@@ -1,0 +1,92 @@
+"""Reading a whole dataset out, as HF ``IterableDataset``'s ``to_list``, ``to_dict``, ``to_pandas``,
+``to_polars``, ``to_csv``, ``to_json``, ``to_parquet`` and ``to_sql`` do (the facade's methods
+delegate here).
+
+As in HF, the dataset is read as Arrow tables (``with_format("arrow").iter(batch_size)``), which
+are concatenated and handed to a map-style ``datasets.Dataset``, whose own method writes or
+converts them: the values, types and files are HF's. Each export reads a *fresh pass* over a copy
+of the dataset (the one ``with_format`` makes): the dataset's own iteration, its ``state_dict()``
+and a state loaded and not iterated yet are left as they were, and the whole dataset is read from
+its start (HF does the same). The pass is that of the dataset's rank split and current epoch
+(``set_epoch``; HF's copy reads epoch 0), in the order iterating the dataset would give.
+
+Differences from HF, on purpose: the tables are cast to the dataset's declared features (HF does
+that for ``to_pandas`` only), an empty dataset gives an empty result typed by its features (HF
+raises ``ArrowInvalid: Must pass at least one table``), ``batched=True`` without ``batch_size``
+reads batches of 1000 rows as HF documents (HF's iterable reads one batch of everything), and
+``to_parquet(batch_size=...)`` sets the row group size as HF documents (HF's iterable ignores it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+#: rows read at a time (HF's ``datasets.config.DEFAULT_MAX_BATCH_SIZE``)
+DEFAULT_BATCH_SIZE = 1000
+
+
+def tables(dataset: Any, batch_size: int | None = None) -> Iterator[Any]:
+    """The dataset's rows as ``pyarrow.Table`` s of ``batch_size`` rows (a fresh pass, see above),
+    cast to its features when they are known."""
+    from datasets.table import table_cast
+
+    features = dataset.features
+    schema = features.arrow_schema if features is not None else None
+    for table in dataset.with_format("arrow").iter(batch_size or DEFAULT_BATCH_SIZE):
+        if schema is not None and table.schema != schema:
+            table = table_cast(table, schema)
+        yield table
+
+
+def whole_table(dataset: Any, batch_size: int | None = None) -> Any:
+    """All the dataset's rows as one ``pyarrow.Table``; empty, it has the features' columns (or the
+    known column names, typed ``null``)."""
+    import pyarrow as pa
+
+    found = list(tables(dataset, batch_size))
+    if found:
+        return pa.concat_tables(found, promote_options="default")  # a column all None in one batch
+    if dataset.features is not None:
+        return dataset.features.arrow_schema.empty_table()
+    return pa.table({name: pa.array([], pa.null()) for name in dataset.column_names or []})
+
+
+def hf_dataset(table: Any, features: Any = None) -> Any:
+    """A map-style ``datasets.Dataset`` over ``table`` (not written anywhere), as HF's exports make."""
+    from datasets import Dataset, DatasetInfo
+
+    info = DatasetInfo(features=features.copy()) if features is not None else None
+    return Dataset(table, info=info, fingerprint="unset")
+
+
+def to_list(dataset: Any) -> list:
+    return hf_dataset(whole_table(dataset)).to_list()
+
+
+def to_dict(dataset: Any, batch_size: int | None = None, batched: bool = False) -> Any:
+    if batched:
+        return (hf_dataset(table).to_dict() for table in tables(dataset, batch_size))
+    return hf_dataset(whole_table(dataset)).to_dict()
+
+
+def to_pandas(dataset: Any, batch_size: int | None = None, batched: bool = False) -> Any:
+    features = dataset.features
+    if batched:
+        return (hf_dataset(table, features).to_pandas() for table in tables(dataset, batch_size))
+    return hf_dataset(whole_table(dataset), features).to_pandas()
+
+
+def to_polars(dataset: Any, batch_size: int | None = None, batched: bool = False, schema_overrides: dict | None = None,
+              rechunk: bool = True) -> Any:
+    if batched:
+        return (hf_dataset(table).to_polars(schema_overrides=schema_overrides, rechunk=rechunk)
+                for table in tables(dataset, batch_size))
+    return hf_dataset(whole_table(dataset)).to_polars(schema_overrides=schema_overrides, rechunk=rechunk)
+
+
+def to_file(dataset: Any, kind: str, *args: Any, **kwargs: Any) -> int:
+    """``datasets.Dataset.to_<kind>(*args, **kwargs)`` of the whole dataset (``csv``, ``json``,
+    ``parquet``, ``sql``): the number of bytes (``sql``: of rows) written, as HF returns."""
+    if kind not in ("csv", "json", "parquet", "sql"):
+        raise ValueError(f"unknown export {kind!r}")
+    return getattr(hf_dataset(whole_table(dataset)), f"to_{kind}")(*args, **kwargs)

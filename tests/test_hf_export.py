@@ -1,0 +1,264 @@
+"""HF ``IterableDataset``'s exports (``to_list`` / ``to_dict`` / ``to_pandas`` / ``to_polars`` /
+``to_csv`` / ``to_json`` / ``to_parquet`` / ``to_sql``), its in-memory and text constructors
+(``from_pandas`` / ``from_polars`` / ``from_text``) and its info attributes (``split``,
+``num_columns``, ``builder_name``...), each compared with HF ``datasets`` itself on the same input.
+Exports read a fresh pass: the dataset's own iteration and state stay as they were."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import datasets
+import pandas as pd
+import pytest
+from datasets import ClassLabel, DatasetInfo, Features, Value
+from datasets import IterableDataset as HFIterable
+
+import resumable_iterable as ri
+from harness import assert_resumes_exactly
+
+N = 2500  # more than one batch of the exports' 1000 rows
+DATA = {"id": list(range(N)), "label": ["pos", "neg"] * (N // 2), "x": [[i, i + 1] for i in range(N)]}
+FEATURES = Features({"id": Value("int32"), "label": ClassLabel(names=["neg", "pos"]), "x": [Value("float32")]})
+
+
+def rows(n):
+    for i in range(n):
+        yield {"a": i, "b": "s" * (i % 4)}
+
+
+def double(e):
+    return {"y": e["id"] * 2}
+
+
+PIPELINES = {
+    "declared": lambda M: M.IterableDataset.from_dict(DATA, features=FEATURES, num_shards=3),
+    "map": lambda M: M.IterableDataset.from_dict(DATA, num_shards=3).map(double),
+    "take": lambda M: M.IterableDataset.from_dict(DATA, features=FEATURES, num_shards=3).skip(3).take(7),
+    "generator": lambda M: M.IterableDataset.from_generator(rows, gen_kwargs={"n": 5}),
+}
+
+
+def same_frame(a, b):
+    return a.equals(b) and list(a.dtypes) == list(b.dtypes) and list(a.columns) == list(b.columns)
+
+
+@pytest.mark.parametrize("name", PIPELINES)
+def test_in_memory_exports_match_hf(name):
+    build = PIPELINES[name]
+    ours, hf = build(ri), build(datasets)
+    assert ours.to_list() == hf.to_list()
+    assert ours.to_dict() == hf.to_dict()
+    assert same_frame(ours.to_pandas(), hf.to_pandas())
+    for size in (1000, 700):
+        assert list(ours.to_dict(batch_size=size, batched=True)) == list(hf.to_dict(batch_size=size, batched=True))
+        got, want = list(ours.to_pandas(size, batched=True)), list(hf.to_pandas(size, batched=True))
+        assert len(got) == len(want) and all(same_frame(a, b) for a, b in zip(got, want))
+
+
+@pytest.mark.parametrize("name", PIPELINES)
+@pytest.mark.parametrize("kind,kwargs", [("csv", {}), ("csv", {"index": True, "sep": ";"}), ("json", {}),
+                                         ("json", {"lines": False, "orient": "records"}), ("parquet", {}),
+                                         ("parquet", {"compression": "gzip"})])
+def test_file_exports_write_what_hf_writes(tmp_path, name, kind, kwargs):
+    build = PIPELINES[name]
+    out = {}
+    for lib in (ri, datasets):
+        path = tmp_path / f"{lib.__name__}.{kind}"
+        try:
+            written = getattr(build(lib), f"to_{kind}")(str(path), **kwargs)
+        except Exception as e:  # noqa: BLE001 - HF refuses some (lines=False on several batches): so do we
+            out[lib] = (type(e), str(e))
+        else:
+            out[lib] = (written, path.read_bytes())
+    assert out[ri] == out[datasets]
+
+
+@pytest.mark.parametrize("name", PIPELINES)
+def test_to_sql_writes_what_hf_writes(name):
+    build = PIPELINES[name]
+    out = {}
+    for lib in (ri, datasets):
+        ds = build(lib)
+        if "x" in (ds.column_names or []):
+            ds = ds.remove_columns("x")  # lists: not a SQL type
+        con = sqlite3.connect(":memory:")
+        written = ds.to_sql("t", con)
+        out[lib] = (written, con.execute("select * from t").fetchall())
+    assert out[ri] == out[datasets]
+
+
+def test_to_polars_matches_hf():
+    pl = pytest.importorskip("polars")
+    ours, hf = PIPELINES["map"](ri), PIPELINES["map"](datasets)
+    assert ours.to_polars().equals(hf.to_polars())
+    got, want = list(ours.to_polars(batch_size=1000, batched=True)), list(hf.to_polars(batch_size=1000, batched=True))
+    assert len(got) == 3 and all(a.equals(b) for a, b in zip(got, want))
+    assert ours.to_polars(schema_overrides={"id": pl.Int32}).dtypes[0] == pl.Int32
+
+
+def test_to_polars_without_polars_raises_as_hf():
+    try:
+        import polars  # noqa: F401
+    except ImportError:
+        with pytest.raises(ValueError, match="Polars needs to be installed"):
+            ri.IterableDataset.from_dict({"a": [1]}).to_polars()
+    else:
+        pytest.skip("polars is installed")
+
+
+def shuffled():
+    return ri.IterableDataset.from_dict(DATA, num_shards=5).shuffle(seed=3, buffer_size=50).map(double)
+
+
+EXPORTS = {
+    "to_list": lambda ds, tmp: ds.to_list(),
+    "to_dict": lambda ds, tmp: ds.to_dict(),
+    "to_dict_batched": lambda ds, tmp: list(ds.to_dict(batch_size=100, batched=True)),
+    "to_pandas": lambda ds, tmp: ds.to_pandas().to_dict("records"),
+    "to_csv": lambda ds, tmp: ds.to_csv(str(tmp / "out.csv")),
+    "to_json": lambda ds, tmp: ds.to_json(str(tmp / "out.jsonl")),
+    "to_parquet": lambda ds, tmp: ds.to_parquet(str(tmp / "out.parquet")),
+    "to_sql": lambda ds, tmp: ds.to_sql("t", sqlite3.connect(":memory:")),
+}
+
+
+@pytest.mark.parametrize("export", EXPORTS)
+def test_exports_leave_the_iteration_and_its_state_alone(tmp_path, export):
+    whole = list(shuffled())
+    ds = shuffled()
+    it = iter(ds)
+    first = [next(it) for _ in range(123)]
+    state = ds.state_dict()
+    EXPORTS[export](ds, tmp_path)
+    assert ds.state_dict() == state
+    assert first + list(it) == whole  # the iteration goes on where it was
+    assert ds.to_list() == whole  # every example, from the start, after the pass ended too
+
+
+@pytest.mark.parametrize("export", EXPORTS)
+def test_exports_read_the_whole_dataset_over_a_loaded_state(tmp_path, export):
+    whole = list(shuffled())
+    donor = shuffled()
+    it = iter(donor)
+    for _ in range(77):
+        next(it)
+    ds = shuffled()
+    ds.load_state_dict(donor.state_dict())
+    EXPORTS[export](ds, tmp_path)
+    assert list(ds) == whole[77:]  # the loaded state is still resumed after the export
+    loaded = shuffled()
+    loaded.load_state_dict(donor.state_dict())
+    assert loaded.to_list() == whole
+
+
+def test_hf_exports_leave_the_iteration_alone_too():
+    hf = HFIterable.from_dict(DATA, num_shards=5)
+    it = iter(hf)
+    first = [next(it) for _ in range(10)]
+    state = hf.state_dict()
+    assert len(hf.to_list()) == N and hf.state_dict() == state
+    assert first + list(it) == list(HFIterable.from_dict(DATA, num_shards=5))
+
+
+def test_exports_read_the_current_epoch_and_the_rank():
+    ds = shuffled()
+    ds.set_epoch(2)
+    assert ds.to_list() == list(ds)  # a fresh pass of epoch 2 (HF's copy reads epoch 0)
+    assert ds.to_list() != shuffled().to_list()
+    rank = ri.split_dataset_by_node(shuffled(), rank=1, world_size=5)
+    assert rank.to_list() == list(rank) and len(rank.to_list()) == N // 5
+    formatted = shuffled().with_format("torch")
+    assert formatted.to_list() == shuffled().to_list()  # exports are of values, whatever the format
+
+
+def test_an_empty_dataset_exports_empty_typed_results(tmp_path):
+    # HF raises ArrowInvalid "Must pass at least one table"
+    empty = ri.IterableDataset.from_dict(DATA, features=FEATURES).filter(lambda e: False)
+    assert empty.to_list() == []
+    assert empty.to_dict() == {"id": [], "label": [], "x": []}
+    assert list(empty.to_pandas().columns) == ["id", "label", "x"]
+    empty.to_parquet(str(tmp_path / "e.parquet"))
+    back = ri.IterableDataset.from_parquet(str(tmp_path / "e.parquet"))
+    assert list(back) == [] and back.features == FEATURES
+    assert ri.IterableDataset.from_generator(rows, gen_kwargs={"n": 0}).to_dict() == {}
+
+
+def test_parquet_export_round_trips_features_and_row_groups(tmp_path):
+    import pyarrow.parquet as pq
+
+    ds = PIPELINES["declared"](ri)
+    ds.to_parquet(str(tmp_path / "a.parquet"), batch_size=1000)
+    assert pq.ParquetFile(tmp_path / "a.parquet").num_row_groups == 3
+    back = ri.IterableDataset.from_parquet(str(tmp_path / "a.parquet"))
+    assert back.features == FEATURES and list(back) == list(ds)
+
+
+# ------------------------------------------------------------------ constructors and info
+FRAME = pd.DataFrame({"a": [1, 2, 3, 4], "b": ["x", None, "z", "w"], "f": [0.5, 1.0, 1.5, 2.0]}, index=[10, 11, 12, 13])
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"preserve_index": False}, {"preserve_index": True},
+                                    {"features": Features({"a": Value("int32"), "b": Value("string"),
+                                                           "f": Value("float32")}), "preserve_index": False},
+                                    {"num_shards": 2}], ids=["default", "no_index", "index", "features", "shards"])
+def test_from_pandas_matches_hf(kwargs):
+    ours, hf = ri.IterableDataset.from_pandas(FRAME, **kwargs), HFIterable.from_pandas(FRAME, **kwargs)
+    assert list(ours) == list(hf)
+    assert ours.features == hf.features and ours.column_names == hf.column_names
+    assert ours.num_columns == hf.num_columns and ours.num_shards == hf.num_shards
+    assert_resumes_exactly(lambda: ri.IterableDataset.from_pandas(FRAME, **kwargs).shuffle(seed=0, buffer_size=2))
+
+
+def test_from_polars_matches_hf():
+    pl = pytest.importorskip("polars")
+    frame = pl.DataFrame({"a": [1, 2, 3], "b": ["x", None, "z"]})
+    for source in (frame, frame.lazy()):
+        ours, hf = ri.IterableDataset.from_polars(source), HFIterable.from_polars(source)
+        assert list(ours) == list(hf) and ours.num_shards == hf.num_shards == 1
+    assert_resumes_exactly(lambda: ri.IterableDataset.from_polars(frame))
+
+
+TEXT = {"a.txt": "hello\nworld\n\npara two\n", "b.txt": "a b\nc\n\n\nd e f"}
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"sample_by": "paragraph"}, {"sample_by": "document"},
+                                    {"keep_linebreaks": True}, {"sample_by": "paragraph", "keep_linebreaks": True},
+                                    {"split": "validation"}, {"features": Features({"line": Value("string")})},
+                                    {"keep_in_memory": True}])
+def test_from_text_matches_hf(tmp_path, kwargs):
+    paths = []
+    for name, text in TEXT.items():
+        (tmp_path / name).write_text(text)
+        paths.append(str(tmp_path / name))
+    for given in (paths[0], paths):
+        ours, hf = ri.IterableDataset.from_text(given, **kwargs), HFIterable.from_text(given, **kwargs)
+        assert list(ours) == list(hf)
+        assert ours.split == hf.split and ours.num_shards == hf.num_shards
+    assert_resumes_exactly(lambda: ri.IterableDataset.from_text(paths, **kwargs))
+
+
+INFO_ATTRIBUTES = ["builder_name", "config_name", "version", "dataset_size", "download_size", "download_checksums",
+                   "supervised_keys", "description", "citation", "homepage", "license", "size_in_bytes"]
+
+
+def test_info_attributes_and_split_of_a_hf_dataset_source():
+    info = DatasetInfo(description="d", builder_name="b", config_name="c", version="1.2.3", dataset_size=10,
+                       download_size=20, download_checksums={"f": {"num_bytes": 1}}, license="mit")
+    hf = datasets.Dataset.from_dict({"a": [1, 2]}, info=info, split="test")
+    ours = ri.to_iterable_dataset(hf)
+    for name in INFO_ATTRIBUTES:
+        assert getattr(ours, name) == getattr(hf, name), name
+    assert ours.split == "test"  # HF's to_iterable_dataset drops the split; ours keeps the source's
+    derived = ours.map(lambda e: e).shuffle(seed=0).take(1)
+    assert derived.split == "test" and derived.builder_name == "b" and str(derived.version) == "1.2.3"
+    assert ri.IterableDataset.from_dict({"a": [1]}, info=info, split="train").split == "train"
+
+
+def test_info_attributes_of_a_dataset_without_info_match_hf():
+    ours, hf = ri.IterableDataset.from_dict({"a": [1], "b": [2]}), HFIterable.from_dict({"a": [1], "b": [2]})
+    for name in INFO_ATTRIBUTES + ["split", "num_columns"]:
+        assert getattr(ours, name) == getattr(hf, name), name
+    assert ours.num_columns == 2
+    assert ours.map(lambda e: {"c": 1}).num_columns is None is hf.map(lambda e: {"c": 1}).num_columns
+    assert ours.select_columns("a").num_columns == 1
