@@ -23,7 +23,8 @@ def test_the_facade_holds_a_description_and_one_session():
     state = ds.state_dict()
     ds.load_state_dict(state)
     assert isinstance(ds.session, IterationSession)
-    assert set(vars(ds)) <= {"_node", "_features", "_column_names", "_split", "_session", "_format", "_info"}
+    assert set(vars(ds)) <= {"_node", "_features", "_column_names", "_split", "_session", "_format", "_info",
+                             "_named_split"}
 
 
 def test_a_shallow_copy_iterates_and_keeps_its_epoch_on_its_own():
