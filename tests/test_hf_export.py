@@ -262,3 +262,117 @@ def test_info_attributes_of_a_dataset_without_info_match_hf():
     assert ours.num_columns == 2
     assert ours.map(lambda e: {"c": 1}).num_columns is None is hf.map(lambda e: {"c": 1}).num_columns
     assert ours.select_columns("a").num_columns == 1
+
+
+# ------------------------------------------------------------------ push_to_hub, against a Hub mocked in process
+class FakeHfApi:
+    """Stands for ``huggingface_hub.HfApi`` where ``datasets`` uses it: records the uploaded files."""
+
+    uploads: dict = {}
+    commits: list = []
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def repo_info(self, repo_id, repo_type=None, revision=None, **kwargs):  # an existing, empty repo
+        return type("Info", (), {"id": repo_id, "sha": "0" * 40})()
+
+    def create_branch(self, *args, **kwargs):
+        pass
+
+    def preupload_lfs_files(self, repo_id, additions, **kwargs):
+        for add in additions:
+            with open(add.path_or_fileobj, "rb") as f:
+                FakeHfApi.uploads[add.path_in_repo] = f.read()
+
+    def create_commit(self, repo_id, operations, **kwargs):
+        files = {}
+        for op in operations:
+            data = op.path_or_fileobj
+            files[op.path_in_repo] = data if isinstance(data, bytes) else FakeHfApi.uploads[op.path_in_repo]
+        FakeHfApi.commits.append((repo_id, files, kwargs))
+        return type("CommitInfo", (), {"oid": "1" * 40})()
+
+
+@pytest.fixture
+def fake_hub(monkeypatch):
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    import datasets.arrow_dataset
+    import datasets.iterable_dataset
+
+    memory = MemoryFileSystem()  # the repo's files before the push: none
+
+    class FakeHfFileSystem:
+        _cache: dict = {}
+
+        def __new__(cls, *args, **kwargs):
+            return memory
+
+    FakeHfApi.uploads, FakeHfApi.commits = {}, []
+    for module in (datasets.arrow_dataset, datasets.iterable_dataset):
+        monkeypatch.setattr(module, "HfApi", FakeHfApi, raising=False)
+        monkeypatch.setattr(module, "HfFileSystem", FakeHfFileSystem, raising=False)
+    yield FakeHfApi
+    memory.store.clear()
+
+
+def pushed(api, build, **kwargs):
+    """What ``build().push_to_hub`` committed: Parquet files as rows, the card without its sizes."""
+    import io
+    import re
+
+    import pyarrow.parquet as pq
+
+    api.uploads.clear(), api.commits.clear()
+    build().push_to_hub("user/repo", **kwargs)
+    (repo, files, commit), = api.commits
+    out = {}
+    for name, data in files.items():
+        if name.endswith(".parquet"):
+            table = pq.read_table(io.BytesIO(data))
+            out[name] = (table.to_pylist(), table.schema.metadata)
+        else:  # sizes: HF's iterable counts Parquet's uncompressed bytes, we Arrow's (as HF's map-style
+            # push); the download size follows the files, which differ when the rows are split otherwise
+            out[name] = re.sub(r"(num_bytes|dataset_size|download_size): \d+", r"\1: N", data.decode())
+    return repo, out, commit
+
+
+PUSHES = {
+    "shards": (lambda M: M.IterableDataset.from_dict({"a": list(range(N)), "b": ["x"] * N}, num_shards=3), {}),
+    "features_split_config": (PIPELINES["declared"], {"split": "test", "config_name": "c1", "num_shards": 2}),
+    "map": (PIPELINES["map"], {"commit_message": "hello", "data_dir": "d"}),
+    "max_shard_size": (lambda M: M.IterableDataset.from_dict({"a": list(range(N))}, num_shards=3),
+                       {"max_shard_size": "10KB"}),
+}
+
+
+@pytest.mark.parametrize("name", PUSHES)
+def test_push_to_hub_uploads_what_hf_uploads(fake_hub, name):
+    build, kwargs = PUSHES[name]
+    ours = pushed(fake_hub, lambda: build(ri), **kwargs)
+    hf = pushed(fake_hub, lambda: build(datasets), **kwargs)
+    assert "README.md" in ours[1] and any(f.endswith(".parquet") for f in ours[1])
+    if name != "features_split_config":
+        assert ours == hf
+        return
+    # 2 files of 3 shards: HF's iterable writes whole shards per file (2 + 1), we split the rows evenly;
+    # the same files, card and rows in the same order
+    assert ours[0] == hf[0] and ours[2] == hf[2] and sorted(ours[1]) == sorted(hf[1])
+    assert ours[1]["README.md"] == hf[1]["README.md"]
+    rows = {lib: [r for f in sorted(files) if f.endswith(".parquet") for r in files[f][0]]
+            for lib, files in (("ours", ours[1]), ("hf", hf[1]))}
+    assert rows["ours"] == rows["hf"] and len(rows["ours"]) == N
+
+
+def test_push_to_hub_keeps_the_split_and_leaves_the_iteration_alone(fake_hub):
+    ds = ri.IterableDataset.from_dict({"a": list(range(10))}, split="validation", num_shards=2)
+    it = iter(ds)
+    first = [next(it) for _ in range(3)]
+    state = ds.state_dict()
+    repo, files, _ = pushed(fake_hub, lambda: ds)
+    assert sorted(files) == ["README.md", "data/validation-00000-of-00002.parquet",
+                             "data/validation-00001-of-00002.parquet"]
+    assert ds.state_dict() == state and first + list(it) == [{"a": i} for i in range(10)]
+    with pytest.raises(ValueError, match="either max_shard_size or num_shards"):
+        ds.push_to_hub("user/repo", max_shard_size="1MB", num_shards=2)

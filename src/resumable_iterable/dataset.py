@@ -721,6 +721,18 @@ class IterableDataset(_Base):
 
     # ------------------------------------------------------------------ features, as HF datasets knows them
     # ------------------------------------------------------------------ exports (``export.py``): a fresh pass each
+    def push_to_hub(self, repo_id: str, config_name: str = "default", set_default: bool | None = None,
+                    split: str | None = None, data_dir: str | None = None, commit_message: str | None = None,
+                    commit_description: str | None = None, private: bool | None = None, token: str | None = None,
+                    revision: str | None = None, create_pr: bool | None = False, max_shard_size: Any = None,
+                    num_shards: int | None = None, embed_external_files: bool = True, num_proc: int | None = None) -> Any:
+        """Upload the dataset to the Hub as Parquet files with a dataset card, as HF (``export.py``)."""
+        return export.push_to_hub(self, repo_id, config_name=config_name, set_default=set_default, split=split,
+                                  data_dir=data_dir, commit_message=commit_message,
+                                  commit_description=commit_description, private=private, token=token,
+                                  revision=revision, create_pr=create_pr, max_shard_size=max_shard_size,
+                                  num_shards=num_shards, embed_external_files=embed_external_files, num_proc=num_proc)
+
     def to_list(self) -> list:
         """All examples as a list of dicts, as HF. Like every ``to_*`` export, it reads a fresh pass of a
         copy (this dataset's iteration and state are untouched; see ``export.py``)."""

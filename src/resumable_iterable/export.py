@@ -1,6 +1,6 @@
 """Reading a whole dataset out, as HF ``IterableDataset``'s ``to_list``, ``to_dict``, ``to_pandas``,
-``to_polars``, ``to_csv``, ``to_json``, ``to_parquet`` and ``to_sql`` do (the facade's methods
-delegate here).
+``to_polars``, ``to_csv``, ``to_json``, ``to_parquet``, ``to_sql`` and ``push_to_hub`` do (the
+facade's methods delegate here).
 
 As in HF, the dataset is read as Arrow tables (``with_format("arrow").iter(batch_size)``), which
 are concatenated and handed to a map-style ``datasets.Dataset``, whose own method writes or
@@ -90,3 +90,41 @@ def to_file(dataset: Any, kind: str, *args: Any, **kwargs: Any) -> int:
     if kind not in ("csv", "json", "parquet", "sql"):
         raise ValueError(f"unknown export {kind!r}")
     return getattr(hf_dataset(whole_table(dataset)), f"to_{kind}")(*args, **kwargs)
+
+
+def push_to_hub(dataset: Any, repo_id: str, *, max_shard_size: Any = None, num_shards: int | None = None,
+                **kwargs: Any) -> Any:
+    """HF ``push_to_hub``: the dataset is written (a fresh pass, as the other exports) to a temporary
+    Arrow file, a batch at a time, and that file, memory-mapped as a map-style ``datasets.Dataset``
+    with this dataset's info and split, is pushed by HF's own ``Dataset.push_to_hub`` (Parquet
+    shards, dataset card, configs; ``huggingface_hub`` does the uploads). Without ``num_shards`` or
+    ``max_shard_size``, as many Parquet files as the dataset has shards (as HF's iterable), rows
+    split evenly among them in order. Needs disk space for one copy of the dataset, not memory."""
+    if max_shard_size is not None and num_shards is not None:  # before reading anything (HF's message)
+        raise ValueError("Failed to push_to_hub: please specify either max_shard_size or num_shards, but not both.")
+    if max_shard_size is None and num_shards is None:
+        num_shards = dataset.num_shards
+    import os
+    import tempfile
+
+    import pyarrow as pa
+    from datasets import Dataset
+
+    info = dataset.info
+    with tempfile.TemporaryDirectory(prefix="resumable_iterable_push_") as tmp:
+        path = os.path.join(tmp, "data.arrow")
+        writer, schema = None, None
+        with open(path, "wb") as sink:
+            for table in tables(dataset):
+                if writer is None:
+                    writer, schema = pa.ipc.new_stream(sink, table.schema), table.schema
+                elif table.schema != schema:
+                    table = table.cast(schema)  # unknown features: typed by the first batch
+                writer.write_table(table)
+            if writer is None:  # empty: its features' (or columns') empty table
+                table = whole_table(dataset)
+                writer = pa.ipc.new_stream(sink, table.schema)
+                writer.write_table(table)
+            writer.close()
+        hf = Dataset.from_file(path, info=info if info.features is not None else None, split=dataset.split)
+        return hf.push_to_hub(repo_id, max_shard_size=max_shard_size, num_shards=num_shards, **kwargs)

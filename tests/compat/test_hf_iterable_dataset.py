@@ -66,7 +66,6 @@ WORKER_DRAWS = ("deliberate difference: other random draws. HF's assertion (no r
                 "streams each of the ~870 runs is all-one-input with probability 1/1000, and our draws give 4 such "
                 "runs. The property it stands for (each worker draws its own stream) is "
                 "test_iterable_dataset_interleave_dataset_with_multiple_workers_streams")
-PUSH_TO_HUB = "missing API: push_to_hub"
 
 
 def xfail(reason: str):
@@ -1221,7 +1220,6 @@ def test_iterable_dataset():
     assert list(dataset) == expected
 
 
-@xfail(PUSH_TO_HUB)
 def test_iterable_dataset_push_to_hub_max_shard_size_and_num_shards_are_mutually_exclusive():
     dataset = ri.IterableDataset.from_generator(lambda: iter([{"id": 0}]))
     with pytest.raises(ValueError, match="either max_shard_size or num_shards"):
