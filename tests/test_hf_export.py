@@ -238,6 +238,24 @@ def test_from_text_matches_hf(tmp_path, kwargs):
     assert_resumes_exactly(lambda: ri.IterableDataset.from_text(paths, **kwargs))
 
 
+@pytest.mark.parametrize("fmt", ["csv", "json", "parquet"])
+@pytest.mark.parametrize("kwargs", [{}, {"split": "test"}, {"keep_in_memory": True}, {"features": "int32"}])
+def test_file_constructors_take_hf_arguments(tmp_path, fmt, kwargs):
+    # HF's from_csv / from_json / from_parquet take split=, features=, keep_in_memory= (ours refused them)
+    frame = pd.DataFrame({"a": [1, 2, 3], "b": ["x", "y", "z"]})
+    path = str(tmp_path / f"data.{fmt}")
+    {"csv": lambda: frame.to_csv(path, index=False), "json": lambda: frame.to_json(path, orient="records", lines=True),
+     "parquet": lambda: frame.to_parquet(path, index=False)}[fmt]()
+    if kwargs.get("features"):
+        kwargs = {"features": Features({"a": Value("int32"), "b": Value("string")})}
+    ours = getattr(ri.IterableDataset, f"from_{fmt}")(path, **kwargs)
+    hf = getattr(HFIterable, f"from_{fmt}")(path, **kwargs)
+    assert list(ours) == list(hf) and ours.split == hf.split
+    if "features" in kwargs:
+        assert ours.features == hf.features == kwargs["features"]
+    assert getattr(ri.IterableDataset, f"from_{fmt}")(path_or_paths=[path, path]).num_shards == 2
+
+
 INFO_ATTRIBUTES = ["builder_name", "config_name", "version", "dataset_size", "download_size", "download_checksums",
                    "supervised_keys", "description", "citation", "homepage", "license", "size_in_bytes"]
 

@@ -194,12 +194,16 @@ class IterableDataset(_Base):
         return ds if features is None else ds.cast(features)
 
     @classmethod
-    def from_parquet(cls, paths: str | list[str]) -> IterableDataset:
-        return cls.from_files(paths, "parquet")
+    def from_parquet(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
+                     keep_in_memory: bool = False, **reader_kwargs: Any) -> IterableDataset:
+        """Parquet files, as HF's (reader options such as ``columns=``, ``filters=``). Like every
+        ``from_<format>``: split ``"train"`` unless given, ``keep_in_memory`` ignored (streamed), as HF."""
+        return cls.from_files(path_or_paths, "parquet", features=features, **reader_kwargs)._with_split(split)
 
     @classmethod
-    def from_arrow(cls, paths: str | list[str]) -> IterableDataset:
-        return cls.from_files(paths, "arrow")
+    def from_arrow(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
+                   keep_in_memory: bool = False, **reader_kwargs: Any) -> IterableDataset:
+        return cls.from_files(path_or_paths, "arrow", features=features, **reader_kwargs)._with_split(split)
 
     @classmethod
     def from_file(cls, filename: str | os.PathLike) -> IterableDataset:
@@ -207,23 +211,28 @@ class IterableDataset(_Base):
         return cls.from_files(filename, "arrow")
 
     @classmethod
-    def from_json(cls, paths: str | list[str], **reader_kwargs: Any) -> IterableDataset:
-        return cls.from_files(paths, "json", **reader_kwargs)
+    def from_json(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
+                  keep_in_memory: bool = False, **reader_kwargs: Any) -> IterableDataset:
+        return cls.from_files(path_or_paths, "json", features=features, **reader_kwargs)._with_split(split)
 
     @classmethod
-    def from_csv(cls, paths: str | list[str], **reader_kwargs: Any) -> IterableDataset:
-        return cls.from_files(paths, "csv", **reader_kwargs)
+    def from_csv(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
+                 keep_in_memory: bool = False, **reader_kwargs: Any) -> IterableDataset:
+        return cls.from_files(path_or_paths, "csv", features=features, **reader_kwargs)._with_split(split)
 
     @classmethod
-    def from_text(cls, path_or_paths: str | list[str], split: Any = "train", features: Any = None,
+    def from_text(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
                   keep_in_memory: bool = False, keep_linebreaks: bool = False, sample_by: str = "line",
                   **reader_kwargs: Any) -> IterableDataset:
         """Text files read as HF's text builder reads them (a ``text`` column of lines, paragraphs
-        or whole documents), one shard per file. ``keep_in_memory`` is ignored (streamed, as HF)."""
-        ds = cls.from_files(path_or_paths, "text", features=features, keep_linebreaks=keep_linebreaks,
-                            sample_by=sample_by, **reader_kwargs)
-        ds._named_split = split if split is not None else "train"
-        return ds
+        or whole documents), one shard per file."""
+        return cls.from_files(path_or_paths, "text", features=features, keep_linebreaks=keep_linebreaks,
+                              sample_by=sample_by, **reader_kwargs)._with_split(split)
+
+    def _with_split(self, split: Any) -> IterableDataset:
+        """This dataset named as split ``split`` (``"train"`` if ``None``, as HF's file readers)."""
+        self._named_split = split if split is not None else "train"
+        return self
 
     # ------------------------------------------------------------------ building on the pipeline
     @property
