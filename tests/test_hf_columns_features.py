@@ -88,6 +88,8 @@ def test_cast_column_of_unknown_columns_keeps_the_others():
     # HF raises TypeError here (no features to update); ours casts the column and keeps the rest
     ours = ri.IterableDataset.from_generator(gen_rows, gen_kwargs={"n": 4}).cast_column("a", Value("float32"))
     assert list(ours) == [{"a": 0.0, "b": "b0"}, {"a": 1.0}, {"a": 2.0, "b": "b2"}, {"a": 3.0}]
+    # and so does decode() on top of it (which re-applies the features below that cast)
+    assert list(ours.decode(False)) == list(ours.decode(True, num_threads=2)) == list(ours)
 
 
 def gen_rows(n):

@@ -360,9 +360,10 @@ class IterableDataset(_Base):
         return self._columns("rename", column_mapping)
 
     # ------------------------------------------------------------------ HF features and columns
-    def _typed(self, features: Any) -> IterableDataset:
+    def _typed(self, features: Any, keep_other_columns: bool = False) -> IterableDataset:
         """This dataset with ``features`` applied to every example (see ``nodes/typed.py``)."""
-        node = MapNode(self._node.clone(), ApplyFeatures(features, json_as_text(self._features, features)))
+        node = MapNode(self._node.clone(), ApplyFeatures(features, json_as_text(self._features, features),
+                                                         keep_other_columns=keep_other_columns))
         return self._derive(node, features=features, column_names=list(features))
 
     def cast(self, features: Any) -> IterableDataset:
@@ -389,9 +390,7 @@ class IterableDataset(_Base):
             raise ValueError(f"cast_column({column!r}) needs the dataset's features, which are unknown here "
                              "(e.g. after a map): use cast(features) with every column")
         else:  # columns unknown (e.g. from a generator): the other columns stay as they are
-            features = Features({column: feature})
-            return self._derive(MapNode(self._node.clone(), ApplyFeatures(features, keep_other_columns=True)),
-                                features=features, column_names=list(features))
+            return self._typed(Features({column: feature}), keep_other_columns=True)
         return self._with_features(features)
 
     def decode(self, enable: bool = True, num_threads: int | None = 0) -> IterableDataset:
@@ -416,25 +415,25 @@ class IterableDataset(_Base):
             return Features({k: map_feature(v, set_decode) for k, v in self._features.items()})
 
         features = with_decode(enable)
-        base, node = self, self._node
+        base, node, keep = self, self._node, False
         if isinstance(node, MapNode) and isinstance(node.function, ApplyFeatures):
             # the examples below that map are not decoded yet: decode them the new way there (as HF,
             # which applies its features once), not on top of the old decoding
-            base = self._derive(node.children[0], features=self._features)
+            base, keep = self._derive(node.children[0], features=self._features), node.function.keep_other_columns
         if not (enable and threads) or not any(require_decoding(f) for f in features.values()):
-            return base._with_features(features)  # no threads, or nothing to decode
-        below = base._with_features(with_decode(False))
-        typed = MapNode(below._node.clone(), ApplyFeatures(features), threads=threads)
+            return base._with_features(features, keep)  # no threads, or nothing to decode
+        below = base._with_features(with_decode(False), keep)
+        typed = MapNode(below._node.clone(), ApplyFeatures(features, keep), threads=threads)
         return below._derive(typed, features=features, column_names=list(features))
 
-    def _with_features(self, features: Any) -> IterableDataset:
+    def _with_features(self, features: Any, keep_other_columns: bool = False) -> IterableDataset:
         node = self._node
         if isinstance(node, (ArrowSource, FileSource)) and sorted(features) == sorted(node.features or {}):
             # a source decodes its own media columns: give it the new features when only
             # the decoding of media columns changes, so no example is decoded and re-encoded
             if decode_only_change(node.features, features):
                 return self._derive(node.with_features(features), features=features, column_names=list(features))
-        return self._typed(features)
+        return self._typed(features, keep_other_columns)
 
     def add_column(self, name: str, column: Any) -> IterableDataset:
         """Add a column whose value for example ``i`` is ``column[i]`` (as HF: by the map index).
