@@ -423,7 +423,7 @@ class IterableDataset(_Base):
         if not (enable and threads) or not any(require_decoding(f) for f in features.values()):
             return base._with_features(features, keep)  # no threads, or nothing to decode
         below = base._with_features(with_decode(False), keep)
-        typed = MapNode(below._node.clone(), ApplyFeatures(features, keep), threads=threads)
+        typed = MapNode(below._node.clone(), ApplyFeatures(features, keep_other_columns=keep), threads=threads)
         return below._derive(typed, features=features, column_names=list(features))
 
     def _with_features(self, features: Any, keep_other_columns: bool = False) -> IterableDataset:
