@@ -282,6 +282,31 @@ def test_info_attributes_of_a_dataset_without_info_match_hf():
     assert ours.select_columns("a").num_columns == 1
 
 
+
+def test_load_dataset_names_each_split_as_hf(tmp_path):
+    """``load_dataset`` of files, a folder of splits or an imagefolder: each split's ``split`` is its
+    name, as HF's (ours said ``None``)."""
+    from PIL import Image
+
+    for s in ("train", "test"):
+        (tmp_path / "files").mkdir(exist_ok=True)
+        (tmp_path / "files" / f"{s}.jsonl").write_text('{"a": 1}\n')
+        (tmp_path / "img" / s / "cat").mkdir(parents=True)
+        Image.new("RGB", (2, 2)).save(tmp_path / "img" / s / "cat" / "x.png")
+    jsonl = str(tmp_path / "files" / "train.jsonl")
+    cases = [(("json",), {"data_files": jsonl, "split": "train"}),
+             (("json",), {"data_files": {"validation": jsonl}, "split": "validation"}),
+             ((str(tmp_path / "files"),), {"split": "test"}),
+             (("imagefolder",), {"data_dir": str(tmp_path / "img"), "split": "test"}),
+             ((str(tmp_path / "files"),), {})]
+    for args, kwargs in cases:
+        ours = ri.load_dataset(*args, **kwargs)
+        hf = datasets.load_dataset(*args, streaming=True, **kwargs)
+        if "split" in kwargs:
+            ours, hf = {"one": ours}, {"one": hf}
+        assert {k: d.split for k, d in ours.items()} == {k: d.split for k, d in hf.items()}, (args, kwargs)
+        assert all(d.map(lambda e: e).split == d.split for d in ours.values())
+
 # ------------------------------------------------------------------ push_to_hub, against a Hub mocked in process
 class FakeHfApi:
     """Stands for ``huggingface_hub.HfApi`` where ``datasets`` uses it: records the uploaded files."""

@@ -51,8 +51,10 @@ class IterableDataset(_Base):
     """A lazy, resumable iterable dataset (see the package docs for the state contract)."""
 
     def __init__(self, node: Node, *, features: Any = None, column_names: list[str] | None = None,
-                 _split: tuple = (), _epoch: int = 0):
+                 split: Any = None, _split: tuple = (), _epoch: int = 0):
         self._node = node
+        if split is not None:  # its name, as HF's ``split=`` (the rank splits are ``_split``)
+            self._named_split = split
         self._features = features
         self._column_names = list(column_names) if column_names is not None else (
             list(features) if features is not None else None)
@@ -157,9 +159,10 @@ class IterableDataset(_Base):
 
     @classmethod
     def from_files(cls, paths: str | list[str], format: str | None = None, features: Any = None,
-                   **reader_kwargs: Any) -> IterableDataset:
+                   split: Any = None, **reader_kwargs: Any) -> IterableDataset:
         """Data files, one shard per file. ``features``: HF features to cast the rows to, as HF's
-        builders do (for CSV, also the types pandas parses the columns as: ``"00123"`` stays a string)."""
+        builders do (for CSV, also the types pandas parses the columns as: ``"00123"`` stays a string).
+        ``split``: the split's name (``load_dataset`` gives it)."""
         paths = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else [os.fspath(p) for p in paths]
         if not paths:  # before the first file's features are read
             raise ValueError("no data files given")
@@ -188,7 +191,7 @@ class IterableDataset(_Base):
                                  f"column(s) {missing}")
             features = type(features)({c: features[c] for c in source.columns})
         source.set_features(found)
-        ds = cls(source, features=found)
+        ds = cls(source, features=found, split=split)
         if features is not None and format == "text" and len(features) == 1 and "text" not in features:
             ds = ds.rename_column("text", next(iter(features)))  # HF's text builder names it after the features
         return ds if features is None else ds.cast(features)

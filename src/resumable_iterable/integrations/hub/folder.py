@@ -224,7 +224,7 @@ def load_folder(builder: str, data_dir: str | None, data_files: Any, split: str 
         named = sorted(metadata[s], key=_digest_name) if add_metadata else images[s]
         source = ArrowSource(table, num_shards=num_shards, features=feats,
                              names_digest=names_digest([_digest_name(p) for p in named]))
-        out[s] = IterableDataset(source, features=feats)
+        out[s] = IterableDataset(source, features=feats, split=s)
     return out[split] if split is not None else out
 
 

@@ -45,7 +45,7 @@ def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs:
             raise ValueError(f"split {split!r} mixes file formats {found}; choose the files with data_files=... "
                              f"or pass format= one of {FORMATS}")
         fmt = found[0]
-    return IterableDataset.from_files(paths, fmt, **reader_kwargs)
+    return IterableDataset.from_files(paths, fmt, split=split, **reader_kwargs)
 
 
 def _members_format(archives: list[str], split: str) -> str:
