@@ -243,6 +243,40 @@ def test_save_is_atomic_and_encodes_before_writing(tmp_path, monkeypatch):
     assert path.read_bytes() == before and os.listdir(tmp_path) == ["s.ri"]  # no temporary file left
 
 
+def test_a_full_disk_while_saving_names_the_file_and_leaves_it_as_it_was(tmp_path, monkeypatch):
+    """ENOSPC in the middle of a write (or a rename that fails) raised the bare OSError, which names no
+    file: a Trainer or a loop saving several files could not tell which one, nor that it was unharmed."""
+    import errno
+    import io
+
+    from resumable_iterable import atomic_files
+
+    path = tmp_path / "s.ri"
+    ri.save_state({"format": "demo", "a": big()}, path)
+    before = path.read_bytes()
+
+    class FullDisk(io.FileIO):
+        def write(self, b):
+            super().write(bytes(b)[: len(b) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic_files, "open", lambda p, mode: FullDisk(p, mode.replace("b", "")), raising=False)
+    with pytest.raises(OSError, match="No space left") as e:
+        ri.save_state({"format": "demo", "a": big(2)}, path)
+    assert any(repr(str(path)) in note and "left as it was" in note for note in e.value.__notes__)
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["s.ri"]
+    monkeypatch.undo()
+
+    def failing_replace(src, dst):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(atomic_files.os, "replace", failing_replace)
+    with pytest.raises(OSError, match="Input/output error") as e:
+        ri.save_state({"format": "demo", "a": big(3)}, path)
+    assert any(repr(str(path)) in note for note in e.value.__notes__)
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["s.ri"]
+
+
 def test_two_threads_saving_to_one_path_each_write_whole_files(tmp_path):
     """Each save_state writes its own temporary file: two threads of one process saving to the same
     path at once both succeed and leave one of the two states whole (a temporary file named after

@@ -2,7 +2,8 @@
 
 The data goes to a temporary file of its own in the same folder (``<path>.tmp.<host>.<pid>.<random>``,
 created exclusively, so two writers never share one), is ``fsync``ed and renamed over the target,
-and the folder is ``fsync``ed so the rename lasts. A write that fails removes its temporary file; a
+and the folder is ``fsync``ed so the rename lasts. A write that fails removes its temporary file
+(an ``OSError``, such as a full disk, gains a note naming the file, left as it was); a
 process killed mid-write cannot, so the next write to the same path removes the temporary files of
 writers on this host that are gone (see :data:`STALE_TMP_SECONDS`). State files
 (``state_files.py``) and the Trainer callback write through here.
@@ -73,11 +74,14 @@ def write_chunks_atomic(path: str | os.PathLike, chunks: list) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
         _remove_stale_tmp(path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError) and e.filename is None and hasattr(e, "add_note"):
+            # a full disk (ENOSPC) or an I/O error while writing says neither file: name it
+            e.add_note(f"while writing {path!r} (left as it was)")
         raise
     try:  # make the rename itself durable
         fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
