@@ -73,6 +73,22 @@ def _job(rank, world, port, out, what):
         t, m = trainer(f"{out}/cut")
         t.train(resume_from_checkpoint=True)
         result["tail"] = m.seen
+    if what == "full-one":
+        t, m = trainer(f"{out}/full-one")
+        t.train()
+        result["full"] = m.seen
+    if what == "one":  # one process, interrupted after the checkpoint of CRASH_AT
+        t, m = trainer(f"{out}/one")
+        t.add_callback(CrashAfterSave(CRASH_AT))
+        try:
+            t.train()
+        except Crash:
+            pass
+        result["head"] = m.seen
+    if what == "resume-two":  # that checkpoint, written by one process, resumed by two
+        t, m = trainer(f"{out}/one")
+        t.train(resume_from_checkpoint=True)
+        result["tail"] = m.seen
     if what == "resume-alone":  # the 2-process checkpoint of step CRASH_AT resumed by one process
         t, m = trainer(f"{out}/alone")
         t.args.resume_from_checkpoint = f"{out}/cut/checkpoint-{CRASH_AT}"  # outside output_dir: say where
@@ -104,6 +120,20 @@ def test_two_processes_resume_exactly_on_every_rank_and_with_one_process(tmp_pat
     assert len(set(stream)) == len(stream)
     alone = _spawn(1, out, "resume-alone")[0]["tail"]
     assert stream[:CRASH_AT * GLOBAL_BATCH] + alone == stream
+
+
+def test_a_checkpoint_of_one_process_resumes_with_two(tmp_path):
+    """Process 1 found no data state of its own in a checkpoint written by one process (or by two,
+    when the job died after process 0 had completed the checkpoint and before process 1 wrote its
+    file) and raised FileNotFoundError; dispatching, its loader is never read: nothing is missing."""
+    out = str(tmp_path)
+    head = _spawn(1, out, "one")[0]["head"]
+    ranks = _spawn(2, out, "resume-two")
+    per_step = GLOBAL_BATCH // 2
+    steps = MAX_STEPS - CRASH_AT
+    tail = [i for s in range(steps) for r in ranks for i in r["tail"][s * per_step:(s + 1) * per_step]]
+    full = _spawn(1, out, "full-one")[0]["full"]
+    assert head == full[:CRASH_AT * GLOBAL_BATCH] and head + tail == full
 
 
 def test_dispatch_without_split_batches_is_refused(tmp_path):

@@ -422,6 +422,14 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
                 continue
             found = path
             break
+        if found is None and process > 0 and type(loader).__name__ == "DataLoaderDispatcher":
+            # accelerate feeds every process from process 0's loader (see _check_dispatch): this
+            # process's loader is never read, its file holds no position. Missing - the checkpoint
+            # was written by fewer processes, or the job died after process 0 had completed it - it
+            # is not needed: the data position is process 0's.
+            logger.info("ResumableDataCallback: no data state of process %d in the checkpoint of step %d; its batches "
+                        "come from process 0, whose state is restored", process, state.global_step)
+            return
         if found is None:
             raise FileNotFoundError(
                 f"ResumableDataCallback: cannot find the data state of the checkpoint being resumed (step "
