@@ -16,9 +16,11 @@ already counts it as consumed. ``peeked`` is a :class:`~resumable_iterable.state
 example that a state copy may share is yielded as a copy (the user's functions may edit the
 yielded example in place; the state taken earlier must not change).
 
-If an input raises (a ``map`` function or a generator that failed), the input index just drawn
-is given back (``cycle`` / ``rng_pos`` step back) and an example already read for that turn is
-kept in ``peeked``: a state taken after the error resumes with that very turn.
+If an input raises (a ``map`` function or a generator that failed), or a Ctrl-C lands anywhere in
+a turn, a state taken after the error resumes with that very turn: the turn is recorded
+(``cycle`` / ``rng_pos``) only together with what was read for it, and an example already read for
+it is kept in ``peeked`` (the traced loop below records the turn first and gives it back). An
+input exhausted under ``all_exhausted`` is reset when it is drawn next, not when it ends.
 
 State: ``{"node", "rng", "rng_pos", "cycle", "exhausted", "peeked", "peeked_pos", "last_pos", "children"}``
 - with ``probabilities``, input indices are drawn in blocks from ``rng`` (state at the block's
@@ -203,7 +205,38 @@ class InterleaveNode(DrawnSeed, Node):
         state.pop("_trace", None)
         return state
 
+    def _draws(self, st: dict) -> Iterator[tuple]:
+        """The turns, as ``(input, rng, after)``, none of them recorded: the loop records a turn
+        (``cycle = after``, or ``rng, rng_pos = rng, after``) together with what it read for it,
+        so that a Ctrl-C anywhere before leaves the turn to be drawn again."""
+        n = len(self.children)
+        if self.probabilities is None:
+            i = st["cycle"]
+            while True:
+                after = (i + 1) % n
+                yield i, None, after
+                i = after
+        start = st["rng"]
+        rng = rng_from_state(start)
+        block = rng.choice(n, size=BLOCK, p=self.probabilities).tolist()
+        pos = st["rng_pos"]
+        while True:
+            if pos == BLOCK:  # recorded with the block's first turn
+                start = rng.bit_generator.state
+                block = rng.choice(n, size=BLOCK, p=self.probabilities).tolist()
+                pos = 0
+            i = block[pos]
+            pos += 1
+            yield i, start, pos
+
     def _iter_plain(self) -> Iterator[dict]:
+        """Each turn reads the input drawn and records the turn with what it read in one go: a
+        Ctrl-C (``KeyboardInterrupt``, raised as the next call returns, wherever the loop is) before
+        leaves the turn undrawn and an example read for it in ``peeked``. An example is received
+        with a ``for`` loop (which has no check point, unlike ``next()`` returning), and from there
+        to the ``yield`` nothing is called. An exhausted input that starts again
+        (``all_exhausted``) is reset when it is drawn next, before anything is read for that turn
+        (a reset cut short by a Ctrl-C is done again)."""
         st = self._state_dict
         kids = self.children
         exhausted, peeked = st["exhausted"], st["peeked"]
@@ -215,35 +248,51 @@ class InterleaveNode(DrawnSeed, Node):
         stop = all if self.stopping_strategy != "first_exhausted" else any
         replace = self.stopping_strategy != "all_exhausted_without_replacement"
         its = [iter(c) for c in kids]
-        for i in self._indices(st):
+        for i, rng, after in self._draws(st):
             if stop(exhausted):
                 return
-            if exhausted[i] and not replace:
-                continue
             ex = peeked[i]
             if ex is None:
-                try:
-                    ex = next(its[i], None)
-                    nxt = next(its[i], None) if ex is not None else None
-                except BaseException:
-                    self._failed_turn(st, i, ex)
-                    raise
-                owned[i] = 1  # what is peeked now is read now: no state copy has seen it
+                if exhausted[i]:
+                    if not replace:  # skipped from now on: the turn is used up
+                        if rng is None:
+                            st["cycle"] = after
+                        else:
+                            st["rng"], st["rng_pos"] = rng, after
+                        continue
+                    kids[i].reset()  # an exhausted input starts again
+                    its[i] = iter(kids[i])
+                for ex in its[i]:
+                    break
+                else:
+                    ex = None
+                if ex is None:  # an empty input: the turn yields nothing
+                    exhausted[i] = True
+                    if rng is None:
+                        st["cycle"] = after
+                    else:
+                        st["rng"], st["rng_pos"] = rng, after
+                    continue
+                peeked[i] = ex  # kept while this turn reads ahead (the turn is not recorded yet)
+                owned[i] = 1  # read now: no state copy has seen it
+            elif not owned[i]:  # a state copy may share it: yield a copy (peeked[i] keeps the original)
+                ex = copy_example(ex)
+            for nxt in its[i]:
+                break
             else:
-                if not owned[i]:  # a state copy may share it: yield a copy (peeked[i] keeps the original)
-                    ex = copy_example(ex)
-                nxt = self._read_ahead(its[i], st, i)
-                owned[i] = 1
+                nxt = None
+            # from here to the yield nothing is called (no check point for a Ctrl-C)
             if nxt is None:
                 exhausted[i] = True
                 peeked[i] = None
-                if replace:
-                    kids[i].reset()
-                    its[i] = iter(kids[i])
             else:
                 peeked[i] = nxt
-            if ex is not None:
-                yield ex
+                owned[i] = 1
+            if rng is None:
+                st["cycle"] = after
+            else:
+                st["rng"], st["rng_pos"] = rng, after
+            yield ex
 
     def _failed_turn(self, st: dict, i: int, ex: dict | None) -> None:
         """Input ``i`` raised during its turn, after ``ex`` (or nothing) was read for it: keep
@@ -280,6 +329,9 @@ class InterleaveNode(DrawnSeed, Node):
                 continue
             ex = peeked[i]
             if ex is None:
+                if exhausted[i]:  # a state of the plain loop, which starts an exhausted input again when drawn
+                    kids[i].reset()
+                    its[i] = iter(kids[i])
                 pos = None
                 try:
                     ex = next(its[i], None)
