@@ -238,23 +238,25 @@ class ShuffleNode(DrawnSeed, Node):
 
     def _iter_decoded(self) -> Iterator[dict]:
         """``_iter_examples`` over undecoded examples, each decoded as it leaves the buffer. If
-        decoding raises, the example stays in ``retry``: a state taken then decodes it again first.
-        The decoder leaves decoded examples as they are: after loading a state saved before decoding
-        was deferred (``retry`` ``None``), the source decodes and the buffer may hold both kinds."""
+        decoding raises (or a Ctrl-C lands in it), the example stays in ``retry``: a state taken then
+        decodes it again first. The decoder leaves decoded examples as they are: after loading a state
+        saved before decoding was deferred (``retry`` ``None``), the source decodes and the buffer may
+        hold both kinds."""
         st = self._state_dict
         decode = self.children[0].deferrable_decoder()
         if st["retry"]:
+            empty = ExampleList()
             try:
                 out = decode(copy_example(st["retry"][0]))  # a state copy may share the stored one
-            except Exception as e:
+            except BaseException as e:
                 _note_decoding_error(e, " (retried from the state)")
                 raise
-            st["retry"] = ExampleList()
+            st["retry"] = empty
             yield out
         for ex in self._iter_examples():
             try:
                 out = decode(ex)
-            except Exception as e:
+            except BaseException as e:
                 st["retry"] = ExampleList([ex])
                 _note_decoding_error(e, "")
                 raise
@@ -268,6 +270,11 @@ class ShuffleNode(DrawnSeed, Node):
         An example that entered before the last state copy may be shared with that state: it is
         yielded as a copy (``copy_example``), so that editing it in place cannot change the state.
 
+        A Ctrl-C (``KeyboardInterrupt``) is raised as the next call returns, wherever the loop is: so
+        the loop prepares each step before it reads (the draw, the chunk to write, the copy of the
+        example leaving) and calls nothing between receiving an example (a ``for`` loop's, which has
+        no check point) and storing it, nor between storing it and yielding the one it replaces.
+
         In a DataLoader worker, a pass may log its examples as positions (``worker_positions.py``):
         ``positions`` then holds each slot's position and the logs record those."""
         st = self._state_dict
@@ -280,19 +287,47 @@ class ShuffleNode(DrawnSeed, Node):
         mask = CHUNK - 1
         reread = reread_positions(self.children[0], buf)
         if not st["draining"]:
-            rng = rng_from_state(st["rng"])
+            start = st["rng"]
+            rng = rng_from_state(start)
             block = rng.integers(0, size, size=BLOCK).tolist()
             pos = st["rng_pos"]
             n = len(born)
             source, provenance = pass_input(self.children[0], buf, reread, record and self._logs_positions(),
                                             (st["rng"], pos, size, BLOCK))
+            source = iter(source)
             positions = buf.positions
             drv = buf.derived
             if drv is not None:
                 record = buf.recording = False  # no log to take while the buffer is derived
             w = None
-            for ex in source:
-                if provenance is not None:
+            while True:
+                # prepare the step (calls allowed: nothing is held yet)
+                if n < size:
+                    tail = buf[-1] if buf and len(buf[-1]) < CHUNK else None  # the chunk to append to
+                    if tail is not None and not owned[-1]:
+                        tail = buf[-1] = tail.copy()
+                        owned[-1] = 1
+                else:
+                    if pos == BLOCK:  # the state takes the new block's start with its first draw
+                        start = rng.bit_generator.state
+                        block = rng.integers(0, size, size=BLOCK).tolist()
+                        pos = 0
+                    i = block[pos]
+                    c = i >> CHUNK_BITS
+                    ch = buf[c]
+                    if not owned[c]:
+                        ch = buf[c] = ch.copy()
+                        owned[c] = 1
+                    j = i & mask
+                    out = ch[j]
+                    gen = buf.gen
+                    if born[i] != gen:
+                        out = copy_example(out)
+                for ex in source:
+                    break
+                else:
+                    break  # the input ended
+                if provenance is not None:  # a DataLoader worker's pass (it takes no Ctrl-C)
                     p = provenance()  # read at once: the nodes below still describe this example
                     if drv is not None:
                         if drv.inputs >= drv.limit:
@@ -304,15 +339,11 @@ class ShuffleNode(DrawnSeed, Node):
                             drv = None
                     w = None if p is None else position_entry(p)  # unknown: logged by value
                 if n < size:
-                    if not buf or len(buf[-1]) == CHUNK:
+                    if tail is not None:
+                        tail.append(ex)  # stored: a Ctrl-C as append returns loses nothing
+                    else:
                         buf.append([ex])
                         owned.append(1)
-                    else:
-                        k = len(buf) - 1
-                        if not owned[k]:
-                            buf[k] = buf[k].copy()
-                            owned[k] = 1
-                        buf[k].append(ex)
                     if record:
                         pending[n] = ex if w is None else w
                     if positions is not None:
@@ -320,42 +351,32 @@ class ShuffleNode(DrawnSeed, Node):
                     born.append(buf.gen)
                     n += 1
                     continue
-                if pos == BLOCK:  # the state takes the new block's start once it is drawn (a Ctrl-C in between)
-                    fresh = rng.bit_generator.state
-                    block = rng.integers(0, size, size=BLOCK).tolist()
-                    st["rng"], pos = fresh, 0
-                i = block[pos]
-                pos += 1
-                st["rng_pos"] = pos
-                c = i >> CHUNK_BITS
-                ch = buf[c]
-                if not owned[c]:
-                    ch = buf[c] = ch.copy()
-                    owned[c] = 1
-                j = i & mask
-                out = ch[j]
+                # from the store to the yield nothing is called (no check point for a Ctrl-C)
                 ch[j] = ex
+                pos += 1
+                st["rng"], st["rng_pos"] = start, pos
+                born[i] = gen
                 if record:
                     pending[i] = ex if w is None else w
                 if positions is not None:
                     positions[i] = w
-                gen = buf.gen
-                if born[i] != gen:
-                    out = copy_example(out)
-                born[i] = gen
                 yield out
             if drv is not None:  # the buffer drains: its slots are logged from now on
                 positions = stop_deriving(buf)
             flat = [ex for ch in buf for ex in ch]
             order = rng_from_seed(st["seed"], st["epoch"], 2).permutation(len(flat)).tolist()
             flat = [flat[i] for i in order]
+            chunks = [flat[k:k + CHUNK] for k in range(0, len(flat), CHUNK)]
+            moved = None if positions is None else [positions[i] for i in order]
             born[:] = [born[i] for i in order]
-            if positions is not None:
-                positions[:] = [positions[i] for i in order]
-            buf[:] = [flat[k:k + CHUNK] for k in range(0, len(flat), CHUNK)]
-            owned[:] = b"\x01" * len(buf)
             buf.reordered()
+            # the permuted buffer and the flag together (nothing called between: a Ctrl-C in
+            # between would permute the buffer twice on resume)
+            buf[:] = chunks
             st["draining"] = True
+            if moved is not None:
+                positions[:] = moved
+            owned[:] = b"\x01" * len(buf)
         else:
             buf.positions = reread if record and self._logs_positions() else None
         positions = buf.positions
@@ -365,14 +386,17 @@ class ShuffleNode(DrawnSeed, Node):
             if not owned[k]:
                 ch = buf[k] = ch.copy()
                 owned[k] = 1
-            ex = ch.pop()
-            if not ch:
-                buf.pop()
-                owned.pop()
-            if positions is not None:
-                positions.pop()
-            if born.pop() != buf.gen:
+            ex = ch[-1]
+            if born[-1] != buf.gen:
                 ex = copy_example(ex)
+            # from taking it out to the yield nothing is called (no check point for a Ctrl-C)
+            del ch[-1]
+            if not ch:
+                del buf[-1]
+                del owned[-1]
+            if positions is not None:
+                del positions[-1]
+            del born[-1]
             yield ex
 
     # -- examples logged as positions in DataLoader workers (see ``worker_positions.py``)
