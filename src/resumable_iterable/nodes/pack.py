@@ -150,22 +150,25 @@ class PackNode(Node):
                 out["document_lengths"] = [e - max(s, a) for s, e in zip(bounds, bounds[1:] + [b])]
         return out
 
-    def _append(self, cols: list, n: int) -> None:
-        """Add one document to the carry, dropping the already-yielded front first."""
+    def _compact(self) -> None:
+        """Drop the already-yielded front of the carry: new lists, recorded in one go (a Ctrl-C
+        landing part-way leaves the carry as it was)."""
         st = self._state_dict
         start = st["start"]
         carry = st["carry"]
         docs = st["docs"]
-        track = self.position_ids or self.document_lengths  # document starts are only needed for these
-        if start:
-            for c in self.columns:
-                del carry[c][:start]
-            if track:
-                k = bisect.bisect_right(docs, start) - 1  # the first document still carried
-                docs[:] = [d - start for d in docs[max(k, 0):]]
-            st["start"] = 0
-        if track:
-            docs.append(len(carry[self.columns[0]]))
+        if self.position_ids or self.document_lengths:
+            k = bisect.bisect_right(docs, start) - 1  # the first document still carried
+            docs = ExampleList([d - start for d in docs[max(k, 0):]])
+        new = {c: ExampleList(carry[c][start:]) for c in self.columns}
+        st["carry"], st["docs"], st["start"] = new, docs, 0
+
+    def _append(self, cols: list) -> None:
+        """Add one document to the carry (the caller undoes it if this is cut short)."""
+        st = self._state_dict
+        carry = st["carry"]
+        if self.position_ids or self.document_lengths:  # document starts are only needed for these
+            st["docs"].append(len(carry[self.columns[0]]))
         sep = self.separator
         for c, v in zip(self.columns, cols):
             lst = carry[c]
@@ -181,65 +184,79 @@ class PackNode(Node):
         # greedy: a document longer than a chunk on its own is cut; a chunk filled exactly is done
         while len(tokens) - st["start"] >= size:
             a = st["start"]
-            st["start"] = a + size
-            yield self._chunk(a, a + size)
+            chunk = self._chunk(a, a + size)
+            st["start"] = a + size  # nothing called from here to the yield (no check point for a Ctrl-C)
+            yield chunk
 
     def _iter(self) -> Iterator[dict]:
+        """A document is taken in inside ``try``: if that raises (a column that holds no token list, a
+        Ctrl-C landing there - the input has counted it read already) the carry is put back as it
+        was and the example kept in ``retry``. A chunk is made before ``start`` records it, and
+        nothing is called from there to its ``yield``."""
         st = self._state_dict
         size = self.seq_len
         greedy = self.mode == "greedy"
         yield from self._full_chunks()
-        carry = st["carry"]
         first = self.columns[0]
         if not greedy and len(self.columns) == 1 and not (self.position_ids or self.document_lengths):
             yield from self._iter_one_column()
             return
-        for ex in retry_first(st, self.children[0]):
+        inputs = retry_first(st, self.children[0]) if st["retry"] else self.children[0]
+        for ex in inputs:
+            end = None
             try:
                 cols, n = self._tokens(ex)
+                if st["start"]:
+                    self._compact()
+                carry = st["carry"]
+                end, ndocs = len(carry[first]), len(st["docs"])
+                chunk = None
+                if greedy and end and end + n > size:  # the document does not fit: close the chunk first
+                    chunk = self._chunk(0, end)
+                self._append(cols)
             except BaseException:
+                if end is not None:  # put the carry back as it was
+                    for c in self.columns:
+                        del st["carry"][c][end:]
+                    del st["docs"][ndocs:]
                 st["retry"] = ExampleList([ex])  # a state taken now packs it first
                 raise
-            end = len(carry[first])
-            if greedy and end > st["start"] and end - st["start"] + n > size:
-                # the document does not fit: close the chunk first
-                chunk = self._chunk(st["start"], end)
+            if chunk is not None:
                 st["start"] = end
-                self._append(cols, n)
                 yield chunk
-            else:
-                self._append(cols, n)
             if len(carry[first]) - st["start"] >= size:
                 yield from self._full_chunks()
-        a, b = st["start"], len(carry[first])
+        a, b = st["start"], len(st["carry"][first])
         if b > a:
+            chunk = None if self.drop_last else self._chunk(a, b)
             st["start"] = b
-            if not self.drop_last:
-                yield self._chunk(a, b)
+            if chunk is not None:
+                yield chunk
 
     def _iter_one_column(self) -> Iterator[dict]:
         """``concat`` mode for one column without positions (the common case), inlined: the same
-        state updates as :meth:`_append` and :meth:`_full_chunks`, without a call per document."""
+        state updates as :meth:`_iter`, without a call per document. The document's tokens are
+        taken in with ``+=`` (no call: no check point for a Ctrl-C), the separator too."""
         st = self._state_dict
         size = self.seq_len
         col = self.columns[0]
         tokens = st["carry"][col]
-        sep = None if self.separator is None else self.separator[col]
-        for ex in retry_first(st, self.children[0]):
-            v = ex.get(col)
-            if type(v) is not list:  # an array, another sequence, or missing (named by _token_list)
-                try:
+        sep = None if self.separator is None else [self.separator[col]]
+        for ex in retry_first(st, self.children[0]) if st["retry"] else self.children[0]:
+            try:
+                v = ex.get(col)
+                if type(v) is not list:  # an array, another sequence, or missing (named by _token_list)
                     v = _token_list(ex, col)
-                except BaseException:
-                    st["retry"] = ExampleList([ex])  # a state taken now packs it first
-                    raise
-            start = st["start"]
-            if start:
-                del tokens[:start]
-                st["start"] = start = 0
+                start = st["start"]
+                if start:
+                    del tokens[:start]
+                    st["start"] = start = 0
+            except BaseException:
+                st["retry"] = ExampleList([ex])  # a state taken now packs it first
+                raise
             tokens += v
             if sep is not None:
-                tokens.append(sep)
+                tokens += sep
             while len(tokens) - start >= size:
                 st["start"] = start + size
                 yield {col: tokens[start:start + size]}
