@@ -1,7 +1,9 @@
 """Column operations: ``select_columns``, ``remove_columns``, ``rename_column(s)``.
 
-Stateless per-example transforms: the node owns no state fields, its child's state is the
-whole story. As in HF ``datasets.IterableDataset``, ``remove_columns`` leaves alone an example that
+Per-example transforms: the child's state is the whole story, but for ``retry``: empty, or the
+example the node was making a row of when that raised (a missing column, or a Ctrl-C landing
+there - the child has counted it read already), which a state taken then transforms first (absent
+from states of earlier releases). As in HF ``datasets.IterableDataset``, ``remove_columns`` leaves alone an example that
 lacks a column (rows read from JSON or a generator need not all have the same keys); a column
 missing from an example raises, naming the column and the columns the example has: a ``KeyError``
 for ``select_columns``, a ``ValueError`` for ``rename_column(s)`` (HF's exception types).
@@ -13,7 +15,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .base import Node
+from ..state import ExampleList
+from .base import Node, check_retry, retry_first
 
 OPS = ("select", "remove", "rename")
 
@@ -27,6 +30,7 @@ def missing_column(op: str, col: str, names) -> Exception:
 
 class ColumnsNode(Node):
     kind = "columns"
+    added_fields = frozenset(("retry",))  # ``retry``: absent from states of earlier releases
 
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
         return True
@@ -53,6 +57,15 @@ class ColumnsNode(Node):
     def params(self) -> dict:
         return {"op": self.op, "columns": self.columns}
 
+    def _own_state(self) -> dict:
+        return {"retry": ExampleList()}
+
+    def _validate_own(self, state: dict, where: str) -> None:
+        check_retry(state, where)
+
+    def _load_own(self, state: dict) -> None:
+        self._state_dict["retry"] = ExampleList(state.get("retry", ()))
+
     def check_rename(self, names) -> None:
         """``ValueError`` if renaming would give a column the name of another one that stays
         (which would drop that column's values), as HF refuses it."""
@@ -77,27 +90,45 @@ class ColumnsNode(Node):
         return {cols.get(c, c): v for c, v in ex.items()}
 
     def _iter(self) -> Iterator[dict]:
+        # each row is made inside ``try``: if that raises (a missing column, a Ctrl-C landing there)
+        # the example is kept in ``retry``, and nothing is called between the row and its ``yield``
+        st = self._state_dict
         cols = self.columns
+        inputs = retry_first(st, self.children[0]) if st["retry"] else self.children[0]
         if self.op == "select":
-            for ex in self.children[0]:
+            for ex in inputs:
                 try:
-                    yield {c: ex[c] for c in cols}
-                except KeyError as e:
-                    raise missing_column(self.op, e.args[0], ex) from None
+                    out = {c: ex[c] for c in cols}
+                except BaseException as e:
+                    st["retry"] = ExampleList([ex])
+                    if isinstance(e, KeyError):
+                        raise missing_column(self.op, e.args[0], ex) from None
+                    raise
+                yield out
         elif self.op == "remove":
             drop = set(cols)
-            for ex in self.children[0]:
-                yield {k: v for k, v in ex.items() if k not in drop}
+            for ex in inputs:
+                try:
+                    out = {k: v for k, v in ex.items() if k not in drop}
+                except BaseException:
+                    st["retry"] = ExampleList([ex])
+                    raise
+                yield out
         else:
             taken = self.taken
-            for ex in self.children[0]:
-                for c in cols:
-                    if c not in ex:
-                        raise missing_column(self.op, c, ex)
-                for c in taken:
-                    if c in ex:
-                        self.check_rename(ex)
-                yield {cols.get(k, k): v for k, v in ex.items()}
+            for ex in inputs:
+                try:
+                    for c in cols:
+                        if c not in ex:
+                            raise missing_column(self.op, c, ex)
+                    for c in taken:
+                        if c in ex:
+                            self.check_rename(ex)
+                    out = {cols.get(k, k): v for k, v in ex.items()}
+                except BaseException:
+                    st["retry"] = ExampleList([ex])
+                    raise
+                yield out
 
     # -- capabilities: media decoding deferred past a shuffle above passes through (see shuffle.py)
     def deferrable_decoder(self):

@@ -17,8 +17,9 @@
   clash). As in HF, it goes on until every input is exhausted; the columns of an exhausted
   input are then ``None``. State ``{"node", "exhausted", "columns", "pending", "children"}`` -
   the columns seen from each input, so a resumed run fills the same ``None`` columns, and
-  ``pending``: empty between yields; when an input raised part-way through a row, the parts of
-  that row already read from the inputs before it (so a state taken then completes that row).
+  ``pending``: the parts of the row in progress, stored as they are read and emptied right
+  before the row is yielded: empty between yields; when an input raised (or a Ctrl-C landed)
+  part-way through a row, the parts of that row already read (so a state taken then completes it).
   As in HF, a ``shuffle`` above does not reorder the inputs' shards, and the node counts as a
   single shard (DataLoader workers and ranks do not split its inputs by shard): either would
   pair rows of different positions unless every input had the very same shard sizes.
@@ -195,48 +196,44 @@ class ConcatNode(Node):
             return
         exhausted, columns, pending = st["exhausted"], st["columns"], st["pending"]
         n = len(self.children)
-        row: list = [None] * n  # this row's part from each input
-        held = None
+        # the row in progress lives in ``pending``: each part is stored there as it is received (a
+        # ``for`` loop's, no check point for a Ctrl-C in between), the row is merged, and ``pending``
+        # is emptied right before the yield (nothing called in between). A Ctrl-C or an input that
+        # raises leaves the parts read for the row in the state.
         if any(p is not None for p in pending):  # parts kept in a state (a state copy may share them)
-            held = [None if p is None else copy_example(p) for p in pending]
+            pending[:] = [None if p is None else copy_example(p) for p in pending]
+        nones = [None] * n
         its = [iter(c) for c in self.children]
         while True:
             merged: dict = {}
             got = False
-            i = 0
-            try:
-                for i, it in enumerate(its):
-                    if exhausted[i]:
+            for i, it in enumerate(its):
+                if exhausted[i]:
+                    for c in columns[i] or ():
+                        merged.setdefault(c, None)
+                    continue
+                ex = pending[i]
+                if ex is None:
+                    for ex in it:
+                        break
+                    else:
+                        exhausted[i] = True
                         for c in columns[i] or ():
                             merged.setdefault(c, None)
                         continue
-                    if held is not None and held[i] is not None:
-                        ex = held[i]
-                    else:
-                        ex = next(it, None)
-                        if ex is None:
-                            exhausted[i] = True
-                            for c in columns[i] or ():
-                                merged.setdefault(c, None)
-                            continue
-                    row[i] = ex
+                    pending[i] = ex
                     if columns[i] is None:
                         columns[i] = list(ex)
-                        clash = [c for c in ex if any(c in (columns[j] or ()) for j in range(len(its)) if j != i)]
+                        clash = [c for c in ex if any(c in (columns[j] or ()) for j in range(n) if j != i)]
                         if clash:
+                            pending[i] = None
                             raise ValueError(f"concatenate_datasets(axis=1): columns {clash} are duplicated: they "
                                              "appear in several datasets")
-                    got = True
-                    merged.update(ex)
-            except BaseException:
-                # input i raised: keep the parts already read for this row from the inputs before it
-                pending[:] = [None if exhausted[j] or j >= i else row[j] for j in range(n)]
-                raise
-            if held is not None:
-                held = None
-                pending[:] = [None] * n
+                got = True
+                merged.update(ex)
             if not got:
                 return
+            pending[:] = nones  # from here to the yield nothing is called
             yield merged
 
     def position(self) -> dict | None:
