@@ -45,7 +45,11 @@ class RepeatNode(Node):
             if fresh and not yielded:
                 return
             st["round"] += 1
-            child.reset()
+            try:
+                child.reset()
+            except BaseException:  # a Ctrl-C cut the reset short: finish it, the state counts the new round
+                child.reset()
+                raise
             fresh = True
 
     # -- capabilities (see ``Node``): examples pass through unchanged

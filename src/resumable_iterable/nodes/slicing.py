@@ -102,10 +102,13 @@ class SkipNode(CountNode):
     def _iter(self) -> Iterator[dict]:
         st = self._state_dict
         it = iter(self.children[0])
-        while st["skipped"] < self.n:
-            if next(it, _END) is _END:
+        if st["skipped"] < self.n:
+            for _ in it:  # counted as received (``next()`` would return through a check point for a Ctrl-C)
+                st["skipped"] += 1
+                if st["skipped"] >= self.n:
+                    break
+            else:
                 return
-            st["skipped"] += 1
         yield from it
 
 
@@ -135,5 +138,3 @@ class TakeNode(CountNode):
             if st["taken"] >= self.n:
                 return
 
-
-_END = object()
