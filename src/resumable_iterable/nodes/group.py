@@ -69,15 +69,19 @@ class GroupNode(Node):
             rows[:] = [copy_example(r) for r in rows]
         key = self._key(rows[0]) if rows else None
         for ex in retry_first(st, self.children[0]):
+            # the batch a new run ends and the run it starts are made inside ``try`` (a Ctrl-C landing
+            # there keeps ``ex`` in ``retry``); from their recording to the yield nothing is called
             try:
                 k = self._key(ex)
-                ends_run = bool(rows) and k != key
+                batch = None
+                if rows and k != key:
+                    batch = rows_to_batch(rows)
+                    run = ExampleList([ex])  # the example that ended the run is kept
             except BaseException:
                 st["retry"] = ExampleList([ex])  # a state taken now takes it in first
                 raise
-            if ends_run:
-                batch = rows_to_batch(rows)
-                st["rows"] = rows = ExampleList([ex])  # the example that ended the run is kept
+            if batch is not None:
+                st["rows"] = rows = run
                 key = k
                 yield batch
                 rows[0] = copy_example(ex)  # a state taken during the yield shares ``ex``
@@ -86,6 +90,8 @@ class GroupNode(Node):
                 key = k
             rows.append(ex)
         if rows:
-            st["rows"] = ExampleList()
-            if not self.drop_last_batch:
-                yield rows_to_batch(rows)
+            batch = None if self.drop_last_batch else rows_to_batch(rows)
+            empty = ExampleList()
+            st["rows"] = empty
+            if batch is not None:
+                yield batch

@@ -92,7 +92,8 @@ class _Reader:
         with q.mutex:  # empty it, waking a thread blocked putting into it (it then sees the stop)
             q.queue.clear()
             q.not_full.notify_all()
-        if self.thread is not self._current_thread():
+        # a thread never started (a Ctrl-C landed in ``__init__``) has nothing to join
+        if self.thread is not self._current_thread() and self.thread.ident is not None:
             self.thread.join(timeout)
 
 
@@ -176,12 +177,15 @@ class PrefetchNode(Node):
                             break
                         items.append((kind, value, snap))
                     got = [v[0] for k, v, _ in items if k == _OK]
-                    ahead.extend(got)
-                    ahead.owned.extend(b"\x01" * len(got))
-                    positions.extend(v[1] for k, v, _ in items if k == _OK)
-                    view.clear()
-                    view.update(items[-1][2])
-                    last_kind, last_value = items[-1][0], items[-1][1]
+                    flags = b"\x01" * len(got)
+                    positions[:] = [v[1] for k, v, _ in items if k == _OK]
+                    last_kind, last_value, snap = items[-1]
+                    # the examples and the child's state that goes with them, recorded together
+                    # (nothing called in between: no check point for a Ctrl-C); the snapshot was
+                    # copied by the thread for this node alone
+                    ahead[:] = got
+                    ahead.owned[:] = flags
+                    st["children"][0] = view = snap
                     if last_kind != _OK and not ahead:
                         if last_kind == _ERR:
                             raise last_value
@@ -189,21 +193,27 @@ class PrefetchNode(Node):
                     if last_kind != _OK:
                         # yield what was read before the end / the error, then finish
                         while ahead:
-                            yield self._next(ahead, positions)
+                            ex = self._next(ahead, positions)
+                            del ahead[0]  # nothing called from here to the yield
+                            del ahead.owned[0]
+                            yield ex
                         if last_kind == _ERR:
                             raise last_value
                         return
-                yield self._next(ahead, positions)
+                ex = self._next(ahead, positions)
+                del ahead[0]  # nothing called from here to the yield
+                del ahead.owned[0]
+                yield ex
         finally:
             reader.close()
 
     def _next(self, ahead: HeldExamples, positions: list) -> dict:
-        """The next example read ahead; a copy if a state taken since it was read may share it (the
-        consumer may edit what it is given in place)."""
+        """The next example read ahead, left in ``ahead`` (the caller takes it out right before it
+        yields it, so that a Ctrl-C landing here or as this returns loses nothing); a copy if a
+        state taken since it was read may share it (the consumer may edit what it is given in place)."""
         self._position = positions.pop(0) if len(positions) == len(ahead) else None
-        owned = ahead.owned.pop(0)
-        ex = ahead.pop(0)
-        return ex if owned else copy_example(ex)
+        ex = ahead[0]
+        return ex if ahead.owned[0] else copy_example(ex)
 
     def position(self) -> dict | None:
         """Where the last example yielded came from, as the thread saw it (the live child has read ahead)."""
