@@ -147,6 +147,10 @@ def test_a_ctrl_c_at_every_check_point_loses_nothing(name):
     print(f"[ctrl-c] {name}: {nth} interrupts, {len(bad)} lost or repeated examples")
     assert nth > 50
     assert not bad, f"{len(bad)} of {nth} interrupts lost or repeated examples:\n" + "\n".join(bad[:10])
+    deadline = time.monotonic() + 5  # no reading thread of a prefetch is left behind
+    while time.monotonic() < deadline and any(t.name.startswith("resumable_iterable-") for t in threading.enumerate()):
+        time.sleep(0.01)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("resumable_iterable-")]
 
 
 # ---------------------------------------------------------------------- real timer signals

@@ -41,12 +41,13 @@ _LIVE: weakref.WeakSet = weakref.WeakSet()
 class _Reader:
     """The background thread of one iteration."""
 
-    def __init__(self, child: Node, size: int):
+    def __init__(self, child: Node, size: int, started: list):
         self.child = child
         self.queue: queue.Queue = queue.Queue(maxsize=size)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="resumable_iterable-prefetch", daemon=True)
         _LIVE.add(self)
+        started.append(self)  # before the thread starts: a Ctrl-C landing from here on leaves it to close
         self.thread.start()
 
     def _put(self, item: tuple) -> bool:
@@ -159,9 +160,10 @@ class PrefetchNode(Node):
         # the live child may have run ahead of what was yielded (an earlier iteration stopped
         # early): continue from the snapshot that goes with the examples still in `ahead`
         child.load(copy_state(view))
-        reader = _Reader(child, self.size)
-        self._position = None
+        started: list = []  # the reader, once its thread may run (closed below, even after a Ctrl-C)
         try:
+            reader = _Reader(child, self.size, started)
+            self._position = None
             ahead = st["ahead"]
             # where the last len(positions) examples of `ahead` came from (those loaded from a state:
             # not known)
@@ -205,7 +207,8 @@ class PrefetchNode(Node):
                 del ahead.owned[0]
                 yield ex
         finally:
-            reader.close()
+            for r in started:
+                r.close()
 
     def _next(self, ahead: HeldExamples, positions: list) -> dict:
         """The next example read ahead, left in ``ahead`` (the caller takes it out right before it
