@@ -17,8 +17,8 @@ from typing import Any, Callable, Iterator
 from . import export
 from . import state as _state
 from .distributed import check_rank_splits, check_strategy, rank_shards, ranks_of
-from .features import (batched_features, decode_only_change, features_of_schema, file_features, infer_features,
-                       json_as_text, map_feature, row_features)
+from .features import (batched_features, features_of_schema, file_features, infer_features, json_as_text,
+                       map_feature, media_only_change, row_features)
 from .loader import hooks
 from .loader.session import IterationSession
 from .nodes.arrow import ArrowSource
@@ -433,8 +433,8 @@ class IterableDataset(_Base):
         node = self._node
         if isinstance(node, (ArrowSource, FileSource)) and sorted(features) == sorted(node.features or {}):
             # a source decodes its own media columns: give it the new features when only
-            # the decoding of media columns changes, so no example is decoded and re-encoded
-            if decode_only_change(node.features, features):
+            # media features change, so no example is decoded and re-encoded
+            if media_only_change(node.features, features):
                 return self._derive(node.with_features(features), features=features, column_names=list(features))
         return self._typed(features, keep_other_columns)
 

@@ -95,11 +95,16 @@ def map_feature(feature: Any, fn: Callable[[Any], Any]) -> Any:
     return fn(feature)
 
 
-def decode_only_change(old: Any, new: Any) -> bool:
-    """Whether two HF features differ only in the ``decode`` flags of media features."""
+def media_only_change(old: Any, new: Any) -> bool:
+    """Whether two HF features differ only in the settings of media features of the same kind
+    (``decode``, an ``Image``'s ``mode``, an ``Audio``'s ``sampling_rate``...). Every variant of a
+    media feature stores the same ``{bytes, path}`` values, which HF's cast leaves as they are (it
+    casts them on its Arrow path and decodes them once, the new way), so a source can take the new
+    features instead of decoding the old way and encoding again (which lost the stored path and
+    bytes, and needs the encoder of the kind: ``torchcodec`` for audio)."""
     def strip(feature: Any) -> Any:
         if hasattr(feature, "decode") and hasattr(feature, "__dataclass_fields__"):
-            return dataclasses.replace(feature, decode=True)
+            return type(feature)()
         return feature
 
     try:
