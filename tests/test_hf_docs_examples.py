@@ -100,3 +100,33 @@ def test_cast_media_column_resumes_exactly(image_parquet):
                 .cast_column("image", Image(mode="L", decode=False)).shuffle(seed=3, buffer_size=3))
 
     assert_resumes_exactly(build, roundtrip=codec_roundtrip)
+
+
+@pytest.mark.parametrize("kind", ["paths", "bytes"])
+@pytest.mark.parametrize("source", ["to_iterable_dataset", "from_dict"])
+def test_cast_column_audio_of_paths_or_bytes_without_decoding_as_hf(tmp_path, kind, source):
+    # HF casts a column of file paths (or bytes) to Audio(decode=False) on its Arrow path, with no
+    # audio library; ours encoded each value with Audio.encode_example, which imports torchcodec
+    from datasets import Audio, Dataset
+
+    paths = [_wav(tmp_path, i) for i in range(4)]
+    values = paths if kind == "paths" else [open(p, "rb").read() for p in paths]
+    cast = Audio(sampling_rate=16000, decode=False)
+    if source == "to_iterable_dataset":
+        hf = Dataset.from_dict({"audio": values, "i": list(range(4))}).to_iterable_dataset(num_shards=2)
+        ours = ri.to_iterable_dataset(Dataset.from_dict({"audio": values, "i": list(range(4))}), num_shards=2)
+    else:
+        hf = datasets.IterableDataset.from_dict({"audio": values, "i": list(range(4))})
+        ours = ri.IterableDataset.from_dict({"audio": values, "i": list(range(4))})
+    expected = list(hf.cast_column("audio", cast))
+    assert list(ours.cast_column("audio", cast)) == expected
+    assert expected[0]["audio"] == ({"bytes": None, "path": paths[0]} if kind == "paths" else {"bytes": values[0], "path": None})
+
+
+def test_cast_error_still_names_the_column_next_to_an_audio_column(tmp_path):
+    from datasets import Audio, ClassLabel, Features
+
+    ds = ri.IterableDataset.from_dict({"audio": [_wav(tmp_path, 0)], "label": ["nope"]})
+    ds = ds.cast(Features({"audio": Audio(decode=False), "label": ClassLabel(names=["a", "b"])}))
+    with pytest.raises(ValueError, match="column 'label'"):
+        list(ds)

@@ -132,6 +132,31 @@ def _feature_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
     return None
 
 
+def _audio_storage(value: Any) -> dict | None:
+    """The ``{bytes, path}`` that HF's ``Audio`` stores for a file path, the file's bytes or such a
+    dict (what its Arrow cast gives, and its ``encode_example`` when ``torchcodec`` is installed),
+    or ``None`` for a value only ``Audio.encode_example`` encodes (an array, a decoder, a PCM file).
+    Computed here because that method needs ``torchcodec`` for every value, where HF's Arrow cast
+    of paths and bytes needs nothing (``cast_column(..., Audio(decode=False))`` without it)."""
+    import os
+
+    if isinstance(value, str):
+        return {"bytes": None, "path": value}
+    if isinstance(value, os.PathLike):
+        return {"bytes": None, "path": os.path.abspath(os.fspath(value))}
+    if isinstance(value, (bytes, bytearray)):
+        return {"bytes": value, "path": None}
+    if isinstance(value, dict) and value.keys() <= {"bytes", "path"}:
+        path = value.get("path")
+        if isinstance(path, str) and path.endswith("pcm"):
+            return None
+        if path is not None and os.path.isfile(path):
+            return {"bytes": None, "path": path}
+        if value.get("bytes") is not None or path is not None:
+            return {"bytes": value.get("bytes"), "path": path}
+    return None
+
+
 class ApplyFeatures:
     keeps_arrow_rows = True  # HF's cast stays on its Arrow path (``arrow_batches.arrow_rooted``)
 
@@ -144,9 +169,10 @@ class ApplyFeatures:
         self.keep_other_columns = bool(keep_other_columns)
         self._checks: dict | None = None
         self._times: list = []  # the columns of time ``Value`` s (with ``_checks``)
+        self._audio: dict | None = None  # the ``Audio`` columns, and features without them
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_checks": None, "_times": []}
+        return {**self.__dict__, "_checks": None, "_times": [], "_audio": None}
 
     def checks(self) -> dict:
         """column -> the check of the numbers (and times) its feature holds (see :func:`_feature_check`)."""
@@ -172,7 +198,7 @@ class ApplyFeatures:
             if v is not None:
                 example[name] = check(v)
         try:
-            encoded = features.encode_example(example)
+            encoded = self._encode(example)
         except (TypeError, ValueError, KeyError) as e:
             raise type(e)(self._which(example, e)) from e
         decoded = features.decode_example(encoded)
@@ -187,12 +213,32 @@ class ApplyFeatures:
         example.update(decoded)
         return None
 
+    def _encode(self, example: dict) -> dict:
+        """``features.encode_example(example)``, with the paths and bytes of ``Audio`` columns
+        encoded by :func:`_audio_storage` (as HF's Arrow cast does)."""
+        features = self.features
+        if self._audio is None:
+            audio = [name for name, f in features.items() if type(f).__name__ == "Audio"]
+            self._audio = {"columns": audio, "rest": type(features)({k: f for k, f in features.items() if k not in audio})}
+        stored = {}
+        for name in self._audio["columns"]:
+            value = _audio_storage(example[name])
+            if value is None and example[name] is not None:
+                return features.encode_example(example)  # HF's encoder (torchcodec) for this value
+            stored[name] = value
+        if not stored:
+            return features.encode_example(example)
+        encoded = self._audio["rest"].encode_example(example)
+        return {name: stored[name] if name in stored else encoded[name] for name in features}
+
     def _which(self, example: dict, error: Exception) -> str:
         """``error`` of encoding ``example``, naming the column whose value does not fit its feature."""
         from datasets.features.features import encode_nested_example
 
         for name, feature in self.features.items():
             value = example.get(name)
+            if type(feature).__name__ == "Audio" and _audio_storage(value) is not None:
+                continue  # encoded without HF's encoder (see ``_encode``)
             try:
                 encode_nested_example(feature, value)
             except Exception:  # noqa: BLE001 - this column is the one
