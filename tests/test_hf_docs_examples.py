@@ -130,3 +130,93 @@ def test_cast_error_still_names_the_column_next_to_an_audio_column(tmp_path):
     ds = ds.cast(Features({"audio": Audio(decode=False), "label": ClassLabel(names=["a", "b"])}))
     with pytest.raises(ValueError, match="column 'label'"):
         list(ds)
+
+
+# ---------------------------------------------------------------- stream.mdx, as written there
+
+
+def test_stream_guide_resume_snippet_runs_unchanged():
+    # "Save a dataset checkpoint and resume iteration": the same object loads its own state
+    from datasets import Dataset
+
+    out = []
+    iterable_dataset = ri.to_iterable_dataset(Dataset.from_dict({"a": range(6)}), num_shards=3)
+    for idx, example in enumerate(iterable_dataset):
+        out.append(example)
+        if idx == 2:
+            state_dict = iterable_dataset.state_dict()
+            out.append("checkpoint")
+            break
+    iterable_dataset.load_state_dict(state_dict)
+    out.append("restart from checkpoint")
+    for example in iterable_dataset:
+        out.append(example)
+    assert out == [{"a": 0}, {"a": 1}, {"a": 2}, "checkpoint", "restart from checkpoint", {"a": 3}, {"a": 4}, {"a": 5}]
+
+
+def _tokenizer():
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    words = "the a of and to in is san francisco golden".split()
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words])}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.post_processor = tokenizers.processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
+                                                cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
+                                                model_max_length=12)
+
+
+@pytest.fixture
+def c4_like(tmp_path):
+    """JSON Lines files shaped as allenai/c4 (text, timestamp, url)."""
+    import json
+
+    words = "the a of and to in is san francisco golden".split()
+    files = []
+    for f in range(3):
+        path = tmp_path / f"c4-train.{f:05d}.json"
+        with open(path, "w") as fh:
+            for j in range(40):
+                k = 40 * f + j
+                text = " ".join(words[(k * 7 + i) % len(words)] for i in range(3 + k % 9))
+                fh.write(json.dumps({"text": text, "timestamp": f"2019-04-25 12:57:{k % 60:02d}",
+                                     "url": f"https://x/{k}"}) + "\n")
+        files.append(str(path))
+    return files
+
+
+def test_stream_guide_map_filter_and_tokenization_as_hf(c4_like):
+    tokenizer = _tokenizer()
+
+    def add_prefix(example):
+        example["text"] = "My text: " + example["text"]
+        return example
+
+    def encode(examples):
+        return tokenizer(examples["text"], truncation=True, padding="max_length")
+
+    steps = {
+        "map": lambda d: d.map(add_prefix, remove_columns=["timestamp", "url"]),
+        "tokenize": lambda d: d.map(encode, batched=True, remove_columns=["text", "timestamp", "url"]),
+        "filter_indices": lambda d: d.filter(lambda example, idx: idx % 2 == 0, with_indices=True).take(30),
+        "filter_columns": lambda d: d.filter(lambda t, i: "golden" in t and i % 3 != 1, input_columns="text",
+                                             with_indices=True, batched=False),
+        "columns": lambda d: d.rename_column("text", "content").remove_columns("timestamp").select_columns(["url", "content"]),
+        "batch": lambda d: d.select_columns(["text"]).batch(batch_size=32, drop_last_batch=True),
+        "torch": lambda d: d.map(encode, batched=True, remove_columns=["text", "timestamp", "url"]).with_format("torch"),
+    }
+    files = {"train": c4_like}
+    for name, step in steps.items():
+        hf = step(datasets.load_dataset("json", data_files=files, split="train", streaming=True))
+        ours = step(ri.load_dataset("json", data_files=files, split="train"))
+        got, want = list(ours), list(hf)
+        if name == "torch":
+            got = [{k: v.tolist() for k, v in ex.items()} for ex in got]
+            want = [{k: v.tolist() for k, v in ex.items()} for ex in want]
+        assert got == want, name
+        if name != "torch":
+            assert_resumes_exactly(lambda: step(ri.load_dataset("json", data_files=files, split="train")
+                                                .shuffle(seed=42, buffer_size=10)), max_cuts=8,
+                                   roundtrip=codec_roundtrip)
