@@ -50,6 +50,11 @@ def _fill_missing_columns(example: dict, columns: list[str]) -> dict:
     return {c: None for c in columns if c not in example}
 
 
+# HF aligns the columns on its Arrow path (a null in the table), so the rows stay Arrow-backed for
+# formatting (``nodes/arrow_batches.arrow_rooted``): numpy scalars, NaN for a missing number
+_fill_missing_columns.keeps_arrow_rows = True  # type: ignore[attr-defined]
+
+
 def _aligned_nodes(datasets: list[IterableDataset], merged: Any) -> list:
     """The datasets' pipelines, each one lacking columns of ``merged`` followed by a map adding them
     as ``None``, so that every example of the combination has every column."""
