@@ -70,6 +70,9 @@ def _job(rank, world, port, out, what):
         except Crash:
             pass
         result["head"] = m.seen
+        # a job dies whole and restarts once every process has stopped: process 1 may leave its
+        # on_save before process 0 has written trainer_state.json (seen under load)
+        dist.barrier()
         t, m = trainer(f"{out}/cut")
         t.train(resume_from_checkpoint=True)
         result["tail"] = m.seen
