@@ -111,6 +111,9 @@ PIPELINES = {
     "skip_take_repeat": lambda: gen(4).skip(1).repeat(2).take(5),
     "group": lambda: gen(7).map(lambda e: {"k": e["id"] // 3}).batch(by_column="k"),
     "prefetch": lambda: gen(6).prefetch(2),
+    "shuffle_replay": lambda: gen(10).shuffle(seed=3, buffer_size=4, buffer_state="replay"),
+    "shuffle_replay_nested": lambda: gen(9).map(lambda e, i: {"i": i}, with_indices=True).repeat(2).shuffle(
+        seed=2, buffer_size=3, buffer_state="replay").shuffle(seed=4, buffer_size=2, buffer_state="replay"),
     "mixed": lambda: ri.interleave_datasets([table(4), gen(3, 100).select_columns(["id"])], probabilities=P, seed=3)
     .shuffle(seed=1, buffer_size=3).batch(2),
 }

@@ -28,7 +28,10 @@ State: ``{"node", "seed", "epoch", "rng", "rng_pos", "buffer", "draining", "chil
     integers per example (see ``nodes/replay.py``) - plus ``digest``, a checksum of those
     positions. The examples themselves live beside the state; a resumed pipeline re-reads
     them from the sources before yielding anything. ``last`` is where the last example yielded
-    came from (a node above may still hold it after an error: a ``map`` retrying it).
+    came from (a node above may still hold it after an error: a ``map`` retrying it). ``received``
+    (absent from states of earlier releases: false) - an example was received and not stored yet
+    (a Ctrl-C landed in between): a resume re-reads it first, where the nodes below (which still
+    describe it) say it came from.
 
 * ``retry`` - only right above a source that decodes media (an ``Image``/``Audio`` column of an
   Arrow table or data files, :meth:`Node.deferrable_decoder`; column operations in between pass
@@ -43,6 +46,7 @@ State: ``{"node", "seed", "epoch", "rng", "rng_pos", "buffer", "draining", "chil
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Iterator
 from zlib import crc32
 
@@ -77,6 +81,7 @@ def _note_decoding_error(e: Exception, how: str) -> None:
 
 class ShuffleNode(DrawnSeed, Node):
     kind = "shuffle"
+    added_fields = frozenset(("received",))  # ``received`` (replay mode): absent from states of earlier releases
 
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
         return True
@@ -118,6 +123,7 @@ class ShuffleNode(DrawnSeed, Node):
         if self.buffer_state == "replay":
             st["digest"] = 0
             st["last"] = None  # where the last example yielded came from: a node above may still hold it
+            st["received"] = False  # an example received and not stored yet (a Ctrl-C): see _iter_replay
         elif self.children[0].deferrable_decoder() is not None:
             st["retry"] = ExampleList()  # decoding deferred past the buffer (see the module doc)
         return st
@@ -203,6 +209,10 @@ class ShuffleNode(DrawnSeed, Node):
 
     def _validate_replay(self, state: dict, where: str) -> None:
         check_int(state, "digest", where, hi=2**64 - 1)
+        if "received" in state:
+            check_bool(state, "received", where)
+            if state["received"] and state["draining"]:
+                raise ValueError(f"{where}: 'received' is set while the buffer drains (nothing is received then)")
         check = self.children[0].check_provenance
         for i, prov in enumerate(state["buffer"]):
             check(prov, f"{where}.buffer[{i}]")
@@ -217,6 +227,7 @@ class ShuffleNode(DrawnSeed, Node):
         st = self._state_dict
         if self.buffer_state == "replay":
             st["buffer"] = PositionList(st["buffer"])
+            st["received"] = state.get("received", False)  # absent from states of earlier releases
         else:
             cls = ExampleChunks if self.buffer_state == "examples" else DroppedChunks
             flat = _flatten(buffer_entries(st["buffer"], self.buffer_size, BLOCK, "state"))
@@ -418,7 +429,14 @@ class ShuffleNode(DrawnSeed, Node):
     def _iter_replay(self) -> Iterator[dict]:
         """``_iter_examples`` keeping the examples beside the state and their positions in it.
         ``last`` (in the state) is where the last example yielded came from, since a node above
-        may still hold that example when a state is taken (a map retrying it after an error)."""
+        may still hold that example when a state is taken (a map retrying it after an error).
+
+        A Ctrl-C (``KeyboardInterrupt``, raised as the next call returns) can land between receiving
+        an example and storing where it came from, which takes calls (``provenance()``, its hash):
+        ``received`` is set right as the example is received (a ``for`` loop's, no check point) and
+        cleared together with its store, with nothing called from there to the ``yield``. A state
+        whose ``received`` is set resumes by re-reading that example first: the nodes below still
+        describe it (nothing was read after it), so its provenance is read from their states."""
         st = self._state_dict
         buf, exs, hs = self._live_buffer()
         size = self.buffer_size
@@ -426,49 +444,88 @@ class ShuffleNode(DrawnSeed, Node):
         pending = buf.pending
         if not st["draining"]:
             provenance = self.children[0].provenance_reader()
-            rng = rng_from_state(st["rng"])
+            start = st["rng"]
+            rng = rng_from_state(start)
             block = rng.integers(0, size, size=BLOCK).tolist()
             pos = st["rng_pos"]
-            digest = st["digest"]
-            for ex in self.children[0]:
-                p = provenance()
-                if len(buf) < size:
-                    h = slot_hash(len(buf), p)
+            n = len(buf)
+            source = iter(self.children[0])
+            if st["received"]:  # received before a Ctrl-C, not stored: read again, placed first
+                source = chain((self._reread_received(provenance),), source)
+            while True:
+                # prepare the step (calls allowed: nothing is held yet)
+                if n >= size:
+                    if pos == BLOCK:  # the state takes the new block's start with its first draw
+                        start = rng.bit_generator.state
+                        block = rng.integers(0, size, size=BLOCK).tolist()
+                        pos = 0
+                    i = block[pos]
+                    out = exs[i]
+                for ex in source:
+                    break
+                else:
+                    break  # the input ended
+                st["received"] = True  # nothing called since it was received
+                p = provenance()  # read at once: the nodes below still describe this example
+                if n < size:
+                    h = slot_hash(n, p)
+                    digest = (st["digest"] + h) & DIGEST_MASK
+                    # from here to the store of ``received`` nothing is called (no check point for a Ctrl-C)
+                    buf[n:] = (p,)
+                    exs[n:] = (ex,)
+                    hs[n:] = (h,)
                     if record:
-                        pending[len(buf)] = p
-                    buf.append(p)
-                    exs.append(ex)
-                    hs.append(h)
-                    st["digest"] = digest = (digest + h) & DIGEST_MASK
+                        pending[n] = p
+                    st["digest"] = digest
+                    st["received"] = False
+                    n += 1
                     continue
-                if pos == BLOCK:  # the state takes the new block's start once it is drawn (a Ctrl-C in between)
-                    fresh = rng.bit_generator.state
-                    block = rng.integers(0, size, size=BLOCK).tolist()
-                    st["rng"], pos = fresh, 0
-                i = block[pos]
-                pos += 1
-                st["rng_pos"] = pos
-                out = exs[i]
-                st["last"] = buf[i]
                 h = crc32(repr(p).encode(), i & 0xFFFFFFFF)  # = slot_hash(i, p), inlined
-                st["digest"] = digest = (digest - hs[i] + h) & DIGEST_MASK
+                digest = (st["digest"] - hs[i] + h) & DIGEST_MASK
+                # from here to the yield nothing is called (no check point for a Ctrl-C)
+                st["last"] = buf[i]
                 buf[i] = p
                 if record:
                     pending[i] = p
                 exs[i] = ex
                 hs[i] = h
+                pos += 1
+                st["rng"], st["rng_pos"] = start, pos
+                st["digest"] = digest
+                st["received"] = False
                 yield out
             order = rng_from_seed(st["seed"], st["epoch"], 2).permutation(len(buf)).tolist()
-            buf[:] = [buf[i] for i in order]
+            moved = [buf[i] for i in order]
+            moved_exs = [exs[i] for i in order]
+            moved_hs = [slot_hash(i, p) for i, p in enumerate(moved)]
+            digest = sum(moved_hs) & DIGEST_MASK
             buf.reordered()
-            exs[:] = [exs[i] for i in order]
-            hs[:] = [slot_hash(i, p) for i, p in enumerate(buf)]
-            st["digest"] = sum(hs) & DIGEST_MASK
+            # the permuted buffer and the flag together (nothing called between: a Ctrl-C in
+            # between would permute the buffer twice on resume)
+            buf[:] = moved
+            exs[:] = moved_exs
+            hs[:] = moved_hs
+            st["digest"] = digest
             st["draining"] = True
         while buf:
-            st["last"] = buf.pop()
-            st["digest"] = (st["digest"] - hs.pop()) & DIGEST_MASK
-            yield exs.pop()
+            k = len(buf) - 1
+            out = exs[k]
+            last = buf[k]
+            digest = (st["digest"] - hs[k]) & DIGEST_MASK
+            # from taking it out to the yield nothing is called (no check point for a Ctrl-C)
+            del buf[k]
+            del exs[k]
+            del hs[k]
+            st["last"] = last
+            st["digest"] = digest
+            yield out
+
+    def _reread_received(self, provenance) -> dict:
+        """The example a Ctrl-C left ``received`` (not stored), read again at the position the
+        nodes below still describe."""
+        p = provenance()
+        self.children[0].check_provenance(p, "state (shuffle).received")
+        return self.children[0].reread([p])[0]
 
     def position(self) -> dict | None:
         return None
