@@ -448,40 +448,35 @@ class ShuffleNode(DrawnSeed, Node):
             rng = rng_from_state(start)
             block = rng.integers(0, size, size=BLOCK).tolist()
             pos = st["rng_pos"]
+            digest = st["digest"]
             n = len(buf)
-            source = iter(self.children[0])
+            source = self.children[0]
             if st["received"]:  # received before a Ctrl-C, not stored: read again, placed first
                 source = chain((self._reread_received(provenance),), source)
-            while True:
-                # prepare the step (calls allowed: nothing is held yet)
-                if n >= size:
-                    if pos == BLOCK:  # the state takes the new block's start with its first draw
-                        start = rng.bit_generator.state
-                        block = rng.integers(0, size, size=BLOCK).tolist()
-                        pos = 0
-                    i = block[pos]
-                    out = exs[i]
-                for ex in source:
-                    break
-                else:
-                    break  # the input ended
+            for ex in source:
                 st["received"] = True  # nothing called since it was received
                 p = provenance()  # read at once: the nodes below still describe this example
                 if n < size:
                     h = slot_hash(n, p)
-                    digest = (st["digest"] + h) & DIGEST_MASK
+                    new = (digest + h) & DIGEST_MASK
                     # from here to the store of ``received`` nothing is called (no check point for a Ctrl-C)
                     buf[n:] = (p,)
                     exs[n:] = (ex,)
                     hs[n:] = (h,)
                     if record:
                         pending[n] = p
-                    st["digest"] = digest
+                    st["digest"] = digest = new
                     st["received"] = False
                     n += 1
                     continue
+                if pos == BLOCK:  # the state takes the new block's start with its first draw
+                    start = rng.bit_generator.state
+                    block = rng.integers(0, size, size=BLOCK).tolist()
+                    pos = 0
+                i = block[pos]
+                out = exs[i]
                 h = crc32(repr(p).encode(), i & 0xFFFFFFFF)  # = slot_hash(i, p), inlined
-                digest = (st["digest"] - hs[i] + h) & DIGEST_MASK
+                new = (digest - hs[i] + h) & DIGEST_MASK
                 # from here to the yield nothing is called (no check point for a Ctrl-C)
                 st["last"] = buf[i]
                 buf[i] = p
@@ -491,7 +486,7 @@ class ShuffleNode(DrawnSeed, Node):
                 hs[i] = h
                 pos += 1
                 st["rng"], st["rng_pos"] = start, pos
-                st["digest"] = digest
+                st["digest"] = digest = new
                 st["received"] = False
                 yield out
             order = rng_from_seed(st["seed"], st["epoch"], 2).permutation(len(buf)).tolist()
