@@ -10,8 +10,8 @@ point of a run, for every *k* (``Interrupter``); a state taken once the exceptio
 ``next()`` must resume exactly (JSON round trip, fresh pipeline). Other Pythons check at other
 points: the soak test at the end sends real timer signals instead.
 
-Not covered (see docs/reliability.md, "Not proven"): a replay-mode shuffle and the provenance
-tracking below it, and a format (``with_format``) applied to Python examples.
+Not covered (see docs/reliability.md, "Not proven"): the provenance tracking of an interleave below a
+replay-mode shuffle.
 """
 
 from __future__ import annotations
@@ -95,6 +95,22 @@ def table(n: int) -> ri.IterableDataset:
     return ri.IterableDataset.from_dict({"id": list(range(n)), "t": [f"x{i}" for i in range(n)]}, num_shards=2)
 
 
+class Batches:
+    """``ds.iter(batch_size)`` iterated by ``for``, with the dataset's state."""
+
+    def __init__(self, ds: ri.IterableDataset, batch_size: int):
+        self.ds, self.batch_size = ds, batch_size
+
+    def __iter__(self):
+        return self.ds.iter(batch_size=self.batch_size)
+
+    def state_dict(self) -> dict:
+        return self.ds.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.ds.load_state_dict(state)
+
+
 P = [0.3, 0.7]
 PIPELINES = {
     "interleave_probabilities": lambda: ri.interleave_datasets([gen(5), gen(6, 100)], probabilities=P, seed=1),
@@ -114,6 +130,11 @@ PIPELINES = {
     "shuffle_replay": lambda: gen(10).shuffle(seed=3, buffer_size=4, buffer_state="replay"),
     "shuffle_replay_nested": lambda: gen(9).map(lambda e, i: {"i": i}, with_indices=True).repeat(2).shuffle(
         seed=2, buffer_size=3, buffer_state="replay").shuffle(seed=4, buffer_size=2, buffer_state="replay"),
+    "format_rows_numpy": lambda: gen(6).with_format("numpy"),
+    "format_rows_pandas_shuffled": lambda: gen(5).shuffle(seed=2, buffer_size=2).with_format("pandas"),
+    "format_batch_numpy": lambda: gen(7).batch(3).with_format("numpy"),
+    "format_table_batches_torch": lambda: table(7).batch(3).with_format("torch"),
+    "format_iter_batches_numpy": lambda: Batches(gen(7).with_format("numpy"), 3),
     "mixed": lambda: ri.interleave_datasets([table(4), gen(3, 100).select_columns(["id"])], probabilities=P, seed=3)
     .shuffle(seed=1, buffer_size=3).batch(2),
 }
@@ -215,3 +236,50 @@ def test_timer_signals_lose_nothing(name, soak):
             signal.setitimer(signal.ITIMER_REAL, *timeout)
     print(f"[ctrl-c soak] {name}: {interrupted} interrupts, {bad} lost or repeated examples")
     assert interrupted and not bad
+
+
+# ---------------------------------------------------------------------- what a format hands back
+
+
+def _interrupted_holding(build, after: int):
+    """A dataset interrupted while it held an example back (``held`` in its state) after yielding
+    ``after`` rows, the rows it yielded and where the interrupt landed."""
+    nth = 0
+    while True:
+        ds, head = build(), []
+        with Interrupter(nth) as ctrl_c:
+            try:
+                for x in ds:
+                    head.append(x)
+            except KeyboardInterrupt:
+                pass
+        assert ctrl_c.where is not None, "no interrupt left an example held"
+        if len(head) == after and "held" in ds.state_dict()["state"]:
+            return ds, head, ctrl_c.where
+        nth += 1
+
+
+@cpython_311
+def test_an_example_a_format_did_not_hand_out_resumes_in_any_format():
+    """The example a Ctrl-C left in the format is kept unformatted (``held``, in the state of the
+    pipeline's root): a state taken then resumes with it first, with or without the format."""
+    ds, head, where = _interrupted_holding(lambda: gen(6).with_format("numpy"), after=2)
+    assert where.startswith("format"), where
+    state = json.loads(json.dumps(ds.state_dict()))
+    assert state["state"]["held"] == [next(iter(gen(6).skip(2)))]
+    plain = gen(6)
+    plain.load_state_dict(state)
+    assert [int(x["id"]) for x in head] + [x["id"] for x in plain] == list(range(6))
+    again = gen(6).with_format("numpy")
+    again.load_state_dict(state)
+    assert [int(x["id"]) for x in head] + [int(x["id"]) for x in again] == list(range(6))
+    assert "held" not in again.state_dict()["state"]
+
+
+def test_a_malformed_held_field_is_refused():
+    ds = gen(3)
+    state = ds.state_dict()
+    for bad in ([], [1], {"id": 1}):
+        state["state"]["held"] = bad
+        with pytest.raises(ValueError, match="'held'"):
+            gen(3).load_state_dict(state)

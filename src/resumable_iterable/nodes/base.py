@@ -16,6 +16,9 @@ A pipeline is a tree of :class:`Node` objects. Each node:
   (:meth:`fingerprint`, computed once per node object),
   validates a foreign state before any of it is applied (:meth:`validate`), and can be split
   by shard (:meth:`shard`) for DataLoader workers and ranks.
+* can be handed back what it yielded last (:meth:`hold`) when the consumer above could not take it
+  (a Ctrl-C landing in a format, ``nodes/format.py``): its state then has ``held``, a field no
+  other state has, and it yields those items again first.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from __future__ import annotations
 import copy
 from typing import Any, ClassVar, Iterator
 
-from ..state import copy_example, copy_state
+from ..state import ExampleList, copy_example, copy_state
 from ..state import fingerprint as shape_fingerprint
 from .checks import check_examples
 
+#: the state field of items handed back to a node (:meth:`Node.hold`), present only while it holds some
+HELD = "held"
 #: where a node caches its (shape, fingerprint) pair; only the methods below touch it
 _FINGERPRINT_CACHE = "_ri_shape"
 
@@ -61,7 +66,34 @@ class Node:
 
     # ------------------------------------------------------------------ provided
     def __iter__(self) -> Iterator[Any]:
+        if HELD in self._state_dict:
+            return self._iter_held()
         return self._iter()
+
+    def hold(self, items: list) -> None:
+        """Keep ``items``, what this node yielded last (in order), to yield them again first: the
+        consumer above did not take them (a Ctrl-C landed while ``with_format`` formatted them, see
+        ``nodes/format.py``; asked of the root of the tree a state describes). The state holds them
+        in ``held`` until they are yielded again; states without it are as before."""
+        st = self._state_dict
+        st[HELD] = ExampleList([*items, *st.get(HELD, ())])
+
+    def _iter_held(self) -> Iterator[Any]:
+        st = self._state_dict
+        while True:
+            held = st.get(HELD)
+            if not held:
+                st.pop(HELD, None)
+                break
+            out = copy_example(held[0])  # a state copy may share it
+            last = len(held) == 1
+            # from here to the yield nothing is called (no check point for a Ctrl-C)
+            if last:
+                del st[HELD]
+            else:
+                del held[0]
+            yield out
+        yield from self._iter()
 
     def _fresh_state(self) -> dict:
         st = {"node": self.kind, **self._own_state()}
@@ -73,6 +105,7 @@ class Node:
         """Return to the beginning, in place (children first)."""
         for c in self.children:
             c.reset()
+        self._state_dict.pop(HELD, None)
         self._state_dict.update(self._own_state())
         self._after_reset()
 
@@ -123,6 +156,11 @@ class Node:
     def load(self, state: dict) -> None:
         """Apply an already validated state in place."""
         self._load_own(state)
+        held = state.get(HELD)
+        if held:
+            self._state_dict[HELD] = ExampleList(held)
+        else:
+            self._state_dict.pop(HELD, None)
         for c, s in zip(self.children, state.get("children", ())):
             c.load(s)
 
@@ -139,6 +177,13 @@ class Node:
         if state.get("node") != self.kind:
             raise ValueError(f"{where}: the state describes a {state.get('node')!r} node here")
         expected, got = set(self._state_dict), set(state)
+        expected.discard(HELD)
+        if HELD in got:
+            got.discard(HELD)
+            held = state[HELD]
+            if not isinstance(held, list) or not held or not all(isinstance(x, dict) for x in held):
+                raise ValueError(f"{where}: 'held' must be a non-empty list of the examples (objects) yielded again "
+                                 "first")
         if expected != got and not (got < expected and expected - got <= self.added_fields):
             parts = []
             if expected - got:

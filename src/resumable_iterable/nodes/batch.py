@@ -140,11 +140,17 @@ class Rewind:
 def rewinding(batches: Iterator[Any], node: Node) -> Iterator[Any]:
     """``batches`` of ``IterableDataset.iter(batch_size)``, each read from the live pipeline ``node``
     inside one ``next()`` by a batch node that is not part of the dataset's state, under a
-    :class:`Rewind`."""
-    rewind = Rewind(node)
+    :class:`Rewind` - inlined, so that a Ctrl-C landing as ``next()`` returns (a check point) is
+    still inside the ``try`` that puts the pipeline back, and from there to the yield nothing is called."""
+    how = Rewind(node).how
+    read = batches.__next__
     while True:
+        start = node.state_dict(how)
         try:
-            batch = rewind.read(batches.__next__)
+            batch = read()
         except StopIteration:
             return
+        except BaseException:
+            node.load(start)
+            raise
         yield batch

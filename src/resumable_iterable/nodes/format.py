@@ -172,40 +172,18 @@ class FormatNode(Node):
             yield rows
 
     def _iter(self) -> Iterator[Any]:
+        """A Ctrl-C (``KeyboardInterrupt``, raised as the next call returns) or an error can land
+        while an item is formatted, after the input counted it: the item is then handed back to the
+        input (:meth:`Node.hold`; a state taken now yields it again first, in any format), or, for
+        the tables of :class:`ArrowBatchesNode` (not part of any state), the pipeline below is put
+        back where it stood before the table was read. Batches that this node groups itself
+        (``"batches"``: ``iter(batch_size)``) are put back by the :class:`~.batch.Rewind` around it."""
         from datasets.formatting import TableFormatter, TensorFormatter
 
         child = self.children[0]
         source = self.source
-        if source == "batch_dicts" and self.lists_back is not None:  # a resumed state's arrays, as lists
-            child = ({k: [x.tolist() if type(x) is np.ndarray else x for x in v] if type(v) is list else v
-                      for k, v in b.items()} for b in child)
-            if self.format_type is None:
-                yield from child
-                return
         if source in ("table_batches", "batch_dicts"):
-            name, kwargs, strings = self.format_type, self.format_kwargs, self.dataset_batches
-            tensors = name in ("numpy", "torch")
-            if source == "batch_dicts" and tensors:
-                # decoded images (by the features, or after a map of unknown features) are formatted
-                # from their values, as HF's formatter formats them; an Arrow table would encode them
-                # (a path, a JPEG again) and give {"bytes", "path"} where the features are unknown
-                tensorize = list_tensorize(_formatter(name, kwargs))
-                media = _decoded_columns(self.features)
-                child = ((b, media | _image_columns(b)) for b in child)
-                child = (((self._to_table({k: v for k, v in b.items() if k not in m} if m else b)), b, m)
-                         for b, m in child)
-            elif source == "batch_dicts":
-                child = ((self._to_table(b), None, None) for b in child)
-            else:
-                child = ((t, None, None) for t in child)
-            fmt = functools.partial(format_table, _formatter(self.format_type, self.format_kwargs, self.features))
-            fast = tensors and not _needs_decoding(self.features)
-            for table, values, media in child:
-                batch = fast_tensor_batch(table, name, kwargs) if fast else None
-                batch = fmt(table) if batch is None else batch
-                if media:
-                    batch = {k: tensorize(v) if k in media else batch[k] for k, v in values.items()}
-                yield object_strings(batch) if strings else batch
+            yield from self._iter_batches()
             return
         formatter = _formatter(self.format_type, self.format_kwargs)
         if isinstance(formatter, TensorFormatter):
@@ -213,8 +191,7 @@ class FormatNode(Node):
             row = (ArrowRowValues(self.features, self.format_kwargs, tensorize, torch=self.format_type == "torch")
                    if self.arrow_rows else tensorize)
             if source == "rows":
-                for x in child:
-                    yield row(x)
+                yield from _handed_back_on_error(child, row)
             elif self.arrow_rows:
                 # like HF's Arrow path: the batch as an Arrow table, formatted column-wise; columns HF
                 # decodes (images...) are decoded already: their values are formatted as HF formats them
@@ -261,18 +238,91 @@ class FormatNode(Node):
 
             if source == "rows":
                 fmt = formatter.format_row
-                for x in child:
-                    yield fmt(table([x]))
+                yield from _handed_back_on_error(child, lambda x: fmt(table([x])))
             else:
                 fmt = formatter.format_batch
                 for rows in self._batches():
                     yield fmt(table(rows))
         elif source == "rows":  # python objects: nothing to do
-            yield from (child if self.lists_back is None else map(self.lists_back, child))
+            if self.lists_back is None:
+                yield from child
+            else:
+                yield from _handed_back_on_error(child, self.lists_back)
         else:
             lists = self.lists_back
             for rows in self._batches():
                 yield rows_to_batch(rows if lists is None else [lists(x) for x in rows])
+
+    def _iter_batches(self) -> Iterator[Any]:
+        """``"table_batches"`` and ``"batch_dicts"``: each batch formatted like an Arrow batch table."""
+        child = self.children[0]
+        source = self.source
+        back = self.lists_back if source == "batch_dicts" else None  # a resumed state's arrays, as lists
+        if back is not None:
+            def back(b: dict) -> dict:
+                return {k: [x.tolist() if type(x) is np.ndarray else x for x in v] if type(v) is list else v
+                        for k, v in b.items()}
+
+            if self.format_type is None:
+                yield from _handed_back_on_error(child, back)
+                return
+        name, kwargs, strings = self.format_type, self.format_kwargs, self.dataset_batches
+        tensors = name in ("numpy", "torch")
+        tensorize = list_tensorize(_formatter(name, kwargs)) if tensors else None
+        # decoded images (by the features, or after a map of unknown features) are formatted from their
+        # values, as HF's formatter formats them; an Arrow table would encode them (a path, a JPEG
+        # again) and give {"bytes", "path"} where the features are unknown
+        decoded = _decoded_columns(self.features) if source == "batch_dicts" and tensors else None
+        fmt = functools.partial(format_table, _formatter(self.format_type, self.format_kwargs, self.features))
+        fast = tensors and not _needs_decoding(self.features)
+
+        def one(b: Any) -> Any:
+            media = None
+            if source == "table_batches":
+                table = b
+            else:
+                if back is not None:
+                    b = back(b)
+                if decoded is not None:
+                    media = decoded | _image_columns(b)
+                table = self._to_table({k: v for k, v in b.items() if k not in media} if media else b)
+            batch = fast_tensor_batch(table, name, kwargs) if fast else None
+            batch = fmt(table) if batch is None else batch
+            if media:
+                batch = {k: tensorize(v) if k in media else batch[k] for k, v in b.items()}
+            return object_strings(batch) if strings else batch
+
+        if source == "batch_dicts":
+            yield from _handed_back_on_error(child, one)
+            return
+        # the tables of an ArrowBatchesNode, which is part of no state: the pipeline it drives is
+        # put back where it stood before the table was read (its state is small: a source, columns)
+        below = child.children[0]
+        it = iter(child)
+        while True:
+            start = below.state_dict()
+            try:
+                for table in it:
+                    break
+                else:
+                    return
+                out = one(table)
+            except BaseException:
+                below.load(start)
+                raise
+            yield out
+
+
+def _handed_back_on_error(child: Node, fn: Any) -> Iterator[Any]:
+    """``fn(x)`` for each item ``x`` of ``child``; an item whose ``fn`` raises (a Ctrl-C landing in it,
+    or its own error) is handed back to ``child`` (:meth:`Node.hold`), which yields it again first."""
+    for x in child:
+        try:
+            out = fn(x)
+        except BaseException:
+            child.hold([x])
+            raise
+        yield out
 
 
 ROW_CHUNK = 256  # rows of an Arrow source formatted at a time when iterating formatted examples
