@@ -3,7 +3,8 @@ tables, pandas DataFrames... formatted by HF ``datasets``' own formatters, so th
 types are the ones ``datasets.IterableDataset.with_format`` yields.
 
 A format is applied on top of the node tree a dataset iterates and owns no state, so it changes
-neither the state layout nor the pipeline fingerprint (functions given to ``map``/``filter``
+neither the state layout nor the pipeline fingerprint (an item it could not hand out - its
+formatting raised, a Ctrl-C landed there - goes back to the root of that tree: ``Node.hold``) (functions given to ``map``/``filter``
 after it receive formatted values through ``formatted_calls.py``, in ordinary map nodes).
 
 Like HF, the input decides the path:
@@ -126,7 +127,8 @@ class FormatNode(Node):
     :class:`ArrowBatchesNode` with a :class:`RowFormatter`. ``arrow_rows``: the Python examples
     come from Arrow-backed sources (numpy values as :class:`ArrowRowValues` makes them, with the
     types of ``features``); ``dataset_batches``: the batches are those of the dataset's own
-    ``batch()`` (numpy strings in object arrays). No state of its own;
+    ``batch()`` (numpy strings in object arrays). No state of its own (see :meth:`_iter` for an item
+    whose formatting raised);
     ``child`` is iterated as is (not copied), and a batch is assembled inside one ``next()``, so
     between yields the child's state counts every example of the yielded batch."""
 
