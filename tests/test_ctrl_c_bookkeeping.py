@@ -9,9 +9,6 @@ frame of the library, opcode by opcode, and raise ``KeyboardInterrupt`` at the *
 point of a run, for every *k* (``Interrupter``); a state taken once the exception has left
 ``next()`` must resume exactly (JSON round trip, fresh pipeline). Other Pythons check at other
 points: the soak test at the end sends real timer signals instead.
-
-Not covered (see docs/reliability.md, "Not proven"): the provenance tracking of an interleave below a
-replay-mode shuffle.
 """
 
 from __future__ import annotations
@@ -130,6 +127,9 @@ PIPELINES = {
     "shuffle_replay": lambda: gen(10).shuffle(seed=3, buffer_size=4, buffer_state="replay"),
     "shuffle_replay_nested": lambda: gen(9).map(lambda e, i: {"i": i}, with_indices=True).repeat(2).shuffle(
         seed=2, buffer_size=3, buffer_state="replay").shuffle(seed=4, buffer_size=2, buffer_state="replay"),
+    "shuffle_replay_interleave": lambda: ri.interleave_datasets([table(5), gen(4, 100).select_columns(["id"])],
+                                                                probabilities=P, seed=5).shuffle(
+        seed=1, buffer_size=3, buffer_state="replay"),
     "format_rows_numpy": lambda: gen(6).with_format("numpy"),
     "format_rows_pandas_shuffled": lambda: gen(5).shuffle(seed=2, buffer_size=2).with_format("pandas"),
     "format_batch_numpy": lambda: gen(7).batch(3).with_format("numpy"),

@@ -19,7 +19,7 @@ yielded example in place; the state taken earlier must not change).
 If an input raises (a ``map`` function or a generator that failed), or a Ctrl-C lands anywhere in
 a turn, a state taken after the error resumes with that very turn: the turn is recorded
 (``cycle`` / ``rng_pos``) only together with what was read for it, and an example already read for
-it is kept in ``peeked`` (the traced loop below records the turn first and gives it back). An
+it is kept in ``peeked`` (the traced loop below does the same). An
 input exhausted under ``all_exhausted`` is reset when it is drawn next, not when it ends.
 
 State: ``{"node", "rng", "rng_pos", "cycle", "exhausted", "peeked", "peeked_pos", "last_pos", "children"}``
@@ -28,8 +28,9 @@ start; each epoch draws from ``(seed, epoch)``, epoch 0 from the seed alone, as 
 counts the ones used; without, ``cycle`` is the next input in turn.
 ``peeked_pos`` is only filled below a replay-mode shuffle (see ``nodes/replay.py``) or a shuffle
 logging positions in a DataLoader worker (``nodes/worker_positions.py``), whose pass arms the
-traced loop before it reads: where each peeked example came from, since the input's own state
-then describes it and not the example yielded before it; ``last_pos`` likewise records where the
+traced loop before it reads: where each peeked example came from (null until it is read: the
+input's own state describes that example until the input is read again, and a Ctrl-C may land
+between storing the example and reading its position); ``last_pos`` likewise records where the
 last example yielded came from (``[input, *position]``), which a node above may still hold when a
 state is taken (a ``map`` retrying it, a row of ``concatenate_datasets(axis=1)`` in progress after
 an error). Elsewhere both stay null and the loop does no tracking (a pass of the plain loop clears
@@ -141,53 +142,16 @@ class InterleaveNode(DrawnSeed, Node):
             if not isinstance(last, list) or not last or type(last[0]) is not int or not 0 <= last[0] < n:
                 raise ValueError(f"{where}: 'last_pos' must be null or [input, *position] with an input in [0, {n})")
             self.children[last[0]].check_provenance(last[1:], f"{where}.last_pos")
-        if any(p is not None for p in pp):
-            for i, (p, pk) in enumerate(zip(pp, state["peeked"])):
-                if (p is None) != (pk is None):
-                    raise ValueError(f"{where}: 'peeked_pos' must give a position for each peeked example "
-                                     f"and only for them (input {i})")
-                if p is not None:
-                    self.children[i].check_provenance(p, f"{where}.peeked_pos[{i}]")
+        for i, (p, pk) in enumerate(zip(pp, state["peeked"])):
+            if p is not None:  # null for a peeked example: its input's state describes it (_iter_traced)
+                if pk is None:
+                    raise ValueError(f"{where}: 'peeked_pos' gives a position for input {i}, which has no peeked "
+                                     "example")
+                self.children[i].check_provenance(p, f"{where}.peeked_pos[{i}]")
 
     def _load_own(self, state: dict) -> None:
         super()._load_own(state)
         self._state_dict["peeked"] = HeldExamples(self._state_dict["peeked"])  # not owned: the state shares them
-
-    def _give_back(self, st: dict, i: int) -> None:
-        """Undo drawing input ``i`` (its input raised): the resumed run draws it again."""
-        if self.probabilities is None:
-            st["cycle"] = i
-        else:
-            st["rng_pos"] -= 1  # >= 1 here: a fresh block's state is stored with its first draw
-
-    def _read_ahead(self, it: Iterator, st: dict, i: int) -> dict | None:
-        """The next example of input ``i`` (``None`` at its end); if the input raises, the draw of
-        ``i`` is undone first, so a state taken after the error draws it again."""
-        try:
-            return next(it, None)
-        except BaseException:
-            self._give_back(st, i)
-            raise
-
-    def _indices(self, st: dict) -> Iterator[int]:
-        n = len(self.children)
-        if self.probabilities is None:
-            while True:
-                i = st["cycle"]
-                st["cycle"] = (i + 1) % n
-                yield i
-        rng = rng_from_state(st["rng"])
-        block = rng.choice(n, size=BLOCK, p=self.probabilities).tolist()
-        pos = st["rng_pos"]
-        while True:
-            if pos == BLOCK:  # the state takes the new block's start once it is drawn (a Ctrl-C in between)
-                fresh = rng.bit_generator.state
-                block = rng.choice(n, size=BLOCK, p=self.probabilities).tolist()
-                st["rng"], pos = fresh, 0
-            i = block[pos]
-            pos += 1
-            st["rng_pos"] = pos
-            yield i
 
     def _iter(self) -> Iterator[dict]:
         if self._trace is not None:
@@ -294,17 +258,15 @@ class InterleaveNode(DrawnSeed, Node):
                 st["rng"], st["rng_pos"] = rng, after
             yield ex
 
-    def _failed_turn(self, st: dict, i: int, ex: dict | None) -> None:
-        """Input ``i`` raised during its turn, after ``ex`` (or nothing) was read for it: keep
-        ``ex`` and give the turn back, so that a state taken now resumes with this very turn."""
-        peeked = st["peeked"]
-        peeked[i] = ex
-        peeked.owned[i] = 1  # read just now: no state copy has seen it
-        self._give_back(st, i)
-
     def _iter_traced(self) -> Iterator[dict]:
         """``_iter_plain`` that also records where each yielded and peeked example came from
-        (only below a replay-mode shuffle, which armed this node: see ``nodes/replay.py``)."""
+        (only below a replay-mode shuffle, which armed this node: see ``nodes/replay.py``).
+
+        Where an example came from is read from its input's state, a call made after the example
+        was received; so, as in ``_iter_plain``, an example read is stored first and its position
+        (``peeked_pos``) may stay null: the example peeked from an input is always the last one
+        that input yielded, whose state still describes it, and the position is read then
+        (on resume too)."""
         provs = self._trace
         st = self._state_dict
         kids = self.children
@@ -313,53 +275,67 @@ class InterleaveNode(DrawnSeed, Node):
             if pk is None:
                 continue
             if ppos[i] is None:
-                raise ValueError(f"cannot resume {self.describe()} below a replay-mode shuffle: the state has no "
-                                 f"position for the example peeked from input {i}")
+                ppos[i] = provs[i]()  # not read yet: input i still describes it
             if not same_example(kids[i].reread([ppos[i]])[0], pk):
                 raise ValueError(f"cannot resume {self.describe()}: the example peeked from input {i} differs from "
                                  f"the one at its recorded position {ppos[i]} (state edited, or data changed)")
+        owned = peeked.owned
         stop = all if self.stopping_strategy != "first_exhausted" else any
         replace = self.stopping_strategy != "all_exhausted_without_replacement"
         its = [iter(c) for c in kids]
-        owned = peeked.owned
-        for i in self._indices(st):
+        for i, rng, after in self._draws(st):
             if stop(exhausted):
                 return
-            if exhausted[i] and not replace:
-                continue
             ex = peeked[i]
             if ex is None:
-                if exhausted[i]:  # a state of the plain loop, which starts an exhausted input again when drawn
-                    kids[i].reset()
+                if exhausted[i]:
+                    if not replace:  # skipped from now on: the turn is used up
+                        if rng is None:
+                            st["cycle"] = after
+                        else:
+                            st["rng"], st["rng_pos"] = rng, after
+                        continue
+                    kids[i].reset()  # an exhausted input starts again
                     its[i] = iter(kids[i])
-                pos = None
-                try:
-                    ex = next(its[i], None)
-                    pos = provs[i]() if ex is not None else None
-                    nxt = next(its[i], None) if ex is not None else None
-                except BaseException:
-                    ppos[i] = pos
-                    self._failed_turn(st, i, ex)
-                    raise
+                for ex in its[i]:
+                    break
+                else:
+                    ex = None
+                if ex is None:  # an empty input: the turn yields nothing
+                    exhausted[i] = True
+                    if rng is None:
+                        st["cycle"] = after
+                    else:
+                        st["rng"], st["rng_pos"] = rng, after
+                    continue
+                peeked[i] = ex  # kept while this turn reads ahead (the turn is not recorded yet)
+                owned[i] = 1
+                ppos[i] = None
+            elif not owned[i]:
+                ex = copy_example(ex)
+            pos = ppos[i]
+            if pos is None:
+                pos = ppos[i] = provs[i]()  # input i still describes it: nothing was read after it
+            for nxt in its[i]:
+                break
             else:
-                pos = ppos[i]
-                if not owned[i]:
-                    ex = copy_example(ex)
-                nxt = self._read_ahead(its[i], st, i)
+                nxt = None
+            # from here to the yield nothing is called (no check point for a Ctrl-C)
             if nxt is None:
                 exhausted[i] = True
                 peeked[i] = None
-                ppos[i] = None
-                if replace:
-                    kids[i].reset()
-                    its[i] = iter(kids[i])
             else:
                 peeked[i] = nxt
                 owned[i] = 1
-                ppos[i] = provs[i]()
-            if ex is not None:
-                st["last_pos"] = [i, *pos]
-                yield ex
+            ppos[i] = None  # read when needed: input i describes nxt until it is read again
+            if rng is None:
+                st["cycle"] = after
+            else:
+                st["rng"], st["rng_pos"] = rng, after
+            st["last_pos"] = [i, *pos]
+            yield ex
+            if peeked[i] is not None and ppos[i] is None:
+                ppos[i] = provs[i]()  # recorded for the states taken from the next step on
 
     def position(self) -> dict | None:
         return None
@@ -374,8 +350,11 @@ class InterleaveNode(DrawnSeed, Node):
     def rereads_plainly(self) -> bool:
         # the traced loop (armed before the first read) records where what it peeks came from; a
         # loaded state holding peeked examples must say it too (the traced loop's states do)
+        # (a position left null by the traced loop, whose states have ``last_pos`` once it yielded, is read
+        # from the input's state, which still describes that example)
         st = self._state_dict
-        return all(pk is None or pp is not None for pk, pp in zip(st["peeked"], st["peeked_pos"]))
+        return st["last_pos"] is not None or all(pk is None or pp is not None
+                                                 for pk, pp in zip(st["peeked"], st["peeked_pos"]))
 
     def provenance_reader(self):
         """Arms the traced loop (it records what it peeks); ``last_pos`` is ``[input, *position]``."""

@@ -35,8 +35,9 @@ that row, a ``map``'s ``index`` one past its index), so most provenances are rea
 states. The two nodes that read ahead keep track themselves, only when a replay-mode shuffle
 asks (``provenance_reader`` arms them; other pipelines pay nothing):
 
-* ``interleave_datasets`` peeks one example ahead per input, so it records the provenance of
-  the peeked example when it peeks, and keeps it in its state (``peeked_pos``);
+* ``interleave_datasets`` peeks one example ahead per input, so it keeps the provenance of the
+  peeked example in its state (``peeked_pos``; null until read: the input's state describes that
+  example until the input is read again);
 * a nested replay-mode shuffle yields from its buffer, whose provenances it holds.
 
 Re-reading (:func:`replay_buffer`, then each node's ``reread``) groups rows by source and shard
