@@ -168,3 +168,22 @@ def test_a_json_document_whose_columns_mix_types_is_read_as_hf_reads_it(tmp_path
     assert list(ours) == list(_hf(str(path))) == [{"c": "1", "n": 0}, {"c": '"a"', "n": 1},
                                                   {"c": '{"k":[1]}', "n": 2}]
     assert_resumes_exactly(lambda: ri.load_dataset("json", data_files=str(path), split="train"))
+
+
+@pytest.mark.parametrize("rows", [
+    [{"c": "a"}, {"c": 3}],  # pandas types the column, pyarrow refuses it (ArrowTypeError)
+    [{"c": None}, {"c": "a"}, {"c": 2.5}],
+    [{"c": {"a": 1}}, {"c": {"b": "x"}}],  # pandas filled each object's missing keys with None
+    [{"c": [{"a": 1}, {"a": 2, "b": 3}]}],
+    [{"modified": 1600000000000, "n": 1}],  # pandas made dates of an integer column named like a date
+], ids=["string_then_number", "null_string_float", "varying_keys", "varying_keys_in_list", "date_like_name"])
+def test_every_json_document_of_objects_is_read_as_json_lines_as_hf_reads_it(tmp_path, rows):
+    """HF 5.2 reads a list of objects as JSON Lines whatever its columns hold; ours read it by pandas
+    first and took HF's route only when pandas failed, so a document pandas read was read otherwise:
+    an error where HF reads the file, keys filled with None where HF yields the object's JSON text,
+    integers made dates."""
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(rows))
+    ours = ri.load_dataset("json", data_files=str(path), split="train")
+    assert list(ours) == list(_hf(str(path)))
+    assert_resumes_exactly(lambda: ri.load_dataset("json", data_files=str(path), split="train"))

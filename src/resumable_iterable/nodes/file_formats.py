@@ -465,12 +465,15 @@ def json_table(path: str, reader_kwargs: dict, schema: pa.Schema | None = None, 
         return json_lines_table(open_lines(path), json_paths(schema), chunksize, align or (lambda table: table))
     except pa.ArrowInvalid as e:
         lines_error = e
+    # one JSON document: HF 5.2 reads a list of objects as JSON Lines (pyarrow's types, Json columns
+    # where they mix types or keys, not pandas's, which fails on a column of strings and numbers,
+    # fills keys with None and makes a 'modified' column of integers dates); other documents by pandas
+    table = None if hf_json() is None else _hf_document(path)
+    if table is not None:
+        return table
     try:
-        return json_document(path, None)  # one JSON document, as HF reads it
-    except ValueError:
-        table = None if hf_json() is None else _hf_document(path)
-        if table is not None:  # a list of objects whose columns mix types: HF's Json columns
-            return table
+        return json_document(path, None)
+    except (ValueError, pa.ArrowTypeError):
         # neither: name the line that is no JSON object (pyarrow's "row" counts from the start of
         # its block, not of the file)
         raise ValueError(json_lines_problem(path, lines_error) or str(lines_error)) from None
