@@ -451,3 +451,28 @@ def test_a_hub_repo_of_zip_archives_from_the_cache_offline(tmp_path, offline):
     assert ds.num_shards == 1 and ids_of(ds) == [0, 1, 2, 3]
     url = ri.load_dataset("csv", data_files="hf://datasets/user/zips/data/*.zip", split="train", cache_dir=cache)
     assert ids_of(url) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("split", ["train+test", "test + train", "all"])
+def test_a_split_joining_splits_is_read_as_hf_streams_it(tmp_path, split):
+    """HF's streaming load_dataset(split="train+test") (or "all") yields the splits one after the
+    other, named by that string; ours raised 'unknown split'."""
+    import datasets
+
+    for s, n in (("train", 3), ("test", 2), ("validation", 1)):
+        (tmp_path / f"{s}.jsonl").write_text("".join(json.dumps({"s": s, "i": i}) + "\n" for i in range(n)))
+    for args, kw in (((str(tmp_path),), {}), (("json",), {"data_dir": str(tmp_path)})):
+        ours = ri.load_dataset(*args, split=split, **kw)
+        theirs = datasets.load_dataset(*args, split=split, streaming=True, **kw)
+        assert list(ours) == list(theirs)
+        assert ours.split == theirs.split == split and ours.num_shards == theirs.n_shards
+        assert_resumes_exactly(lambda: ri.load_dataset(*args, split=split, **kw).shuffle(seed=0, buffer_size=2))
+    with pytest.raises(ValueError, match="unknown split 'nope'"):
+        ri.load_dataset(str(tmp_path), split="train+nope")
+
+
+def test_an_unknown_split_of_data_files_is_a_value_error(tmp_path):
+    """HF raises ValueError('Bad split'); ours raised a bare KeyError for data_files= given directly."""
+    write(str(tmp_path / "a.csv"), range(2))
+    with pytest.raises(ValueError, match="unknown split 'test'; available splits: \\['train'\\]"):
+        ri.load_dataset("csv", data_files=str(tmp_path / "a.csv"), split="test")

@@ -102,8 +102,9 @@ def interleave_datasets(datasets: list[IterableDataset], probabilities: list[flo
     return _split_like(combined, datasets[0])
 
 
-def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0) -> IterableDataset:
-    """One dataset after the other (``axis=0``) or their columns side by side (``axis=1``).
+def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0, split: Any = None) -> IterableDataset:
+    """One dataset after the other (``axis=0``) or their columns side by side (``axis=1``), named
+    ``split`` (as HF's ``split=``: ``None`` by default).
 
     With ``axis=0``, when every dataset's features are known the columns a dataset lacks are
     yielded as ``None``; with ``axis=1``, a column name found in two datasets raises
@@ -128,8 +129,8 @@ def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0) -> Iter
                 raise ValueError(f"concatenate_datasets(axis=1): columns {duplicated} are duplicated: they are in "
                                  f"more than one dataset (columns: {names}); remove or rename them first")
         node = ConcatNode([d.pipeline.clone() for d in datasets], axis=1)
-    out = _split_like(IterableDataset(node, features=merged, column_names=None if merged is not None else names),
-                      datasets[0])
+    out = _split_like(IterableDataset(node, features=merged, column_names=None if merged is not None else names,
+                                      split=split), datasets[0])
     format_types = {d.format["type"] for d in datasets}
     if len(format_types) == 1 and None not in format_types:  # as HF: a format every dataset has is kept
         kept = datasets[0].format

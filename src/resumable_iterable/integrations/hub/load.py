@@ -102,6 +102,11 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
     del streaming
     if format is not None and format not in FORMATS:
         raise ValueError(f"unknown format {format!r}; expected one of {FORMATS}")
+    if _split_names(split) is not None:  # "train+test", "all": the splits one after the other, as HF
+        def load(s: str | None) -> Any:
+            return load_dataset(path, name, data_dir=data_dir, data_files=data_files, split=s, revision=revision,
+                                token=token, cache_dir=cache_dir, format=format, **reader_kwargs)
+        return _combined_splits(split, load)
     path = os.fspath(path)
     cache_dir = os.fspath(cache_dir) if cache_dir is not None else None
     repo: HubRepo | None = None
@@ -212,5 +217,31 @@ def _resolve_direct(patterns: list[str], revision: str | None, token: Any, cache
     return out
 
 
+def _split_names(split: Any) -> list[str] | None:
+    """The splits a split name such as ``"train+test"`` joins (``[]`` for ``"all"``: every split), or
+    ``None`` for one split. Slices (``"train[:10%]"``) stay one name, refused as HF's streaming refuses them."""
+    if not isinstance(split, str) or "[" in split or "]" in split:
+        return None
+    if split == "all":
+        return []
+    return [s.strip() for s in split.split("+")] if "+" in split else None
+
+
+def _combined_splits(split: str, load: Any) -> IterableDataset:
+    """HF's streaming ``load_dataset(split="train+test")`` (or ``"all"``): the splits concatenated in
+    that order (every split, in the order ``split=None`` gives them, for ``"all"``), named ``split``."""
+    from ...combine import concatenate_datasets
+
+    names = _split_names(split)
+    every = load(None) if not names else None
+    if every is not None:
+        parts = list(every.values())
+    else:
+        parts = [load(s) for s in names]  # an unknown name raises, naming the available splits
+    return concatenate_datasets(parts, split=split)
+
+
 def _pick(datasets: dict[str, IterableDataset], split: str | None):
+    if split is not None and split not in datasets:
+        raise ValueError(f"unknown split {split!r}; available splits: {sorted(datasets)}")
     return datasets[split] if split is not None else datasets
