@@ -200,7 +200,8 @@ class ConcatNode(Node):
         # ``for`` loop's, no check point for a Ctrl-C in between), the row is merged, and ``pending``
         # is emptied right before the yield (nothing called in between). A Ctrl-C or an input that
         # raises leaves the parts read for the row in the state.
-        if any(p is not None for p in pending):  # parts kept in a state (a state copy may share them)
+        held = any(p is not None for p in pending)  # parts kept in a state, for the first row only
+        if held:  # (a state copy may share them)
             pending[:] = [None if p is None else copy_example(p) for p in pending]
         nones = [None] * n
         its = [iter(c) for c in self.children]
@@ -212,7 +213,7 @@ class ConcatNode(Node):
                     for c in columns[i] or ():
                         merged.setdefault(c, None)
                     continue
-                ex = pending[i]
+                ex = pending[i] if held else None  # (read only then: a subscript of a list subclass costs)
                 if ex is None:
                     for ex in it:
                         break
@@ -233,6 +234,7 @@ class ConcatNode(Node):
                 merged.update(ex)
             if not got:
                 return
+            held = False
             pending[:] = nones  # from here to the yield nothing is called
             yield merged
 
