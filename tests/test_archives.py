@@ -359,3 +359,16 @@ def test_a_damaged_member_is_named_with_its_archive(tmp_path, fmt):
     path.write_bytes(bytes(raw))
     with pytest.raises(ValueError, match=rf"cannot read 'a\.{EXT[fmt]}' in data file .*bad\.zip.*the archive is damaged"):
         list(ri.load_dataset(fmt, data_files=str(path), split="train"))
+
+
+def test_a_struct_field_the_first_member_lacks_names_the_member_and_the_first_member(tmp_path):
+    """A later member whose objects hold a key the first member's struct lacks is refused (as HF);
+    the message named the archive twice, neither member, and called the archive the first data file."""
+    path = str(tmp_path / "a.zip")
+    write_zip(path, [("a.jsonl", json.dumps({"i": 1, "s": {"x": 1}}) + "\n"),
+                     ("b.jsonl", json.dumps({"i": 2, "s": {"x": 2, "y": 3}}) + "\n")])
+    with pytest.raises(ValueError) as info:
+        list(ri.load_dataset("json", data_files=path, split="train"))
+    assert str(info.value) == (
+        f"'b.jsonl' in data file {path!r} (shard 0): column 's' has field 's.y' that the first data file "
+        f"'zip://a.jsonl::{path}' has not (its type there: struct<x: int64>)")

@@ -319,9 +319,9 @@ class FileSource(ArchiveReading, RandomFileAccess, SourceNode):
             elif not column.type.equals(field.type):
                 dropped = dropped_field(column.type, field.type)
                 if dropped:
-                    raise ValueError(f"{self._where(shard_id)}: column {field.name!r} has field "
-                                     f"{field.name + dropped!r} that the first data file {self.paths[0]!r} has not "
-                                     f"(its type there: {field.type})")
+                    raise ValueError(f"{self._where(shard_id, member)}: column {field.name!r} has field "
+                                     f"{field.name + dropped!r} that the first data file {self.schema_file()!r} has "
+                                     f"not (its type there: {field.type})")
                 try:
                     column = column.cast(field.type)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
