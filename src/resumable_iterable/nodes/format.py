@@ -44,8 +44,8 @@ from .arrow_batches import ArrowBatchesNode, arrow_chain, arrow_rooted, chain_fe
 from .base import Node
 from .batch import BatchNode
 from .format_rows import ArrowRowValues, list_tensorize, lists_back
-from .format_values import (fast_tensor_batch, fast_tensor_rows, format_table, object_strings, python_batch_to_table,
-                            table_batch)
+from .format_values import (fast_tensor_batch, fast_tensor_rows, format_table, json_text_encoder, object_strings,
+                            python_batch_to_table, table_batch)
 from .rows import rows_to_batch
 
 
@@ -223,8 +223,11 @@ class FormatNode(Node):
             schema = self.features.arrow_schema if self.features is not None else None
             # with the features, as HF's: pandas / polars decode media columns (an Image is a PIL image)
             formatter = _formatter(self.format_type, self.format_kwargs, self.features)
+            json_text = json_text_encoder(self.features)  # Json values back to the text HF's Arrow rows hold
 
             def table(rows: list) -> pa.Table:  # with the types the features declare, where they fit
+                if json_text is not None:
+                    rows = [json_text(x) for x in rows]
                 rows = cast_to_python_objects(rows, only_1d_for_numpy=True)
                 if schema is None:
                     return pa.Table.from_pylist(rows)

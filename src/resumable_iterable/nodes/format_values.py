@@ -237,3 +237,49 @@ def python_batch_to_table(batch: dict, schema: pa.Schema | None = None) -> pa.Ta
         except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, ValueError):
             pass
     return pa.Table.from_pydict(batch)
+
+
+def json_text_encoder(features: Any) -> Callable[[dict], dict] | None:
+    """A function giving an example with its HF 5.2 ``Json`` values (decoded: Python values) as their
+    JSON text, the storage of a ``Json`` column, so that the example converts to the features' Arrow
+    types (a Python ``1`` or ``"s"`` does not fit pyarrow's ``json`` type); ``None`` when the
+    features hold no ``Json`` (or ``datasets`` has none). Values of ``Json(decode=False)`` are
+    text already. ``Json`` inside lists and dicts are encoded; other containers are left alone."""
+    try:
+        from datasets import Json
+        from datasets.utils.json import ujson_dumps
+    except ImportError:  # datasets < 5.2
+        return None
+
+    def encode(feature: Any, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(feature, Json):
+            return ujson_dumps(value) if feature.decode else value
+        if isinstance(feature, dict) and isinstance(value, dict):
+            return {k: encode(feature[k], v) if k in feature else v for k, v in value.items()}
+        inner = feature[0] if isinstance(feature, list) and len(feature) == 1 else (
+            getattr(feature, "feature", None) if hasattr(feature, "__dataclass_fields__") else None)
+        if inner is not None and isinstance(value, list):
+            return [encode(inner, v) for v in value]
+        return value
+
+    def holds_json(feature: Any) -> bool:
+        if isinstance(feature, Json):
+            return True
+        if isinstance(feature, dict):
+            return any(holds_json(f) for f in feature.values())
+        if isinstance(feature, (list, tuple)):
+            return any(holds_json(f) for f in feature)
+        inner = getattr(feature, "feature", None) if hasattr(feature, "__dataclass_fields__") else None
+        return inner is not None and holds_json(inner)
+
+    columns = {k: f for k, f in (features or {}).items() if holds_json(f)}
+    if not columns:
+        return None
+
+    def encoded(example: dict) -> dict:
+        return {k: encode(columns[k], v) if k in columns else v for k, v in example.items()}
+
+    return encoded
+
