@@ -55,9 +55,11 @@ def _chunks(f: BinaryIO, chunksize: int) -> Any:
             yield chunk + f.readline()
 
 
-def read_chunk(chunk: bytes, paths: list[list], detect: bool = False, mixed: list | None = None) -> pa.Table:
+def read_chunk(chunk: bytes, paths: list[list], detect: bool = False, mixed: list | None = None,
+               examples: list | None = None) -> pa.Table:
     """One chunk read by pyarrow with its values at ``paths`` encoded as JSON text, as HF does;
-    ``paths`` grows by the columns found mixed (and, with ``detect``, of varying keys), pyarrow's
+    ``paths`` grows by the columns found mixed (and, with ``detect``, of varying keys, looked for in
+    ``examples``, the chunk's objects when the caller has them, else its lines parsed), pyarrow's
     errors that found them appended to ``mixed``."""
     import pyarrow.json as pj
 
@@ -65,7 +67,9 @@ def read_chunk(chunk: bytes, paths: list[list], detect: bool = False, mixed: lis
     lines = chunk.splitlines() if detect or paths else None  # split only when needed (a cost per 10 MB)
     if detect:
         try:
-            paths += hf.find_mixed_struct_types_field_paths([hf.ujson_loads(line) for line in lines])
+            if examples is None:
+                examples = [hf.ujson_loads(line) for line in lines]
+            paths += hf.find_mixed_struct_types_field_paths(examples)
         except ValueError:  # not JSON Lines (pyarrow names the line)
             pass
     data = encoded(lines, paths) if paths else chunk
@@ -163,4 +167,4 @@ def document_table(f: BinaryIO) -> pa.Table | None:
         doc = hf.ujson_loads(f.read().lstrip(codecs.BOM_UTF8))
     if not isinstance(doc, list) or not doc or not all(isinstance(x, dict) for x in doc):
         return None
-    return read_chunk("\n".join(hf.ujson_dumps(x) for x in doc).encode(), [], detect=True)
+    return read_chunk("\n".join(hf.ujson_dumps(x) for x in doc).encode(), [], detect=True, examples=doc)
