@@ -31,3 +31,15 @@ def pytest_configure(config):
 @pytest.fixture
 def soak(request):
     return request.config.getoption("--soak")
+
+
+@pytest.fixture(autouse=True)
+def _a_main_process_takes_no_buffer_logs():
+    """Tests that take a shuffle buffer's logs in this process, as a DataLoader worker does, turn on
+    its process-wide journaling (``state_logs.journaling``) for good; a real main process never
+    takes one. Each test starts as the main process it was, whatever ran before it."""
+    from resumable_iterable import state_logs
+
+    before = state_logs.journaling()
+    yield
+    state_logs._journaling[0] = before
