@@ -22,10 +22,10 @@ Text formats may be compressed (``.gz``, ``.bz2``, ``.xz``, ``.zst`` after the e
 JSON, CSV and text files may be inside zip archives, an archive a shard whose members are read one
 after another (``archives.py``), as HF's streaming readers read them.
 A malformed JSON Lines file names its first bad line. Parquet, Arrow and JSON Lines files follow
-the first file's columns (``_aligned``), as HF casts every file to the first one's features. How each
-format is opened and parsed is
-``file_formats.py``; this module is the source node: shards, offsets, alignment, resumption.
-Reading Parquet and Arrow files at random positions, for the global shuffle, is ``file_access.py``.
+the first file's columns (``_aligned``), as HF casts every file to the first one's features. How
+each format is opened and parsed is ``file_formats.py`` (JSON files: ``json_files.py``); this module
+is the source node: shards, offsets, alignment, resumption. Reading Parquet and Arrow files at
+random positions, for the global shuffle, is ``file_access.py``.
 
 ``reshard()`` (:meth:`FileSource.resharded`) makes each row group of Parquet files a shard of its
 own, as HF's ``IterableDataset.reshard``: more DataLoader workers and ranks than files then all
@@ -48,8 +48,9 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
-from .file_formats import (FORMATS, TEXT_SCHEMA, arrow_ipc_table, csv_file_table, csv_options, file_schema, json_options,
-                           json_table, open_text, parquet_options, select_schema, text_options, text_rows)
+from .file_formats import (FORMATS, TEXT_SCHEMA, arrow_ipc_table, csv_file_table, csv_options, file_schema,
+                           open_text, parquet_options, select_schema, text_options, text_rows)
+from .json_files import json_options, json_table
 from ..state import fingerprint as digest
 from .file_access import RandomFileAccess
 from .archives import DAMAGED, ArchiveReading, archive_members, members_digest_names, split_member
