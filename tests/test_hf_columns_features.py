@@ -90,6 +90,21 @@ def test_cast_column_of_unknown_columns_keeps_the_others():
     assert list(ours) == [{"a": 0.0, "b": "b0"}, {"a": 1.0}, {"a": 2.0, "b": "b2"}, {"a": 3.0}]
     # and so does decode() on top of it (which re-applies the features below that cast)
     assert list(ours.decode(False)) == list(ours.decode(True, num_threads=2)) == list(ours)
+    # the columns other than the one cast are still unknown: not reported as the cast column alone
+    assert ours.column_names is None and ours.num_columns is None
+    assert ours.decode(False).column_names is None
+
+
+def test_decode_of_unknown_features_raises_as_hf():
+    """HF refuses decode() when the features are unknown (after a map); ours returned the dataset
+    unchanged, so decode(False) silently left images decoded."""
+    ours = ri.IterableDataset.from_generator(gen_rows, gen_kwargs={"n": 2}).map(lambda e: e)
+    hf = HFIterable.from_generator(gen_rows, gen_kwargs={"n": 2}).map(lambda e: e)
+    for enable in (False, True):
+        with pytest.raises(ValueError, match="features"):
+            hf.decode(enable)
+        with pytest.raises(ValueError, match="features are unknown"):
+            ours.decode(enable)
 
 
 def gen_rows(n):

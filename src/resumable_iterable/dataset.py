@@ -367,7 +367,10 @@ class IterableDataset(_Base):
         """This dataset with ``features`` applied to every example (see ``nodes/typed.py``)."""
         node = MapNode(self._node.clone(), ApplyFeatures(features, json_as_text(self._features, features),
                                                          keep_other_columns=keep_other_columns))
-        return self._derive(node, features=features, column_names=list(features))
+        typed = self._derive(node, features=features, column_names=list(features))
+        if keep_other_columns:  # cast_column of unknown columns: the other columns are still unknown
+            typed._column_names = None
+        return typed
 
     def cast(self, features: Any) -> IterableDataset:
         """Cast to new HF ``features`` (same column names), applied to each example as HF does. Where
@@ -403,8 +406,11 @@ class IterableDataset(_Base):
         examples at a time (as HF); the examples whose decoding is under way when a state is taken
         are kept in it, undecoded, and decoded again on resume."""
         threads = 0 if num_threads is None else as_int(num_threads, "num_threads", lo=0)
-        if self._features is None:
-            return self._derive(self._node, features=None)
+        if self._features is None:  # as HF: nothing says which columns to decode (a silent no-op would
+            # leave images decoded after decode(False))
+            raise ValueError("decode(): the dataset's features are unknown here (e.g. after a map), so which "
+                             "columns to decode is unknown: set them with ds.cast(features) or map(..., features=...) "
+                             "first, or call decode() before the map")
         from datasets import Features
         from datasets.features.features import require_decoding
 
