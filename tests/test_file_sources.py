@@ -557,3 +557,27 @@ def test_names_digest_is_the_digest_of_the_names_relative_to_their_folder(paths)
     full = [os.path.abspath(p) for p in paths]
     root = os.path.commonpath([os.path.dirname(p) for p in full])
     assert names_digest(paths) == fingerprint([os.path.relpath(p, root).replace(os.sep, "/") for p in full])
+
+
+@pytest.mark.parametrize("fmt", ["json", "parquet"])
+def test_features_whose_struct_lacks_a_field_of_the_file_are_refused_as_hf(tmp_path, fmt):
+    """features= whose struct lacks a field the file's objects have: ours cast the rows and dropped
+    the field silently ({"a": 0, "c": 1} yielded as {"a": 0, "b": None}); HF refuses the cast."""
+    import datasets
+    import pyarrow.parquet as pq
+    from datasets import Features, Value
+
+    rows = [{"s": {"a": 0}}, {"s": {"b": 1}}, {"s": {"c": 2}}]
+    path = tmp_path / f"d.{'jsonl' if fmt == 'json' else 'parquet'}"
+    if fmt == "json":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    lacking = Features({"s": {"a": Value("int64"), "b": Value("int64")}})
+    with pytest.raises(Exception, match="cast"):
+        list(datasets.load_dataset(fmt, data_files=str(path), split="train", streaming=True, features=lacking))
+    with pytest.raises(ValueError, match=r"'s\.c'.*would drop it"):
+        ri.load_dataset(fmt, data_files=str(path), split="train", features=lacking)
+    whole = Features({"s": {"a": Value("int64"), "b": Value("int64"), "c": Value("int64")}})
+    assert list(ri.load_dataset(fmt, data_files=str(path), split="train", features=whole)) == list(
+        datasets.load_dataset(fmt, data_files=str(path), split="train", streaming=True, features=whole))

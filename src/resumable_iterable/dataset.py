@@ -191,6 +191,7 @@ class IterableDataset(_Base):
                                  f"column(s) {missing}")
             features = type(features)({c: features[c] for c in source.columns})
         source.set_features(found)
+        source.check_features(features)
         ds = cls(source, features=found, split=split)
         if features is not None and format == "text" and len(features) == 1 and "text" not in features:
             ds = ds.rename_column("text", next(iter(features)))  # HF's text builder names it after the features

@@ -280,6 +280,26 @@ class FileSource(ArchiveReading, RandomFileAccess, SourceNode):
             self._first["schema"] = schema
         return self._first["schema"]
 
+    def check_features(self, features: Any) -> None:
+        """Refuse ``features`` (to cast the rows to) whose struct lacks a field the first file's rows
+        have: the cast would drop it silently (``{"a": 0, "c": 1}`` read as ``{"a": 0}``), where HF's
+        cast of the file's table refuses it ("Couldn't cast"). Fields of later files are checked
+        against the first file's as they are read (``_aligned``)."""
+        schema = self._first_schema()
+        if schema is None or features is None:
+            return
+        from datasets import Features
+
+        features = features if isinstance(features, Features) else Features(features)
+        target = features.arrow_schema
+        for field in schema:
+            i = target.get_field_index(field.name)
+            found = None if i < 0 else dropped_field(field.type, target.field(i).type, field.name)
+            if found:
+                raise ValueError(f"features: {self._where(0)} has the field {found!r}, which the feature of column "
+                                 f"{field.name!r} lacks ({features[field.name]}): casting would drop it, as HF "
+                                 "refuses (Couldn't cast); add the field to the features")
+
     def json_features(self, given: Any = None) -> Any:
         """The HF features of a JSON source's rows, as HF finds them in the first chunk of the first
         file (``Json`` columns included, decoded as read). With features ``given`` (to cast the rows
