@@ -162,6 +162,19 @@ def test_a_ctrl_c_at_every_check_point_loses_nothing(name, soak):
     interrupt_at_check_points(name, step=1)
 
 
+def interrupted_run(ds, nth: int) -> tuple[list, str | None]:
+    """The examples ``ds`` yields until a Ctrl-C lands at its ``nth`` check point, and where it
+    landed (``None``: the run ended first)."""
+    head = []
+    with Interrupter(nth) as ctrl_c:
+        try:
+            for x in ds:
+                head.append(x)
+        except KeyboardInterrupt:
+            pass
+    return head, ctrl_c.where
+
+
 def interrupt_at_check_points(name: str, step: int) -> None:
     build = PIPELINES[name]
     full = [text(x) for x in build()]
@@ -170,20 +183,14 @@ def interrupt_at_check_points(name: str, step: int) -> None:
     tried = 0
     while True:
         ds = build()
-        head = []
-        with Interrupter(nth) as ctrl_c:
-            try:
-                for x in ds:
-                    head.append(x)
-            except KeyboardInterrupt:
-                pass
-        if ctrl_c.where is None:
+        head, where = interrupted_run(ds, nth)
+        if where is None:
             break
         resumed = build()
         resumed.load_state_dict(json.loads(json.dumps(ds.state_dict())))
         got = [text(x) for x in head] + [text(x) for x in resumed]
         if got != full:
-            bad.append(f"{ctrl_c.where}: {len(head)} + {len(got) - len(head)} examples, expected {len(full)}")
+            bad.append(f"{where}: {len(head)} + {len(got) - len(head)} examples, expected {len(full)}")
         nth += step
         tried += 1
     print(f"[ctrl-c] {name}: {tried} interrupts, {len(bad)} lost or repeated examples")
@@ -264,16 +271,11 @@ def _interrupted_holding(build, after: int):
     ``after`` rows, the rows it yielded and where the interrupt landed."""
     nth = 0
     while True:
-        ds, head = build(), []
-        with Interrupter(nth) as ctrl_c:
-            try:
-                for x in ds:
-                    head.append(x)
-            except KeyboardInterrupt:
-                pass
-        assert ctrl_c.where is not None, "no interrupt left an example held"
+        ds = build()
+        head, where = interrupted_run(ds, nth)
+        assert where is not None, "no interrupt left an example held"
         if len(head) == after and "held" in ds.state_dict()["state"]:
-            return ds, head, ctrl_c.where
+            return ds, head, where
         nth += 1
 
 
