@@ -424,3 +424,17 @@ def test_shard_seed_check_agrees_with_nodes_that_block_the_shard_order():
                                                    .rename_column("text", "u")], axis=1).shuffle(seed=2, buffer_size=3),
                   lambda: source().shuffle(seed=3, buffer_size=4, max_buffer_input_shards=2)):
         assert_resumes_exactly(build, max_cuts=6)
+
+
+@pytest.mark.parametrize("combine", [ri.interleave_datasets, ri.concatenate_datasets])
+def test_combining_an_hf_iterable_dataset_names_it_and_says_how_to_build_ours(combine):
+    """HF's ``datasets.IterableDataset`` passed beside ours: the error names HF's class (not a bare
+    ``IterableDataset``, which reads as if ours were refused) and points at ``ri.load_dataset``."""
+    from datasets import Dataset
+    hf = Dataset.from_dict({"x": [1, 2]}).to_iterable_dataset()
+    ours = ri.to_iterable_dataset(Dataset.from_dict({"x": [3, 4]}))
+    with pytest.raises(TypeError, match=r"dataset 1 is a datasets\.IterableDataset, not a resumable_iterable"
+                                        r"\.IterableDataset \(build it with resumable_iterable\.load_dataset"):
+        combine([ours, hf])
+    with pytest.raises(TypeError, match=r"dataset 0 is a builtins\.list, .*to_iterable_dataset"):
+        combine([[1, 2], ours])

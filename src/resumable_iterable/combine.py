@@ -20,8 +20,11 @@ def _check(datasets: list, what: str) -> list[IterableDataset]:
         raise ValueError(f"{what} needs at least one dataset")
     for i, d in enumerate(datasets):
         if not isinstance(d, IterableDataset):
-            raise TypeError(f"{what}: dataset {i} is a {type(d).__name__}, not a resumable_iterable.IterableDataset "
-                            "(wrap a datasets.Dataset with resumable_iterable.to_iterable_dataset)")
+            kind = f"{type(d).__module__.split('.')[0]}.{type(d).__qualname__}"
+            hint = ("build it with resumable_iterable.load_dataset(..., streaming=True) instead of HF's"
+                    if kind == "datasets.IterableDataset" else
+                    "wrap a datasets.Dataset with resumable_iterable.to_iterable_dataset")
+            raise TypeError(f"{what}: dataset {i} is a {kind}, not a resumable_iterable.IterableDataset ({hint})")
         if d.rank_splits != datasets[0].rank_splits:
             raise ValueError(f"{what}: datasets must be split by node identically before combining")
     return datasets
