@@ -438,3 +438,14 @@ def test_combining_an_hf_iterable_dataset_names_it_and_says_how_to_build_ours(co
         combine([ours, hf])
     with pytest.raises(TypeError, match=r"dataset 0 is a builtins\.list, .*to_iterable_dataset"):
         combine([[1, 2], ours])
+
+
+def test_hf_split_dataset_by_node_given_ours_says_which_function_to_call():
+    """``from datasets.distributed import split_dataset_by_node`` (HF's docs' habit) applied to our
+    dataset failed with ``AttributeError: ... no attribute '_distributed'``: it now names ours."""
+    from datasets import Dataset
+    from datasets.distributed import split_dataset_by_node as hf_split
+    ours = ri.to_iterable_dataset(Dataset.from_dict({"x": list(range(8))}), num_shards=4)
+    with pytest.raises(TypeError, match=r"use resumable_iterable\.split_dataset_by_node \(same arguments\)"):
+        hf_split(ours, rank=1, world_size=2)
+    assert [r["x"] for r in ri.split_dataset_by_node(ours, rank=1, world_size=2)] == [2, 3, 6, 7]

@@ -78,6 +78,14 @@ class IterableDataset(_Base):
         return type(self)
 
     @property
+    def _distributed(self) -> Any:
+        # The first thing HF's ``datasets.distributed.split_dataset_by_node`` reads of an iterable
+        # dataset: given ours, it would fail with an AttributeError on this name. Say which function to call.
+        raise TypeError("datasets.distributed.split_dataset_by_node was given a resumable_iterable.IterableDataset: "
+                        "use resumable_iterable.split_dataset_by_node (same arguments), which splits it by node "
+                        "and keeps it resumable")
+
+    @property
     def session(self) -> IterationSession:
         """This dataset's iteration in this process (``loader/session.py``): what ``__iter__``,
         ``state_dict`` and ``load_state_dict`` use, and what a DataLoader integration prepares."""
