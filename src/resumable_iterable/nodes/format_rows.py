@@ -26,7 +26,8 @@ class ArrowRowValues:
     ints and floats as numpy scalars (of the column's type when ``features`` say it), strings as
     ``np.str_``, booleans as 0-d arrays, flat lists of numbers as int64 / float32 arrays
     (``format_kwargs`` apply to arrays, as in HF). Any other value goes to ``tensorize`` (HF's
-    ``recursive_tensorize``), which is also what values already formatted get.
+    ``recursive_tensorize``), which is also what values already formatted get, and so do all the
+    values of a ``Json`` column (HF decodes their JSON text to Python values first: 0-d arrays, ``str``).
 
     ``batch_rows``: the values of one row of HF's formatted *batch* instead (what HF gives a map or
     filter after ``with_format``): ints as int64, floats as float32, booleans as ``np.bool_``.
@@ -47,6 +48,9 @@ class ArrowRowValues:
         self.nested: dict = {}  # column -> (dtype, depth, shape) of lists of lists of numbers (``Array2D``...)
         self.times: dict = {}  # column -> numpy datetime64 / timedelta64 dtype of a temporal ``Value`` (or list of)
         self.time_lists: dict = {}
+        #: the columns of HF 5.2's ``Json`` features: HF decodes their JSON text to Python values, which
+        #: its formatter tensorizes (0-d arrays, ``str``), whatever the Arrow path
+        self.json = frozenset(name for name, feature in (features or {}).items() if type(feature).__name__ == "Json")
         for name, feature in (features or {}).items():  # (a batch's numbers are int64 / float32 whatever the type)
             dtype = value_dtype(feature) if type(feature).__name__ != "ClassLabel" else np.dtype(np.int64)
             time = _time_dtype(feature)
@@ -68,6 +72,9 @@ class ArrowRowValues:
                 leaf = _nested_dtype(feature)
                 if leaf is not None:
                     self.nested[name] = leaf
+
+        if self.json:  # (a subclass: the rows of other columns pay nothing for it)
+            self.__class__ = _JsonRowValues
 
     def _list(self, name: str, values: list) -> Any:
         kinds = set(map(type, values))
@@ -131,6 +138,21 @@ class ArrowRowValues:
             else:
                 out[name] = self.tensorize(v)
         return out
+
+
+class _JsonRowValues(ArrowRowValues):
+    """:class:`ArrowRowValues` of rows with ``Json`` columns, whose values HF formats as the decoded
+    Python values they are: tensorized (0-d arrays, ``str``); in a row of a batch (a map after
+    ``with_format``, whose one-row batch HF stacks), a 0-d array is that row's numpy scalar."""
+
+    def __call__(self, example: dict) -> dict:
+        json = self.json
+        out = super().__call__({k: v for k, v in example.items() if k not in json})
+        return {k: self._json(v) if k in json else out[k] for k, v in example.items()}
+
+    def _json(self, value: Any) -> Any:
+        out = self.tensorize(value)
+        return out[()] if self.batch_rows and type(out) is np.ndarray and out.ndim == 0 else out
 
 
 def _list_dtype(feature: Any) -> np.dtype | None:
