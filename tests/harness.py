@@ -23,8 +23,12 @@ def normalize(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return type(x)(normalize(v) for v in x)
     if isinstance(x, np.ndarray):
+        if x.dtype.kind in "fc" and np.isnan(x).any():  # NaN != NaN: compared by its text
+            return ("ndarray", str(x.dtype), x.shape, repr(x.tolist()))
         return ("ndarray", str(x.dtype), x.shape, x.tolist())
     if isinstance(x, np.generic):
+        if x.dtype.kind in "fc" and np.isnan(x):
+            return ("npscalar", str(x.dtype), "nan")
         return ("npscalar", str(x.dtype), x.item())
     return x
 

@@ -162,7 +162,11 @@ class FormatNode(Node):
                 "drop_last_batch": self.drop_last_batch}
 
     def _to_table(self, batch: dict) -> pa.Table:
-        return python_batch_to_table(batch, self.schema)
+        schema = self.schema
+        if schema is not None and schema.names != list(batch):
+            # the batch's own columns (decoded media are left out of the table), typed where known
+            schema = pa.schema([schema.field(k) for k in batch]) if set(schema.names).issuperset(batch) else None
+        return python_batch_to_table(batch, schema)
 
     def _batches(self) -> Iterator[list]:
         it = iter(self.children[0])
@@ -333,6 +337,20 @@ def _handed_back_on_error(child: Node, fn: Any) -> Iterator[Any]:
 ROW_CHUNK = 256  # rows of an Arrow source formatted at a time when iterating formatted examples
 
 
+def _rows_schema(node: Node, features: Any) -> pa.Schema | None:
+    """The Arrow types of the rows ``node`` yields, for the tables of their batches: an Arrow chain's
+    schema, or, for rows that HF keeps on its Arrow path (a shuffle, take, interleave... of Arrow
+    sources), the features' types, which HF's Arrow batches have: a number column that is null in a
+    whole batch is then NaN, as in HF, not an object array of ``None`` (an untyped null column)."""
+    schema = chain_schema(node)
+    if schema is None and features is not None and arrow_rooted(node):
+        try:
+            schema = features.arrow_schema
+        except Exception:  # features with no Arrow type: the values' types
+            return None
+    return schema
+
+
 def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template: Node | None = None,
             features: Any = None, resumed: bool = False) -> Node:
     """The node to iterate for the live pipeline ``node`` shown in format ``fmt`` (``(type, kwargs)``
@@ -374,14 +392,14 @@ def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template:
         # rows of a batch interrupted by an error, and format its batches
         if tensors and arrow_rooted(node):
             node.read_lists_as_arrays()  # the batches reach nothing but the formatter
-        return FormatNode(live_batches, name, kwargs, "batch_dicts", features=features, schema=chain_schema(node),
-                          dataset_batches=True, arrow_rows=back and not tensors)
+        return FormatNode(live_batches, name, kwargs, "batch_dicts", features=features,
+                          schema=_rows_schema(node, features), dataset_batches=True, arrow_rows=back and not tensors)
     if batch is None and isinstance(template, BatchNode):
         rows = template.children[0]
         chain = arrow_chain(rows)
         return FormatNode(node, name, kwargs, "batch_dicts",
                           features=chain_features(*chain) if chain else features,
-                          schema=chain_schema(rows), dataset_batches=True)
+                          schema=_rows_schema(rows, features), dataset_batches=True)
     chain = arrow_chain(node)
     if chain is not None:
         features = chain_features(*chain)
