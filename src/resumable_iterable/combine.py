@@ -48,9 +48,15 @@ def _common_column_names(datasets: list[IterableDataset]) -> list[str] | None:
     return names if all(d.column_names == names for d in datasets[1:]) else None
 
 
-def _fill_missing_columns(example: dict, columns: list[str]) -> dict:
-    """``None`` for each of ``columns`` the example lacks (HF fills the columns a dataset lacks so)."""
-    return {c: None for c in columns if c not in example}
+def _fill_missing_columns(example: dict, columns: list[str]) -> None:
+    """Moves ``columns`` (the merged features' columns from the first one the dataset lacks or has
+    elsewhere) to the end of the example, in that order, ``None`` for those it lacks: HF fills the
+    columns a dataset lacks so, and yields every row in its features' order. Edited in place (a map
+    puts a returned dict onto the example in the example's order); the map's parameters, and so
+    the pipeline's fingerprint, are those of the earlier fill, which added the missing columns
+    last: its states still load (an example they hold keeps that order)."""
+    for c in columns:
+        example[c] = example.pop(c, None)
 
 
 # HF aligns the columns on its Arrow path (a null in the table), so the rows stay Arrow-backed for
@@ -60,14 +66,14 @@ _fill_missing_columns.keeps_arrow_rows = True  # type: ignore[attr-defined]
 
 def _aligned_nodes(datasets: list[IterableDataset], merged: Any) -> list:
     """The datasets' pipelines, each one lacking columns of ``merged`` followed by a map adding them
-    as ``None``, so that every example of the combination has every column."""
+    as ``None``, so that every example of the combination has every column, in ``merged``'s order."""
     nodes = []
     for d in datasets:
         node = d.pipeline.clone()
-        if merged is not None:
-            missing = [c for c in merged if c not in d.features]
-            if missing:
-                node = MapNode(node, _fill_missing_columns, fn_kwargs={"columns": missing})
+        if merged is not None and any(c not in d.features for c in merged):
+            own, order = list(d.features), list(merged)
+            same = next((i for i, (a, b) in enumerate(zip(own, order)) if a != b), min(len(own), len(order)))
+            node = MapNode(node, _fill_missing_columns, fn_kwargs={"columns": order[same:]})
         nodes.append(node)
     return nodes
 
@@ -88,7 +94,7 @@ def interleave_datasets(datasets: list[IterableDataset], probabilities: list[flo
 
     When every dataset's features are known (sources with a schema, ``cast``, ``features=``, or
     :meth:`IterableDataset.resolve_features`), the result has their union and the columns a
-    dataset lacks are yielded as ``None``. Unlike HF ``datasets``, building the pipeline never
+    dataset lacks are yielded as ``None``, each row in the union's column order (as HF). Unlike HF ``datasets``, building the pipeline never
     reads examples (which would run the user's functions): call ``resolve_features()`` on a
     dataset whose features are unknown to get HF's behaviour. A probability of 0 is refused with
     the ``all_exhausted`` strategies (that dataset would never be exhausted), as HF's map-style
@@ -110,7 +116,7 @@ def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0, split: 
     ``split`` (as HF's ``split=``: ``None`` by default).
 
     With ``axis=0``, when every dataset's features are known the columns a dataset lacks are
-    yielded as ``None``; with ``axis=1``, a column name found in two datasets raises
+    yielded as ``None``, in the union's column order; with ``axis=1``, a column name found in two datasets raises
     ``ValueError`` here, when the column names are known. As for :func:`interleave_datasets`,
     building the pipeline reads no example (HF infers unknown features from the first examples:
     call :meth:`IterableDataset.resolve_features` for that). As in HF, the result keeps the format
