@@ -430,6 +430,41 @@ def test_info_of_other_sources_is_empty_with_the_features():
     assert source().info.features is None
 
 
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "json", "text", "arrow"])
+def test_file_readers_take_info_as_hf(tmp_path, fmt):
+    """HF's ``IterableDataset.from_<format>`` hands ``info=`` to its builder: the dataset keeps it and
+    its features are cast to when no ``features=`` are given (narrowed to ``columns=``). Ours
+    refused the option (TypeError)."""
+    rows = [{"a": str(i), "b": i} for i in range(4)] if fmt != "text" else [{"text": str(i)} for i in range(4)]
+    path = str(tmp_path / f"data.{fmt}")
+    if fmt == "csv":
+        Dataset.from_list(rows).to_csv(path)
+    elif fmt == "json":
+        Dataset.from_list(rows).to_json(path)
+    elif fmt == "text":
+        (tmp_path / "data.text").write_text("".join(r["text"] + "\n" for r in rows))
+    elif fmt == "arrow":
+        import pyarrow.feather as feather
+        feather.write_feather(pa.Table.from_pylist(rows), path, compression="uncompressed")
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    features = Features({"a": Value("int32"), "b": Value("string")} if fmt != "text" else {"text": Value("int32")})
+    info = DatasetInfo(description="desc", license="mit", features=features)
+    read = getattr(ri.IterableDataset, f"from_{fmt}")
+    ds = read(path, info=info)
+    assert ds.features == features and (ds.description, ds.license) == ("desc", "mit")
+    assert list(ds) == [{k: (int(v) if features[k].dtype == "int32" else str(v)) for k, v in r.items()} for r in rows]
+    assert info.description == "desc" and ds.info is not info
+    declared = Features({k: Value("string") for k in features})
+    assert read(path, info=info, features=declared).features == declared  # features= wins, as in HF
+    if fmt == "parquet":
+        narrowed = read(path, info=info, columns=["b"])
+        assert narrowed.features == Features({"b": Value("string")})
+        assert list(narrowed) == [{"b": str(r["b"])} for r in rows]
+    assert_resumes_exactly(lambda: read(path, info=info))
+
+
 # ---------------------------------------------------------------------------- format of a concatenation
 
 

@@ -41,6 +41,12 @@ from .nodes.slicing import SkipNode, TakeNode
 from .nodes.typed import AddColumn, ApplyFeatures
 
 
+def _given(features: Any, info: Any) -> Any:
+    """The features a file reader casts to: ``features``, else those of the ``info`` (a
+    ``datasets.DatasetInfo``) given to it, as HF's builders take ``info=``."""
+    return features if features is not None or info is None else info.features
+
+
 class _Base:
     """Plain mixin base: lets ``torch.utils.data.IterableDataset`` be appended to the bases of
     :class:`IterableDataset` once torch is imported (``loader/hooks.py``), without importing torch
@@ -207,15 +213,19 @@ class IterableDataset(_Base):
 
     @classmethod
     def from_parquet(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
-                     keep_in_memory: bool = False, **reader_kwargs: Any) -> IterableDataset:
+                     keep_in_memory: bool = False, info: Any = None, **reader_kwargs: Any) -> IterableDataset:
         """Parquet files, as HF's (reader options such as ``columns=``, ``filters=``). Like every
-        ``from_<format>``: split ``"train"`` unless given, ``keep_in_memory`` ignored (streamed), as HF."""
-        return cls.from_files(path_or_paths, "parquet", features=features, **reader_kwargs)._with_split(split)
+        ``from_<format>``: split ``"train"`` unless given, ``keep_in_memory`` ignored (streamed), and
+        ``info`` (a ``datasets.DatasetInfo``) kept as the dataset's, its features cast to when no
+        ``features`` are given (narrowed to ``columns=``), as HF."""
+        return cls.from_files(path_or_paths, "parquet", features=_given(features, info),
+                              **reader_kwargs)._with_split(split, info)
 
     @classmethod
     def from_arrow(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
-                   keep_in_memory: bool = False, **reader_kwargs: Any) -> IterableDataset:
-        return cls.from_files(path_or_paths, "arrow", features=features, **reader_kwargs)._with_split(split)
+                   keep_in_memory: bool = False, info: Any = None, **reader_kwargs: Any) -> IterableDataset:
+        return cls.from_files(path_or_paths, "arrow", features=_given(features, info),
+                              **reader_kwargs)._with_split(split, info)
 
     @classmethod
     def from_file(cls, filename: str | os.PathLike) -> IterableDataset:
@@ -224,26 +234,31 @@ class IterableDataset(_Base):
 
     @classmethod
     def from_json(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
-                  keep_in_memory: bool = False, **reader_kwargs: Any) -> IterableDataset:
-        return cls.from_files(path_or_paths, "json", features=features, **reader_kwargs)._with_split(split)
+                  keep_in_memory: bool = False, info: Any = None, **reader_kwargs: Any) -> IterableDataset:
+        return cls.from_files(path_or_paths, "json", features=_given(features, info),
+                              **reader_kwargs)._with_split(split, info)
 
     @classmethod
     def from_csv(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
-                 keep_in_memory: bool = False, **reader_kwargs: Any) -> IterableDataset:
-        return cls.from_files(path_or_paths, "csv", features=features, **reader_kwargs)._with_split(split)
+                 keep_in_memory: bool = False, info: Any = None, **reader_kwargs: Any) -> IterableDataset:
+        return cls.from_files(path_or_paths, "csv", features=_given(features, info),
+                              **reader_kwargs)._with_split(split, info)
 
     @classmethod
     def from_text(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
                   keep_in_memory: bool = False, keep_linebreaks: bool = False, sample_by: str = "line",
-                  **reader_kwargs: Any) -> IterableDataset:
+                  info: Any = None, **reader_kwargs: Any) -> IterableDataset:
         """Text files read as HF's text builder reads them (a ``text`` column of lines, paragraphs
         or whole documents), one shard per file."""
-        return cls.from_files(path_or_paths, "text", features=features, keep_linebreaks=keep_linebreaks,
-                              sample_by=sample_by, **reader_kwargs)._with_split(split)
+        return cls.from_files(path_or_paths, "text", features=_given(features, info), keep_linebreaks=keep_linebreaks,
+                              sample_by=sample_by, **reader_kwargs)._with_split(split, info)
 
-    def _with_split(self, split: Any) -> IterableDataset:
-        """This dataset named as split ``split`` (``"train"`` if ``None``, as HF's file readers)."""
+    def _with_split(self, split: Any, info: Any = None) -> IterableDataset:
+        """This dataset named as split ``split`` (``"train"`` if ``None``, as HF's file readers), with
+        the ``info`` (a ``datasets.DatasetInfo``) given to the reader, if any."""
         self._named_split = split if split is not None else "train"
+        if info is not None:
+            self._info = info.copy()
         return self
 
     # ------------------------------------------------------------------ building on the pipeline
