@@ -9,6 +9,8 @@ HF's streaming readers read them (``nodes/archives.py``):
 * a state is refused over an archive rebuilt with other members or in another order; a member
   that vanished since the dataset was built is named;
 * tar archives are refused as HF's streaming mode refuses them, and zips given as Parquet files.
+* HF's fsspec URLs ``zip://<glob>::<archive>`` / ``tar://<glob>::<archive>`` in ``data_files``:
+  each member matched is a data file (a shard), the rows equal HF's and every cut point resumes.
 """
 
 from __future__ import annotations
@@ -187,11 +189,87 @@ def test_tar_archives_and_zipped_parquet_files_are_refused(tmp_path):
         info = tarfile.TarInfo("a.txt")
         info.size = 2
         t.addfile(info, io.BytesIO(b"1\n"))
-    with pytest.raises(ValueError, match=r"a\.tar\.gz' is a tar archive: tar archives are not read in streaming"):
+    with pytest.raises(ValueError, match=r"a\.tar\.gz' is a tar archive: tar archives are not read in streaming"
+                                         r".*data_files='tar://\*::"):
         ri.load_dataset("text", data_files=str(tmp_path / "a.tar.gz"), split="train")
     z = write_zip(tmp_path / "p.zip", [("a.parquet", b"PAR1")])
     with pytest.raises(ValueError, match=r"p\.zip' is a zip archive: parquet files are not read inside archives"):
         ri.load_dataset("parquet", data_files=z, split="train")
+
+
+
+def write_tar(path, members):
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz" if str(path).endswith(".gz") else "w") as t:
+        for name, data in members:
+            data = data.encode() if isinstance(data, str) else data
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return str(path)
+
+
+@pytest.mark.parametrize("kind", ["zip", "tar"])
+@pytest.mark.parametrize("fmt", ["csv", "json", "text"])
+def test_archive_urls_name_members_as_hf(tmp_path, kind, fmt):
+    """``data_files="zip://*.csv::a.zip"`` (HF's fsspec URL; ``tar://`` too): the members the glob
+    matches, each a shard, hidden ones and ``README.md`` left out unless named. Ours looked for a file of that name
+    (FileNotFoundError); a tar archive could not be read at all."""
+    datasets = pytest.importorskip("datasets")
+    e = EXT[fmt]
+    c = lambda tag, n: content(fmt, tag, n)  # noqa: E731
+    members = [(f"b.{e}", c("B", 3)), (f"a.{e}", c("A", 2)), (f"sub/c.{e}", c("C", 2)), (f".h.{e}", c("H", 1)),
+               ("README.md", c("M", 1))]
+    archive = (write_zip(tmp_path / "a.zip", members) if kind == "zip"
+               else write_tar(tmp_path / "a.tar.gz", members))
+    for pattern, shards, expected in [("*", 2, ["A0", "A1", "B0", "B1", "B2"]), ("README.md", 1, ["M0"]),
+                                      (f"*.{e}", 2, ["A0", "A1", "B0", "B1", "B2"]),
+                                      (f"*/*.{e}", 1, ["C0", "C1"]), (f".h.{e}", 1, ["H0"])]:
+        url = f"{kind}://{pattern}::{archive}"
+
+        def build():
+            return ri.load_dataset(fmt, data_files=url, split="train")
+
+        ds = build()
+        assert ds.num_shards == shards, pattern
+        rows = list(ds)
+        assert first_column(rows) == expected, pattern
+        hf = datasets.load_dataset(fmt, data_files=url, split="train", streaming=True)
+        assert rows == list(hf), pattern
+        assert_resumes_exactly(build)
+    packed = [(f"g.{e}.gz", gzip.compress(c("G", 2).encode()))]  # a compressed member is decompressed
+    packed = write_zip(tmp_path / "g.zip", packed) if kind == "zip" else write_tar(tmp_path / "g.tar", packed)
+    assert first_column(ri.load_dataset(fmt, data_files=f"{kind}://*::{packed}", split="train")) == ["G0", "G1"]
+    with pytest.raises(FileNotFoundError, match=r"no data file matches .*nope\*.*the archive .* holds"):
+        ri.load_dataset(fmt, data_files=f"{kind}://nope*::{archive}", split="train")
+    with pytest.raises(FileNotFoundError, match=r"the archive .*missing.* is not a local file"):
+        ri.load_dataset(fmt, data_files=f"{kind}://*::{tmp_path / 'missing'}", split="train")
+
+
+def test_a_state_over_archive_urls_resumes_moved_and_refuses_other_members(tmp_path):
+    tar = write_tar(tmp_path / "a.tar", [("a.txt", "1\n2\n"), ("b.txt", "3\n4\n")])
+    ds = ri.load_dataset("text", data_files=f"tar://*::{tar}", split="train")
+    it = iter(ds)
+    next(it), next(it), next(it)
+    state = json_roundtrip(ds.state_dict())
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    os.replace(tar, moved / "a.tar")  # the same archive in another folder still resumes
+    there = ri.load_dataset("text", data_files=f"tar://*::{moved / 'a.tar'}", split="train")
+    there.load_state_dict(state)
+    assert first_column(there) == ["4"]
+    write_tar(moved / "a.tar", [("a.txt", "1\n2\n"), ("c.txt", "3\n4\n")])
+    with pytest.raises(ValueError, match="the data files are not those the state was saved with"):
+        ri.load_dataset("text", data_files=f"tar://*::{moved / 'a.tar'}", split="train").load_state_dict(state)
+    ds = ri.load_dataset("text", data_files=f"tar://*::{moved / 'a.tar'}", split="train")
+    write_tar(moved / "a.tar", [("a.txt", "1\n2\n")])
+    with pytest.raises(ValueError, match=r"c\.txt.* is no longer in the archive"):
+        list(ds)
+    z = write_zip(tmp_path / "p.zip", [("a.parquet", b"PAR1")])
+    with pytest.raises(ValueError, match=r"is in an archive: parquet files are not read inside archives"):
+        ri.load_dataset("parquet", data_files=f"zip://*::{z}", split="train")
 
 
 # ---------------------------------------------------------------------- imagefolder

@@ -9,7 +9,13 @@ rows. Tar archives (``.tar``, ``.tgz``, ``.tar.gz``...) are refused, as HF's str
 them, and so are zips given to the Parquet and Arrow readers (HF reads them as a Parquet / Arrow
 file, which fails).
 
-A member is named as HF names it, ``zip://<member>::<archive>`` (:func:`member_path`);
+Data files may also name members of a zip or tar archive with HF's fsspec URLs,
+``zip://<glob>::<archive>`` / ``tar://<glob>::<archive>`` (``load_dataset`` matches the glob on
+:func:`zip_member_names` / :func:`tar_members`): each member is then a data file of its own (a
+shard), read as the file it is, as HF resolves such a URL.
+
+A member is named as HF names it, ``zip://<member>::<archive>`` (:func:`member_path`; a tar
+archive's, given by such a URL, ``tar://<member>::<archive>``);
 ``file_formats.open_binary`` / ``open_text`` open such a name, decompressing a ``.gz``, ``.bz2``,
 ``.xz`` or ``.zst`` member as they decompress files. :class:`ArchiveReading` is the part of
 ``FileSource`` that reads archives: the offset of an archive's shard counts the rows of its
@@ -42,6 +48,8 @@ def hidden(name: str) -> bool:
 def archive_kind(path: str, sniff: bool = True) -> str | None:
     """``"zip"`` or ``"tar"`` when HF's streaming readers take ``path`` for an archive, else ``None``:
     by its extension, or (``sniff``) by its first bytes when its extension is none HF knows."""
+    if split_member(path) is not None:  # a member named by HF's URL: read as the file it is
+        return None
     name = os.path.basename(path).lower()
     if name.endswith(TAR_SUFFIXES):
         return "tar"
@@ -97,22 +105,45 @@ def member_names(archive: str) -> frozenset[str]:
         return frozenset(i.filename for i in z.infolist() if not i.is_dir())
 
 
-def member_path(archive: str, member: str) -> str:
-    """HF's name of an archive member: ``zip://<member>::<archive>``."""
-    return f"zip://{member}::{archive}"
+def member_path(archive: str, member: str, kind: str = "zip") -> str:
+    """HF's name of an archive member: ``zip://<member>::<archive>`` (``tar://`` for a tar archive)."""
+    return f"{kind}://{member}::{archive}"
 
 
 def split_member(path: str) -> tuple[str, str] | None:
     """``(archive, member)`` of a :func:`member_path` name; ``None`` for a plain file."""
-    if not path.startswith("zip://") or "::" not in path:
+    if not path.startswith(("zip://", "tar://")) or "::" not in path:
         return None
     member, _, archive = path[len("zip://"):].rpartition("::")  # a member's name may hold "::"
     return archive, member
 
 
+def tar_members(archive: str) -> list[str]:
+    """The names of the regular files of a tar archive (compressed or not), in the archive's order."""
+    import tarfile
+
+    try:
+        with tarfile.open(archive, "r:*") as t:
+            return list(dict.fromkeys(m.name for m in t.getmembers() if m.isfile()))
+    except tarfile.TarError as e:
+        raise ValueError(f"{archive!r} is not a valid tar archive: {e}") from None
+
+
+def zip_member_names(archive: str) -> list[str]:
+    """The names of the files of a zip archive, in the archive's order."""
+    try:
+        with zipfile.ZipFile(archive) as z:
+            return list(dict.fromkeys(i.filename for i in z.infolist() if not i.is_dir()))
+    except zipfile.BadZipFile as e:
+        raise ValueError(f"{archive!r} is not a valid zip archive: {e}") from None
+
+
 def open_member(path: str) -> Any:
-    """A member of a zip archive (:func:`member_path`), opened for reading bytes."""
+    """A member of a zip or tar archive (:func:`member_path`), opened for reading bytes. A tar
+    member is read whole into memory (a tar archive has no index to seek a member by)."""
     archive, member = split_member(path)
+    if path.startswith("tar://"):
+        return _open_tar_member(archive, member)
     try:
         z = zipfile.ZipFile(archive)
     except zipfile.BadZipFile as e:
@@ -127,16 +158,38 @@ def open_member(path: str) -> Any:
             raise OSError(f"cannot read {member!r} in the archive {archive!r}: {e}") from None
 
 
+def _open_tar_member(archive: str, member: str) -> Any:
+    import io
+    import tarfile
+
+    try:
+        with tarfile.open(archive, "r:*") as t:
+            try:
+                f = t.extractfile(member)
+            except KeyError:
+                f = None
+            if f is None:
+                raise FileNotFoundError(f"{member!r} is no longer in the archive {archive!r}: it changed since "
+                                        "the dataset was built") from None
+            return io.BytesIO(f.read())
+    except (tarfile.TarError, EOFError) as e:
+        raise OSError(f"{archive!r} is no longer a valid tar archive: {e}") from None
+
+
 def archive_members(paths: list[str], format: str) -> list[list[str] | None] | None:
     """For each data file, the names of the members it holds when it is a zip archive (in the
     archive: :func:`member_path` makes a path of them), else ``None``; ``None`` when no file is an archive. Tar archives, and zips given as
     Parquet or Arrow files, are refused naming them."""
     out: list[list[str] | None] = []
     for p in paths:
+        if split_member(p) is not None and format not in ("json", "csv", "text"):
+            raise ValueError(f"data file {p!r} is in an archive: {format} files are not read inside archives here; "
+                             "extract it first")
         kind = archive_kind(p, sniff=format in ("json", "csv", "text"))
         if kind == "tar":
             raise ValueError(f"data file {p!r} is a tar archive: tar archives are not read in streaming mode (HF's "
-                             "streaming load_dataset refuses them too); extract it first, or make it a zip")
+                             "streaming load_dataset refuses them too); extract it first, make it a zip, or name "
+                             f"its files with HF's URL data_files='tar://*::{p}' (each file a shard)")
         if kind == "zip" and format not in ("json", "csv", "text"):
             raise ValueError(f"data file {p!r} is a zip archive: {format} files are not read inside archives (HF "
                              "reads only JSON, CSV and text files in them); extract it first")

@@ -61,8 +61,10 @@ from .source import SourceNode
 
 def names_digest(paths: list[str]) -> str:
     """A short hash of the files' names in this order, each relative to the folder they all share,
-    so that the same files moved to another folder or machine still match."""
-    full = [os.path.abspath(p) for p in paths]
+    so that the same files moved to another folder or machine still match. An archive member
+    (``zip://<member>::<archive>``) is named as a file in a folder named after its archive."""
+    full = [os.path.abspath(p) if split_member(p) is None else os.path.join(os.path.abspath(split_member(p)[0]),
+                                                                            split_member(p)[1]) for p in paths]
     try:
         root = os.path.commonpath([os.path.dirname(p) for p in full])
     except ValueError:  # paths on different drives share no folder

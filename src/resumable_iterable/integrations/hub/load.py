@@ -11,7 +11,8 @@ import os
 from typing import Any
 
 from ...dataset import IterableDataset
-from ...nodes.archives import archive_kind, zip_members
+from ...nodes.archives import (archive_kind, hidden, member_path, split_member, tar_members, zip_member_names,
+                               zip_members)
 from ...nodes.file_formats import FORMATS, format_of
 from .card import card_configs, card_features
 from .folder import FOLDER_BUILDERS, folder_builder, load_folder
@@ -24,6 +25,11 @@ _FORMAT_ALIASES = {**{f: f for f in FORMATS}, "jsonl": "json"}
 _HF_BUILDERS = frozenset(("audiofolder", "conll", "eval", "fasta", "fastq", "genbank", "harbor", "hdf5", "iceberg",
                           "lance", "meshfolder", "mmcif", "niftifolder", "pandas", "pdb", "pdffolder",
                           "tsfile", "videofolder", "vortex", "webdataset", "xml"))
+
+
+#: the file names HF's data_files globs leave out (dataset metadata)
+_NOT_DATA = frozenset(("README.md", "config.json", "dataset_info.json", "dataset_infos.json", "dummy_data.zip",
+                       "dataset_dict.json"))
 
 
 def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs: dict) -> IterableDataset:
@@ -204,6 +210,8 @@ def _resolve_direct(patterns: list[str], revision: str | None, token: Any, cache
             if repo is None:
                 repo = repos[key] = HubRepo(*key, token, cache_dir)
             out.extend(repo.fetch(match_files(sub, repo.files)))
+        elif split_member(p) is not None:
+            out.extend(_archive_url_files(p))
         elif any(ch in p for ch in "*?["):
             hits = sorted(glob.glob(p, recursive=True))
             hits = [h for h in hits if os.path.isfile(h)]
@@ -215,6 +223,26 @@ def _resolve_direct(patterns: list[str], revision: str | None, token: Any, cache
         else:
             raise FileNotFoundError(f"data file {p!r} not found")
     return out
+
+
+def _archive_url_files(url: str) -> list[str]:
+    """The members of a local archive that HF's fsspec URL ``zip://<glob>::<archive>`` or
+    ``tar://<glob>::<archive>`` names, each a data file (``zip://<member>::<archive>``). The glob is
+    a ``data_files`` glob over the archive's files; hidden ones (``.x``, ``__x``) and dataset
+    metadata (``README.md``...) are left out unless named, as HF leaves them out."""
+    archive, pattern = split_member(url)
+    kind = url[:3]
+    if not os.path.isfile(archive):
+        raise FileNotFoundError(f"data file {url!r}: the archive {archive!r} is not a local file")
+    names = zip_member_names(archive) if kind == "zip" else tar_members(archive)
+    names = [n for n in names if n == pattern or not (any(hidden(part) for part in n.split("/"))
+                                                      or n.rpartition("/")[2] in _NOT_DATA)]
+    try:
+        hits = match_files(pattern, names)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no data file matches {url!r}: the archive {archive!r} holds "
+                                f"{sorted(names)[:5]}{'...' if len(names) > 5 else ''}") from None
+    return [member_path(archive, name, kind) for name in hits]
 
 
 def _split_names(split: Any) -> list[str] | None:
