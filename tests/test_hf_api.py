@@ -465,6 +465,20 @@ def test_file_readers_take_info_as_hf(tmp_path, fmt):
     assert_resumes_exactly(lambda: read(path, info=info))
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "json", "text"])
+def test_file_readers_take_cache_dir_as_hf(tmp_path, fmt):
+    """HF's ``IterableDataset.from_<format>(..., cache_dir=...)`` takes its reader's cache folder (a
+    streamed dataset caches nothing); ours refused it (TypeError), e.g. HF's io tests pass it."""
+    path = tmp_path / f"data.{fmt}"
+    if fmt == "parquet":
+        pq.write_table(pa.table({"text": ["a", "b"]}), path)
+    else:
+        path.write_text({"csv": "text\na\nb\n", "json": '{"text": "a"}\n{"text": "b"}\n', "text": "a\nb\n"}[fmt])
+    ds = getattr(ri.IterableDataset, f"from_{fmt}")(str(path), cache_dir=str(tmp_path / "cache"))
+    assert list(ds) == [{"text": "a"}, {"text": "b"}]
+    assert not (tmp_path / "cache").exists()
+
+
 # ---------------------------------------------------------------------------- format of a concatenation
 
 

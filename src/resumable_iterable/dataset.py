@@ -213,17 +213,19 @@ class IterableDataset(_Base):
 
     @classmethod
     def from_parquet(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
-                     keep_in_memory: bool = False, info: Any = None, **reader_kwargs: Any) -> IterableDataset:
+                     keep_in_memory: bool = False, info: Any = None, cache_dir: Any = None,
+                     **reader_kwargs: Any) -> IterableDataset:
         """Parquet files, as HF's (reader options such as ``columns=``, ``filters=``). Like every
-        ``from_<format>``: split ``"train"`` unless given, ``keep_in_memory`` ignored (streamed), and
-        ``info`` (a ``datasets.DatasetInfo``) kept as the dataset's, its features cast to when no
-        ``features`` are given (narrowed to ``columns=``), as HF."""
+        ``from_<format>``: split ``"train"`` unless given, ``keep_in_memory`` and ``cache_dir`` ignored
+        (streamed: nothing is cached), and ``info`` (a ``datasets.DatasetInfo``) kept as the dataset's,
+        its features cast to when no ``features`` are given (narrowed to ``columns=``), as HF."""
         return cls.from_files(path_or_paths, "parquet", features=_given(features, info),
                               **reader_kwargs)._with_split(split, info)
 
     @classmethod
     def from_arrow(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
-                   keep_in_memory: bool = False, info: Any = None, **reader_kwargs: Any) -> IterableDataset:
+                   keep_in_memory: bool = False, info: Any = None, cache_dir: Any = None,
+                   **reader_kwargs: Any) -> IterableDataset:
         return cls.from_files(path_or_paths, "arrow", features=_given(features, info),
                               **reader_kwargs)._with_split(split, info)
 
@@ -234,20 +236,22 @@ class IterableDataset(_Base):
 
     @classmethod
     def from_json(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
-                  keep_in_memory: bool = False, info: Any = None, **reader_kwargs: Any) -> IterableDataset:
+                  keep_in_memory: bool = False, info: Any = None, cache_dir: Any = None,
+                  **reader_kwargs: Any) -> IterableDataset:
         return cls.from_files(path_or_paths, "json", features=_given(features, info),
                               **reader_kwargs)._with_split(split, info)
 
     @classmethod
     def from_csv(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
-                 keep_in_memory: bool = False, info: Any = None, **reader_kwargs: Any) -> IterableDataset:
+                 keep_in_memory: bool = False, info: Any = None, cache_dir: Any = None,
+                 **reader_kwargs: Any) -> IterableDataset:
         return cls.from_files(path_or_paths, "csv", features=_given(features, info),
                               **reader_kwargs)._with_split(split, info)
 
     @classmethod
     def from_text(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
                   keep_in_memory: bool = False, keep_linebreaks: bool = False, sample_by: str = "line",
-                  info: Any = None, **reader_kwargs: Any) -> IterableDataset:
+                  info: Any = None, cache_dir: Any = None, **reader_kwargs: Any) -> IterableDataset:
         """Text files read as HF's text builder reads them (a ``text`` column of lines, paragraphs
         or whole documents), one shard per file."""
         return cls.from_files(path_or_paths, "text", features=_given(features, info), keep_linebreaks=keep_linebreaks,
