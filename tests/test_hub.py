@@ -181,6 +181,34 @@ def test_data_files_and_data_dir(tmp_path):
         ri.load_dataset(str(root), data_files="c/*.jsonl")
 
 
+
+def test_data_files_globs_leave_out_metadata_hidden_and_special_files_as_hf(tmp_path):
+    """``load_dataset("csv", data_files="folder/*")``: HF's globs leave out ``README.md`` (and the other
+    dataset metadata files), hidden files and folders, and ``__pycache__``-like folders, unless the
+    pattern asks for them. Ours read them as data (a README.md parsed as CSV rows)."""
+    datasets = pytest.importorskip("datasets")
+    root = tmp_path / "g"
+    for name, value in [("a.csv", 1), ("README.md", 2), (".h.csv", 3), (".hid/x.csv", 4), ("__pycache__/y.csv", 5),
+                        ("config.json", 6), ("sub/b.csv", 7)]:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(f"a\n{value}\n")
+    for pattern, expected in [("*", [1]), ("**", [1, 7]), ("**/*.csv", [1, 7]), ("README.md", [2]),
+                              (".*", [3]), (".hid/*", [4]), ("__pycache__/*", [5]), ("*/*.csv", [7])]:
+        data_files = str(root / pattern)
+
+        def build():
+            return ri.load_dataset("csv", data_files=data_files, split="train")
+
+        got = [r["a"] for r in build()]
+        assert got == expected, pattern
+        assert got == [r["a"] for r in datasets.load_dataset("csv", data_files=data_files, split="train",
+                                                              streaming=True)], pattern
+    assert_resumes_exactly(lambda: ri.load_dataset("csv", data_files=str(root / "**"), split="train"))
+    with pytest.raises(FileNotFoundError, match="no data file matches"):
+        ri.load_dataset("csv", data_files=str(root / "*.json"), split="train")  # only config.json
+    with pytest.raises(FileNotFoundError, match="no data file matches"):
+        ri.load_dataset("csv", data_files=str(root / "*.md"), split="train")  # README.md is asked for by name only
+
 def test_mixed_formats_need_a_choice(tmp_path):
     root = tmp_path / "mixed"
     write(str(root / "train-a.csv"), range(2))
@@ -368,6 +396,9 @@ def test_hf_urls_offline(hub_cache, offline):
     ds = ri.load_dataset("parquet", data_files="hf://datasets/user/repo/data/train-00001-*.parquet",
                          split="train", cache_dir=hub_cache)
     assert ids_of(ds) == list(range(10, 17))
+    # a glob over a repo leaves its README.md out, as HF's (ours read it as a data file)
+    ds = ri.load_dataset("json", data_files="hf://datasets/user/repo@v1/*", split="train", cache_dir=hub_cache)
+    assert ids_of(ds) == [500, 501, 502]
 
 
 def test_hub_dataset_resumes_exactly(hub_cache, offline):

@@ -11,12 +11,12 @@ import os
 from typing import Any
 
 from ...dataset import IterableDataset
-from ...nodes.archives import (archive_kind, hidden, member_path, split_member, tar_members, zip_member_names,
+from ...nodes.archives import (archive_kind, member_path, split_member, tar_members, zip_member_names,
                                zip_members)
 from ...nodes.file_formats import FORMATS, format_of
 from .card import card_configs, card_features
 from .folder import FOLDER_BUILDERS, folder_builder, load_folder
-from .patterns import match_files, normalize_data_files
+from .patterns import match_files, normalize_data_files, unrequested
 from .repo import HubRepo, is_hub_repo_id, local_files, missing_path_message, parse_hf_path
 from .splits import is_candidate, resolve_splits
 
@@ -25,11 +25,6 @@ _FORMAT_ALIASES = {**{f: f for f in FORMATS}, "jsonl": "json"}
 _HF_BUILDERS = frozenset(("audiofolder", "conll", "eval", "fasta", "fastq", "genbank", "harbor", "hdf5", "iceberg",
                           "lance", "meshfolder", "mmcif", "niftifolder", "pandas", "pdb", "pdffolder",
                           "tsfile", "videofolder", "vortex", "webdataset", "xml"))
-
-
-#: the file names HF's data_files globs leave out (dataset metadata)
-_NOT_DATA = frozenset(("README.md", "config.json", "dataset_info.json", "dataset_infos.json", "dummy_data.zip",
-                       "dataset_dict.json"))
 
 
 def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs: dict) -> IterableDataset:
@@ -209,12 +204,15 @@ def _resolve_direct(patterns: list[str], revision: str | None, token: Any, cache
             repo = repos.get(key)
             if repo is None:
                 repo = repos[key] = HubRepo(*key, token, cache_dir)
-            out.extend(repo.fetch(match_files(sub, repo.files)))
+            hits = [f for f in match_files(sub, repo.files) if not unrequested(f, sub)]
+            if not hits:  # only hidden files or dataset metadata, which HF leaves out too
+                raise FileNotFoundError(f"no data file matches {p!r}")
+            out.extend(repo.fetch(hits))
         elif split_member(p) is not None:
             out.extend(_archive_url_files(p))
         elif any(ch in p for ch in "*?["):
             hits = sorted(glob.glob(p, recursive=True))
-            hits = [h for h in hits if os.path.isfile(h)]
+            hits = [h for h in hits if os.path.isfile(h) and not unrequested(h, p)]
             if not hits:
                 raise FileNotFoundError(f"no data file matches {p!r}")
             out.extend(hits)
@@ -228,15 +226,14 @@ def _resolve_direct(patterns: list[str], revision: str | None, token: Any, cache
 def _archive_url_files(url: str) -> list[str]:
     """The members of a local archive that HF's fsspec URL ``zip://<glob>::<archive>`` or
     ``tar://<glob>::<archive>`` names, each a data file (``zip://<member>::<archive>``). The glob is
-    a ``data_files`` glob over the archive's files; hidden ones (``.x``, ``__x``) and dataset
-    metadata (``README.md``...) are left out unless named, as HF leaves them out."""
+    a ``data_files`` glob over the archive's files; hidden ones and dataset metadata are left out
+    unless asked for (:func:`~.patterns.unrequested`), as HF leaves them out."""
     archive, pattern = split_member(url)
     kind = url[:3]
     if not os.path.isfile(archive):
         raise FileNotFoundError(f"data file {url!r}: the archive {archive!r} is not a local file")
     names = zip_member_names(archive) if kind == "zip" else tar_members(archive)
-    names = [n for n in names if n == pattern or not (any(hidden(part) for part in n.split("/"))
-                                                      or n.rpartition("/")[2] in _NOT_DATA)]
+    names = [n for n in names if not unrequested(n, pattern)]
     try:
         hits = match_files(pattern, names)
     except FileNotFoundError:

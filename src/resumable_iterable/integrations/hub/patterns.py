@@ -73,6 +73,30 @@ def match_files(patterns: str | list[str], files: list[str]) -> list[str]:
     return out
 
 
+#: the file names HF's ``data_files`` patterns leave out unless a pattern names them (dataset metadata)
+NOT_DATA = frozenset(("README.md", "config.json", "dataset_info.json", "dataset_infos.json", "dummy_data.zip",
+                      "dataset_dict.json"))
+
+
+def unrequested(path: str, pattern: str) -> bool:
+    """Whether HF's ``data_files`` resolution leaves ``path``, matched by ``pattern``, out: dataset
+    metadata (``README.md``...) unless the pattern ends with that name, and a hidden file or one in
+    a hidden folder (``.x``), or in a special folder (``__x``, as ``__pycache__``), unless the
+    pattern has as many such parts (``.*/*`` asks for files in hidden folders)."""
+    parts = [x for x in path.replace("\\", "/").split("/") if x]
+    wanted = [x for x in pattern.replace("\\", "/").split("/") if x]
+    if parts and parts[-1] in NOT_DATA and (not wanted or wanted[-1] != parts[-1]):
+        return True
+
+    def hidden(xs: list[str]) -> int:
+        return sum(1 for x in xs if x.startswith(".") and set(x) != {"."})
+
+    def special(xs: list[str]) -> int:
+        return sum(1 for x in xs[:-1] if x.startswith("__"))
+
+    return hidden(parts) != hidden(wanted) or special(parts) != special(wanted)
+
+
 def normalize_data_files(data_files: Any) -> dict[str, list[str]]:
     """``data_files`` as ``{split: [patterns]}``: a pattern or a list of them is the ``train`` split."""
     if isinstance(data_files, (str, os.PathLike)):
