@@ -3,9 +3,11 @@ local files, ported to ``resumable_iterable.load_dataset``.
 
 Upstream: https://github.com/huggingface/datasets, commit b7cb10b0e38ab8bbefdb142d0279bc85ac8c7ab8,
 file ``tests/test_load.py`` (fixtures from ``tests/fixtures/files.py``, built here). Test names are
-upstream's; upstream's ``streaming=[False, True]`` parametrizations run as the streaming case. The
-other tests of that file load from the Hub, from dataset scripts or map-style datasets (not ported;
-see ``docs/compat.md``).
+upstream's; upstream's ``streaming=[False, True]`` parametrizations run as the streaming case.
+``test_load_dataset_streaming_compressed_files`` reads Hub copies of one JSON Lines file, plain,
+compressed and archived; the port writes them locally (same first row) and reads the same data
+files from there. The other tests of that file load from the Hub, from dataset scripts or map-style
+datasets (not ported; see ``docs/compat.md``).
 """
 
 from __future__ import annotations
@@ -91,6 +93,60 @@ def test_load_dataset_streaming_gz_json(data):
     assert isinstance(ds, ri.IterableDataset)
     ds_item = next(iter(ds))
     assert ds_item == {"col_1": "0", "col_2": 0, "col_3": 0.0}
+
+
+@pytest.fixture(scope="module")
+def compressed_files(tmp_path_factory):
+    """The files of upstream's Hub repo ``hf-internal-testing/compressed_files``, written locally: one
+    JSON Lines file (first row as upstream asserts it) plain, gzipped, xz'd, zstd'd, and in a zip
+    and a tar archive."""
+    import io
+    import lzma
+    import tarfile
+
+    d = tmp_path_factory.mktemp("compressed_files")
+    rows = [{"tokens": ["Ministeri", "de", "Justícia", "d'Espanya"], "ner_tags": [1, 2, 2, 2],
+             "langs": ["ca", "ca", "ca", "ca"], "spans": ["PER: Ministeri de Justícia d'Espanya"]},
+            {"tokens": ["Hola"], "ner_tags": [0], "langs": ["ca"], "spans": []}]
+    raw = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows).encode()
+    (d / "sample.jsonl").write_bytes(raw)
+    (d / "sample.jsonl.gz").write_bytes(gzip.compress(raw))
+    (d / "sample.jsonl.xz").write_bytes(lzma.compress(raw))
+    with pa.output_stream(str(d / "sample.jsonl.zst"), compression="zstd") as f:  # no zstandard needed
+        f.write(raw)
+    with zipfile.ZipFile(d / "sample.zip", "w") as z:
+        z.writestr("sample.jsonl", raw)
+    with tarfile.open(d / "sample.tar", "w") as t:
+        info = tarfile.TarInfo("sample.jsonl")
+        info.size = len(raw)
+        t.addfile(info, io.BytesIO(raw))
+    return d
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "sample.jsonl",
+        "sample.jsonl.gz",
+        "sample.tar",
+        "sample.jsonl.xz",
+        "sample.zip",
+        "sample.jsonl.zst",  # upstream: require_zstandard (HF reads it with zstandard; ours with pyarrow)
+    ],
+)
+def test_load_dataset_streaming_compressed_files(path, compressed_files):
+    data_files = str(compressed_files / path)  # upstream: https://huggingface.co/datasets/<repo>/resolve/main/<path>
+    if data_files[-3:] in ("zip", "tar"):  # we need to glob "*" inside archives
+        data_files = data_files[-3:] + "://*::" + data_files
+    ds = ri.load_dataset("json", split="train", data_files=data_files, streaming=True)
+    assert isinstance(ds, ri.IterableDataset)
+    ds_item = next(iter(ds))
+    assert ds_item == {
+        "tokens": ["Ministeri", "de", "Justícia", "d'Espanya"],
+        "ner_tags": [1, 2, 2, 2],
+        "langs": ["ca", "ca", "ca", "ca"],
+        "spans": ["PER: Ministeri de Justícia d'Espanya"],
+    }
 
 
 @pytest.mark.parametrize("path_extension", ["csv", "csv.bz2"])
