@@ -465,6 +465,34 @@ def test_file_readers_take_info_as_hf(tmp_path, fmt):
     assert_resumes_exactly(lambda: read(path, info=info))
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "json", "text", "arrow"])
+def test_file_readers_take_a_dict_of_splits_as_hf(tmp_path, fmt):
+    """HF's ``IterableDataset.from_<format>({split: path(s)})`` gives a dataset per split (an
+    ``IterableDatasetDict``), or the one ``split=`` names; ours read the split names as file paths
+    ("cannot read data file 'train'")."""
+    paths = {}
+    for name, values in (("train", ["a", "b"]), ("test", ["c"])):
+        path = tmp_path / f"{name}.{fmt}"
+        if fmt == "parquet":
+            pq.write_table(pa.table({"text": values}), path)
+        elif fmt == "arrow":
+            import pyarrow.feather as feather
+            feather.write_feather(pa.table({"text": values}), str(path), compression="uncompressed")
+        else:
+            path.write_text({"csv": "text\n", "json": "", "text": ""}[fmt] + "".join(
+                (f'{{"text": "{v}"}}' if fmt == "json" else v) + "\n" for v in values))
+        paths[name] = str(path)
+    read = getattr(ri.IterableDataset, f"from_{fmt}")
+    got = read({"train": paths["train"], "test": [paths["test"]]})
+    assert isinstance(got, dict) and list(got) == ["train", "test"]
+    assert [got["train"].split, got["test"].split] == ["train", "test"]
+    assert list(got["train"]) == [{"text": "a"}, {"text": "b"}] and list(got["test"]) == [{"text": "c"}]
+    one = read(paths, split="test")
+    assert one.split == "test" and list(one) == [{"text": "c"}]
+    with pytest.raises(ValueError, match=r"split 'dev' is not one of the splits given: \['train', 'test'\]"):
+        read(paths, split="dev")
+    assert_resumes_exactly(lambda: read(paths)["train"])
+
 @pytest.mark.parametrize("fmt", ["parquet", "csv", "json", "text"])
 def test_file_readers_take_cache_dir_as_hf(tmp_path, fmt):
     """HF's ``IterableDataset.from_<format>(..., cache_dir=...)`` takes its reader's cache folder (a

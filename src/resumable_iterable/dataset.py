@@ -218,16 +218,16 @@ class IterableDataset(_Base):
         """Parquet files, as HF's (reader options such as ``columns=``, ``filters=``). Like every
         ``from_<format>``: split ``"train"`` unless given, ``keep_in_memory`` and ``cache_dir`` ignored
         (streamed: nothing is cached), and ``info`` (a ``datasets.DatasetInfo``) kept as the dataset's,
-        its features cast to when no ``features`` are given (narrowed to ``columns=``), as HF."""
-        return cls.from_files(path_or_paths, "parquet", features=_given(features, info),
-                              **reader_kwargs)._with_split(split, info)
+        its features cast to when no ``features`` are given (narrowed to ``columns=``), as HF. A
+        ``{split: path(s)}`` dict gives a dict of datasets, one per split (HF: an
+        ``IterableDatasetDict``), or the one ``split`` names."""
+        return cls._read_files("parquet", path_or_paths, split, features, info, reader_kwargs)
 
     @classmethod
     def from_arrow(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
                    keep_in_memory: bool = False, info: Any = None, cache_dir: Any = None,
                    **reader_kwargs: Any) -> IterableDataset:
-        return cls.from_files(path_or_paths, "arrow", features=_given(features, info),
-                              **reader_kwargs)._with_split(split, info)
+        return cls._read_files("arrow", path_or_paths, split, features, info, reader_kwargs)
 
     @classmethod
     def from_file(cls, filename: str | os.PathLike) -> IterableDataset:
@@ -238,15 +238,13 @@ class IterableDataset(_Base):
     def from_json(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
                   keep_in_memory: bool = False, info: Any = None, cache_dir: Any = None,
                   **reader_kwargs: Any) -> IterableDataset:
-        return cls.from_files(path_or_paths, "json", features=_given(features, info),
-                              **reader_kwargs)._with_split(split, info)
+        return cls._read_files("json", path_or_paths, split, features, info, reader_kwargs)
 
     @classmethod
     def from_csv(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
                  keep_in_memory: bool = False, info: Any = None, cache_dir: Any = None,
                  **reader_kwargs: Any) -> IterableDataset:
-        return cls.from_files(path_or_paths, "csv", features=_given(features, info),
-                              **reader_kwargs)._with_split(split, info)
+        return cls._read_files("csv", path_or_paths, split, features, info, reader_kwargs)
 
     @classmethod
     def from_text(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
@@ -254,8 +252,21 @@ class IterableDataset(_Base):
                   info: Any = None, cache_dir: Any = None, **reader_kwargs: Any) -> IterableDataset:
         """Text files read as HF's text builder reads them (a ``text`` column of lines, paragraphs
         or whole documents), one shard per file."""
-        return cls.from_files(path_or_paths, "text", features=_given(features, info), keep_linebreaks=keep_linebreaks,
-                              sample_by=sample_by, **reader_kwargs)._with_split(split, info)
+        return cls._read_files("text", path_or_paths, split, features, info,
+                               dict(reader_kwargs, keep_linebreaks=keep_linebreaks, sample_by=sample_by))
+
+    @classmethod
+    def _read_files(cls, fmt: str, path_or_paths: Any, split: Any, features: Any, info: Any,
+                    reader_kwargs: dict) -> Any:
+        """What every ``from_<format>`` reader does (see :meth:`from_parquet`)."""
+        if isinstance(path_or_paths, dict):  # HF's readers: a dataset per split
+            if split is not None and split not in path_or_paths:
+                raise ValueError(f"split {split!r} is not one of the splits given: {list(path_or_paths)}")
+            return {str(name): cls._read_files(fmt, paths, str(name), features, info, dict(reader_kwargs))
+                    for name, paths in path_or_paths.items()} if split is None else cls._read_files(
+                fmt, path_or_paths[split], split, features, info, reader_kwargs)
+        return cls.from_files(path_or_paths, fmt, features=_given(features, info),
+                              **reader_kwargs)._with_split(split, info)
 
     def _with_split(self, split: Any, info: Any = None) -> IterableDataset:
         """This dataset named as split ``split`` (``"train"`` if ``None``, as HF's file readers), with

@@ -6,9 +6,9 @@ file ``tests/io/test_parquet.py`` (its ``parquet_path`` fixture from ``tests/fix
 here). Test names are upstream's; upstream's ``streaming=[False, True]`` parametrizations run as the
 streaming case. Upstream reads with HF's ``ParquetDatasetReader(..., streaming=True).read()``, the
 reader behind ``IterableDataset.from_parquet``; the port calls ``ri.IterableDataset.from_parquet``
-with the same arguments, split by split for a ``{split: path}`` dict (HF's reader then returns an
-``IterableDatasetDict``; the port a dict). The other tests of that file read or write map-style
-datasets (not ported; see ``docs/compat.md``).
+with the same arguments (a ``{split: path}`` dict gives HF an ``IterableDatasetDict``, us a
+``dict``). The other tests of that file read or write map-style datasets (not ported; see
+``docs/compat.md``).
 """
 
 from __future__ import annotations
@@ -62,10 +62,7 @@ def shared_datadir(tmp_path_factory):
 
 
 def _read(path_or_paths, **kwargs):
-    """``ParquetDatasetReader(path_or_paths, ..., streaming=True).read()``: a dataset, or a dict of
-    them for a ``{split: path}`` dict."""
-    if isinstance(path_or_paths, dict):
-        return {split: ri.IterableDataset.from_parquet(p, split=split, **kwargs) for split, p in path_or_paths.items()}
+    """``ParquetDatasetReader(path_or_paths, ..., streaming=True).read()``."""
     return ri.IterableDataset.from_parquet(path_or_paths, **kwargs)
 
 
