@@ -118,6 +118,13 @@ def split_member(path: str) -> tuple[str, str] | None:
     return archive, member
 
 
+def digest_name(path: str) -> str:
+    """A file's name for the state's digest of file names: an archive member (:func:`member_path`) as
+    a file in a folder named after its archive, so that a moved archive still matches."""
+    member = split_member(path)
+    return path if member is None else os.path.join(member[0], *member[1].split("/"))
+
+
 def tar_members(archive: str) -> list[str]:
     """The names of the regular files of a tar archive (compressed or not), in the archive's order."""
     import tarfile

@@ -53,7 +53,7 @@ from .file_formats import (FORMATS, TEXT_SCHEMA, arrow_ipc_table, csv_file_table
 from .json_files import json_options, json_table
 from ..state import fingerprint as digest
 from .file_access import RandomFileAccess
-from .archives import DAMAGED, ArchiveReading, archive_members, members_digest_names, split_member
+from .archives import DAMAGED, ArchiveReading, archive_members, digest_name, members_digest_names, split_member
 from .checks import check_names
 from .base import Node
 from .source import SourceNode
@@ -61,10 +61,8 @@ from .source import SourceNode
 
 def names_digest(paths: list[str]) -> str:
     """A short hash of the files' names in this order, each relative to the folder they all share,
-    so that the same files moved to another folder or machine still match. An archive member
-    (``zip://<member>::<archive>``) is named as a file in a folder named after its archive."""
-    full = [os.path.abspath(p) if split_member(p) is None else os.path.join(os.path.abspath(split_member(p)[0]),
-                                                                            split_member(p)[1]) for p in paths]
+    so that the same files moved to another folder or machine still match."""
+    full = [os.path.abspath(p) for p in paths]
     try:
         root = os.path.commonpath([os.path.dirname(p) for p in full])
     except ValueError:  # paths on different drives share no folder
@@ -126,7 +124,7 @@ class FileSource(ArchiveReading, RandomFileAccess, SourceNode):
         self._first: dict = {}  # "schema": the first file's (``_first_schema``), shared by the clones
         #: per data file, the members of a zip archive (``None``: a plain file); ``None``: no archive
         self.members = archive_members(paths, format)
-        self.names_digest = names_digest(paths)  # before the fresh state, which holds it
+        self.names_digest = names_digest([digest_name(p) for p in paths])  # before the fresh state, which holds it
         if self.members is not None:  # and the members of each archive, in their order
             self.names_digest = digest([self.names_digest, members_digest_names(self.members)])
         #: JSON: where the features given hold HF's ``Json`` (``None``: found in the first file, as HF)

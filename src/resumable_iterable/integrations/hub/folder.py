@@ -43,7 +43,7 @@ from typing import Any
 import pyarrow as pa
 
 from ...dataset import IterableDataset
-from ...nodes.archives import member_names, member_path, split_member, zip_members
+from ...nodes.archives import digest_name, member_names, member_path, split_member, zip_members
 from ...nodes.arrow import ArrowSource
 from ...nodes.checks import as_int
 from ...nodes.files import names_digest
@@ -274,8 +274,7 @@ def _parent(path: str) -> str:
 def _digest_name(path: str) -> str:
     """A file's name for the state's digest and the order of metadata files: an archive member as a
     file in a folder named after its archive (so that a moved folder still matches)."""
-    member = split_member(path)
-    return path if member is None else os.path.join(member[0], *member[1].split("/"))
+    return digest_name(path)
 
 
 def _folder(path: str) -> str:
