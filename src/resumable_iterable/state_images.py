@@ -26,9 +26,10 @@ def pil_image_class() -> type | None:
 def encode_image(img: Any, raw: bool = False, pixels: bytes | None = None) -> dict:
     """A lossless description of a PIL image's pixels: PNG bytes for the modes PNG stores exactly
     (as HF ``datasets`` stores images without a source file; not a palette with alpha, which PNG
-    keeps apart), raw pixels (``pixels`` if given) for the others and when ``raw`` (no encoding: a
-    binary state file writes them at disk speed)."""
-    if not raw and img.mode in _PNG_MODES and (img.palette is None or img.palette.mode == "RGB"):
+    keeps apart, nor one shorter than the indices its pixels use), raw pixels (``pixels`` if
+    given) for the others and when ``raw`` (no encoding: a binary state file writes them at disk
+    speed)."""
+    if not raw and img.mode in _PNG_MODES and (img.palette is None or _png_keeps_palette(img)):
         buf = io.BytesIO()
         img.save(buf, format="PNG", compress_level=1)  # lossless at any level; 1 is the fastest
         return {"png": buf.getvalue()}
@@ -37,6 +38,17 @@ def encode_image(img: Any, raw: bool = False, pixels: bytes | None = None) -> di
         pmode = img.palette.mode
         out["palette"] = [pmode, bytes(img.getpalette(pmode))]
     return out
+
+
+def _png_keeps_palette(img: Any) -> bool:
+    """Whether PNG stores a palette image exactly: an RGB palette (PNG keeps alpha apart) with
+    an entry for every index the pixels use. PNG writes only the palette's entries, in as few
+    bits as they need, so the pixels of an image whose palette is shorter (``Image.new("P")``
+    has an empty one: a segmentation mask of class indices) would lose their high bits."""
+    if img.palette.mode != "RGB":
+        return False
+    colors = len(img.getpalette("RGB") or ()) // 3
+    return colors > 0 and (img.width * img.height == 0 or img.getextrema()[1] < colors)
 
 
 def ifd_rational_class() -> type | None:
