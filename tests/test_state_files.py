@@ -7,6 +7,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import pickle
 import struct
 
 import numpy as np
@@ -534,14 +535,18 @@ def test_a_binary_state_file_writes_large_images_as_raw_pixels_without_encoding(
 def test_palette_images_whose_palette_is_shorter_than_their_indices_keep_their_pixels(tmp_path):
     """A palette image (a segmentation mask of class indices) made by Image.new("P") has an empty
     palette, or a short one after putpalette: PNG writes only the palette's entries, in as few bits
-    as they need, so a small such image came back from a state with its indices cut to 0/1."""
+    as they need, so a small such image came back from a state with its indices cut to 0/1; and
+    one without a palette made saving fail inside Pillow (UnboundLocalError)."""
     empty = PIL_Image.new("P", (9, 4))
     empty.putdata([i % 21 for i in range(36)])
     short = empty.copy()
     short.putpalette([0, 0, 0, 255, 255, 255])
     full = empty.copy()
     full.putpalette(bytes(range(256)) * 3)
-    state = {"masks": [empty, short, full]}
+    # pickled (as a DataLoader worker sends it), an empty palette becomes none: PNG cannot write that
+    unpickled = pickle.loads(pickle.dumps(empty))
+    assert unpickled.palette is None
+    state = {"masks": [empty, short, full, unpickled]}
     ri.save_state(state, tmp_path / "s")
     for back in (ri.load_state(tmp_path / "s"), ri.loads_state(ri.dumps_state(state))):
         assert [image_key(b) for b in back["masks"]] == [image_key(a) for a in state["masks"]]

@@ -29,7 +29,7 @@ def encode_image(img: Any, raw: bool = False, pixels: bytes | None = None) -> di
     keeps apart, nor one shorter than the indices its pixels use), raw pixels (``pixels`` if
     given) for the others and when ``raw`` (no encoding: a binary state file writes them at disk
     speed)."""
-    if not raw and img.mode in _PNG_MODES and (img.palette is None or _png_keeps_palette(img)):
+    if not raw and _png_stores(img):
         buf = io.BytesIO()
         img.save(buf, format="PNG", compress_level=1)  # lossless at any level; 1 is the fastest
         return {"png": buf.getvalue()}
@@ -40,12 +40,18 @@ def encode_image(img: Any, raw: bool = False, pixels: bytes | None = None) -> di
     return out
 
 
-def _png_keeps_palette(img: Any) -> bool:
-    """Whether PNG stores a palette image exactly: an RGB palette (PNG keeps alpha apart) with
-    an entry for every index the pixels use. PNG writes only the palette's entries, in as few
-    bits as they need, so the pixels of an image whose palette is shorter (``Image.new("P")``
-    has an empty one: a segmentation mask of class indices) would lose their high bits."""
-    if img.palette.mode != "RGB":
+def _png_stores(img: Any) -> bool:
+    """Whether PNG stores ``img`` exactly. A palette image needs an RGB palette (PNG keeps alpha
+    apart) with an entry for every index its pixels use: PNG writes only the palette's entries, in
+    as few bits as they need, so the pixels of an image whose palette is shorter (``Image.new("P")``
+    has an empty one: a segmentation mask of class indices) would lose their high bits. One
+    without a palette at all (an empty palette does not survive pickling: a DataLoader worker
+    sends such images) is one PNG cannot write."""
+    if img.mode not in _PNG_MODES:
+        return False
+    if img.mode != "P":
+        return img.palette is None or img.palette.mode == "RGB"
+    if img.palette is None or img.palette.mode != "RGB":
         return False
     colors = len(img.getpalette("RGB") or ()) // 3
     return colors > 0 and (img.width * img.height == 0 or img.getextrema()[1] < colors)
