@@ -966,3 +966,79 @@ def test_sets_round_trip_as_their_type(tmp_path, value):
     ri.save_state(state, tmp_path / "s")
     for back in (ri.load_state(tmp_path / "s")["v"][0], ri.loads_state(ri.dumps_state(state))["v"][0]):
         assert type(back) is type(value) and back == value
+
+
+# --------------------------------------------------------------------------- torch tensors
+
+
+def _tensors():
+    torch = pytest.importorskip("torch")
+    x = torch.arange(12.0).reshape(3, 4)
+    out = [x.t(), x[:, ::2], torch.tensor(3.5), torch.zeros(0, 3), torch.randn(3, dtype=torch.complex64).conj(),
+           torch.ones(3, requires_grad=True), torch.arange(5).flip(0), torch.randn(40, 30)]
+    for dt in (torch.bfloat16, torch.float16, torch.float64, torch.complex128, torch.bool, torch.int8, torch.uint8,
+               torch.int32, torch.int64, torch.float8_e4m3fn):
+        out.append((torch.randn(50, 7) * 10).to(dt))
+    return out
+
+
+def _same_tensor(a, b) -> bool:
+    import torch
+
+    if type(b) is not torch.Tensor or (a.dtype, a.shape, a.requires_grad) != (b.dtype, b.shape, b.requires_grad):
+        return False
+    if not a.numel():
+        return not b.numel()
+    as_bytes = [t.detach().resolve_conj().contiguous().reshape(-1).view(torch.uint8) for t in (a, b)]
+    return torch.equal(*as_bytes)
+
+
+def test_torch_tensors_round_trip_exactly_in_both_formats(tmp_path):
+    """A map returning tensors (a tokenizer with return_tensors="pt") below a shuffle buffer puts
+    them in the state: save_state refused it with a TypeError, so such a pipeline could not be
+    checkpointed with buffer_state="examples". Tensors come back of the same dtype (bfloat16 and
+    float8 included, which numpy lacks), shape, bytes and requires_grad, and writable."""
+    values = _tensors()
+    state = {"format": "x", "v": values, "nested": {"t": (values[2],)}}
+    ri.save_state(state, tmp_path / "s")
+    with open(tmp_path / "s", "rb") as f:
+        assert f.read(len(ri.state_files.MAGIC)) == ri.state_files.MAGIC  # the large ones as raw blobs
+    for back in (ri.load_state(tmp_path / "s"), ri.loads_state(ri.dumps_state(state))):
+        assert all(_same_tensor(a, b) for a, b in zip(values, back["v"], strict=True))
+        assert _same_tensor(values[2], back["nested"]["t"][0])
+        back["v"][7].add_(1)  # writable, its own memory
+
+
+def test_torch_tensors_that_cannot_be_stored_exactly_are_refused_naming_where():
+    torch = pytest.importorskip("torch")
+    for bad, what in [(torch.nn.Parameter(torch.zeros(2)), "torch.nn.parameter.Parameter"),
+                      (torch.zeros(2).to_sparse(), "sparse_coo"), (torch.zeros(2, device="meta"), "device meta")]:
+        with pytest.raises(TypeError, match=what) as e:
+            ri.dumps_state({"buffer": [{"ids": bad}]})
+        assert "state['buffer'][0]['ids']" in str(e.value)
+    raw = json.loads(ri.dumps_state({"t": torch.zeros(2)}))
+    del raw["checksum"]
+    for field, value in [("dtype", "Tensor"), ("dtype", "qint8"), ("dtype", 5), ("shape", [3]), ("shape", [-2])]:
+        damaged = {**raw, "t": {**raw["t"], field: value}}
+        with pytest.raises(ValueError, match="malformed encoded value of kind 'tensor'"):
+            ri.loads_state(json.dumps(damaged))
+
+
+def test_a_map_returning_torch_tensors_below_a_shuffle_buffer_resumes_exactly_from_saved_states(tmp_path):
+    torch = pytest.importorskip("torch")
+    from harness import assert_resumes_exactly
+
+    hf = Dataset.from_dict({"id": list(range(24))})
+
+    def build():
+        return (ri.to_iterable_dataset(hf, num_shards=3)
+                .map(lambda ex: {"ids": torch.arange(ex["id"], ex["id"] + 300), "half": torch.full((2,), ex["id"] / 3,
+                                                                                                 dtype=torch.bfloat16)})
+                .shuffle(seed=4, buffer_size=5)
+                .map(lambda ex: {"ids": ex["ids"].tolist(), "half": [str(ex["half"].dtype), ex["half"].tolist()]}))
+
+    def through_a_file(state):
+        ri.save_state(state, tmp_path / "s")
+        return ri.load_state(tmp_path / "s")
+
+    assert_resumes_exactly(build, roundtrip=through_a_file)

@@ -4,8 +4,9 @@ A state is a tree of plain containers whose leaves may be example data. Values J
 become tagged objects ``{"__ri__": kind, ...}``: bytes, numpy arrays (every dtype, exactly: byte
 order, units, string lengths, structured fields with offsets and padding) and numpy scalars,
 tuples, sets, dicts with non-string keys, ``bytearray``, non-finite floats, dates and times (time
-zones and pandas' timestamps included, ``state_times.py``), ``Decimal``, and PIL images of PIL's
-own classes with their ``info`` (``state_images.py``). The decoder rebuilds exactly those kinds and
+zones and pandas' timestamps included, ``state_times.py``), ``Decimal``, PIL images of PIL's
+own classes with their ``info`` (``state_images.py``), and dense CPU torch tensors
+(``state_tensors.py``). The decoder rebuilds exactly those kinds and
 nothing else, so decoding never runs code (no pickle, no ``eval``; dtypes are rebuilt from their
 JSON description, images as pickle rebuilds them). Values are encoded by their exact type: a subclass
 (an ``IntEnum``, an ``OrderedDict``, a ``namedtuple``, a pandas ``Timestamp`` is one of
@@ -30,6 +31,7 @@ import numpy as np
 from .state_images import (decode_ifd_rational, decode_image, decode_png_text, encode_image, ifd_rational_class,
                            pil_image_class, png_text_class)
 from .state_logs import BufferLog
+from .state_tensors import tensor_bytes, tensor_class, tensor_from_bytes, tensor_itemsize
 from .state_times import TIME_KINDS, decode_time, encode_time
 
 TAG = "__ri__"
@@ -167,6 +169,15 @@ class Encoder:
             return {TAG: "bytes", "blob": len(self.blobs) - 1}
         return {TAG: "bytes", "b64": base64.b64encode(view).decode()}
 
+    def raw(self, out: dict, data: memoryview) -> dict:
+        """``out`` with the raw bytes of an array or tensor: a blob reference or base64."""
+        if self.blobs is not None and data.nbytes >= BLOB_MIN:
+            self.blobs.append(data)
+            out["blob"] = len(self.blobs) - 1
+        else:
+            out["b64"] = base64.b64encode(data).decode()
+        return out
+
     def encode_other(self, obj: Any, d: int) -> Any:  # ``d``: JSON depth of the value being produced
         t = type(obj)
         if t is str or t is int or t is bool or obj is None:
@@ -202,13 +213,7 @@ class Encoder:
                 raise TypeError(f"cannot store a numpy array of dtype {obj.dtype} (it holds Python objects) in a state")
             arr = obj if obj.flags.c_contiguous else np.ascontiguousarray(obj)
             out = {TAG: "ndarray", "dtype": _dtype_to_json(arr.dtype), "shape": list(obj.shape)}
-            data = array_bytes(arr)
-            if self.blobs is not None and data.nbytes >= BLOB_MIN:
-                self.blobs.append(data)
-                out["blob"] = len(self.blobs) - 1
-            else:
-                out["b64"] = base64.b64encode(data).decode()
-            return out
+            return self.raw(out, array_bytes(arr))
         if isinstance(obj, np.generic) and t is obj.dtype.type:
             if obj.dtype.hasobject:
                 raise TypeError(f"cannot store a numpy scalar of dtype {obj.dtype} in a state")
@@ -221,6 +226,9 @@ class Encoder:
         pil = pil_image_class()
         if pil is not None and isinstance(obj, pil):
             return self.image(obj, pil, d)
+        if t is tensor_class():
+            fields, data = tensor_bytes(obj)
+            return self.raw({TAG: "tensor", **fields}, array_bytes(data))
         if t is ifd_rational_class():  # in a TIFF image's info (its dpi)
             return {TAG: "ifd_rational", "v": [self.enc(obj.numerator, d + 2), obj.denominator]}
         if t is png_text_class():  # in a PNG image's info (international text: XMP metadata...)
@@ -230,7 +238,7 @@ class Encoder:
         raise TypeError(
             f"cannot store a value of type {_type_name(t)} in a state; supported (these exact "
             "types, not subclasses): JSON types, bytes, bytearray, tuples, sets, numpy arrays/scalars, PIL images, "
-            "datetime/date/time/timedelta, pandas Timestamp/Timedelta, Decimal. Use buffer_state='replay' or "
+            "datetime/date/time/timedelta, pandas Timestamp/Timedelta, Decimal, torch tensors. Use buffer_state='replay' or "
             "'drop' on shuffle() for examples that hold other objects."
         )
 
@@ -312,18 +320,11 @@ class Decoder:
             if tag == "bytes":
                 return self.binary(obj)
             if tag == "ndarray":
-                dtype = _dtype_from_json(obj["dtype"])
-                shape = obj["shape"]
-                if "blob" in obj:
-                    if self.blobs is None:
-                        raise ValueError("refers to a binary blob, but this is a JSON text state")
-                    return self.blobs.array(obj["blob"], dtype, shape)
-                raw = base64.b64decode(obj["b64"], validate=True)
-                check_shape(shape, dtype, len(raw))
-                arr = np.empty(shape, dtype)
-                if raw:
-                    array_bytes(arr)[:] = raw
-                return arr
+                return self.array(obj, _dtype_from_json(obj["dtype"]))
+            if tag == "tensor":
+                dtype, itemsize = tensor_itemsize(obj)
+                # its bytes as an array of opaque items of its size, then as the tensor's memory
+                return tensor_from_bytes(obj, dtype, self.array(obj, np.dtype(f"V{itemsize}")).reshape(-1).view(np.uint8))
             if tag == "ndarray_obj":
                 items = [self.dec(v, d + 2) for v in obj["items"]]
                 arr = np.empty(len(items), dtype=object)
@@ -360,6 +361,20 @@ class Decoder:
         except (KeyError, TypeError, ValueError, IndexError, OverflowError, MemoryError, decimal.InvalidOperation) as e:
             raise ValueError(f"state holds a malformed encoded value of kind '{tag}': {e}") from None
         raise ValueError(f"state holds an encoded value of unknown kind '{tag}'")
+
+    def array(self, obj: dict, dtype: np.dtype) -> np.ndarray:
+        """A new array of ``dtype`` and the shape ``obj`` gives, holding its raw bytes."""
+        shape = obj["shape"]
+        if "blob" in obj:
+            if self.blobs is None:
+                raise ValueError("refers to a binary blob, but this is a JSON text state")
+            return self.blobs.array(obj["blob"], dtype, shape)
+        raw = base64.b64decode(obj["b64"], validate=True)
+        check_shape(shape, dtype, len(raw))
+        arr = np.empty(shape, dtype)
+        if raw:
+            array_bytes(arr)[:] = raw
+        return arr
 
     def binary_of(self, obj: Any) -> bytes:
         if type(obj) is not dict or obj.get(TAG) != "bytes":
