@@ -278,6 +278,22 @@ def test_a_full_disk_while_saving_names_the_file_and_leaves_it_as_it_was(tmp_pat
     assert path.read_bytes() == before and os.listdir(tmp_path) == ["s.ri"]
 
 
+def test_saving_where_the_file_cannot_be_written_names_the_file_not_a_temporary_one(tmp_path):
+    """A missing folder (or one without write permission) and a path that is a folder raised an
+    OSError naming the temporary file save_state writes first ('<path>.tmp.<host>.<pid>.<hex>',
+    or '<tmp> -> <path>'): a name the user never gave, which read as if that file were the problem."""
+    target = tmp_path / "no" / "such" / "folder" / "s.ri"
+    with pytest.raises(FileNotFoundError) as e:
+        ri.save_state({"format": "demo"}, target)
+    assert e.value.filename == str(target) and ".tmp." not in str(e.value) and e.value.filename2 is None
+    assert any("left as it was" in note for note in e.value.__notes__)
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(IsADirectoryError) as e:
+        ri.save_state({"format": "demo", "a": big()}, tmp_path / "dir")
+    assert e.value.filename == str(tmp_path / "dir") and ".tmp." not in str(e.value) and e.value.filename2 is None
+    assert sorted(os.listdir(tmp_path)) == ["dir"] and not os.listdir(tmp_path / "dir")  # no temporary file left
+
+
 def test_two_threads_saving_to_one_path_each_write_whole_files(tmp_path):
     """Each save_state writes its own temporary file: two threads of one process saving to the same
     path at once both succeed and leave one of the two states whole (a temporary file named after

@@ -3,7 +3,8 @@
 The data goes to a temporary file of its own in the same folder (``<path>.tmp.<host>.<pid>.<random>``,
 created exclusively, so two writers never share one), is ``fsync``ed and renamed over the target,
 and the folder is ``fsync``ed so the rename lasts. A write that fails removes its temporary file
-(an ``OSError``, such as a full disk, gains a note naming the file, left as it was); a
+(an ``OSError`` - a full disk, a missing folder, no permission, a path that is a folder - names
+the file asked for, never the temporary one, and gains a note saying it was left as it was); a
 process killed mid-write cannot, so the next write to the same path removes the temporary files of
 writers on this host that are gone (see :data:`STALE_TMP_SECONDS`). State files
 (``state_files.py``) and the Trainer callback write through here.
@@ -59,13 +60,31 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _name_the_target(e: OSError, tmp: str, path: str) -> OSError:
+    """The error to raise for ``e``, an error of writing ``tmp`` or renaming it, naming ``path``,
+    the file the caller asked for: a full disk (ENOSPC) says no file at all, and a missing folder,
+    a folder without write permission or a ``path`` that is a folder named our temporary file,
+    which the caller never heard of."""
+    if e.filename == tmp and e.errno is not None:
+        named = type(e)(e.errno, e.strerror, path)
+        named.__traceback__ = e.__traceback__
+        e = named
+    elif e.filename is not None:
+        return e
+    e.add_note(f"while writing {path!r} (left as it was)")
+    return e
+
+
 def write_chunks_atomic(path: str | os.PathLike, chunks: list) -> None:
     path = os.fspath(path)
     # a name of its own for every write (not just every process), created exclusively: two threads
     # saving to one path at once must not write into the same temporary file (the file renamed
     # into place could mix both states, and the later rename fails)
     tmp = f"{_tmp_prefix(path)}{os.getpid()}.{secrets.token_hex(4)}"
-    f = open(tmp, "xb")
+    try:
+        f = open(tmp, "xb")
+    except OSError as e:  # a missing folder, no permission to write in it...
+        raise _name_the_target(e, tmp, path) from None
     try:
         with f:
             for c in chunks:
@@ -79,9 +98,10 @@ def write_chunks_atomic(path: str | os.PathLike, chunks: list) -> None:
             os.unlink(tmp)
         except OSError:
             pass
-        if isinstance(e, OSError) and e.filename is None and hasattr(e, "add_note"):
-            # a full disk (ENOSPC) or an I/O error while writing says neither file: name it
-            e.add_note(f"while writing {path!r} (left as it was)")
+        if isinstance(e, OSError):
+            named = _name_the_target(e, tmp, path)
+            if named is not e:
+                raise named from None
         raise
     try:  # make the rename itself durable
         fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
