@@ -130,6 +130,7 @@ def test_files_in_the_former_json_format_still_load(tmp_path):
 def _damage_cases(raw: bytes, json_len: int):
     data_offset = sf.align(64 + json_len)
     yield "truncated header", raw[:40], "truncated"
+    yield "truncated within its first 8 bytes", raw[:5], "binary state file is truncated"
     yield "truncated JSON", raw[: 64 + json_len // 2], "truncated"
     yield "truncated blob", raw[: data_offset + 100], "truncated"
     yield "one byte short", raw[:-1], "truncated"
@@ -167,6 +168,23 @@ def test_truncated_or_damaged_binary_files_are_refused(tmp_path):
     # the CLI reports it in one line
     bad.write_bytes(raw[:-1])
     assert cli_main(["inspect", str(bad)]) == 1
+
+
+def test_a_damaged_blob_is_reported_as_damage_not_as_a_malformed_value(tmp_path):
+    """A flipped byte in a blob was reported as "state holds a malformed encoded value of kind
+    'ndarray': blob 0 ... does not match its checksum", which reads as a bug of the writer; and a
+    file cut within its first 8 bytes as "neither a binary state file nor UTF-8 JSON"."""
+    ri.save_state({"format": "demo", "a": big(), "b": b"x" * 5000}, tmp_path / "s")
+    raw = bytearray((tmp_path / "s").read_bytes())
+    raw[-3] ^= 0x01
+    (tmp_path / "s").write_bytes(raw)
+    for load in (lambda: ri.load_state(tmp_path / "s"), lambda: ri.loads_state(bytes(raw))):
+        with pytest.raises(ValueError, match="does not match its checksum") as e:
+            load()
+        assert "malformed" not in str(e.value)
+    (tmp_path / "s").write_bytes(raw[:3])
+    with pytest.raises(ValueError, match="binary state file is truncated"):
+        ri.load_state(tmp_path / "s")
 
 
 def test_random_damage_to_a_binary_file_is_refused_or_harmless(tmp_path):

@@ -53,6 +53,11 @@ class StateList(list):
     __slots__ = ()
 
 
+class DamagedFile(ValueError):
+    """The data of a binary state file is not what its document says (a blob's checksum, its
+    length): decoding raises it as it is, not as a malformed encoded value."""
+
+
 def too_deep() -> ValueError:
     return ValueError(f"the state is nested more than {MAX_DEPTH} levels deep (or refers to itself); "
                       "states this deep are not supported")
@@ -358,6 +363,8 @@ class Decoder:
                 return bytearray(self.binary(obj))
             if tag == "decimal":
                 return decimal.Decimal(obj["v"])
+        except DamagedFile:
+            raise
         except (KeyError, TypeError, ValueError, IndexError, OverflowError, MemoryError, decimal.InvalidOperation) as e:
             raise ValueError(f"state holds a malformed encoded value of kind '{tag}': {e}") from None
         raise ValueError(f"state holds an encoded value of unknown kind '{tag}'")

@@ -40,7 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .atomic_files import write_chunks_atomic
-from .state_codec import TAG, array_bytes, check_shape, decode, encode, too_deep
+from .state_codec import TAG, DamagedFile, array_bytes, check_shape, decode, encode, too_deep
 
 try:  # installed with HF datasets; ~10x faster than SHA-256, so hashing the blobs costs little
     import xxhash as _xxhash
@@ -98,7 +98,7 @@ class _Blobs:
 
     def _check(self, i: int, data: Any, digest: str) -> None:
         if self._hash(data) != digest:
-            raise ValueError(f"blob {i} of the state file does not match its checksum: the file was damaged or edited")
+            raise DamagedFile(f"blob {i} of the state file does not match its checksum: the file was damaged or edited")
 
     def array(self, i: Any, dtype: np.dtype, shape: list) -> np.ndarray:
         offset, nbytes, digest = self.entry(i)
@@ -314,20 +314,27 @@ def _load_binary_file(f: Any, size: int) -> Any:
         while got < n:
             k = f.readinto(dest[got:])
             if not k:
-                raise ValueError("binary state file is truncated")
+                raise DamagedFile("binary state file is truncated (it shrank while being read)")
             got += k
 
     def read_bytes(offset: int, n: int) -> bytes:
         f.seek(data_offset + offset)
         out = f.read(n)
         if len(out) != n:
-            raise ValueError("binary state file is truncated")
+            raise DamagedFile("binary state file is truncated (it shrank while being read)")
         return out
 
     return decode(doc["value"], _Blobs(doc["blobs"], doc["hash"], size - data_offset, read, read_bytes))
 
 
 # --------------------------------------------------------------------------- public API
+
+
+def _refuse_truncated_magic(data: bytes) -> None:
+    """A file of fewer bytes than :data:`MAGIC` that begins it is a binary state file cut short
+    (it is no UTF-8 text: ``\x93`` never starts a character), not a text to decode."""
+    if 0 < len(data) < len(MAGIC) and MAGIC.startswith(data):
+        raise ValueError("binary state file is truncated (its header is incomplete)")
 
 
 def loads_state(data: str | bytes | bytearray | memoryview) -> Any:
@@ -337,6 +344,7 @@ def loads_state(data: str | bytes | bytearray | memoryview) -> Any:
         return _loads_text(data)
     if bytes(memoryview(data)[: len(MAGIC)]) == MAGIC:
         return _loads_binary(data)
+    _refuse_truncated_magic(bytes(memoryview(data)[: len(MAGIC)]))
     try:
         text = bytes(data).decode("utf-8")
     except UnicodeDecodeError as e:
@@ -364,6 +372,7 @@ def read_state_file(path: str | os.PathLike) -> Any:
         if head == MAGIC:
             return _load_binary_file(f, os.fstat(f.fileno()).st_size)
         data = head + f.read()
+    _refuse_truncated_magic(data)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
