@@ -27,7 +27,7 @@ def value_dtype(feature: Any) -> np.dtype | None:
         return None
     try:
         dtype = np.dtype(getattr(feature, "dtype", None) or "O")
-    except TypeError:  # "string", "timestamp[s]"...: not a numpy dtype
+    except (TypeError, ValueError):  # "string", "timestamp[s]", "decimal128(12, 3)"...: not a numpy dtype
         return None
     return dtype if dtype.kind in "iufb" else None
 
