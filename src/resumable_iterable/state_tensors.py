@@ -11,6 +11,7 @@ dtype is looked up by name among torch's own dtypes: decoding runs no code of th
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -50,14 +51,24 @@ def tensor_itemsize(obj: dict) -> tuple[Any, int]:
     except ImportError:  # pragma: no cover - only a state saved with torch holds tensors
         raise ValueError("the state holds a torch tensor; install torch to load it") from None
     name = obj["dtype"]
-    dtypes = {str(d).removeprefix("torch."): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
-    dtype = dtypes.get(name) if type(name) is str and not name.startswith("q") else None  # qint8...: quantized
-    if dtype is None:
+    found = _dtypes(torch).get(name) if type(name) is str else None
+    if found is None:
         raise ValueError(f"unknown torch dtype {name!r}")
-    try:
-        return dtype, torch.empty(0, dtype=dtype).element_size()
-    except (RuntimeError, TypeError):
-        raise ValueError(f"unsupported torch dtype {name!r}") from None
+    return found
+
+
+@functools.lru_cache(maxsize=1)
+def _dtypes(torch: Any) -> dict:
+    """Name -> ``(dtype, bytes per element)`` of torch's own dtypes (not the quantized ones)."""
+    out = {}
+    for d in vars(torch).values():
+        name = str(d).removeprefix("torch.") if isinstance(d, torch.dtype) else ""
+        if name and not name.startswith("q"):  # qint8...: quantized
+            try:
+                out[name] = (d, torch.empty(0, dtype=d).element_size())
+            except (RuntimeError, TypeError):  # pragma: no cover - a dtype torch cannot allocate
+                pass
+    return out
 
 
 def tensor_from_bytes(obj: dict, dtype: Any, data: np.ndarray) -> Any:
