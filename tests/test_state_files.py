@@ -892,6 +892,21 @@ def test_dates_times_and_bytearrays_come_back_as_the_same_types(tmp_path):
     assert back[-3] is values[-3]  # pd.NaT
 
 
+def test_complex_numbers_come_back_exactly(tmp_path):
+    """A Python complex (the .item() of a numpy complex scalar, a map computing a spectrum) made
+    save_state raise TypeError, while numpy's complex arrays and scalars were stored."""
+    values = [1 + 2j, complex(-0.0, float("inf")), complex(float("nan"), -1e-310), 0j]
+    ri.save_state({"format": "x", "v": values}, tmp_path / "s")
+    for back in (ri.load_state(tmp_path / "s")["v"], ri.loads_state(ri.dumps_state({"v": values}))["v"]):
+        assert all(type(b) is complex for b in back)
+        assert [(repr(b.real), repr(b.imag)) for b in back] == [(repr(a.real), repr(a.imag)) for a in values]
+    raw = json.loads(ri.dumps_state({"c": 1j}))
+    del raw["checksum"]
+    raw["c"]["v"] = ["1", 2]
+    with pytest.raises(ValueError, match="malformed encoded value of kind 'complex'"):
+        ri.loads_state(json.dumps(raw))
+
+
 def test_hf_timestamp_ns_column_in_a_shuffle_buffer_resumes_exactly(tmp_path):
     import pyarrow as pa
 

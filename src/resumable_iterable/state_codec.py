@@ -3,9 +3,9 @@
 A state is a tree of plain containers whose leaves may be example data. Values JSON cannot hold
 become tagged objects ``{"__ri__": kind, ...}``: bytes, numpy arrays (every dtype, exactly: byte
 order, units, string lengths, structured fields with offsets and padding) and numpy scalars,
-tuples, sets, dicts with non-string keys, ``bytearray``, non-finite floats, dates and times (time
-zones and pandas' timestamps included, ``state_times.py``), ``Decimal``, PIL images of PIL's
-own classes with their ``info`` (``state_images.py``), and dense CPU torch tensors
+tuples, sets, dicts with non-string keys, ``bytearray``, non-finite floats, complex numbers, dates
+and times (time zones and pandas' timestamps included, ``state_times.py``), ``Decimal``, PIL
+images of PIL's own classes with their ``info`` (``state_images.py``), and dense CPU torch tensors
 (``state_tensors.py``). The decoder rebuilds exactly those kinds and
 nothing else, so decoding never runs code (no pickle, no ``eval``; dtypes are rebuilt from their
 JSON description, images as pickle rebuilds them). Values are encoded by their exact type: a subclass
@@ -225,6 +225,8 @@ class Encoder:
             return {TAG: "npscalar", "dtype": _dtype_to_json(obj.dtype), "b64": base64.b64encode(obj.tobytes()).decode()}
         if t is decimal.Decimal:
             return {TAG: "decimal", "v": str(obj)}
+        if t is complex:  # e.g. the .item() of a numpy complex scalar
+            return {TAG: "complex", "v": [repr(obj.real), repr(obj.imag)]}
         timed = encode_time(obj, TAG)
         if timed is not None:
             return timed
@@ -243,7 +245,7 @@ class Encoder:
         raise TypeError(
             f"cannot store a value of type {_type_name(t)} in a state; supported (these exact "
             "types, not subclasses): JSON types, bytes, bytearray, tuples, sets, numpy arrays/scalars, PIL images, "
-            "datetime/date/time/timedelta, pandas Timestamp/Timedelta, Decimal, torch tensors. Use buffer_state='replay' or "
+            "complex, datetime/date/time/timedelta, pandas Timestamp/Timedelta, Decimal, torch tensors. Use buffer_state='replay' or "
             "'drop' on shuffle() for examples that hold other objects."
         )
 
@@ -363,6 +365,11 @@ class Decoder:
                 return bytearray(self.binary(obj))
             if tag == "decimal":
                 return decimal.Decimal(obj["v"])
+            if tag == "complex":
+                real, imag = obj["v"]
+                if type(real) is not str or type(imag) is not str:
+                    raise ValueError(f"bad complex number {obj['v']!r}")
+                return complex(float(real), float(imag))
         except DamagedFile:
             raise
         except (KeyError, TypeError, ValueError, IndexError, OverflowError, MemoryError, decimal.InvalidOperation) as e:
