@@ -892,6 +892,38 @@ def test_dates_times_and_bytearrays_come_back_as_the_same_types(tmp_path):
     assert back[-3] is values[-3]  # pd.NaT
 
 
+def test_empty_numpy_strings_and_trailing_nuls_come_back(tmp_path):
+    """numpy gives an empty string scalar (np.str_(''), dtype <U0) one NUL character of bytes:
+    saved as such, the state could never be loaded again ("4 bytes cannot hold a scalar of <U0") -
+    what a map after with_format("numpy") below a shuffle buffer made of an empty text. And a
+    bytes_/str_ scalar ending in NULs (binary data often does) came back without them, as an
+    array's item does."""
+    values = [np.str_(""), np.bytes_(b""), np.bytes_(b"ab\x00\x00"), np.str_("a\x00"), np.bytes_(b"\x00"),
+              np.array(["xy", "z"], ">U2")[1]]
+    ri.save_state({"format": "x", "v": values}, tmp_path / "s")
+    for back in (ri.load_state(tmp_path / "s")["v"], ri.loads_state(ri.dumps_state({"v": values}))["v"]):
+        for a, b in zip(values, back, strict=True):
+            assert type(b) is type(a) and b.dtype == a.dtype and len(b) == len(a) and b.tobytes() == a.tobytes()
+    # the empty strings of states saved before, with their NUL character, load
+    text = json.dumps({"v": {"__ri__": "npscalar", "dtype": "<U0", "b64": "AAAAAA=="},
+                       "w": {"__ri__": "npscalar", "dtype": "|S0", "b64": "AA=="}})
+    assert ri.loads_state(text) == {"v": np.str_(""), "w": np.bytes_(b"")}
+
+    hf = Dataset.from_dict({"id": list(range(12)), "text": ["" if i % 3 else f"t{i}" for i in range(12)]})
+
+    def build():
+        return ri.to_iterable_dataset(hf, num_shards=2).with_format("numpy").map(lambda ex: {"n": 1}).shuffle(
+            seed=2, buffer_size=4)
+
+    def through_a_file(state):
+        ri.save_state(state, tmp_path / "s")
+        return ri.load_state(tmp_path / "s")
+
+    from harness import assert_resumes_exactly
+
+    assert_resumes_exactly(build, roundtrip=through_a_file)
+
+
 def test_complex_numbers_come_back_exactly(tmp_path):
     """A Python complex (the .item() of a numpy complex scalar, a map computing a spectrum) made
     save_state raise TypeError, while numpy's complex arrays and scalars were stored."""

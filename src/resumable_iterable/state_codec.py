@@ -115,6 +115,17 @@ def _dtype_from_json(obj: Any, depth: int = 0) -> np.dtype:
     return dt
 
 
+def _string_scalar(dtype: np.dtype, raw: bytes) -> Any:
+    """The ``np.bytes_`` / ``np.str_`` scalar of ``dtype`` whose bytes are ``raw``. A scalar is as
+    long as its value (its dtype says so), trailing NULs included: ``np.bytes_(b"ab\\0")`` (bytes
+    ending in zeros are common) is not ``np.bytes_(b"ab")``, although an array holding either gives
+    the latter back."""
+    if dtype.kind == "S":
+        return np.bytes_(raw)
+    big = dtype.byteorder == ">" or (dtype.byteorder == "=" and sys.byteorder == "big")
+    return np.str_(raw.decode("utf-32-be" if big else "utf-32-le", errors="surrogatepass"))
+
+
 def check_shape(shape: Any, dtype: np.dtype, nbytes: int) -> None:
     """Raise ``ValueError`` unless ``shape`` is a list of sizes that ``nbytes`` bytes of ``dtype``
     fill exactly (so that decoding never allocates more than the data it was given)."""
@@ -222,7 +233,10 @@ class Encoder:
         if isinstance(obj, np.generic) and t is obj.dtype.type:
             if obj.dtype.hasobject:
                 raise TypeError(f"cannot store a numpy scalar of dtype {obj.dtype} in a state")
-            return {TAG: "npscalar", "dtype": _dtype_to_json(obj.dtype), "b64": base64.b64encode(obj.tobytes()).decode()}
+            raw = obj.tobytes()
+            if obj.dtype.kind in "SU":  # numpy gives an empty string scalar (dtype <U0 / |S0) one NUL character
+                raw = raw[: obj.dtype.itemsize]
+            return {TAG: "npscalar", "dtype": _dtype_to_json(obj.dtype), "b64": base64.b64encode(raw).decode()}
         if t is decimal.Decimal:
             return {TAG: "decimal", "v": str(obj)}
         if t is complex:  # e.g. the .item() of a numpy complex scalar
@@ -340,8 +354,12 @@ class Decoder:
             if tag == "npscalar":
                 dtype = _dtype_from_json(obj["dtype"])
                 raw = base64.b64decode(obj["b64"], validate=True)
+                if dtype.kind in "SU" and dtype.itemsize == 0 and len(raw) <= 4 and not raw.strip(b"\0"):
+                    raw = b""  # an empty string scalar, saved with the NUL character numpy gives it
                 if len(raw) != dtype.itemsize:
                     raise ValueError(f"{len(raw)} bytes cannot hold a scalar of {dtype}")
+                if dtype.kind in "SU":  # built from its value: an array's item would lose trailing NULs
+                    return _string_scalar(dtype, raw)
                 arr = np.empty(1, dtype)
                 if raw:
                     array_bytes(arr)[:] = raw  # bytewise: padding bytes of structured dtypes included
