@@ -924,6 +924,35 @@ def test_empty_numpy_strings_and_trailing_nuls_come_back(tmp_path):
     assert_resumes_exactly(build, roundtrip=through_a_file)
 
 
+def test_slices_of_a_memory_mapped_token_file_in_a_shuffle_buffer_resume_exactly(tmp_path):
+    """A generator yielding slices of an np.memmap (a token file, as nanoGPT reads one) below a
+    shuffle buffer could not be saved: "cannot store a value of type numpy.memmap". Such a slice
+    is stored as its values and comes back as a plain array."""
+    from harness import assert_resumes_exactly
+
+    path = tmp_path / "tokens.bin"
+    np.arange(3000, dtype=np.uint16).tofile(path)
+
+    def chunks(shards):
+        data = np.memmap(path, dtype=np.uint16, mode="r")
+        for s in shards:
+            for i in range(s * 1000, (s + 1) * 1000, 200):
+                yield {"x": data[i:i + 200]}
+
+    def build():
+        return ri.IterableDataset.from_generator(chunks, gen_kwargs={"shards": [0, 1, 2]}).shuffle(seed=1, buffer_size=4)
+
+    assert type(next(iter(build()))["x"]) is np.memmap
+
+    def through_a_file(state):
+        ri.save_state(state, tmp_path / "s")
+        return ri.load_state(tmp_path / "s")
+
+    assert_resumes_exactly(build, roundtrip=through_a_file)
+    back = ri.loads_state(ri.dumps_state({"x": np.memmap(path, dtype=np.uint16, mode="r")[5:9]}))["x"]
+    assert type(back) is np.ndarray and back.dtype == np.uint16 and back.tolist() == [5, 6, 7, 8]
+
+
 def test_complex_numbers_come_back_exactly(tmp_path):
     """A Python complex (the .item() of a numpy complex scalar, a map computing a spectrum) made
     save_state raise TypeError, while numpy's complex arrays and scalars were stored."""

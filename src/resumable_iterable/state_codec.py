@@ -221,6 +221,8 @@ class Encoder:
             return self.binary(obj)
         if t is bytearray:
             return {**self.binary(obj), TAG: "bytearray"}
+        if t is np.memmap:  # a slice of a memory-mapped token file: its values, back as a plain array
+            obj, t = obj.view(np.ndarray), np.ndarray  # (in memory, as np.array(the slice) gives them)
         if t is np.ndarray:
             if obj.dtype == object:
                 return {TAG: "ndarray_obj", "shape": list(obj.shape),
@@ -259,7 +261,8 @@ class Encoder:
         raise TypeError(
             f"cannot store a value of type {_type_name(t)} in a state; supported (these exact "
             "types, not subclasses): JSON types, bytes, bytearray, tuples, sets, numpy arrays/scalars, PIL images, "
-            "complex, datetime/date/time/timedelta, pandas Timestamp/Timedelta, Decimal, torch tensors. Use buffer_state='replay' or "
+            "complex, datetime/date/time/timedelta, pandas Timestamp/Timedelta, Decimal, torch tensors (and "
+            "np.memmap slices, stored as arrays). Use buffer_state='replay' or "
             "'drop' on shuffle() for examples that hold other objects."
         )
 
