@@ -348,7 +348,8 @@ class Decoder:
             if tag == "tensor":
                 dtype, itemsize = tensor_itemsize(obj)
                 # its bytes as an array of opaque items of its size, then as the tensor's memory
-                return tensor_from_bytes(obj, dtype, self.array(obj, np.dtype(f"V{itemsize}")).reshape(-1).view(np.uint8))
+                data = self.array(obj, np.dtype(f"V{itemsize}")).reshape(-1).view(np.uint8)
+                return tensor_from_bytes(obj, dtype, data)
             if tag == "ndarray_obj":
                 items = [self.dec(v, d + 2) for v in obj["items"]]
                 arr = np.empty(len(items), dtype=object)
