@@ -414,3 +414,39 @@ def test_parquet_images_are_decoded_one_row_at_a_time(tmp_path):
         for ex in ds:
             got.append(ex["image"].getpixel((0, 0)))
     assert got == [(0, 0, 0), (1, 1, 1)]
+
+
+def _kinds(v):
+    """What a formatted value is: its type, and dtype / shape for arrays and tensors."""
+    if isinstance(v, dict):
+        return {k: _kinds(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_kinds(x) for x in v]
+    return (type(v).__name__, str(getattr(v, "dtype", "")), tuple(getattr(v, "shape", ())))
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch"])
+@pytest.mark.parametrize("with_metadata_file", [False, True])
+def test_numpy_and_torch_rows_are_typed_as_hf_python_path(tmp_path, fmt, with_metadata_file):
+    """HF's imagefolder builder yields Python examples, so HF formats its rows from Python values:
+    under with_format("numpy") a label is a 0-d int64 array. Ours formatted them from Arrow, as a
+    Parquet file's (a numpy int64 scalar)."""
+    if fmt == "torch":
+        pytest.importorskip("torch")
+    root = with_metadata(tmp_path, "jsonl") if with_metadata_file else labelled(tmp_path, per=2)
+    hf = datasets.load_dataset("imagefolder", data_dir=str(root), split="train", streaming=True)
+    ours = ri.load_dataset("imagefolder", data_dir=str(root), split="train")
+    for how in (lambda d: d, lambda d: d.take(3), lambda d: d.skip(1)):
+        want = [_kinds(ex) for ex in how(hf).with_format(fmt)]
+        assert [_kinds(ex) for ex in how(ours).with_format(fmt)] == want and want
+    want = [_kinds(b) for b in hf.with_format(fmt).iter(batch_size=2)]
+    assert [_kinds(b) for b in ours.with_format(fmt).iter(batch_size=2)] == want
+
+
+def test_numpy_rows_resume_exactly(tmp_path):
+    root = labelled(tmp_path, per=2)
+
+    def build():
+        return ri.load_dataset("imagefolder", data_dir=root, split="train").with_format("numpy")
+
+    assert_resumes_exactly(build)

@@ -8,7 +8,9 @@ table at the saved offset, so the cost of a resume does not depend on the positi
 A table built from files (``load_dataset("imagefolder")``: a row per image, or per metadata row)
 is given ``names_digest``, the digest of those files' names in row order (``files.names_digest``):
 the state holds it as ``files`` and a state of other files, or of the same files in another order,
-is refused, as for file sources (its offsets would count other rows).
+is refused, as for file sources (its offsets would count other rows). Such a table is also given
+``arrow_rows=False``: HF's imagefolder builder yields Python examples, not Arrow tables, so HF formats
+its rows from Python values (``with_format("numpy")``: a label is a 0-d array, not a numpy scalar).
 """
 
 from __future__ import annotations
@@ -27,14 +29,18 @@ class ArrowSource(SourceNode):
     added_fields = frozenset(("files",))  # ``files``: of tables built from files; absent from earlier states
 
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
-        return True
+        return self.arrow_rows
     chunk_size = 512  # rows converted at a time: as fast as larger chunks, less memory in flight
 
     def __init__(self, table: pa.Table, num_shards: int = 1, indices: pa.Array | None = None,
-                 features: Any = None, shard_ids: list[int] | None = None, names_digest: str | None = None):
+                 features: Any = None, shard_ids: list[int] | None = None, names_digest: str | None = None,
+                 arrow_rows: bool = True):
         if not isinstance(num_shards, int) or num_shards < 1:
             raise ValueError(f"num_shards must be a positive integer, got {num_shards!r}")
         self.table = table
+        #: whether HF formats these rows from Arrow (a ``Dataset``, a table) or from Python values (a
+        #: table standing for what a HF generator-based builder yields: ``imagefolder``)
+        self.arrow_rows = arrow_rows
         self.indices = indices
         n = len(indices) if indices is not None else table.num_rows
         if num_shards > max(n, 1):

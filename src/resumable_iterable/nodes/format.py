@@ -387,7 +387,7 @@ def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template:
         return live_batches or (node if batch is None else BatchNode(node, *batch))
     name, kwargs = fmt
     tensors = name in ("numpy", "torch")
-    if live_batches is not None and arrow_chain(node) is None:
+    if live_batches is not None and _columnwise(node, tensors) is None:
         # rows batched by the pipeline's own batch node: iterate that node, whose state holds the
         # rows of a batch interrupted by an error, and format its batches
         if tensors and arrow_rooted(node):
@@ -396,11 +396,11 @@ def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template:
                           schema=_rows_schema(node, features), dataset_batches=True, arrow_rows=back and not tensors)
     if batch is None and isinstance(template, BatchNode):
         rows = template.children[0]
-        chain = arrow_chain(rows)
+        chain = _columnwise(rows, tensors)
         return FormatNode(node, name, kwargs, "batch_dicts",
                           features=chain_features(*chain) if chain else features,
                           schema=_rows_schema(rows, features), dataset_batches=True)
-    chain = arrow_chain(node)
+    chain = _columnwise(node, tensors)
     if chain is not None:
         features = chain_features(*chain)
         if batch is None:
@@ -414,3 +414,14 @@ def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template:
         return FormatNode(node, name, kwargs, "rows", features=features, arrow_rows=arrow_rows)
     return FormatNode(node, name, kwargs, "batches", features=features, batch_size=batch[0],
                       drop_last_batch=batch[1], arrow_rows=arrow_rows)
+
+
+def _columnwise(node: Node, tensors: bool) -> Any:
+    """:func:`arrow_chain` of ``node``, read column-wise, except under a numpy / torch format over a
+    source whose rows HF formats from Python values (``imagefolder``: its builder yields examples):
+    HF's types there are those of its Python path (a label a 0-d array, not a numpy scalar). Arrow
+    and pandas output is the same either way, and typed by the features column-wise."""
+    chain = arrow_chain(node)
+    if chain is not None and tensors and not chain[0].formats_as_arrow_rows():
+        return None
+    return chain

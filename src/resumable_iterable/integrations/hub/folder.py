@@ -223,7 +223,8 @@ def load_folder(builder: str, data_dir: str | None, data_files: Any, split: str 
         # rows are counted in the order of these files: a state refuses other names or another order
         named = sorted(metadata[s], key=_digest_name) if add_metadata else images[s]
         source = ArrowSource(table, num_shards=num_shards, features=feats,
-                             names_digest=names_digest([_digest_name(p) for p in named]))
+                             names_digest=names_digest([_digest_name(p) for p in named]),
+                             arrow_rows=False)  # HF's builder yields Python examples: formatted from them
         out[s] = IterableDataset(source, features=feats, split=s)
     return out[split] if split is not None else out
 
