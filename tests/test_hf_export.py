@@ -419,3 +419,48 @@ def test_push_to_hub_keeps_the_split_and_leaves_the_iteration_alone(fake_hub):
     assert ds.state_dict() == state and first + list(it) == [{"a": i} for i in range(10)]
     with pytest.raises(ValueError, match="either max_shard_size or num_shards"):
         ds.push_to_hub("user/repo", max_shard_size="1MB", num_shards=2)
+
+
+def _info_fields(ds) -> dict:
+    import dataclasses
+
+    return {f.name: str(getattr(ds.info, f.name)) for f in dataclasses.fields(ds.info) if f.name != "features"}
+
+
+def test_load_dataset_and_file_constructors_fill_the_info_as_hf(tmp_path):
+    """HF's builders name what they read: ``builder_name`` (the format), ``dataset_name`` (the format,
+    or the folder's name), ``config_name`` (``"default"``, or the card's config, whose
+    ``dataset_info`` fills the rest), ``version`` 0.0.0. Ours left them ``None``."""
+    from PIL import Image
+
+    files = tmp_path / "MyFiles"
+    files.mkdir()
+    (files / "train.jsonl").write_text('{"a": 1}\n')
+    (files / "t.csv").write_text("a\n1\n")
+    (files / "t.txt").write_text("a\n")
+    pd.DataFrame({"a": [1]}).to_parquet(files / "t.parquet")
+    (tmp_path / "img" / "cat").mkdir(parents=True)
+    Image.new("RGB", (2, 2)).save(tmp_path / "img" / "cat" / "x.png")
+    carded = tmp_path / "Carded"
+    (carded / "sub").mkdir(parents=True)
+    (carded / "sub" / "train.jsonl").write_text('{"a": 1}\n')
+    (carded / "README.md").write_text(
+        "---\nconfigs:\n- config_name: cfg\n  data_files: sub/*.jsonl\ndataset_info:\n  config_name: cfg\n"
+        "  description: about it\n  features:\n  - name: a\n    dtype: int64\n  splits:\n  - name: train\n"
+        "    num_bytes: 9\n    num_examples: 1\n  dataset_size: 9\n---\n")
+    cases = [(("json",), {"data_files": str(files / "train.jsonl")}), (("csv",), {"data_files": str(files / "t.csv")}),
+             (("text",), {"data_files": str(files / "t.txt")}), (("parquet",), {"data_files": str(files / "t.parquet")}),
+             (("json",), {"data_dir": str(files), "data_files": "*.jsonl"}),
+             ((str(files),), {"data_files": "*.jsonl"}), ((str(carded),), {}), ((str(carded),), {"name": "cfg"}),
+             (("imagefolder",), {"data_dir": str(tmp_path / "img")}), ((str(tmp_path / "img"),), {})]
+    for args, kwargs in cases:
+        hf = datasets.load_dataset(*args, split="train", streaming=True, **kwargs)
+        ours = ri.load_dataset(*args, split="train", **kwargs)
+        assert _info_fields(ours) == _info_fields(hf), (args, kwargs)
+        assert ours.builder_name == hf.builder_name and ours.config_name == hf.config_name, (args, kwargs)
+        assert _info_fields(ours.map(lambda e: e).take(1))["builder_name"] == hf.builder_name
+    assert ri.load_dataset(str(carded), split="train").description == "about it"
+    for fmt, path in [("json", "train.jsonl"), ("csv", "t.csv"), ("text", "t.txt"), ("parquet", "t.parquet")]:
+        ours = getattr(ri.IterableDataset, f"from_{fmt}")(str(files / path))
+        hf = getattr(HFIterable, f"from_{fmt}")(str(files / path))
+        assert _info_fields(ours) == _info_fields(hf), fmt

@@ -507,3 +507,25 @@ def test_an_unknown_split_of_data_files_is_a_value_error(tmp_path):
     write(str(tmp_path / "a.csv"), range(2))
     with pytest.raises(ValueError, match="unknown split 'test'; available splits: \\['train'\\]"):
         ri.load_dataset("csv", data_files=str(tmp_path / "a.csv"), split="test")
+
+
+def test_a_hub_repo_info_is_hf_builders(hub_cache, repo_dir, offline):
+    """A Hub repo's datasets are named as HF's builder names them (``builder_name`` the format,
+    ``dataset_name`` the repo's name, ``config_name`` ``"default"``, ``version`` 0.0.0): as HF names
+    the same files in a local folder of that name. Ours left them ``None``."""
+    import dataclasses
+
+    import datasets
+
+    def fields(ds):
+        return {f.name: str(getattr(ds.info, f.name)) for f in dataclasses.fields(ds.info) if f.name != "features"}
+
+    hf = datasets.load_dataset(str(repo_dir), split="train", streaming=True)  # a folder named "repo"
+    for ours in (ri.load_dataset("user/repo", split="train", cache_dir=hub_cache),
+                 ri.load_dataset("hf://datasets/user/repo/data", split="train", cache_dir=hub_cache)):
+        assert fields(ours) == fields(hf)
+        assert (ours.builder_name, ours.info.dataset_name, ours.config_name) == ("parquet", "repo", "default")
+    url = ri.load_dataset("parquet", data_files="hf://datasets/user/repo/data/train-*.parquet", split="train",
+                          cache_dir=hub_cache)
+    assert (url.builder_name, url.info.dataset_name, str(url.version)) == ("parquet", "parquet", "0.0.0")
+

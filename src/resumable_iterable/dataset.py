@@ -17,8 +17,8 @@ from typing import Any, Callable, Iterator
 from . import export
 from . import state as _state
 from .distributed import check_rank_splits, check_strategy, rank_shards, ranks_of
-from .features import (batched_features, features_of_schema, file_features, infer_features, json_as_text,
-                       map_feature, media_only_change, row_features)
+from .features import (batched_features, builder_info, features_of_schema, file_features, infer_features,
+                       json_as_text, map_feature, media_only_change, row_features)
 from .loader import hooks
 from .loader.session import IterationSession
 from .nodes.arrow import ArrowSource
@@ -57,10 +57,12 @@ class IterableDataset(_Base):
     """A lazy, resumable iterable dataset (see the package docs for the state contract)."""
 
     def __init__(self, node: Node, *, features: Any = None, column_names: list[str] | None = None,
-                 split: Any = None, _split: tuple = (), _epoch: int = 0):
+                 split: Any = None, info: Any = None, _split: tuple = (), _epoch: int = 0):
         self._node = node
         if split is not None:  # its name, as HF's ``split=`` (the rank splits are ``_split``)
             self._named_split = split
+        if info is not None:  # a ``datasets.DatasetInfo`` (its features are this dataset's, not the info's)
+            self._info = info.copy()
         self._features = features
         self._column_names = list(column_names) if column_names is not None else (
             list(features) if features is not None else None)
@@ -173,10 +175,11 @@ class IterableDataset(_Base):
 
     @classmethod
     def from_files(cls, paths: str | list[str], format: str | None = None, features: Any = None,
-                   split: Any = None, **reader_kwargs: Any) -> IterableDataset:
+                   split: Any = None, info: Any = None, **reader_kwargs: Any) -> IterableDataset:
         """Data files, one shard per file. ``features``: HF features to cast the rows to, as HF's
         builders do (for CSV, also the types pandas parses the columns as: ``"00123"`` stays a string).
-        ``split``: the split's name (``load_dataset`` gives it)."""
+        ``split``: the split's name, ``info`` its ``datasets.DatasetInfo`` (``load_dataset`` gives them;
+        by default HF's builder of the format names it: ``builder_name="json"``, ``config_name="default"``...)."""
         paths = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else [os.fspath(p) for p in paths]
         if not paths:  # before the first file's features are read
             raise ValueError("no data files given")
@@ -206,7 +209,7 @@ class IterableDataset(_Base):
             features = type(features)({c: features[c] for c in source.columns})
         source.set_features(found)
         source.check_features(features)
-        ds = cls(source, features=found, split=split)
+        ds = cls(source, features=found, split=split, info=info if info is not None else builder_info(format))
         if features is not None and format == "text" and len(features) == 1 and "text" not in features:
             ds = ds.rename_column("text", next(iter(features)))  # HF's text builder names it after the features
         return ds if features is None else ds.cast(features)
@@ -231,8 +234,11 @@ class IterableDataset(_Base):
 
     @classmethod
     def from_file(cls, filename: str | os.PathLike) -> IterableDataset:
-        """One Arrow file (as written by HF ``datasets``), as HF ``IterableDataset.from_file``."""
-        return cls.from_files(filename, "arrow")
+        """One Arrow file (as written by HF ``datasets``), as HF ``IterableDataset.from_file`` (its info
+        empty: no builder read it)."""
+        from datasets import DatasetInfo
+
+        return cls.from_files(filename, "arrow", info=DatasetInfo())
 
     @classmethod
     def from_json(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,

@@ -122,3 +122,21 @@ def json_as_text(old: Any, new: Any) -> list[str]:
         return []
     return [k for k, f in (old or {}).items()
             if isinstance(f, Json) and getattr(new.get(k), "dtype", None) in ("string", "large_string")]
+
+
+def builder_info(builder: str, dataset_name: str | None = None, config_name: str | None = None,
+                 base: Any = None) -> Any:
+    """The ``datasets.DatasetInfo`` HF's builder ``builder`` (``"json"``, ``"imagefolder"``...) gives
+    the datasets it reads: ``builder_name``, ``dataset_name`` (the builder's name unless given: HF's
+    folder or repo name), ``config_name`` (``"default"`` unless given) and ``version`` ``0.0.0``, on
+    ``base`` (a dataset card's info: description, citation, splits...) when given."""
+    from datasets import DatasetInfo
+    from datasets.naming import camelcase_to_snakecase
+    from datasets.utils.version import Version
+
+    info = base.copy() if base is not None else DatasetInfo()
+    info.builder_name = builder
+    info.dataset_name = camelcase_to_snakecase(dataset_name) if dataset_name else builder
+    info.config_name = config_name or "default"
+    info.version = Version("0.0.0")
+    return info

@@ -1,7 +1,7 @@
 """The ``configs`` section of a dataset card (the YAML front matter of ``README.md``): which config
 to use (``name=``, else the one marked ``default``, else the one called ``default``, else the only
-one) and the ``data_files`` / ``data_dir`` it declares; and the features its ``dataset_info``
-declares for that config, which HF casts the data to.
+one) and the ``data_files`` / ``data_dir`` it declares; and the info its ``dataset_info`` declares
+for that config (description, splits...), whose features HF casts the data to.
 """
 
 from __future__ import annotations
@@ -29,23 +29,36 @@ def card_configs(readme: str | None) -> list[dict]:
     return [c for c in configs if isinstance(c, dict)]
 
 
-def card_features(readme: str | None, name: str | None) -> Any:
-    """The HF ``Features`` the card's ``dataset_info`` declares for the chosen config (``None``: none
-    declared), read as HF reads them."""
+def card_config_name(readme: str | None, name: str | None) -> str:
+    """The name of the config HF reads (its ``info.config_name``): ``name``, else the card's chosen
+    config, else the only config the card's ``dataset_info`` describes, else ``"default"``."""
+    chosen = _chosen(card_configs(readme), name)
+    if chosen is not None:
+        return chosen.get("config_name", "default")
+    if name is not None:
+        return name
+    infos = _card_infos(readme)
+    return next(iter(infos)) if infos is not None and len(infos) == 1 else "default"
+
+
+def card_info(readme: str | None, name: str | None) -> Any:
+    """The ``datasets.DatasetInfo`` the card's ``dataset_info`` gives the chosen config (``None``:
+    none), read as HF reads it."""
+    infos = _card_infos(readme)
+    return None if infos is None else infos.get(card_config_name(readme, name))
+
+
+def _card_infos(readme: str | None) -> Any:
     meta = _card_metadata(readme)
     if not meta.get("dataset_info"):
         return None
     from datasets.info import DatasetInfosDict
     from huggingface_hub import DatasetCardData
 
-    chosen = _chosen(card_configs(readme), name)
-    config = "default" if chosen is None else chosen.get("config_name", "default")
     try:
-        infos = DatasetInfosDict.from_dataset_card_data(DatasetCardData(**meta))
+        return DatasetInfosDict.from_dataset_card_data(DatasetCardData(**meta))
     except Exception as e:  # noqa: BLE001 - name the card, whatever HF's parser raised
         raise ValueError(f"cannot read the features of the dataset card {readme}: {e}") from None
-    info = infos.get(config)
-    return None if info is None else info.features
 
 
 def config_data_files(configs: list[dict], name: str | None) -> tuple[dict[str, list[str]], str | None] | None:

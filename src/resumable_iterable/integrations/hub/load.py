@@ -14,7 +14,8 @@ from ...dataset import IterableDataset
 from ...nodes.archives import (archive_kind, member_path, split_member, tar_members, zip_member_names,
                                zip_members)
 from ...nodes.file_formats import FORMATS, format_of
-from .card import card_configs, card_features
+from ...features import builder_info
+from .card import card_config_name, card_configs, card_info
 from .folder import FOLDER_BUILDERS, folder_builder, load_folder
 from .patterns import match_files, normalize_data_files, unrequested
 from .repo import HubRepo, is_hub_repo_id, local_files, missing_path_message, parse_hf_path
@@ -27,10 +28,12 @@ _HF_BUILDERS = frozenset(("audiofolder", "conll", "eval", "fasta", "fastq", "gen
                           "tsfile", "videofolder", "vortex", "webdataset", "xml"))
 
 
-def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs: dict) -> IterableDataset:
+def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs: dict,
+                   about: tuple = (None, None, None)) -> IterableDataset:
     """The files of one split as a pipeline; their format is checked here (not left to ``from_files``)
     so that the error names the split and the formats it mixes. Zip archives of JSON, CSV or text
-    files are read as HF's streaming readers read them (``nodes/archives.py``)."""
+    files are read as HF's streaming readers read them (``nodes/archives.py``). ``about``:
+    ``(dataset_name, config_name, card info)`` of its ``info`` (HF's builder of the format, by default)."""
     archives = {p: archive_kind(p, sniff=False) for p in paths}
     if fmt is None and any(archives.values()):
         plain = [p for p in paths if not archives[p]]
@@ -46,7 +49,7 @@ def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs:
             raise ValueError(f"split {split!r} mixes file formats {found}; choose the files with data_files=... "
                              f"or pass format= one of {FORMATS}")
         fmt = found[0]
-    return IterableDataset.from_files(paths, fmt, split=split, **reader_kwargs)
+    return IterableDataset.from_files(paths, fmt, split=split, info=builder_info(fmt, *about), **reader_kwargs)
 
 
 def _members_format(archives: list[str], split: str) -> str:
@@ -101,12 +104,19 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
         or, with ``split=None``, a dict of them keyed by split.
     """
     del streaming
+    return _load(path, name, data_dir, data_files, split, revision, token, cache_dir, format, reader_kwargs)
+
+
+def _load(path: Any, name: str | None, data_dir: str | None, data_files: Any, split: str | None, revision: str | None,
+          token: Any, cache_dir: Any, format: str | None, reader_kwargs: dict, dataset_name: str | None = None):
+    """``load_dataset``; ``dataset_name``: the ``info.dataset_name`` of what it reads (by default HF's:
+    the builder's name for files given to it, the folder's or repo's name for a folder or repo)."""
     if format is not None and format not in FORMATS:
         raise ValueError(f"unknown format {format!r}; expected one of {FORMATS}")
     if _split_names(split) is not None:  # "train+test", "all": the splits one after the other, as HF
         def load(s: str | None) -> Any:
-            return load_dataset(path, name, data_dir=data_dir, data_files=data_files, split=s, revision=revision,
-                                token=token, cache_dir=cache_dir, format=format, **reader_kwargs)
+            return _load(path, name, data_dir, data_files, s, revision, token, cache_dir, format, dict(reader_kwargs),
+                         dataset_name)
         return _combined_splits(split, load)
     path = os.fspath(path)
     cache_dir = os.fspath(cache_dir) if cache_dir is not None else None
@@ -124,8 +134,9 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
     if path in _FORMAT_ALIASES and not os.path.isdir(path):
         if data_dir is not None and os.path.isdir(data_dir) and revision is None and name is None:
             # load_dataset("arrow", data_dir=...): HF's data_files are below data_dir (its splits by file name)
-            return load_dataset(data_dir, data_files=data_files, split=split, cache_dir=cache_dir,
-                                format=format or _FORMAT_ALIASES[path], **reader_kwargs)
+            fmt = format or _FORMAT_ALIASES[path]
+            return _load(data_dir, None, None, data_files, split, None, token, cache_dir, fmt, reader_kwargs,
+                         dataset_name=fmt)
         # load_dataset("parquet", data_files=...): files given directly (local paths or hf:// URLs)
         if data_files is None:
             raise ValueError(f"load_dataset({path!r}) needs data_files=...")
@@ -133,7 +144,7 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
         splits = normalize_data_files(data_files)
         repos: dict = {}
         resolved = {s: _resolve_direct(pats, revision, token, cache_dir, repos) for s, pats in splits.items()}
-        return _pick({s: _split_dataset(p, format, s, reader_kwargs) for s, p in resolved.items()}, split)
+        return _pick({s: _split_dataset(p, format, s, reader_kwargs, (format,)) for s, p in resolved.items()}, split)
     if path.startswith("hf://"):
         repo_id, url_revision, sub = parse_hf_path(path)
         revision = url_revision or revision
@@ -144,11 +155,13 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
             else:
                 data_dir = f"{sub}/{data_dir}" if data_dir else sub
         files, readme = repo.files, repo.readme()
+        dataset_name = dataset_name or repo_id.split("/")[-1]
     elif os.path.isdir(path):
         if revision is not None:
             raise ValueError("revision= only applies to Hub repos, not to a local folder")
         files = local_files(path)
         readme = os.path.join(path, "README.md") if "README.md" in files else None
+        dataset_name = dataset_name or os.path.basename(os.path.normpath(os.path.abspath(path)))
     elif os.path.isfile(path):
         data_files = data_files if data_files is not None else os.path.basename(path)
         files = [os.path.basename(path)]
@@ -156,6 +169,7 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
     elif is_hub_repo_id(path) and not os.path.exists(path):
         repo = HubRepo(path, revision, token, cache_dir)
         files, readme = repo.files, repo.readme()
+        dataset_name = dataset_name or path.split("/")[-1]
     else:
         raise FileNotFoundError(missing_path_message(path))
 
@@ -169,7 +183,8 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
             prefix = data_dir.strip("/") + "/" if data_dir else ""
             repo.fetch([f for f in files if f.startswith(prefix) and is_candidate(f)])
             path = repo.folder
-        return _load_folder(builder, os.path.join(path, data_dir or ""), None, split, reader_kwargs)
+        info = builder_info(builder, dataset_name, card_config_name(readme, name), card_info(readme, name))
+        return _load_folder(builder, os.path.join(path, data_dir or ""), None, split, reader_kwargs, info)
     splits = resolve_splits(files, data_files=data_files, data_dir=data_dir, readme=readme, name=name)
     if split is not None and split not in splits:
         raise ValueError(f"unknown split {split!r}; available splits: {sorted(splits)}")
@@ -178,18 +193,21 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
     # one download call for every split: each call asks the Hub about the commit again
     local = dict(zip(needed, repo.fetch(needed))) if repo is not None else {
         f: os.path.join(path, *f.split("/")) for f in needed}
+    base = card_info(readme, name)
     if reader_kwargs.get("features") is None:  # the card's, which HF casts to unless features= is given
-        reader_kwargs["features"] = card_features(readme, name)
-    out = {s: _split_dataset([local[f] for f in fs], format, s, reader_kwargs) for s, fs in wanted.items()}
+        reader_kwargs["features"] = None if base is None else base.features
+    about = (dataset_name, card_config_name(readme, name), base)
+    out = {s: _split_dataset([local[f] for f in fs], format, s, reader_kwargs, about) for s, fs in wanted.items()}
     return _pick(out, split)
 
 
-def _load_folder(builder: str, data_dir: str | None, data_files: Any, split: str | None, options: dict):
+def _load_folder(builder: str, data_dir: str | None, data_files: Any, split: str | None, options: dict,
+                 info: Any = None):
     unknown = set(options) - {"drop_labels", "drop_metadata", "features", "num_shards"}
     if unknown:
         raise TypeError(f"load_dataset({builder!r}) got unexpected option(s) {sorted(unknown)}; its options are "
                         "data_dir, data_files, split, drop_labels, drop_metadata, features, num_shards")
-    return load_folder(builder, data_dir, data_files, split, **options)
+    return load_folder(builder, data_dir, data_files, split, info=info, **options)
 
 
 def _resolve_direct(patterns: list[str], revision: str | None, token: Any, cache_dir: str | None,
