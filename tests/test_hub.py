@@ -529,3 +529,66 @@ def test_a_hub_repo_info_is_hf_builders(hub_cache, repo_dir, offline):
                           cache_dir=hub_cache)
     assert (url.builder_name, url.info.dataset_name, str(url.version)) == ("parquet", "parquet", "0.0.0")
 
+
+JSON_SPLIT_CASES = {  # (train rows, test rows): HF types every split from the first split's first file
+    "int_then_str": ([{"a": i} for i in range(3)], [{"a": str(i)} for i in range(3)]),
+    "float_then_int": ([{"a": i + 0.5} for i in range(3)], [{"a": i} for i in range(3)]),
+    "missing_column": ([{"a": i, "c": 1} for i in range(3)], [{"a": i} for i in range(3)]),
+    "json_then_int": ([{"a": 1}, {"a": "x"}], [{"a": 3}, {"a": 4}]),
+    "struct_then_int": ([{"a": {"k": 1}}], [{"a": 2}]),
+    "int_then_struct": ([{"a": 1}], [{"a": {"k": 2}}]),  # cannot be cast: both raise
+    "int_then_float": ([{"a": 1}], [{"a": 2.5}]),
+    "extra_column": ([{"a": 1}], [{"a": 2, "c": 3}]),
+}
+
+
+def write_rows(path, rows):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+def outcome(load):
+    try:
+        dd = load()
+        return {s: (dd[s].features, list(dd[s])) for s in dd}
+    except Exception as e:  # noqa: BLE001 - HF's exception types differ from ours (ours name the file)
+        return type(e).__name__ != ""  # "it raised"
+
+
+@pytest.mark.parametrize("case", sorted(JSON_SPLIT_CASES))
+def test_json_splits_follow_the_first_split_as_in_hf(tmp_path, case):
+    """HF's json builder takes the features of every split from the first split's first file and
+    casts the other splits to them (or fails where they cannot be cast); ours typed each split from
+    its own first file (a test split of "0", "1" stayed strings where HF reads 0, 1)."""
+    import datasets
+
+    train, test = JSON_SPLIT_CASES[case]
+    write_rows(str(tmp_path / "d" / "train.jsonl"), train)
+    write_rows(str(tmp_path / "d" / "test.jsonl"), test)
+    files = {"train": str(tmp_path / "d" / "train.jsonl"), "test": str(tmp_path / "d" / "test.jsonl")}
+    want = outcome(lambda: datasets.load_dataset("json", data_files=files, streaming=True))
+    assert outcome(lambda: ri.load_dataset("json", data_files=files)) == want
+    assert outcome(lambda: ri.load_dataset(str(tmp_path / "d"))) == want  # a folder: train, then test
+    if want is not True:
+        only = ri.load_dataset("json", data_files=files, split="test")
+        assert (only.features, list(only)) == want["test"]
+        assert (lambda d: (d.features, list(d)))(ri.load_dataset(str(tmp_path / "d"), split="test")) == want["test"]
+
+
+def test_json_test_split_of_a_hub_repo_follows_the_train_split(tmp_path, offline):
+    """From a Hub repo too, split="test" alone reads the test files with the train split's first
+    file's columns (that file is downloaded for them, as HF reads it); and it resumes exactly."""
+    src = tmp_path / "src"
+    write_rows(str(src / "train.jsonl"), [{"a": 0, "b": None}])
+    write_rows(str(src / "test.jsonl"), [{"a": str(i)} for i in range(6)])
+    cache = str(tmp_path / "hf-cache")
+    populate_hub_cache(cache, "user/json", COMMIT_V1, "main",
+                       {"train.jsonl": str(src / "train.jsonl"), "test.jsonl": str(src / "test.jsonl")})
+    ds = ri.load_dataset("user/json", split="test", cache_dir=cache)
+    assert list(ds) == [{"a": i, "b": None} for i in range(6)]
+    assert dict(ds.features) == dict(ri.load_dataset("user/json", split="train", cache_dir=cache).features)
+    assert_resumes_exactly(lambda: ri.load_dataset("user/json", split="test", cache_dir=cache))
+    assert_resumes_exactly(lambda: ri.load_dataset("json", data_files={"train": str(src / "train.jsonl"),
+                                                                       "test": str(src / "test.jsonl")},
+                                                   split="test").shuffle(seed=0, buffer_size=3))

@@ -175,11 +175,14 @@ class IterableDataset(_Base):
 
     @classmethod
     def from_files(cls, paths: str | list[str], format: str | None = None, features: Any = None,
-                   split: Any = None, info: Any = None, **reader_kwargs: Any) -> IterableDataset:
+                   split: Any = None, info: Any = None, schema_from: str | None = None,
+                   **reader_kwargs: Any) -> IterableDataset:
         """Data files, one shard per file. ``features``: HF features to cast the rows to, as HF's
         builders do (for CSV, also the types pandas parses the columns as: ``"00123"`` stays a string).
         ``split``: the split's name, ``info`` its ``datasets.DatasetInfo`` (``load_dataset`` gives them;
-        by default HF's builder of the format names it: ``builder_name="json"``, ``config_name="default"``...)."""
+        by default HF's builder of the format names it: ``builder_name="json"``, ``config_name="default"``...).
+        ``schema_from``: JSON Lines files follow the columns of this file (a zip: its first member) instead
+        of the first of ``paths``, as HF's json builder gives every split those of the first split's first file."""
         paths = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else [os.fspath(p) for p in paths]
         if not paths:  # before the first file's features are read
             raise ValueError("no data files given")
@@ -190,7 +193,7 @@ class IterableDataset(_Base):
             format = found.pop()
         if features is not None and format == "csv" and not PYARROW_CSV_OPTIONS & set(reader_kwargs):
             reader_kwargs.setdefault("dtype", csv_dtypes(features))
-        source = FileSource(paths, format, reader_kwargs=reader_kwargs)
+        source = FileSource(paths, format, reader_kwargs=reader_kwargs, schema_from=schema_from)
         found = file_features(paths[0], format)
         if format == "json":  # the first file's first chunk, HF 5.2's Json columns found there (or given)
             found = source.json_features(features)

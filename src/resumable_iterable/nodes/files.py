@@ -22,7 +22,8 @@ Text formats may be compressed (``.gz``, ``.bz2``, ``.xz``, ``.zst`` after the e
 JSON, CSV and text files may be inside zip archives, an archive a shard whose members are read one
 after another (``archives.py``), as HF's streaming readers read them.
 A malformed JSON Lines file names its first bad line. Parquet, Arrow and JSON Lines files follow
-the first file's columns (``_aligned``), as HF casts every file to the first one's features. How
+the first file's columns (``_aligned``), as HF casts every file to the first one's features (JSON:
+``schema_from``, the first file of the first split, for the files of every split). How
 each format is opened and parsed is ``file_formats.py`` (JSON files: ``json_files.py``); this module
 is the source node: shards, offsets, alignment, resumption. Reading Parquet and Arrow files at
 random positions, for the global shuffle, is ``file_access.py``.
@@ -53,7 +54,8 @@ from .file_formats import (FORMATS, TEXT_SCHEMA, arrow_ipc_table, csv_file_table
 from .json_files import json_options, json_table
 from ..state import fingerprint as digest
 from .file_access import RandomFileAccess
-from .archives import DAMAGED, ArchiveReading, archive_members, digest_name, members_digest_names, split_member
+from .archives import (DAMAGED, ArchiveReading, archive_kind, archive_members, digest_name, member_path,
+                       members_digest_names, split_member, zip_members)
 from .checks import check_names
 from .base import Node
 from .source import SourceNode
@@ -101,7 +103,7 @@ class FileSource(ArchiveReading, RandomFileAccess, SourceNode):
     batch_rows = 1024
 
     def __init__(self, paths: list[str], format: str, shard_ids: list[int] | None = None,
-                 reader_kwargs: dict | None = None, features: Any = None):
+                 reader_kwargs: dict | None = None, features: Any = None, schema_from: str | None = None):
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
         paths = [os.fspath(p) for p in paths]
@@ -129,6 +131,9 @@ class FileSource(ArchiveReading, RandomFileAccess, SourceNode):
             self.names_digest = digest([self.names_digest, members_digest_names(self.members)])
         #: JSON: where the features given hold HF's ``Json`` (``None``: found in the first file, as HF)
         self.json_paths: list | None = None
+        #: another file whose columns these files follow (a zip: its first member), instead of the
+        #: first of ``paths``: HF's json builder takes every split's from the first split's first file
+        self.schema_from = None if schema_from is None else os.fspath(schema_from)
         #: ``None``: one file per shard; after ``resharded``: one Parquet row group per shard,
         #: ``(file, row group, rows)``
         self.pieces: list[tuple[int, int, int]] | None = None
@@ -267,18 +272,32 @@ class FileSource(ArchiveReading, RandomFileAccess, SourceNode):
         if self.format == "json" and set(self.reader_kwargs) - {"chunksize"}:
             return None
         if "schema" not in self._first:  # read once per process, whatever the passes and clones
-            first = self.paths[0] if self.members is None else self.schema_file()
+            first = self.schema_file()
             try:
                 schema = None if first is None else file_schema(first, self.format, self.reader_kwargs.get("chunksize"),
                                                                  self.json_paths)
             except DAMAGED as e:  # a member of the first archive
                 raise self._open_error(0, OSError(f"the archive is damaged ({e})"), first) from None
             except (OSError, pa.ArrowException) as e:
+                if self.schema_from is not None:
+                    raise ValueError(f"cannot read {first!r}, the first data file of the first split, whose "
+                                     f"columns every split follows: {e}") from None
                 raise self._open_error(0, e) from None
             if self.columns is not None:
                 schema = select_schema(schema, self.columns, first)
             self._first["schema"] = schema
         return self._first["schema"]
+
+    def schema_file(self) -> str | None:
+        """The file whose columns every file follows (HF's first table): ``schema_from`` (a zip's
+        first member) when given, else the first data file, or the first member of the first
+        archive holding some; ``None``: no file to read."""
+        if self.schema_from is None:
+            return super().schema_file()
+        if archive_kind(self.schema_from) != "zip":
+            return self.schema_from
+        members = zip_members(self.schema_from)
+        return member_path(self.schema_from, members[0]) if members else None
 
     def check_features(self, features: Any) -> None:
         """Refuse ``features`` (to cast the rows to) whose struct lacks a field the first file's rows
@@ -296,7 +315,8 @@ class FileSource(ArchiveReading, RandomFileAccess, SourceNode):
             i = target.get_field_index(field.name)
             found = None if i < 0 else dropped_field(field.type, target.field(i).type, field.name)
             if found:
-                raise ValueError(f"features: {self._where(0)} has the field {found!r}, which the feature of column "
+                where = self._where(0) if self.schema_from is None else f"data file {self.schema_file()!r}"
+                raise ValueError(f"features: {where} has the field {found!r}, which the feature of column "
                                  f"{field.name!r} lacks ({features[field.name]}): casting would drop it, as HF "
                                  "refuses (Couldn't cast); add the field to the features")
 

@@ -29,11 +29,12 @@ _HF_BUILDERS = frozenset(("audiofolder", "conll", "eval", "fasta", "fastq", "gen
 
 
 def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs: dict,
-                   about: tuple = (None, None, None)) -> IterableDataset:
+                   about: tuple = (None, None, None), first: str | None = None) -> IterableDataset:
     """The files of one split as a pipeline; their format is checked here (not left to ``from_files``)
     so that the error names the split and the formats it mixes. Zip archives of JSON, CSV or text
     files are read as HF's streaming readers read them (``nodes/archives.py``). ``about``:
-    ``(dataset_name, config_name, card info)`` of its ``info`` (HF's builder of the format, by default)."""
+    ``(dataset_name, config_name, card info)`` of its ``info`` (HF's builder of the format, by default).
+    ``first``: the first split's first file, whose columns JSON files of every split follow, as in HF."""
     archives = {p: archive_kind(p, sniff=False) for p in paths}
     if fmt is None and any(archives.values()):
         plain = [p for p in paths if not archives[p]]
@@ -49,7 +50,14 @@ def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs:
             raise ValueError(f"split {split!r} mixes file formats {found}; choose the files with data_files=... "
                              f"or pass format= one of {FORMATS}")
         fmt = found[0]
-    return IterableDataset.from_files(paths, fmt, split=split, info=builder_info(fmt, *about), **reader_kwargs)
+    schema_from = first if fmt == "json" and first is not None and first != paths[0] else None
+    return IterableDataset.from_files(paths, fmt, split=split, info=builder_info(fmt, *about),
+                                      schema_from=schema_from, **reader_kwargs)
+
+
+def _maybe_json(path: str) -> bool:
+    """``path`` may be read as JSON: a JSON file, or a zip archive (of JSON files, maybe)."""
+    return format_of(path) == "json" or archive_kind(path, sniff=False) == "zip"
 
 
 def _members_format(archives: list[str], split: str) -> str:
@@ -144,7 +152,10 @@ def _load(path: Any, name: str | None, data_dir: str | None, data_files: Any, sp
         splits = normalize_data_files(data_files)
         repos: dict = {}
         resolved = {s: _resolve_direct(pats, revision, token, cache_dir, repos) for s, pats in splits.items()}
-        return _pick({s: _split_dataset(p, format, s, reader_kwargs, (format,)) for s, p in resolved.items()}, split)
+        first = next(iter(resolved.values()))[0] if resolved and next(iter(resolved.values())) else None
+        wanted = {split: resolved[split]} if split in resolved else resolved
+        return _pick({s: _split_dataset(p, format, s, reader_kwargs, (format,), first) for s, p in wanted.items()},
+                     split)
     if path.startswith("hf://"):
         repo_id, url_revision, sub = parse_hf_path(path)
         revision = url_revision or revision
@@ -189,7 +200,10 @@ def _load(path: Any, name: str | None, data_dir: str | None, data_files: Any, sp
     if split is not None and split not in splits:
         raise ValueError(f"unknown split {split!r}; available splits: {sorted(splits)}")
     wanted = {split: splits[split]} if split is not None else splits
-    needed = list(dict.fromkeys(f for fs in wanted.values() for f in fs))
+    # the first split's first file gives JSON files their columns in every split, as in HF
+    json_like = format == "json" or format is None and any(_maybe_json(f) for fs in wanted.values() for f in fs)
+    first = next((fs[0] for fs in splits.values() if fs), None) if json_like else None
+    needed = list(dict.fromkeys([f for fs in wanted.values() for f in fs] + ([first] if first else [])))
     # one download call for every split: each call asks the Hub about the commit again
     local = dict(zip(needed, repo.fetch(needed))) if repo is not None else {
         f: os.path.join(path, *f.split("/")) for f in needed}
@@ -197,7 +211,8 @@ def _load(path: Any, name: str | None, data_dir: str | None, data_files: Any, sp
     if reader_kwargs.get("features") is None:  # the card's, which HF casts to unless features= is given
         reader_kwargs["features"] = None if base is None else base.features
     about = (dataset_name, card_config_name(readme, name), base)
-    out = {s: _split_dataset([local[f] for f in fs], format, s, reader_kwargs, about) for s, fs in wanted.items()}
+    out = {s: _split_dataset([local[f] for f in fs], format, s, reader_kwargs, about, local.get(first))
+           for s, fs in wanted.items()}
     return _pick(out, split)
 
 
