@@ -450,3 +450,38 @@ def test_numpy_rows_resume_exactly(tmp_path):
         return ri.load_dataset("imagefolder", data_dir=root, split="train").with_format("numpy")
 
     assert_resumes_exactly(build)
+
+
+def test_a_hub_repo_of_zipped_images_is_an_imagefolder(tmp_path, monkeypatch):
+    """A Hub repo whose data are zips of images (and their metadata) is read as an imagefolder, as HF
+    reads it (its zips are looked into): ours did not look into a repo's zips, so it was read as text
+    and refused. Compared with HF reading the same files from a local folder; resumes exactly."""
+    import io
+    import zipfile
+
+    import huggingface_hub.constants as constants
+    from test_hub import populate_hub_cache
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    src = tmp_path / "zips"
+    src.mkdir()
+    for split, n in (("train", 4), ("test", 2)):
+        with zipfile.ZipFile(src / f"{split}.zip", "w") as z:
+            for j in range(n):
+                img(str(tmp_path / "tmp.png"), j + (10 if split == "test" else 0))
+                z.write(tmp_path / "tmp.png", f"imgs/{j}.png")
+            z.writestr("metadata.jsonl", "".join(json.dumps({"file_name": f"imgs/{j}.png", "caption": f"{split} {j}"})
+                                                 + "\n" for j in range(n)))
+    cache = str(tmp_path / "cache")
+    populate_hub_cache(cache, "user/zipped", "c" * 40, "main",
+                       {f"data/{s}.zip": str(src / f"{s}.zip") for s in ("train", "test")})
+    hf = datasets.load_dataset(str(src), streaming=True)
+    hub = ri.load_dataset("user/zipped", cache_dir=cache)
+    assert list(hub) == list(hf) == ["train", "test"]
+    for s in hub:
+        assert hub[s].features == hf[s].features and hub[s].builder_name == "imagefolder"
+        assert [(ex["caption"], pixels(ex["image"])) for ex in hub[s]] == [
+            (ex["caption"], pixels(ex["image"])) for ex in hf[s]]
+    full = assert_resumes_exactly(lambda: ri.load_dataset("user/zipped", split="train", cache_dir=cache).map(key))
+    assert len(full) == 4

@@ -53,6 +53,9 @@ from .repo import local_files
 from .splits import is_candidate, infer_splits
 
 METADATA_FILENAMES = ("metadata.csv", "metadata.jsonl", "metadata.parquet")
+#: the zip archives of a split whose files HF counts to choose its builder
+#: (``config.ARCHIVES_MAX_NUMBER_FOR_MODULE_INFERENCE``)
+ARCHIVES_LOOKED_INTO = 10
 
 # HF's ImageFolder.EXTENSIONS: the extensions Pillow opens (fixed, so that the files chosen do
 # not depend on the Pillow installed)
@@ -120,18 +123,21 @@ def _archives_builder(names: list[str]) -> str | None:
     return "imagefolder" if ext in IMAGE_EXTENSIONS else None
 
 
-def folder_builder(files: list[str], data_dir: str | None, root: str | None = None) -> str | None:
+def folder_builder(files: list[str], data_dir: str | None, locate: Any = None) -> str | None:
     """The folder builder that HF would read a folder with (its files ``files``, posix, relative),
     found without ``data_files`` nor a dataset card config: the same for every split, else ``None``.
-    ``root``: the local folder, whose zip archives are looked into as HF does (``None``: not)."""
+    ``locate``: a function giving the local paths of files (a list of them, relative to the folder or
+    repo), by which a split's zip archives are looked into as HF does: the first
+    ``ARCHIVES_LOOKED_INTO`` of them, downloaded from a Hub repo (``None``: not looked into)."""
     prefix = data_dir.strip("/") + "/" if data_dir else ""
     files = [f[len(prefix):] for f in files if f.startswith(prefix) and is_candidate(f)]
     if not files:
         return None
     members = None
-    if root is not None:
+    if locate is not None:
         def members(zips: list[str]) -> list[str]:
-            return [m for z in zips for m in zip_members(os.path.join(root, prefix, *z.split("/")))]
+            local = locate([prefix + z for z in zips[:ARCHIVES_LOOKED_INTO]])
+            return [m for z in local for m in zip_members(z)]
     found = {builder_of(fs, members) for fs in infer_splits(files).values()}
     return found.pop() if len(found) == 1 else None
 

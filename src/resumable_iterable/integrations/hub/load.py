@@ -184,8 +184,11 @@ def _load(path: Any, name: str | None, data_dir: str | None, data_files: Any, sp
     else:
         raise FileNotFoundError(missing_path_message(path))
 
-    local_root = path if repo is None else None  # a local folder's zip archives are looked into, as HF does
-    builder = folder_builder(files, data_dir, local_root) if data_files is None and format is None else None
+    # a split of zip archives is read with the builder of most of the files in them, as in HF: they are
+    # looked into (downloaded from a Hub repo: they are its data)
+    root = path
+    locate = repo.fetch if repo is not None else (lambda rel: [os.path.join(root, *f.split("/")) for f in rel])
+    builder = folder_builder(files, data_dir, locate) if data_files is None and format is None else None
     if builder is not None and not card_configs(readme):
         # a folder of images: HF's load_dataset(folder) reads it with its imagefolder builder
         if name not in (None, "default"):
