@@ -420,8 +420,8 @@ def _kinds(v):
     """What a formatted value is: its type, and dtype / shape for arrays and tensors."""
     if isinstance(v, dict):
         return {k: _kinds(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_kinds(x) for x in v]
+    if isinstance(v, list) or isinstance(v, np.ndarray) and v.dtype == object:
+        return [type(v).__name__] + [_kinds(x) for x in v]
     return (type(v).__name__, str(getattr(v, "dtype", "")), tuple(getattr(v, "shape", ())))
 
 
@@ -485,3 +485,39 @@ def test_a_hub_repo_of_zipped_images_is_an_imagefolder(tmp_path, monkeypatch):
             (ex["caption"], pixels(ex["image"])) for ex in hf[s]]
     full = assert_resumes_exactly(lambda: ri.load_dataset("user/zipped", split="train", cache_dir=cache).map(key))
     assert len(full) == 4
+
+
+@pytest.mark.parametrize("how", ["format_then_batch", "batch_then_format", "shuffle", "take", "map"])
+def test_numpy_batches_of_batch_are_typed_as_hf(tmp_path, how):
+    """HF's batch() is a batched map: after with_format("numpy") its map gets formatted batches and,
+    on HF's Python path (imagefolder rows, or any row after a map), formats each batch it yields once
+    more, which makes images int64 arrays; batch().with_format("numpy") and Arrow-path rows (Parquet)
+    keep uint8. Ours gave uint8 everywhere."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = labelled(tmp_path / "img", per=2)
+    img(str(tmp_path / "odd.png"), 99, size=(7, 2))  # images of two sizes: an object array of them
+    pq.write_table(pa.table({"image": [{"bytes": open(p, "rb").read(), "path": None}
+                                       for p in (f"{root}/dog/0.png", str(tmp_path / "odd.png"))] * 2}),
+                   str(tmp_path / "x.parquet"))
+    feats = datasets.Features({"image": datasets.Image()})
+    steps = {"format_then_batch": lambda d: d.with_format("numpy").batch(2),
+             "batch_then_format": lambda d: d.batch(2).with_format("numpy"),
+             "shuffle": lambda d: d.with_format("numpy").shuffle(seed=0, buffer_size=1).batch(3),
+             "take": lambda d: d.with_format("numpy").take(3).batch(2),
+             "map": lambda d: d.map(lambda e: e).with_format("numpy").batch(2)}[how]
+    loads = [(lambda **k: datasets.load_dataset("imagefolder", data_dir=root, split="train", streaming=True),
+              lambda: ri.load_dataset("imagefolder", data_dir=root, split="train")),
+             (lambda: datasets.load_dataset("parquet", data_files=str(tmp_path / "x.parquet"), split="train",
+                                            streaming=True, features=feats),
+              lambda: ri.load_dataset("parquet", data_files=str(tmp_path / "x.parquet"), split="train", features=feats))]
+    for hf, ours in loads:
+        want = [_kinds(b) for b in steps(hf())]
+        assert [_kinds(b) for b in steps(ours())] == want and want
+
+
+def test_numpy_batches_of_batch_resume_exactly(tmp_path):
+    root = labelled(tmp_path, per=2)
+    assert_resumes_exactly(lambda: ri.load_dataset("imagefolder", data_dir=root, split="train").with_format(
+        "numpy").batch(2))

@@ -583,7 +583,8 @@ class IterableDataset(_Base):
                                 features=self._batched_features())
         if batch_size is None:
             raise ValueError("batch() needs batch_size or by_column")
-        return self._derive(BatchNode(self._node.clone(), batch_size, drop_last_batch), features=self._batched_features())
+        node = BatchNode(self._node.clone(), batch_size, drop_last_batch, after_format=self._format is not None)
+        return self._derive(node, features=self._batched_features())
 
     def pack(self, seq_len: int, columns: str | list[str] = ("input_ids",), separator: Any = None,
              drop_last: bool = False, mode: str = "concat", position_ids: bool = False,

@@ -34,9 +34,12 @@ class BatchNode(Node):
     #: where the first row of the last batch yielded came from, for error notes (not state)
     _first: dict | None = None
 
-    def __init__(self, child: Node, batch_size: int, drop_last_batch: bool = False):
+    def __init__(self, child: Node, batch_size: int, drop_last_batch: bool = False, after_format: bool = False):
         self.batch_size = as_int(batch_size, "batch_size", lo=1)
         self.drop_last_batch = bool(drop_last_batch)
+        #: made by ``batch()`` after ``with_format`` (HF: a map given formatted batches, whose batches
+        #: are formatted once more): how its batches are formatted, not part of the state
+        self.after_format = bool(after_format)
         super().__init__([child])
 
     def params(self) -> dict:

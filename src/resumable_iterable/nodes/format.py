@@ -137,7 +137,8 @@ class FormatNode(Node):
 
     def __init__(self, child: Node, format_type: str, format_kwargs: dict | None = None,
                  source: str = "rows", features: Any = None, batch_size: int = 1, drop_last_batch: bool = False,
-                 schema: pa.Schema | None = None, arrow_rows: bool = False, dataset_batches: bool = False):
+                 schema: pa.Schema | None = None, arrow_rows: bool = False, dataset_batches: bool = False,
+                 formatted_again: bool = False):
         if source not in self.SOURCES:
             raise ValueError(f"unknown input {source!r}; expected one of {self.SOURCES}")
         if type(batch_size) is not int or batch_size < 1:
@@ -155,6 +156,11 @@ class FormatNode(Node):
         self.lists_back = (lists_back(features) if arrow_rows and (format_type is None or source == "batch_dicts")
                            else None)
         self.dataset_batches = dataset_batches and format_type == "numpy"
+        #: numpy batches of a ``batch()`` given after ``with_format`` (``BatchNode.after_format``) of rows
+        #: HF formats from Python values (not on its Arrow path): HF formats each batch its map yields once
+        #: more, as a row, which makes decoded media of integers int64 arrays and of floats float32
+        #: (``batch().with_format("numpy")``, and rows on HF's Arrow path, keep an image's uint8, as HF)
+        self.formatted_again = formatted_again and self.dataset_batches
         super().__init__([child])
 
     def params(self) -> dict:
@@ -284,6 +290,7 @@ class FormatNode(Node):
         decoded = _decoded_columns(self.features) if source == "batch_dicts" and tensors else None
         fmt = functools.partial(format_table, _formatter(self.format_type, self.format_kwargs, self.features))
         fast = tensors and not _needs_decoding(self.features)
+        again = _formatter(name, kwargs).recursive_tensorize if self.formatted_again and decoded is not None else None
 
         def one(b: Any) -> Any:
             media = None
@@ -299,6 +306,8 @@ class FormatNode(Node):
             batch = fmt(table) if batch is None else batch
             if media:
                 batch = {k: tensorize(v) if k in media else batch[k] for k, v in b.items()}
+                if again is not None:
+                    batch = {k: again(v) if k in media else v for k, v in batch.items()}
             return object_strings(batch) if strings else batch
 
         if source == "batch_dicts":
@@ -393,13 +402,15 @@ def present(node: Node, fmt: tuple | None, batch: tuple | None = None, template:
         if tensors and arrow_rooted(node):
             node.read_lists_as_arrays()  # the batches reach nothing but the formatter
         return FormatNode(live_batches, name, kwargs, "batch_dicts", features=features,
-                          schema=_rows_schema(node, features), dataset_batches=True, arrow_rows=back and not tensors)
+                          schema=_rows_schema(node, features), dataset_batches=True, arrow_rows=back and not tensors,
+                          formatted_again=live_batches.after_format and not arrow_rooted(node))
     if batch is None and isinstance(template, BatchNode):
         rows = template.children[0]
         chain = _columnwise(rows, tensors)
         return FormatNode(node, name, kwargs, "batch_dicts",
                           features=chain_features(*chain) if chain else features,
-                          schema=_rows_schema(rows, features), dataset_batches=True)
+                          schema=_rows_schema(rows, features), dataset_batches=True,
+                          formatted_again=template.after_format and not arrow_rooted(node))
     chain = _columnwise(node, tensors)
     if chain is not None:
         features = chain_features(*chain)
