@@ -464,3 +464,26 @@ def test_load_dataset_and_file_constructors_fill_the_info_as_hf(tmp_path):
         ours = getattr(ri.IterableDataset, f"from_{fmt}")(str(files / path))
         hf = getattr(HFIterable, f"from_{fmt}")(str(files / path))
         assert _info_fields(ours) == _info_fields(hf), fmt
+
+
+def test_combined_datasets_merge_the_info_as_hf(tmp_path):
+    """concatenate_datasets / interleave_datasets (and load_dataset(split="train+test")) merge their
+    inputs' info as HF does: equal infos (one builder's splits) are kept, others joined
+    (descriptions...); ours had an empty info."""
+    for s in ("train", "test"):
+        (tmp_path / f"{s}.jsonl").write_text('{"a": 1}\n')
+    files = {"train": str(tmp_path / "train.jsonl"), "test": str(tmp_path / "test.jsonl")}
+    hf = datasets.load_dataset("json", data_files=files, split="train+test", streaming=True)
+    assert _info_fields(ri.load_dataset("json", data_files=files, split="train+test")) == _info_fields(hf)
+    (tmp_path / "c.csv").write_text("a\n1\n")
+    csv = str(tmp_path / "c.csv")
+    for combine in ("concatenate_datasets", "interleave_datasets"):
+        for loads in ((("json", files["train"]), ("json", files["test"])), (("json", files["train"]), ("csv", csv))):
+            ours = getattr(ri, combine)([ri.load_dataset(f, data_files=p, split="train") for f, p in loads])
+            theirs = getattr(datasets, combine)([datasets.load_dataset(f, data_files=p, split="train", streaming=True)
+                                                 for f, p in loads])
+            assert _info_fields(ours) == _info_fields(theirs), (combine, loads)
+    # infos HF's to_iterable_dataset drops (ours keeps them): joined as HF joins them
+    one, two = DatasetInfo(description="one", license="mit"), DatasetInfo(description="two", license="mit")
+    ours = ri.concatenate_datasets([ri.IterableDataset.from_dict({"a": [1]}, info=i) for i in (one, two)])
+    assert (ours.description, ours.license) == ("one\n\ntwo", "mit")

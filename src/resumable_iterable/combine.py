@@ -78,6 +78,14 @@ def _aligned_nodes(datasets: list[IterableDataset], merged: Any) -> list:
     return nodes
 
 
+def _merged_info(datasets: list[IterableDataset]) -> Any:
+    """The info of a combination, as HF merges it: the inputs' when they are all equal (the splits of
+    one ``load_dataset``: its builder's), else their descriptions, citations... joined."""
+    from datasets import DatasetInfo
+
+    return DatasetInfo.from_merge([d.info for d in datasets])
+
+
 def _split_like(combined: IterableDataset, first: IterableDataset) -> IterableDataset:
     """``combined`` split by node as ``first`` (and every other input, see :func:`_check`) is, and at
     its epoch: a pipeline over datasets split by node is split the same way when it is iterated."""
@@ -106,7 +114,7 @@ def interleave_datasets(datasets: list[IterableDataset], probabilities: list[flo
     merged = _merged_features([d.features for d in datasets])
     node = InterleaveNode(_aligned_nodes(datasets, merged), probabilities=probabilities, seed=seed,
                           stopping_strategy=stopping_strategy)
-    combined = IterableDataset(node, features=merged,
+    combined = IterableDataset(node, features=merged, info=_merged_info(datasets),
                                column_names=None if merged is not None else _common_column_names(datasets))
     return _split_like(combined, datasets[0])
 
@@ -139,7 +147,7 @@ def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0, split: 
                                  f"more than one dataset (columns: {names}); remove or rename them first")
         node = ConcatNode([d.pipeline.clone() for d in datasets], axis=1)
     out = _split_like(IterableDataset(node, features=merged, column_names=None if merged is not None else names,
-                                      split=split), datasets[0])
+                                      split=split, info=_merged_info(datasets)), datasets[0])
     format_types = {d.format["type"] for d in datasets}
     if len(format_types) == 1 and None not in format_types:  # as HF: a format every dataset has is kept
         kept = datasets[0].format
