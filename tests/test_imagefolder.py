@@ -521,3 +521,23 @@ def test_numpy_batches_of_batch_resume_exactly(tmp_path):
     root = labelled(tmp_path, per=2)
     assert_resumes_exactly(lambda: ri.load_dataset("imagefolder", data_dir=root, split="train").with_format(
         "numpy").batch(2))
+
+
+def test_the_builder_of_a_split_of_zips_counts_its_first_ten_as_hf(tmp_path):
+    """HF chooses the builder of a split of zip archives from the files in its first 10 archives
+    (ARCHIVES_MAX_NUMBER_FOR_MODULE_INFERENCE); ours counted every archive's, so an 11th full of
+    CSV files outvoted ten archives of images."""
+    import zipfile
+
+    (tmp_path / "data").mkdir()
+    for k in range(10):
+        img(str(tmp_path / "tmp.png"), k)
+        with zipfile.ZipFile(tmp_path / "data" / f"part{k:02d}.zip", "w") as z:
+            z.write(tmp_path / "tmp.png", f"{k}.png")
+    with zipfile.ZipFile(tmp_path / "data" / "part10.zip", "w") as z:
+        for j in range(12):
+            z.writestr(f"t{j}.csv", "a\n1\n")
+    hf = datasets.load_dataset(str(tmp_path / "data"), split="train", streaming=True)
+    ours = ri.load_dataset(str(tmp_path / "data"), split="train")
+    assert ours.builder_name == hf.builder_name == "imagefolder"
+    assert len(list(ours)) == 10
