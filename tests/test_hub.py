@@ -592,3 +592,17 @@ def test_json_test_split_of_a_hub_repo_follows_the_train_split(tmp_path, offline
     assert_resumes_exactly(lambda: ri.load_dataset("json", data_files={"train": str(src / "train.jsonl"),
                                                                        "test": str(src / "test.jsonl")},
                                                    split="test").shuffle(seed=0, buffer_size=3))
+
+
+def test_json_splits_with_features_given_are_each_cast_to_them(tmp_path):
+    """With features given HF infers nothing from the first split: each split is cast to them (a
+    test split of "x" read as a string though train holds 1)."""
+    import datasets
+
+    write_rows(str(tmp_path / "train.jsonl"), [{"a": 1}])
+    write_rows(str(tmp_path / "test.jsonl"), [{"a": "x"}])
+    files = {"train": str(tmp_path / "train.jsonl"), "test": str(tmp_path / "test.jsonl")}
+    feats = datasets.Features({"a": datasets.Value("string")})
+    want = outcome(lambda: datasets.load_dataset("json", data_files=files, streaming=True, features=feats))
+    assert outcome(lambda: ri.load_dataset("json", data_files=files, features=feats)) == want
+    assert want["test"][1] == [{"a": "x"}]

@@ -50,7 +50,9 @@ def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs:
             raise ValueError(f"split {split!r} mixes file formats {found}; choose the files with data_files=... "
                              f"or pass format= one of {FORMATS}")
         fmt = found[0]
-    schema_from = first if fmt == "json" and first is not None and first != paths[0] else None
+    # (with features given, HF infers none: each split is cast to them)
+    schema_from = (first if fmt == "json" and first is not None and first != paths[0]
+                   and reader_kwargs.get("features") is None else None)
     return IterableDataset.from_files(paths, fmt, split=split, info=builder_info(fmt, *about),
                                       schema_from=schema_from, **reader_kwargs)
 
