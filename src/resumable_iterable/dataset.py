@@ -274,15 +274,12 @@ class IterableDataset(_Base):
             return {str(name): cls._read_files(fmt, paths, str(name), features, info, dict(reader_kwargs))
                     for name, paths in path_or_paths.items()} if split is None else cls._read_files(
                 fmt, path_or_paths[split], split, features, info, reader_kwargs)
-        return cls.from_files(path_or_paths, fmt, features=_given(features, info),
-                              **reader_kwargs)._with_split(split, info)
+        return cls.from_files(path_or_paths, fmt, features=_given(features, info), info=info,
+                              **reader_kwargs)._with_split(split)
 
-    def _with_split(self, split: Any, info: Any = None) -> IterableDataset:
-        """This dataset named as split ``split`` (``"train"`` if ``None``, as HF's file readers), with
-        the ``info`` (a ``datasets.DatasetInfo``) given to the reader, if any."""
+    def _with_split(self, split: Any) -> IterableDataset:
+        """This dataset named as split ``split`` (``"train"`` if ``None``, as HF's file readers)."""
         self._named_split = split if split is not None else "train"
-        if info is not None:
-            self._info = info.copy()
         return self
 
     # ------------------------------------------------------------------ building on the pipeline
