@@ -464,3 +464,34 @@ def test_a_pipeline_without_a_seed_resumes_its_later_epochs_too(tmp_path, worker
     c, model_c = make_trainer(out, workers, ds=seedless_build())
     c.train(resume_from_checkpoint=str(ckpt))
     assert model_b.seen + model_c.seen == model_a.seen
+
+
+def test_restoring_callback_states_keeps_the_callbacks_settings(tmp_path):
+    """With ``restore_callback_states_from_checkpoint=True`` the Trainer replaces each stateful
+    callback, when it resumes, by one built from the arguments ``trainer_state.json`` records:
+    only ``filename`` was recorded, so the resumed run lost ``save_worker_rng`` and
+    ``inline_tensor_bytes`` (its own checkpoints then held no worker generators)."""
+    def trainer(**kw):
+        t, model = make_trainer(tmp_path / "run", 0, attach=False, max_steps=4, save_steps=2,
+                                restore_callback_states_from_checkpoint=True, **kw)
+        ResumableDataCallback.attach(t, save_worker_rng=True, inline_tensor_bytes=0)
+        return t, model
+
+    b, model_b = trainer()
+    b.add_callback(CrashAfterSave(2))
+    with pytest.raises(Crash):
+        b.train()
+    c, model_c = trainer()
+    c.train(resume_from_checkpoint=True)
+    (cb,) = [cb for cb in c.callback_handler.callbacks if isinstance(cb, ResumableDataCallback)]
+    assert (cb.save_worker_rng, cb.inline_tensor_bytes, cb.filename) == (True, 0, STATE_FILE)
+    ts = json.loads((tmp_path / "run" / "checkpoint-4" / "trainer_state.json").read_text())
+    assert ts["stateful_callbacks"]["ResumableDataCallback"]["args"] == {
+        "filename": STATE_FILE, "inline_tensor_bytes": 0, "save_worker_rng": True}
+    assert model_b.seen[:2 * BATCH] + model_c.seen == build_seen(tmp_path, 4)
+
+
+def build_seen(tmp_path, steps):
+    a, model = make_trainer(tmp_path / f"a{steps}", 0, max_steps=steps)
+    a.train()
+    return model.seen

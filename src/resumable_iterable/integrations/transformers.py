@@ -253,7 +253,15 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             if os.path.isdir(folder) and not os.path.exists(os.path.join(folder, TRAINER_STATE_FILE)):
                 self._pending[1].write(os.path.join(folder, self.file_name(self._args.process_index)))
                 self._written = step
-        return {"args": {"filename": self.filename}, "attributes": {"data_state_sha256": self.data_state_sha256}}
+        return {"args": self._init_args(), "attributes": {"data_state_sha256": self.data_state_sha256}}
+
+    def _init_args(self) -> dict:
+        """The arguments this callback was built with, as ``trainer_state.json`` records them: with
+        ``TrainingArguments(restore_callback_states_from_checkpoint=True)`` the Trainer replaces each
+        stateful callback, when it resumes, by ``ResumableDataCallback(**args)``, which must keep
+        ``inline_tensor_bytes`` and ``save_worker_rng``."""
+        return {"filename": self.filename, "inline_tensor_bytes": self.inline_tensor_bytes,
+                "save_worker_rng": self.save_worker_rng}
 
     # ------------------------------------------------------------------ Trainer events
     def on_init_end(self, args, state, control, **kwargs):
@@ -297,8 +305,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         # a checkpoint written without this callback has no entry for it; the Trainer would fail
         # with a KeyError when it saves the next checkpoint
         if isinstance(state.stateful_callbacks, dict) and name not in state.stateful_callbacks:
-            state.stateful_callbacks[name] = {"args": {"filename": self.filename},
-                                              "attributes": {"data_state_sha256": None}}
+            state.stateful_callbacks[name] = {"args": self._init_args(), "attributes": {"data_state_sha256": None}}
 
     def on_step_end(self, args, state, control, **kwargs):
         self._capture_if_saving(state, control)
