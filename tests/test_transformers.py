@@ -495,3 +495,21 @@ def build_seen(tmp_path, steps):
     a, model = make_trainer(tmp_path / f"a{steps}", 0, max_steps=steps)
     a.train()
     return model.seen
+
+
+@pytest.mark.parametrize("how", ["constructor", "add_callback"])
+def test_a_second_callback_is_refused_when_training_starts(tmp_path, how):
+    """Two ResumableDataCallback on one Trainer trained without a word, and the Trainer stored their
+    states as a list growing with every checkpoint, whose first entries held no data state: the resume
+    failed with "records no data state". It is refused when training starts."""
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=BATCH,
+                                          report_to="none", use_cpu=True, remove_unused_columns=False,
+                                          disable_tqdm=True)
+    first = ResumableDataCallback()
+    trainer = transformers.Trainer(model=Recorder(), args=args, train_dataset=build(),
+                                   callbacks=[first, ResumableDataCallback()] if how == "constructor" else [first])
+    if how == "add_callback":
+        trainer.add_callback(ResumableDataCallback())
+    assert ResumableDataCallback.attach(trainer) is first
+    with pytest.raises(ValueError, match="two ResumableDataCallback"):
+        trainer.train()

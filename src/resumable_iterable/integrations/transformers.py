@@ -71,6 +71,8 @@ FORMAT = TRAINER_FORMAT
 VERSION = 1
 #: the Trainer's own state file in a checkpoint folder (written after the data state)
 TRAINER_STATE_FILE = "trainer_state.json"
+#: attribute by which the first callback of ours to start a train() marks the Trainer's state
+_MARK = "_resumable_iterable_callback"
 
 
 def find_envelopes(obj: Any) -> Iterator[tuple[str, dict]]:
@@ -271,6 +273,18 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             args.ignore_data_skip = True
 
     def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+        # The Trainer hands every callback the same TrainerState, a new one per train(): the first
+        # of ours to start marks it. A second one would restore the loader again and, when saving,
+        # the Trainer appends the states of both to a list in trainer_state.json that grows with
+        # each checkpoint, whose first entries (of the run's start) hold no data state: the resume
+        # then failed, saying the checkpoint records no data state.
+        other = getattr(state, _MARK, None)
+        if other is not None and other is not self:
+            raise ValueError(
+                "ResumableDataCallback: this Trainer has two ResumableDataCallback (one passed in "
+                "Trainer(callbacks=[...]) or add_callback(), and another added since?): keep one. "
+                "ResumableDataCallback.attach(trainer) reuses the one already there.")
+        setattr(state, _MARK, self)
         loader = train_dataloader
         if loader is None:
             raise ValueError("ResumableDataCallback: the Trainer did not pass its training DataLoader")
