@@ -513,3 +513,16 @@ def test_a_second_callback_is_refused_when_training_starts(tmp_path, how):
     assert ResumableDataCallback.attach(trainer) is first
     with pytest.raises(ValueError, match="two ResumableDataCallback"):
         trainer.train()
+
+
+def test_a_dataset_not_of_ours_is_warned_about(tmp_path, caplog):
+    """The callback saves whatever state the loader reports; with a dataset that is not ours the
+    resume is as exact as that dataset's own state_dict(): it says so (it said nothing)."""
+    hf = Dataset.from_dict({"ids": list(range(ROWS))}).to_iterable_dataset(num_shards=SHARDS)
+    with caplog.at_level("WARNING", logger="resumable_iterable"):
+        make_trainer(tmp_path / "hf", 0, ds=hf, max_steps=1)[0].train()
+    assert "not a resumable_iterable dataset" in caplog.text and "datasets.iterable_dataset.IterableDataset" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="resumable_iterable"):
+        make_trainer(tmp_path / "ours", 0, max_steps=1)[0].train()
+    assert "not a resumable_iterable dataset" not in caplog.text

@@ -150,6 +150,23 @@ def _save_worker_rng(loader: Any) -> None:
             _drop_iterator(loader)
 
 
+def _warn_if_not_ours(loader: Any) -> None:
+    """Say so when the training dataset is not a ``resumable_iterable`` one: the callback then
+    saves and restores whatever the DataLoader reports for it, and the resume is only as exact as
+    that dataset's own ``state_dict()``, if it has one."""
+    dataset = getattr(_base_loader(loader), "dataset", None)
+    for candidate in (dataset, getattr(dataset, "dataset", None)):  # accelerate may wrap it (IterableDatasetShard)
+        if isinstance(getattr(candidate, "session", None), IterationSession):
+            return
+    logger.warning(
+        "ResumableDataCallback: the training dataset is a %s.%s, not a resumable_iterable dataset: the callback "
+        "saves and restores the DataLoader's state all the same, but a resume is only as exact as that dataset's "
+        "own state_dict() (a datasets.IterableDataset does not save the examples of its shuffle buffer; torchdata "
+        "re-reads and skips what a dataset without one had yielded), and the passes of an iterable dataset are "
+        "numbered from 0 again after a resume. Build it with resumable_iterable for an exact resume.",
+        type(dataset).__module__, type(dataset).__qualname__)
+
+
 def _drop_iterator(loader: Any) -> None:
     """Make a torchdata ``StatefulDataLoader`` forget its current iterator (and stop its workers);
     loading an empty state is torchdata's documented way to do that."""
@@ -303,6 +320,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
                 "ignore_data_skip=True."
             )
         _check_dispatch(loader)
+        _warn_if_not_ours(loader)
         _inline_small_tensors(loader, self.inline_tensor_bytes)
         if self.save_worker_rng:
             _save_worker_rng(loader)
