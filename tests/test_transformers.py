@@ -526,3 +526,60 @@ def test_a_dataset_not_of_ours_is_warned_about(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="resumable_iterable"):
         make_trainer(tmp_path / "ours", 0, max_steps=1)[0].train()
     assert "not a resumable_iterable dataset" not in caplog.text
+
+
+def test_ignore_data_skip_given_by_the_user(tmp_path, uninterrupted):
+    """``ignore_data_skip=True`` only turns the Trainer's own skipping off, which the callback needs
+    (it sets it): with the callback the data position is restored all the same. Resumed without the
+    callback, the Trainer starts the stream over from its first example (transformers' meaning of
+    ``ignore_data_skip=True``): how to start the data over deliberately."""
+    full = uninterrupted(0)
+    out, ckpt, head = run_interrupted(tmp_path, 0, 6)
+    c, model_c = make_trainer(out, 0, ignore_data_skip=True)
+    c.train(resume_from_checkpoint=str(ckpt))
+    assert head + model_c.seen == full
+    d, model_d = make_trainer(out, 0, attach=False, ignore_data_skip=True)
+    d.train(resume_from_checkpoint=str(ckpt))
+    assert model_d.seen[:6 * BATCH] == full[:6 * BATCH]
+
+
+def mutating_collator(rows):
+    """Collates, then edits the examples it was given in place (as collators that pop or pad fields do)."""
+    assert all(r["tokens"] == [r["ids"], r["ids"]] for r in rows), rows  # as the source holds them
+    batch = {"ids": torch.tensor([r["ids"] for r in rows])}
+    for r in rows:
+        r["tokens"][0] += 1000
+        r["tokens"].append(-1)
+        r.pop("ids")
+        r["extra"] = 1
+    return batch
+
+
+# with 2 workers: three runs starting workers, 10-20 s on a busy machine; run by `make soak`
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_a_collator_that_edits_its_examples_in_place(tmp_path, workers, soak):
+    """The data state never holds an example already handed to the loader, and an in-memory source
+    hands out copies: a collator editing its input changes neither the resumed run nor later passes."""
+    if workers and not soak:
+        pytest.skip("with workers: slow, runs with --soak (make soak)")
+    def ds():
+        rows = [{"ids": i, "tokens": [i, i]} for i in range(ROWS)]
+        return ri.IterableDataset.from_list(rows, num_shards=SHARDS).shuffle(seed=7, buffer_size=BUFFER)
+
+    def trainer(out, **kw):
+        t, model = make_trainer(out, workers, ds=ds(), max_steps=14, **kw)
+        t.data_collator = mutating_collator
+        return t, model
+
+    a, model_a = trainer(tmp_path / "a")
+    a.train()
+    assert sorted(model_a.seen[:ROWS]) == list(range(ROWS)) and len(model_a.seen) == 14 * BATCH
+    b, model_b = trainer(tmp_path / "b", save_steps=12)
+    b.add_callback(CrashAfterSave(12))
+    with pytest.raises(Crash):
+        b.train()
+    del b
+    gc.collect()
+    c, model_c = trainer(tmp_path / "b")
+    c.train(resume_from_checkpoint=str(tmp_path / "b" / "checkpoint-12"))
+    assert model_b.seen + model_c.seen == model_a.seen
