@@ -583,3 +583,16 @@ def test_a_collator_that_edits_its_examples_in_place(tmp_path, workers, soak):
     c, model_c = trainer(tmp_path / "b")
     c.train(resume_from_checkpoint=str(tmp_path / "b" / "checkpoint-12"))
     assert model_b.seen + model_c.seen == model_a.seen
+
+
+def test_save_worker_rng_without_workers_is_warned_about(tmp_path, caplog):
+    """Without workers the collator draws from the main process's generators, which the Trainer saves
+    one batch late (accelerate has collated the next one): save_worker_rng=True cannot give the
+    uninterrupted run's masks there, and said nothing about it."""
+    for workers in (0, 1):
+        trainer, _ = make_trainer(tmp_path / str(workers), workers, attach=False, max_steps=1)
+        ResumableDataCallback.attach(trainer, save_worker_rng=True)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="resumable_iterable"):
+            trainer.train()
+        assert ("this loader has none (dataloader_num_workers=0)" in caplog.text) == (workers == 0)

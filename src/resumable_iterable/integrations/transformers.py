@@ -324,6 +324,13 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         _inline_small_tensors(loader, self.inline_tensor_bytes)
         if self.save_worker_rng:
             _save_worker_rng(loader)
+            if getattr(_base_loader(loader), "num_workers", 0) == 0:
+                logger.warning(
+                    "ResumableDataCallback(save_worker_rng=True) saves the random generators of DataLoader workers, and "
+                    "this loader has none (dataloader_num_workers=0): the collator draws from the main process's "
+                    "generators, which the Trainer saves after accelerate has already collated the next batch, so "
+                    "random masks or augmentations differ after a resume (the examples do not). Use "
+                    "dataloader_num_workers >= 1 for the uninterrupted run's draws.")
         self._loader = loader
         self._trainer_state = state
         self._args = args
