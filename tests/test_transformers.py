@@ -596,3 +596,89 @@ def test_save_worker_rng_without_workers_is_warned_about(tmp_path, caplog):
         with caplog.at_level("WARNING", logger="resumable_iterable"):
             trainer.train()
         assert ("this loader has none (dataloader_num_workers=0)" in caplog.text) == (workers == 0)
+
+
+class StepBounds(transformers.TrainerCallback):
+    """Notes how many batches the model had been fed at the end of each optimizer step."""
+
+    def __init__(self, model):
+        self.model, self.bounds = model, []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.bounds.append(len(self.model.batches))
+
+
+class BatchRecorder(Recorder):
+    def forward(self, ids=None, **_):
+        self.batches = getattr(self, "batches", [])
+        self.batches.append(ids.tolist())
+        return super().forward(ids=ids)
+
+
+def per_step(model, bounds):
+    return [model.batches[a:b] for a, b in zip([0] + bounds, bounds)]
+
+
+def ids_collator(rows):
+    return {"ids": torch.tensor([r["ids"] for r in rows])}
+
+
+SETTINGS = {
+    # 10 batches a pass: steps of 3 batches straddle the pass ends (the last batch of a pass
+    # goes with the first two of the next), and the checkpoint of step 5 is in the second pass
+    "gradient_accumulation_steps": dict(gradient_accumulation_steps=3),
+    # the model takes only ids: the Trainer wraps the collator to drop the string column
+    "remove_unused_columns": dict(remove_unused_columns=True),
+    # a dataset of batches, one per loader batch
+    "already_batched": dict(per_device_train_batch_size=1, batched=True),
+    "no_dispatch": dict(accelerator_config={"dispatch_batches": False}),
+    "split_batches": dict(accelerator_config={"split_batches": True}),
+}
+
+
+@pytest.mark.parametrize("workers,setting", [(0, s) for s in SETTINGS] + [
+    pytest.param(2, s, marks=pytest.mark.slow) for s in ("gradient_accumulation_steps", "already_batched")])
+def test_settings_users_train_with_resume_exactly_per_optimizer_step(tmp_path, workers, setting, soak):
+    """Each optimizer step of the interrupted and resumed run is fed the batches of the uninterrupted
+    run's, across pass ends (each pass reshuffled), with these TrainingArguments."""
+    if workers and not soak:
+        pytest.skip("with workers: slow, runs with --soak (make soak)")
+    kw = dict(SETTINGS[setting])
+    batched = kw.pop("batched", False)
+    steps = 8 if "gradient_accumulation_steps" in kw else 14
+
+    def ds():
+        hf = Dataset.from_dict({"ids": list(range(ROWS)), "text": [str(i) for i in range(ROWS)]})
+        out = ri.to_iterable_dataset(hf, num_shards=SHARDS).shuffle(seed=7, buffer_size=BUFFER)
+        return out.batch(BATCH) if batched else out
+
+    def run(out, crash_at=None, resume=None):
+        args = dict(output_dir=str(out), max_steps=steps, per_device_train_batch_size=BATCH,
+                    save_steps=crash_at or 1000, dataloader_num_workers=workers, report_to="none", use_cpu=True,
+                    logging_strategy="no", remove_unused_columns=False, disable_tqdm=True)
+        args.update(kw)
+        model = BatchRecorder()
+        trainer = transformers.Trainer(model=model, args=transformers.TrainingArguments(**args),
+                                       train_dataset=ds(), data_collator=None if batched else ids_collator)
+        if batched:  # one row holding a batch: its lists become a (1, BATCH) tensor
+            trainer.data_collator = lambda rows: {"ids": torch.tensor(rows[0]["ids"])}
+        bounds = StepBounds(model)
+        trainer.add_callback(bounds)
+        ResumableDataCallback.attach(trainer)
+        if crash_at:
+            trainer.add_callback(CrashAfterSave(crash_at))
+            with pytest.raises(Crash):
+                trainer.train()
+        else:
+            trainer.train(resume_from_checkpoint=resume)
+        del trainer
+        gc.collect()
+        return per_step(model, bounds.bounds)
+
+    full = run(tmp_path / "a")
+    seen = [x for step in full for batch in step for x in batch]
+    assert len(full) == steps and sorted(seen[:ROWS]) == list(range(ROWS))
+    assert seen[ROWS:] != seen[:len(seen) - ROWS]  # the second pass is reshuffled
+    head = run(tmp_path / "b", crash_at=5)
+    assert head == full[:5]
+    assert head + run(tmp_path / "b", resume=str(tmp_path / "b" / "checkpoint-5")) == full
