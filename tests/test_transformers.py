@@ -585,17 +585,43 @@ def test_a_collator_that_edits_its_examples_in_place(tmp_path, workers, soak):
     assert model_b.seen + model_c.seen == model_a.seen
 
 
-def test_save_worker_rng_without_workers_is_warned_about(tmp_path, caplog):
+class DrawingRecorder(Recorder):
+    """Draws from the global torch generator in forward, as dropout does, and records the draw."""
+
+    def forward(self, ids=None, **_):
+        self.draws = getattr(self, "draws", [])
+        self.draws.append(torch.rand(1).item())
+        return super().forward(ids=ids)
+
+
+@pytest.mark.parametrize("crash_at", [6, 10, 12])
+def test_save_worker_rng_without_workers_gives_the_uninterrupted_draws(tmp_path, crash_at):
     """Without workers the collator draws from the main process's generators, which the Trainer saves
-    one batch late (accelerate has collated the next one): save_worker_rng=True cannot give the
-    uninterrupted run's masks there, and said nothing about it."""
-    for workers in (0, 1):
-        trainer, _ = make_trainer(tmp_path / str(workers), workers, attach=False, max_steps=1)
-        ResumableDataCallback.attach(trainer, save_worker_rng=True)
-        caplog.clear()
-        with caplog.at_level("WARNING", logger="resumable_iterable"):
-            trainer.train()
-        assert ("this loader has none (dataloader_num_workers=0)" in caplog.text) == (workers == 0)
+    and restores itself; but accelerate has already read and collated the next batch when the Trainer
+    saves them, so the resumed run collated that batch with other draws (and everything after was
+    shifted). With save_worker_rng=True the generators as they were when the data position was taken
+    are saved with it and used for that batch only: the collator's and the model's draws are the
+    uninterrupted run's (checkpoints mid-pass, at the end of a pass, and in the second pass)."""
+    def trainer(out, **kw):
+        t, _ = make_trainer(out, 0, attach=False, max_steps=14, **kw)
+        t.model = model = DrawingRecorder()
+        t.model_wrapped = model
+        t.data_collator = random_ids_collator
+        ResumableDataCallback.attach(t, save_worker_rng=True)
+        return t, model
+
+    a, model_a = trainer(tmp_path / "a")
+    a.train()
+    b, model_b = trainer(tmp_path / "b", save_steps=crash_at)
+    b.add_callback(CrashAfterSave(crash_at))
+    with pytest.raises(Crash):
+        b.train()
+    assert "main_rng" in ri.load_state(tmp_path / "b" / f"checkpoint-{crash_at}" / STATE_FILE)
+    c, model_c = trainer(tmp_path / "b")
+    c.train(resume_from_checkpoint=str(tmp_path / "b" / f"checkpoint-{crash_at}"))
+    assert model_b.seen + model_c.seen == model_a.seen
+    assert model_b.draws + model_c.draws == model_a.draws
+
 
 
 class StepBounds(transformers.TrainerCallback):

@@ -61,6 +61,7 @@ from ..loader.session import IterationSession
 from ..state import TRAINER_FORMAT, find_documents
 from ..state_files import EncodedState, encode_state, load_state, read_state_file, state_file_digest
 from .torch.transport import INLINE_MAX_BYTES, InlineSmallTensors, check_inline_bytes
+from .torch.worker_rng import decode_rng_state, rng_state, set_rng_state
 
 logger = logging.getLogger("resumable_iterable")
 
@@ -167,6 +168,67 @@ def _warn_if_not_ours(loader: Any) -> None:
         type(dataset).__module__, type(dataset).__qualname__)
 
 
+class _MainRng:
+    """Without DataLoader workers, ``save_worker_rng=True``: the main process's random generators as
+    they were when the loader's position was taken, and their setting back on resume.
+
+    accelerate takes the base loader's state, then reads and collates the next batch (it looks one
+    batch ahead), then yields the batch before: when the Trainer saves a checkpoint (and its
+    ``rng_state.pth``), the generators have already drawn for that next batch (a collator's random
+    masks), and a resumed run, which reads that batch again, drew other masks. So the generators
+    are noted each time accelerate takes the base loader's state (``note``), saved with the data
+    state, and on resume set for the reading of that first batch only; the Trainer's restored
+    generators are then put back (``splice``), and everything after, the model's draws included,
+    follows the uninterrupted run."""
+
+    def __init__(self, loader: Any):
+        self.base = _base_loader(loader)
+        self.last: dict | None = None
+        original = self.base.state_dict
+
+        def state_dict(*args: Any, **kwargs: Any) -> Any:
+            state = original(*args, **kwargs)
+            self.last = rng_state()
+            return state
+
+        self.base.state_dict = state_dict
+
+    @staticmethod
+    def applies(loader: Any) -> bool:
+        """Only under accelerate's wrapper (which looks ahead) and without workers."""
+        base = _base_loader(loader)
+        return base is not loader and getattr(base, "num_workers", None) == 0
+
+    def splice(self, decoded: tuple) -> None:
+        """Read the next batch with the generators ``decoded``, then put back those of that moment.
+
+        accelerate makes the base loader's iterator (calling ``__iter__`` on it) and reads the first
+        batch at once; the generators are swapped once the iterator is made (the Trainer has set
+        its own by then) and the Trainer's, as they were before the iterator drew its base seed,
+        are put back once the first batch is collated."""
+        base = self.base
+        make_iter, collate = base.__iter__, base.collate_fn
+        trainer_rng: list = []
+
+        def first_collate(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return collate(*args, **kwargs)
+            finally:
+                base.collate_fn = collate
+                if trainer_rng:
+                    set_rng_state(trainer_rng.pop())
+
+        def spliced_iter() -> Any:
+            del base.__iter__  # once
+            trainer_rng.append(decode_rng_state(rng_state()))
+            iterator = make_iter()  # draws a base seed, which the uninterrupted run drew when its pass began
+            set_rng_state(decoded)
+            return iterator
+
+        base.collate_fn = first_collate
+        base.__iter__ = spliced_iter
+
+
 def _drop_iterator(loader: Any) -> None:
     """Make a torchdata ``StatefulDataLoader`` forget its current iterator (and stop its workers);
     loading an empty state is torchdata's documented way to do that."""
@@ -193,6 +255,9 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             numpy, ``random``) are saved with the data state and set back on resume with the same
             ``dataloader_num_workers``, so a collator that masks at random gives the uninterrupted
             run's masks (as ``ri.StatefulDataLoader(save_worker_rng=True)``; ``worker_rng.py``).
+            Without workers, the main process's generators as they were when accelerate took the
+            data position (before it read the next batch ahead) are saved (``"main_rng"``) and used
+            for that batch on resume (:class:`_MainRng`).
     """
 
     def __init__(self, filename: str = STATE_FILE, inline_tensor_bytes: int = INLINE_MAX_BYTES,
@@ -211,6 +276,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         self._pending: tuple[int, EncodedState] | None = None  # (global_step, encoded file) captured for a checkpoint
         self._written: int | None = None  # the global step whose data state state() wrote
         self._resumed_at: int | None = None  # the global step restored, until the first epoch after it ends
+        self._main_rng: _MainRng | None = None  # without workers, save_worker_rng: see _MainRng
 
     # ------------------------------------------------------------------ setting up
     @classmethod
@@ -324,13 +390,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         _inline_small_tensors(loader, self.inline_tensor_bytes)
         if self.save_worker_rng:
             _save_worker_rng(loader)
-            if getattr(_base_loader(loader), "num_workers", 0) == 0:
-                logger.warning(
-                    "ResumableDataCallback(save_worker_rng=True) saves the random generators of DataLoader workers, and "
-                    "this loader has none (dataloader_num_workers=0): the collator draws from the main process's "
-                    "generators, which the Trainer saves after accelerate has already collated the next batch, so "
-                    "random masks or augmentations differ after a resume (the examples do not). Use "
-                    "dataloader_num_workers >= 1 for the uninterrupted run's draws.")
+        self._main_rng = _MainRng(loader) if self.save_worker_rng and _MainRng.applies(loader) else None
         self._loader = loader
         self._trainer_state = state
         self._args = args
@@ -413,6 +473,8 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         payload = {"format": FORMAT, "version": VERSION, "global_step": int(global_step),
                    "process_index": int(process), "num_processes": int(processes),
                    "loader": type(base).__name__, "loader_state": self._loader.state_dict()}
+        if self._main_rng is not None and self._main_rng.last is not None:
+            payload["main_rng"] = self._main_rng.last
         try:
             return encode_state(payload)
         except (TypeError, ValueError) as e:
@@ -490,6 +552,9 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
                              f"but the checkpoint is at step {state.global_step}")
         loader_state = payload["loader_state"]
         finished = bool(isinstance(loader_state, dict) and loader_state.get(ITERATOR_FINISHED))
+        main_rng = None
+        if payload.get("main_rng") is not None and self._main_rng is not None and not finished:
+            main_rng = decode_rng_state(payload["main_rng"], f"{name}: 'main_rng'")  # checked before anything is loaded
         epochs = [env["epoch"] for _, env in find_envelopes(loader_state) if type(env.get("epoch")) is int]
         session = getattr(getattr(_base_loader(loader), "dataset", None), "session", None)
         # a pipeline built without a seed draws its later epochs from the saved run's seeds (the
@@ -502,6 +567,8 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             # the next epoch. Drop the iterator accelerate created when it built the loader (it
             # would start its pass with the epoch of that moment).
             _drop_iterator(loader)
+        if main_rng is not None:
+            self._main_rng.splice(main_rng)
         if seeds:
             session.adopt_seeds(seeds)
         if epochs and callable(getattr(loader, "set_epoch", None)):
