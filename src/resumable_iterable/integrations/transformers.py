@@ -60,8 +60,9 @@ from ..loader.loader_state import ITERATOR_FINISHED, loader_num_workers
 from ..loader.session import IterationSession
 from ..state import TRAINER_FORMAT, find_documents
 from ..state_files import EncodedState, encode_state, load_state, read_state_file, state_file_digest
-from .torch.transport import INLINE_MAX_BYTES, InlineSmallTensors, check_inline_bytes
-from .torch.worker_rng import decode_rng_state, rng_state, set_rng_state
+from . import trainer_loader
+from .torch.transport import INLINE_MAX_BYTES, check_inline_bytes
+from .torch.worker_rng import decode_rng_state
 
 logger = logging.getLogger("resumable_iterable")
 
@@ -81,166 +82,6 @@ def find_envelopes(obj: Any) -> Iterator[tuple[str, dict]]:
     return find_documents(obj)
 
 
-def _base_loader(loader: Any) -> Any:
-    """The loader that actually iterates (accelerate wraps it in a ``DataLoaderShard``)."""
-    return getattr(loader, "base_dataloader", loader)
-
-
-def _is_stateful(loader: Any) -> bool:
-    base = _base_loader(loader)
-    return callable(getattr(base, "state_dict", None)) and callable(getattr(base, "load_state_dict", None))
-
-
-def _check_dispatch(loader: Any) -> None:
-    """Refuse a multi-process setting in which the saved position would be one batch ahead.
-
-    With several processes, accelerate hands an iterable dataset to a ``DataLoaderDispatcher``:
-    process 0 reads the batches of every process and sends each its part. Without
-    ``split_batches`` it reads ``num_processes`` batches per step, one step ahead, and the loader
-    state it reports is taken after the first of the next step's batches: a resume would skip that
-    batch (seen here: 2 examples lost per resume with 2 processes). With ``split_batches=True`` it
-    reads one batch per step and the reported state is exact.
-    """
-    if type(loader).__name__ != "DataLoaderDispatcher":
-        return
-    processes = getattr(getattr(loader, "state", None), "num_processes", 1)
-    if processes > 1 and not getattr(loader, "split_batches", False):
-        raise ValueError(
-            f"ResumableDataCallback: with {processes} processes accelerate dispatches the batches of this iterable "
-            "dataset from process 0 and, without split_batches, reports a loader state one batch ahead of what "
-            "was trained on, so a resume would skip a batch. Set TrainingArguments(accelerator_config="
-            "{'split_batches': True}) and give per_device_train_batch_size the global batch size (it is then "
-            "split among the processes): the saved state is then exact.")
-
-
-def _inline_small_tensors(loader: Any, max_bytes: int) -> None:
-    """Let the training loader's workers send the small tensors of their batches by value, as
-    ``ri.StatefulDataLoader`` does (``integrations/torch/transport.py``): its ``collate_fn`` is
-    wrapped once. Without workers nothing changes, and a ``ri.StatefulDataLoader`` has made its
-    own choice (``inline_tensor_bytes``).
-
-    accelerate asks the loader for its ``state_dict()`` when it wraps it, and torchdata answers by
-    making the iterator, whose workers start with the ``collate_fn`` of that moment. Nothing has been
-    read from it: it is dropped, so that the first pass starts its workers with the wrapped one
-    (a resume loads its state afterwards, which drops it too)."""
-    try:
-        from .torch.loader import StatefulDataLoader as OurLoader
-    except ImportError:  # pragma: no cover - without torchdata there is no loader of ours
-        OurLoader = ()
-    base = _base_loader(loader)
-    collate = getattr(base, "collate_fn", None)
-    if (max_bytes > 0 and getattr(base, "num_workers", 0) > 0 and collate is not None
-            and not isinstance(collate, InlineSmallTensors) and not isinstance(base, OurLoader)):
-        base.collate_fn = InlineSmallTensors(collate, max_bytes)
-        _drop_iterator(loader)
-
-
-def _save_worker_rng(loader: Any) -> None:
-    """Make the workers of the training loader save their global random generators with their
-    states (``integrations/torch/worker_rng.py``). The setting travels to the workers with the
-    dataset, so an iterator made before it (accelerate asks for a state when it wraps the loader)
-    is dropped, as for the ``collate_fn`` above."""
-    base = _base_loader(loader)
-    session = getattr(getattr(base, "dataset", None), "session", None)
-    if not isinstance(session, IterationSession):
-        raise ValueError("ResumableDataCallback(save_worker_rng=True) needs the training dataset to be a "
-                         f"resumable_iterable dataset, got {type(getattr(base, 'dataset', None)).__name__}")
-    if not session.save_worker_rng:
-        session.save_worker_rng = True
-        if getattr(base, "num_workers", 0) > 0:
-            _drop_iterator(loader)
-
-
-def _warn_if_not_ours(loader: Any) -> None:
-    """Say so when the training dataset is not a ``resumable_iterable`` one: the callback then
-    saves and restores whatever the DataLoader reports for it, and the resume is only as exact as
-    that dataset's own ``state_dict()``, if it has one."""
-    dataset = getattr(_base_loader(loader), "dataset", None)
-    for candidate in (dataset, getattr(dataset, "dataset", None)):  # accelerate may wrap it (IterableDatasetShard)
-        if isinstance(getattr(candidate, "session", None), IterationSession):
-            return
-    logger.warning(
-        "ResumableDataCallback: the training dataset is a %s.%s, not a resumable_iterable dataset: the callback "
-        "saves and restores the DataLoader's state all the same, but a resume is only as exact as that dataset's "
-        "own state_dict() (a datasets.IterableDataset does not save the examples of its shuffle buffer; torchdata "
-        "re-reads and skips what a dataset without one had yielded), and the passes of an iterable dataset are "
-        "numbered from 0 again after a resume. Build it with resumable_iterable for an exact resume.",
-        type(dataset).__module__, type(dataset).__qualname__)
-
-
-class _MainRng:
-    """Without DataLoader workers, ``save_worker_rng=True``: the main process's random generators as
-    they were when the loader's position was taken, and their setting back on resume.
-
-    accelerate takes the base loader's state, then reads and collates the next batch (it looks one
-    batch ahead), then yields the batch before: when the Trainer saves a checkpoint (and its
-    ``rng_state.pth``), the generators have already drawn for that next batch (a collator's random
-    masks), and a resumed run, which reads that batch again, drew other masks. So the generators
-    are noted each time accelerate takes the base loader's state (``note``), saved with the data
-    state, and on resume set for the reading of that first batch only; the Trainer's restored
-    generators are then put back (``splice``), and everything after, the model's draws included,
-    follows the uninterrupted run."""
-
-    def __init__(self, loader: Any):
-        self.base = _base_loader(loader)
-        self.last: dict | None = None
-        original = self.base.state_dict
-
-        def state_dict(*args: Any, **kwargs: Any) -> Any:
-            state = original(*args, **kwargs)
-            self.last = rng_state()
-            return state
-
-        self.base.state_dict = state_dict
-
-    @staticmethod
-    def applies(loader: Any) -> bool:
-        """Only under accelerate's wrapper (which looks ahead) and without workers."""
-        base = _base_loader(loader)
-        return base is not loader and getattr(base, "num_workers", None) == 0
-
-    def splice(self, decoded: tuple) -> None:
-        """Read the next batch with the generators ``decoded``, then put back those of that moment.
-
-        accelerate makes the base loader's iterator (calling ``__iter__`` on it) and reads the first
-        batch at once; the generators are swapped once the iterator is made (the Trainer has set
-        its own by then) and the Trainer's, as they were before the iterator drew its base seed,
-        are put back once the first batch is collated."""
-        base = self.base
-        make_iter, collate = base.__iter__, base.collate_fn
-        trainer_rng: list = []
-
-        def first_collate(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return collate(*args, **kwargs)
-            finally:
-                base.collate_fn = collate
-                if trainer_rng:
-                    set_rng_state(trainer_rng.pop())
-
-        def spliced_iter() -> Any:
-            del base.__iter__  # once
-            trainer_rng.append(decode_rng_state(rng_state()))
-            iterator = make_iter()  # draws a base seed, which the uninterrupted run drew when its pass began
-            set_rng_state(decoded)
-            return iterator
-
-        base.collate_fn = first_collate
-        base.__iter__ = spliced_iter
-
-
-def _drop_iterator(loader: Any) -> None:
-    """Make a torchdata ``StatefulDataLoader`` forget its current iterator (and stop its workers);
-    loading an empty state is torchdata's documented way to do that."""
-    try:
-        from torchdata.stateful_dataloader import StatefulDataLoader
-    except ImportError:  # pragma: no cover - torchdata is needed to get here at all
-        return
-    base = _base_loader(loader)
-    if isinstance(base, StatefulDataLoader):
-        base.load_state_dict({})
-
-
 class ResumableDataCallback(TrainerCallback, ExportableState):
     """Save the training loader's state in every checkpoint and restore it on resume.
 
@@ -257,7 +98,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             run's masks (as ``ri.StatefulDataLoader(save_worker_rng=True)``; ``worker_rng.py``).
             Without workers, the main process's generators as they were when accelerate took the
             data position (before it read the next batch ahead) are saved (``"main_rng"``) and used
-            for that batch on resume (:class:`_MainRng`).
+            for that batch on resume (:class:`trainer_loader.MainRng`).
     """
 
     def __init__(self, filename: str = STATE_FILE, inline_tensor_bytes: int = INLINE_MAX_BYTES,
@@ -276,7 +117,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         self._pending: tuple[int, EncodedState] | None = None  # (global_step, encoded file) captured for a checkpoint
         self._written: int | None = None  # the global step whose data state state() wrote
         self._resumed_at: int | None = None  # the global step restored, until the first epoch after it ends
-        self._main_rng: _MainRng | None = None  # without workers, save_worker_rng: see _MainRng
+        self._main_rng: trainer_loader.MainRng | None = None  # without workers, save_worker_rng
 
     # ------------------------------------------------------------------ setting up
     @classmethod
@@ -371,10 +212,10 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         loader = train_dataloader
         if loader is None:
             raise ValueError("ResumableDataCallback: the Trainer did not pass its training DataLoader")
-        if not _is_stateful(loader):
+        if not trainer_loader.is_stateful(loader):
             raise ValueError(
                 "ResumableDataCallback: the training DataLoader cannot report its state (it is a "
-                f"{type(_base_loader(loader)).__name__} without state_dict()). Call "
+                f"{type(trainer_loader.base_loader(loader)).__name__} without state_dict()). Call "
                 "ResumableDataCallback.attach(trainer) before trainer.train() - it makes accelerate build a "
                 "torchdata StatefulDataLoader - or return a StatefulDataLoader from get_train_dataloader()."
             )
@@ -385,12 +226,13 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
                 "ResumableDataCallback.attach(trainer), pass the callback to Trainer(callbacks=[...]), or set "
                 "ignore_data_skip=True."
             )
-        _check_dispatch(loader)
-        _warn_if_not_ours(loader)
-        _inline_small_tensors(loader, self.inline_tensor_bytes)
+        trainer_loader.check_dispatch(loader)
+        trainer_loader.warn_if_not_ours(loader)
+        trainer_loader.inline_small_tensors(loader, self.inline_tensor_bytes)
         if self.save_worker_rng:
-            _save_worker_rng(loader)
-        self._main_rng = _MainRng(loader) if self.save_worker_rng and _MainRng.applies(loader) else None
+            trainer_loader.save_worker_rng(loader)
+        self._main_rng = (trainer_loader.MainRng(loader)
+                          if self.save_worker_rng and trainer_loader.MainRng.applies(loader) else None)
         self._loader = loader
         self._trainer_state = state
         self._args = args
@@ -455,7 +297,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             # A StatefulDataLoader keeps its last iterator - and with num_workers > 0 its worker
             # processes - alive after training. Release them now: left running while another
             # loader starts workers, they later take torch's join timeout (5 s each) to stop.
-            _drop_iterator(self._loader)
+            trainer_loader.drop_iterator(self._loader)
         self._loader = None
         self._trainer_state = None
         self._args = None
@@ -469,7 +311,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
 
     def _capture(self, global_step: int, process: int, processes: int) -> EncodedState:
         """The loader's state, fully encoded (nothing written yet); raises if it cannot be saved."""
-        base = _base_loader(self._loader)
+        base = trainer_loader.base_loader(self._loader)
         payload = {"format": FORMAT, "version": VERSION, "global_step": int(global_step),
                    "process_index": int(process), "num_processes": int(processes),
                    "loader": type(base).__name__, "loader_state": self._loader.state_dict()}
@@ -531,7 +373,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             found = path
             break
         if found is None and process > 0 and type(loader).__name__ == "DataLoaderDispatcher":
-            # accelerate feeds every process from process 0's loader (see _check_dispatch): this
+            # accelerate feeds every process from process 0's loader (see trainer_loader.check_dispatch): this
             # process's loader is never read, its file holds no position. Missing - the checkpoint
             # was written by fewer processes, or the job died after process 0 had completed it - it
             # is not needed: the data position is process 0's.
@@ -556,7 +398,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         if payload.get("main_rng") is not None and self._main_rng is not None and not finished:
             main_rng = decode_rng_state(payload["main_rng"], f"{name}: 'main_rng'")  # checked before anything is loaded
         epochs = [env["epoch"] for _, env in find_envelopes(loader_state) if type(env.get("epoch")) is int]
-        session = getattr(getattr(_base_loader(loader), "dataset", None), "session", None)
+        session = getattr(getattr(trainer_loader.base_loader(loader), "dataset", None), "session", None)
         # a pipeline built without a seed draws its later epochs from the saved run's seeds (the
         # workers of those epochs start from this process's pipeline, which loads no state itself)
         seeds = session.saved_seeds(loader_state) if isinstance(session, IterationSession) else []
@@ -566,13 +408,13 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             # a pass that had ended needs no state: the next pass starts from the beginning, with
             # the next epoch. Drop the iterator accelerate created when it built the loader (it
             # would start its pass with the epoch of that moment).
-            _drop_iterator(loader)
+            trainer_loader.drop_iterator(loader)
         if main_rng is not None:
             self._main_rng.splice(main_rng)
         if seeds:
             session.adopt_seeds(seeds)
         if epochs and callable(getattr(loader, "set_epoch", None)):
-            _shift_epochs(loader, max(epochs) + (1 if finished else 0))
+            trainer_loader.shift_epochs(loader, max(epochs) + (1 if finished else 0))
         logger.info("ResumableDataCallback: restored the data state of step %d%s", state.global_step,
                     " (the pass had ended; the next one starts)" if finished else "")
 
@@ -581,7 +423,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
     def _fit_workers(loader: Any, loader_state: Any) -> Any:
         """A loader state saved with another ``dataloader_num_workers``, re-dealt for this loader
         (elastic resume: the rest of the epoch is still read exactly once; see ``loader/elastic.py``)."""
-        want = getattr(_base_loader(loader), "num_workers", None)
+        want = getattr(trainer_loader.base_loader(loader), "num_workers", None)
         if not isinstance(want, int) or not isinstance(loader_state, dict):
             return loader_state
         from ..loader.elastic import remap_loader_state
@@ -611,24 +453,3 @@ def _mismatch(path: str, step: int) -> str:
     if type(saved) is int and saved != step:
         return f"written at step {saved}: it belongs to another checkpoint"
     return "not the file trainer_state.json records: another run's, or edited"
-
-
-def _shift_epochs(loader: Any, first_epoch: int) -> None:
-    """Make the loader's ``set_epoch(e)`` use the dataset's epoch numbering after a resume.
-
-    The Trainer counts epochs from 0 again when it resumes on a dataset without a length; the
-    first epoch it sets is the dataset's ``first_epoch`` (the pass being resumed, or the next one).
-    """
-    original = loader.set_epoch
-    first: list[int] = []
-
-    def set_epoch(epoch: int) -> None:
-        if not first:
-            first.append(epoch)
-        original(epoch - first[0] + first_epoch)
-        if hasattr(loader, "iteration"):
-            # accelerate's DataLoaderShard calls set_epoch(self.iteration) when it starts a pass:
-            # keep that counter in the Trainer's numbering so the shift is applied once
-            loader.iteration = epoch
-
-    loader.set_epoch = set_epoch

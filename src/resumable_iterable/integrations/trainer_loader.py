@@ -1,0 +1,200 @@
+"""What :class:`~resumable_iterable.integrations.transformers.ResumableDataCallback` does to the
+Trainer's training loader: accelerate's wrapper (``DataLoaderShard``, ``DataLoaderDispatcher``)
+around a torchdata ``StatefulDataLoader``, whose base loader holds the dataset.
+
+Checks of the setting (``check_dispatch``, ``warn_if_not_ours``), the options it sets on the base
+loader before its workers start (``inline_small_tensors``, ``save_worker_rng``, ``drop_iterator``),
+the main process's random generators without workers (``MainRng``) and the epoch numbering after a
+resume (``shift_epochs``)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..loader.session import IterationSession
+from .torch.transport import InlineSmallTensors
+from .torch.worker_rng import decode_rng_state, rng_state, set_rng_state
+
+logger = logging.getLogger("resumable_iterable")
+
+
+def base_loader(loader: Any) -> Any:
+    """The loader that actually iterates (accelerate wraps it in a ``DataLoaderShard``)."""
+    return getattr(loader, "base_dataloader", loader)
+
+
+def is_stateful(loader: Any) -> bool:
+    base = base_loader(loader)
+    return callable(getattr(base, "state_dict", None)) and callable(getattr(base, "load_state_dict", None))
+
+
+def check_dispatch(loader: Any) -> None:
+    """Refuse a multi-process setting in which the saved position would be one batch ahead.
+
+    With several processes, accelerate hands an iterable dataset to a ``DataLoaderDispatcher``:
+    process 0 reads the batches of every process and sends each its part. Without
+    ``split_batches`` it reads ``num_processes`` batches per step, one step ahead, and the loader
+    state it reports is taken after the first of the next step's batches: a resume would skip that
+    batch (seen here: 2 examples lost per resume with 2 processes). With ``split_batches=True`` it
+    reads one batch per step and the reported state is exact.
+    """
+    if type(loader).__name__ != "DataLoaderDispatcher":
+        return
+    processes = getattr(getattr(loader, "state", None), "num_processes", 1)
+    if processes > 1 and not getattr(loader, "split_batches", False):
+        raise ValueError(
+            f"ResumableDataCallback: with {processes} processes accelerate dispatches the batches of this iterable "
+            "dataset from process 0 and, without split_batches, reports a loader state one batch ahead of what "
+            "was trained on, so a resume would skip a batch. Set TrainingArguments(accelerator_config="
+            "{'split_batches': True}) and give per_device_train_batch_size the global batch size (it is then "
+            "split among the processes): the saved state is then exact.")
+
+
+def inline_small_tensors(loader: Any, max_bytes: int) -> None:
+    """Let the training loader's workers send the small tensors of their batches by value, as
+    ``ri.StatefulDataLoader`` does (``integrations/torch/transport.py``): its ``collate_fn`` is
+    wrapped once. Without workers nothing changes, and a ``ri.StatefulDataLoader`` has made its
+    own choice (``inline_tensor_bytes``).
+
+    accelerate asks the loader for its ``state_dict()`` when it wraps it, and torchdata answers by
+    making the iterator, whose workers start with the ``collate_fn`` of that moment. Nothing has been
+    read from it: it is dropped, so that the first pass starts its workers with the wrapped one
+    (a resume loads its state afterwards, which drops it too)."""
+    try:
+        from .torch.loader import StatefulDataLoader as OurLoader
+    except ImportError:  # pragma: no cover - without torchdata there is no loader of ours
+        OurLoader = ()
+    base = base_loader(loader)
+    collate = getattr(base, "collate_fn", None)
+    if (max_bytes > 0 and getattr(base, "num_workers", 0) > 0 and collate is not None
+            and not isinstance(collate, InlineSmallTensors) and not isinstance(base, OurLoader)):
+        base.collate_fn = InlineSmallTensors(collate, max_bytes)
+        drop_iterator(loader)
+
+
+def save_worker_rng(loader: Any) -> None:
+    """Make the workers of the training loader save their global random generators with their
+    states (``integrations/torch/worker_rng.py``). The setting travels to the workers with the
+    dataset, so an iterator made before it (accelerate asks for a state when it wraps the loader)
+    is dropped, as for the ``collate_fn`` above."""
+    base = base_loader(loader)
+    session = getattr(getattr(base, "dataset", None), "session", None)
+    if not isinstance(session, IterationSession):
+        raise ValueError("ResumableDataCallback(save_worker_rng=True) needs the training dataset to be a "
+                         f"resumable_iterable dataset, got {type(getattr(base, 'dataset', None)).__name__}")
+    if not session.save_worker_rng:
+        session.save_worker_rng = True
+        if getattr(base, "num_workers", 0) > 0:
+            drop_iterator(loader)
+
+
+def warn_if_not_ours(loader: Any) -> None:
+    """Say so when the training dataset is not a ``resumable_iterable`` one: the callback then
+    saves and restores whatever the DataLoader reports for it, and the resume is only as exact as
+    that dataset's own ``state_dict()``, if it has one."""
+    dataset = getattr(base_loader(loader), "dataset", None)
+    for candidate in (dataset, getattr(dataset, "dataset", None)):  # accelerate may wrap it (IterableDatasetShard)
+        if isinstance(getattr(candidate, "session", None), IterationSession):
+            return
+    logger.warning(
+        "ResumableDataCallback: the training dataset is a %s.%s, not a resumable_iterable dataset: the callback "
+        "saves and restores the DataLoader's state all the same, but a resume is only as exact as that dataset's "
+        "own state_dict() (a datasets.IterableDataset does not save the examples of its shuffle buffer; torchdata "
+        "re-reads and skips what a dataset without one had yielded), and the passes of an iterable dataset are "
+        "numbered from 0 again after a resume. Build it with resumable_iterable for an exact resume.",
+        type(dataset).__module__, type(dataset).__qualname__)
+
+
+class MainRng:
+    """Without DataLoader workers, ``save_worker_rng=True``: the main process's random generators as
+    they were when the loader's position was taken, and their setting back on resume.
+
+    accelerate takes the base loader's state, then reads and collates the next batch (it looks one
+    batch ahead), then yields the batch before: when the Trainer saves a checkpoint (and its
+    ``rng_state.pth``), the generators have already drawn for that next batch (a collator's random
+    masks), and a resumed run, which reads that batch again, drew other masks. So the generators
+    are noted each time accelerate takes the base loader's state (``note``), saved with the data
+    state, and on resume set for the reading of that first batch only; the Trainer's restored
+    generators are then put back (``splice``), and everything after, the model's draws included,
+    follows the uninterrupted run."""
+
+    def __init__(self, loader: Any):
+        self.base = base_loader(loader)
+        self.last: dict | None = None
+        original = self.base.state_dict
+
+        def state_dict(*args: Any, **kwargs: Any) -> Any:
+            state = original(*args, **kwargs)
+            self.last = rng_state()
+            return state
+
+        self.base.state_dict = state_dict
+
+    @staticmethod
+    def applies(loader: Any) -> bool:
+        """Only under accelerate's wrapper (which looks ahead) and without workers."""
+        base = base_loader(loader)
+        return base is not loader and getattr(base, "num_workers", None) == 0
+
+    def splice(self, decoded: tuple) -> None:
+        """Read the next batch with the generators ``decoded``, then put back those of that moment.
+
+        accelerate makes the base loader's iterator (calling ``__iter__`` on it) and reads the first
+        batch at once; the generators are swapped once the iterator is made (the Trainer has set
+        its own by then) and the Trainer's, as they were before the iterator drew its base seed,
+        are put back once the first batch is collated."""
+        base = self.base
+        make_iter, collate = base.__iter__, base.collate_fn
+        trainer_rng: list = []
+
+        def first_collate(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return collate(*args, **kwargs)
+            finally:
+                base.collate_fn = collate
+                if trainer_rng:
+                    set_rng_state(trainer_rng.pop())
+
+        def spliced_iter() -> Any:
+            del base.__iter__  # once
+            trainer_rng.append(decode_rng_state(rng_state()))
+            iterator = make_iter()  # draws a base seed, which the uninterrupted run drew when its pass began
+            set_rng_state(decoded)
+            return iterator
+
+        base.collate_fn = first_collate
+        base.__iter__ = spliced_iter
+
+
+def drop_iterator(loader: Any) -> None:
+    """Make a torchdata ``StatefulDataLoader`` forget its current iterator (and stop its workers);
+    loading an empty state is torchdata's documented way to do that."""
+    try:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+    except ImportError:  # pragma: no cover - torchdata is needed to get here at all
+        return
+    base = base_loader(loader)
+    if isinstance(base, StatefulDataLoader):
+        base.load_state_dict({})
+
+
+def shift_epochs(loader: Any, first_epoch: int) -> None:
+    """Make the loader's ``set_epoch(e)`` use the dataset's epoch numbering after a resume.
+
+    The Trainer counts epochs from 0 again when it resumes on a dataset without a length; the
+    first epoch it sets is the dataset's ``first_epoch`` (the pass being resumed, or the next one).
+    """
+    original = loader.set_epoch
+    first: list[int] = []
+
+    def set_epoch(epoch: int) -> None:
+        if not first:
+            first.append(epoch)
+        original(epoch - first[0] + first_epoch)
+        if hasattr(loader, "iteration"):
+            # accelerate's DataLoaderShard calls set_epoch(self.iteration) when it starts a pass:
+            # keep that counter in the Trainer's numbering so the shift is applied once
+            loader.iteration = epoch
+
+    loader.set_epoch = set_epoch
