@@ -61,6 +61,8 @@ class InterleaveNode(DrawnSeed, Node):
     #: below a replay-mode shuffle, the provenance readers of the inputs (set by
     #: :meth:`provenance_reader`); ``None`` elsewhere. Not copied by ``clone``/``shard``/pickle.
     _trace: list | None = None
+    #: ``(rng, block)``: the block of draws a state's ``rng`` starts, as the loop (or :meth:`position`) last drew it
+    _drawn: tuple | None = None
 
     def __init__(self, children: list[Node], probabilities: list[float] | None = None, seed: int | None = None,
                  stopping_strategy: str = "first_exhausted"):
@@ -167,6 +169,7 @@ class InterleaveNode(DrawnSeed, Node):
         # workers) are armed by their own shuffle when it iterates
         state = dict(self.__dict__)
         state.pop("_trace", None)
+        state.pop("_drawn", None)
         return state
 
     def _draws(self, st: dict) -> Iterator[tuple]:
@@ -182,12 +185,14 @@ class InterleaveNode(DrawnSeed, Node):
                 i = after
         start = st["rng"]
         rng = rng_from_state(start)
-        block = rng.choice(n, size=BLOCK, p=self.probabilities).tolist()
+        block = self._block(rng).tolist()
+        self._drawn = (start, block)  # for position()
         pos = st["rng_pos"]
         while True:
             if pos == BLOCK:  # recorded with the block's first turn
                 start = rng.bit_generator.state
-                block = rng.choice(n, size=BLOCK, p=self.probabilities).tolist()
+                block = self._block(rng).tolist()
+                self._drawn = (start, block)
                 pos = 0
             i = block[pos]
             pos += 1
@@ -337,8 +342,26 @@ class InterleaveNode(DrawnSeed, Node):
             if peeked[i] is not None and ppos[i] is None:
                 ppos[i] = provs[i]()  # recorded for the states taken from the next step on
 
+    def _block(self, rng):
+        """The next :data:`BLOCK` inputs drawn from ``rng`` (with ``probabilities``), an array."""
+        return rng.choice(len(self.children), size=BLOCK, p=self.probabilities)
+
     def position(self) -> dict | None:
-        return None
+        """``{"interleave_input": i}``: the input the last example yielded came from, for the note of
+        an error raised on it above (``interleave_datasets([...]).map(f)``). Read from the turn the
+        state recorded with that example (``cycle``, or the draw ``rng_pos`` of the block ``rng``
+        starts, which the loop keeps as it draws it), so the loop pays nothing per example for it. Where in that
+        input it was read is not known: the loop has read the input's next example since."""
+        st = self._state_dict
+        n = len(self.children)
+        if self.probabilities is None:
+            return {"interleave_input": (st["cycle"] - 1) % n}
+        if not st["rng_pos"]:  # nothing drawn from this block yet
+            return None
+        drawn = self._drawn
+        if drawn is None or drawn[0] is not st["rng"]:  # a state loaded since (each block's start is a new object)
+            drawn = self._drawn = (st["rng"], self._block(rng_from_state(st["rng"])).tolist())
+        return {"interleave_input": drawn[1][st["rng_pos"] - 1]}
 
     # ------------------------------------------------------------------ capabilities (see ``Node``)
     def describe(self) -> str:

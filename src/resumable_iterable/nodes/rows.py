@@ -116,18 +116,29 @@ def large_list_arrays(column: pa.Array | pa.ChunkedArray) -> list | None:
 def rows_read(first: dict | None, last: dict | None) -> str:
     """`` (source S shard N, row R)`` (``, file F`` added for data files) for the positions (``Node.position()``) of the first and last
     rows of what failed (``first`` ``None``: one row); ``""`` when unknown. A position with
-    ``"first"`` is that of a batch (``batch()``): where its first row came from."""
+    ``"first"`` is that of a batch (``batch()``): where its first row came from. Out of an
+    ``interleave_datasets``, only the input is known: `` (interleave_datasets input I)``, for a
+    batch `` (first row from interleave_datasets input I, last row from interleave_datasets input J)``."""
     if (last and "first" in last) or (first and "first" in first):  # the items are batches
         first = first.get("first") if first else None  # the first row of the first of them
         last = {k: v for k, v in last.items() if k != "first"} if last else last
     if not last:
         return ""
-    if not first or first == last:
-        return f" (source {last['source']} shard {last['shard']}, row {last['row']}{_file(last)})"
+    if not first:
+        return f" ({_at(last)})"
+    if "source" not in first or "source" not in last:  # the input of an interleave: no row
+        return f" (first row from {_at(first)}, last row from {_at(last)})"
+    if first == last:
+        return f" ({_at(last)})"
     if (first["source"], first["shard"]) == (last["source"], last["shard"]):
         return f" (source {last['source']} shard {last['shard']}, rows {first['row']}..{last['row']}{_file(last)})"
-    return (f" (from source {first['source']} shard {first['shard']}, row {first['row']}{_file(first)} "
-            f"to source {last['source']} shard {last['shard']}, row {last['row']}{_file(last)})")
+    return f" (from {_at(first)} to {_at(last)})"
+
+
+def _at(position: dict) -> str:
+    if "source" not in position:
+        return f"interleave_datasets input {position['interleave_input']}"
+    return f"source {position['source']} shard {position['shard']}, row {position['row']}{_file(position)}"
 
 
 def _file(position: dict) -> str:
