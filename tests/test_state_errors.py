@@ -64,6 +64,25 @@ def test_a_document_holding_states_says_what_it_is():
         build().load_state_dict({"epoch": 0})  # nothing inside: nothing more to say
 
 
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_dataset_state_given_to_the_loader_says_what_it_is(num_workers):
+    """The other way round: ``loader.load_state_dict(dataset.state_dict())`` (a script that saved
+    the dataset's state, resumed by one that uses a loader) said only that the state has neither
+    '_snapshot' nor '_num_yielded'; it now says it is a dataset's state and where it loads."""
+    pytest.importorskip("torch")
+    pytest.importorskip("torchdata")
+    loader = ri.StatefulDataLoader(build(), batch_size=None, num_workers=num_workers)
+    with pytest.raises(ValueError, match=r"neither '_snapshot' .* nor '_num_yielded' \(main process\); it is a "
+                                         r"dataset's state \(dataset.state_dict\(\)\): load it into the dataset"):
+        loader.load_state_dict(saved_state())
+    plan = ri.redistribute_states([saved_state()], 1)[0]
+    if plan.get("format") == "resumable_iterable.elastic_plan":
+        with pytest.raises(ValueError, match="it is an elastic plan"):
+            loader.load_state_dict(plan)
+    with pytest.raises(ValueError, match=r"\(main process\)$"):
+        loader.load_state_dict({"epoch": 0})  # nothing known: nothing more to say
+
 def _edit(state, path, value):
     s = copy.deepcopy(state)
     d = s["state"]

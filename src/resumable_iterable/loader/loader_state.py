@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..state import FORMAT, PLAN_FORMAT
 from .plan import state_segments
 
 # the main process's part (``stateful_dataloader.py``, module constants)
@@ -63,7 +64,19 @@ def loader_num_workers(state: Any) -> int:
     if NUM_YIELDED in state:
         return 0
     raise ValueError(f"not a StatefulDataLoader state: it has neither '{SNAPSHOT}' (worker processes) nor "
-                     f"'{NUM_YIELDED}' (main process)")
+                     f"'{NUM_YIELDED}' (main process)" + _what_else(state))
+
+
+def _what_else(state: dict) -> str:
+    """The end of the message refusing ``state`` as a loader's: what it is, when it is a state of
+    this library given in the wrong place (a dataset's, a plan, a list of rank states)."""
+    if state.get("format") == FORMAT:
+        return ("; it is a dataset's state (dataset.state_dict()): load it into the dataset "
+                "(dataset.load_state_dict), or resume the loader from the loader's own state_dict()")
+    if state.get("format") == PLAN_FORMAT:
+        return "; it is an elastic plan (redistribute_states): load it into the dataset (dataset.load_state_dict)"
+    return ""
+
 
 
 def parse_loader_state(state: dict, where: str = "DataLoader state") -> dict:
