@@ -711,6 +711,45 @@ def test_stateful_dataloader_state_after_an_error_resumes_exactly(ours, num_work
         assert ids(got) + ids(resumed) == full, f"fault at {k}"
 
 
+
+@pytest.mark.parametrize("ours", [False, True])
+def test_a_rank_with_persistent_workers_resumes_after_an_error_into_the_next_epoch(ours):
+    """The user pattern where users run it: rank 1 of 2 (``split_dataset_by_node``), persistent
+    workers, a map that raises under a shuffle buffer and a formatted batch. The trainer catches
+    the error, keeps ``loader.state_dict()``, rebuilds loader and pipeline with the function fixed
+    and loads it: the rest of the epoch is the uninterrupted run's (the failed example included,
+    computed by the fixed function), and so is the next epoch."""
+    pytest.importorskip("torch")
+    tdl = pytest.importorskip("torchdata.stateful_dataloader")
+    loader_class = ri.StatefulDataLoader if ours else tdl.StatefulDataLoader
+
+    def pipeline(fault):
+        ds = ri.interleave_datasets([faulty(map=fault, batched=False), other(n=6)], probabilities=P, seed=2,
+                                    stopping_strategy="all_exhausted").shuffle(seed=5, buffer_size=3)
+        return ri.split_dataset_by_node(ds.batch(2).with_format("numpy"), rank=1, world_size=2)
+
+    def ids(ds, loader, epochs, out):
+        for epoch in epochs:
+            ds.set_epoch(epoch)
+            out.extend((epoch, int(i)) for b in loader for i in b["id"])
+        return out
+
+    def loader(ds):
+        return loader_class(ds, batch_size=None, num_workers=2, persistent_workers=True)
+
+    ds = pipeline(Fault())
+    full = ids(ds, loader(ds), (0, 1), [])
+    ds = pipeline(Fault(7))
+    failing = loader(ds)
+    got = []
+    with pytest.raises(Boom):
+        ids(ds, failing, (0, 1), got)
+    state = pickle.loads(pickle.dumps(failing.state_dict()))  # as torch.save would keep it
+    fixed = pipeline(Fault())
+    resumed = loader(fixed)
+    resumed.load_state_dict(state)
+    assert ids(fixed, resumed, (0, 1), got) == full
+
 def test_our_loader_without_workers_keeps_the_rows_of_the_batch_that_raised():
     """``ri.StatefulDataLoader(num_workers=0)`` batching itself: whichever call of the function
     raises (first, middle or last row of a batch, or a batch over a shuffle whose buffered examples
