@@ -368,6 +368,30 @@ def test_an_error_above_an_interleave_names_the_input_its_example_came_from():
     assert "in map(test_an_error_above_an_interleave" in text and "on example #5 (interleave_datasets input " in text
 
 
+
+def test_an_error_above_a_concatenation_of_columns_names_the_row():
+    """``concatenate_datasets([texts, labels], axis=1).map(f)``: the note named no row (the node
+    gave no position), although its inputs are read in step, none ahead. It now names where the
+    row's part from the first input not exhausted was read, for a batch its first and last row."""
+    a = ri.to_iterable_dataset(Dataset.from_dict({"id": list(range(10))}), num_shards=2)  # rows 0-4, 5-9
+    b = ri.to_iterable_dataset(Dataset.from_dict({"j": list(range(100, 116))}), num_shards=2)  # 100-107, 108-115
+
+    def boom(ex):
+        if ex["j"] in (103, 112):
+            raise ValueError("bad")
+        return {}
+
+    with pytest.raises(ValueError) as info:
+        list(ri.concatenate_datasets([a, b], axis=1).map(boom))
+    assert "on example #3 (source arrow shard 0, row 3)" in _notes(info), _notes(info)
+    with pytest.raises(ValueError) as info:  # the first input is exhausted after 10 rows: the second's row
+        list(ri.concatenate_datasets([a, b], axis=1).skip(4).map(lambda ex: boom(ex) if ex["j"] > 110 else {}))
+    assert "on example #8 (source arrow shard 1, row 4)" in _notes(info), _notes(info)
+    with pytest.raises(ValueError) as info:
+        list(ri.concatenate_datasets([a, b], axis=1).batch(2).map(
+            lambda bb: [boom({"j": j}) for r in bb["j"] for j in r] and bb, batched=True, batch_size=2))
+    assert "on the batch of examples #0..#1 (source arrow shard 0, rows 0..3)" in _notes(info), _notes(info)
+
 @TORCH
 def test_error_inside_a_worker_reaches_the_trainer_with_its_notes():
     def boom(ex):

@@ -239,8 +239,16 @@ class ConcatNode(Node):
             yield merged
 
     def position(self) -> dict | None:
-        if self.axis == 0 and self._state_dict["index"] < len(self.children):
-            return self.children[self.current_input()].position()
+        """axis=0: the current input's. axis=1: where the row's part from the first input not
+        exhausted was read (the inputs are read in step, none ahead: each describes its part)."""
+        st = self._state_dict
+        if self.axis == 0:
+            return self.children[self.current_input()].position() if st["index"] < len(self.children) else None
+        for child, exhausted in zip(self.children, st["exhausted"]):
+            if not exhausted:
+                pos = child.position()
+                if pos is not None:
+                    return pos
         return None
 
     # ------------------------------------------------------------------ capabilities (see ``Node``)
