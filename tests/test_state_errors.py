@@ -35,6 +35,29 @@ def test_state_of_another_pipeline_is_rejected_with_the_difference():
         other.load_state_dict(state)
 
 
+
+def test_a_fix_that_adds_a_step_is_told_to_fix_the_function_instead():
+    """The trainer's fix after a map error: a filter dropping the bad examples, added before the
+    map. The state (taken after the error) is refused, as it must be, but the message said only
+    which node differs; it now says that functions are not part of a state while steps are, so a
+    pipeline rebuilt with the function fixed loads it."""
+    def tokenize(ex):
+        if ex["id"] == 13:
+            raise KeyError("text")
+        return {"n": 1}
+
+    ds = src(3).map(tokenize)
+    with pytest.raises(KeyError):
+        list(ds)
+    state = json.loads(json.dumps(ds.state_dict()))
+    with pytest.raises(ValueError, match=r"the state has a 'arrow' node where this pipeline has 'filter' \(a state "
+                                         r"loads into the pipeline it was saved from, step for step; the functions "
+                                         r"given to map/filter are not part of it"):
+        src(3).filter(lambda ex: ex["id"] != 13).map(tokenize).load_state_dict(state)
+    fixed = src(3).map(lambda ex: {"n": 1})
+    fixed.load_state_dict(state)  # the function fixed: loads, and retries the example first
+    assert next(iter(fixed))["id"] == 13
+
 def test_unknown_version_and_format():
     state = saved_state()
     bad = dict(state, version=99)

@@ -128,11 +128,19 @@ def fingerprint(shape: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+#: ends the message refusing a state whose pipeline has other steps: resuming after an error with a
+#: function fixed is the common case, and adding a step (a filter of the bad examples) breaks it
+STEPS_HINT = (" (a state loads into the pipeline it was saved from, step for step; the functions given to "
+              "map/filter are not part of it: rebuild the same steps with a function fixed, not with a step "
+              "added or removed)")
+
+
 def shape_difference(saved: Any, current: Any, path: str = "pipeline") -> str | None:
     """Describe the first place where two pipeline shapes differ, or ``None`` if they are equal."""
     if isinstance(saved, dict) and isinstance(current, dict):
         if saved.get("node") != current.get("node"):
-            return f"{path}: the state has a '{saved.get('node')}' node where this pipeline has '{current.get('node')}'"
+            return (f"{path}: the state has a '{saved.get('node')}' node where this pipeline has "
+                    f"'{current.get('node')}'{STEPS_HINT}")
         for key in sorted(set(saved) | set(current)):
             if key == "children":
                 continue
