@@ -108,6 +108,30 @@ def test_interleave_infers_features_and_fills_missing_columns_with_none():
                          {"id": 1, "label": 1}, {"id": 2, "label": None}]
 
 
+@pytest.mark.parametrize("combine", ["concatenate_datasets", "interleave_datasets"])
+def test_features_that_cannot_be_aligned_are_refused_as_hf_refuses_them(combine):
+    """A column of two other types was typed as in the first dataset, the other's rows yielded under
+    it: a float under int64, which to_list / to_pandas / with_format("arrow") silently truncated
+    (1.5 -> 1), a string under int64 that they failed on. HF raises ValueError when combining; a null
+    column takes the other's type (HF's alignment), where ours stayed null and failed to export."""
+    import datasets
+
+    ints = ri.IterableDataset.from_dict({"a": [1, 2]})
+    floats = ri.IterableDataset.from_dict({"a": [1.5]})
+    with pytest.raises(ValueError, match=rf"{combine}: the features can't be aligned: column 'a' is "
+                                         r"Value\('float64'\) in dataset 1 and Value\('int64'\) in dataset 0"):
+        getattr(ri, combine)([ints, floats])
+    with pytest.raises(ValueError, match=r"column 's\.x' is Value\('string'\) in dataset 1"):  # inside a struct
+        getattr(ri, combine)([ri.IterableDataset.from_dict({"s": [{"x": 1}]}),
+                              ri.IterableDataset.from_dict({"s": [{"x": "a", "y": 2}]})])
+    nulls = ri.IterableDataset.from_dict({"a": [None]}, features=Features({"a": Value("null")}))
+    both = getattr(ri, combine)([nulls, ints])
+    hf = getattr(datasets, combine)([datasets.IterableDataset.from_dict({"a": [None]}, features=Features(
+        {"a": Value("null")})), datasets.IterableDataset.from_dict({"a": [1, 2]})])
+    assert both.features == hf.features == Features({"a": Value("int64")})
+    assert both.to_list() == list(both) == list(hf)
+
+
 def test_filled_columns_do_not_overwrite_values_found_later():
     def late_label():
         yield {"id": 0}

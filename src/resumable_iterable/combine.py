@@ -30,16 +30,44 @@ def _check(datasets: list, what: str) -> list[IterableDataset]:
     return datasets
 
 
-def _merged_features(features: list) -> Any:
-    """The union of the datasets' features, in order of appearance (the first type of a column wins,
-    as in HF ``datasets``), or ``None`` if any is unknown."""
+def _is_null_feature(feature: Any) -> bool:
+    """A feature that holds nothing yet: ``Value("null")``, or a list of it (a column of empty lists),
+    which another dataset's type of the column replaces, as in HF."""
+    from datasets import LargeList, Sequence, Value
+
+    if isinstance(feature, Value):
+        return feature.dtype == "null"
+    if isinstance(feature, (Sequence, LargeList)):
+        return _is_null_feature(feature.feature)
+    return False
+
+
+def _aligned_features(features: list, what: str, path: str = "") -> dict:
+    """The union of ``features`` (dicts of features), in order of appearance: a column's type is the
+    first one that is not null (HF's alignment); nested structs are merged field by field. Two other
+    types of one column raise ``ValueError``, as HF's: the rows of one dataset would be yielded under
+    the other's type (a float under ``int64``, truncated by every export)."""
+    merged: dict = {}
+    first: dict = {}  # column -> the dataset its merged type comes from
+    for i, f in enumerate(features):
+        for k, v in f.items():
+            if k not in merged or _is_null_feature(merged[k]):
+                merged[k], first[k] = v, i
+            elif isinstance(v, dict) and isinstance(merged[k], dict):
+                merged[k] = _aligned_features([merged[k], v], what, f"{path}{k}.")
+            elif not _is_null_feature(v) and v != merged[k]:
+                raise ValueError(f"{what}: the features can't be aligned: column {path + k!r} is {v} in dataset {i} "
+                                 f"and {merged[k]} in dataset {first[k]} (as HF, the types must match, or one be "
+                                 "Value('null')); cast one of them first (cast_column)")
+    return merged
+
+
+def _merged_features(features: list, what: str) -> Any:
+    """The aligned union of the datasets' features (:func:`_aligned_features`), or ``None`` if any is
+    unknown."""
     if any(f is None for f in features):
         return None
-    merged = features[0].copy()
-    for f in features[1:]:
-        for k, v in f.items():
-            merged.setdefault(k, v)
-    return merged
+    return type(features[0])(_aligned_features(features, what))
 
 
 def _common_column_names(datasets: list[IterableDataset]) -> list[str] | None:
@@ -111,7 +139,7 @@ def interleave_datasets(datasets: list[IterableDataset], probabilities: list[flo
     datasets = _check(datasets, "interleave_datasets")
     if seed is not None:
         seed = resolve_seed(seed)  # any integer type, stored as a plain int
-    merged = _merged_features([d.features for d in datasets])
+    merged = _merged_features([d.features for d in datasets], "interleave_datasets")
     node = InterleaveNode(_aligned_nodes(datasets, merged), probabilities=probabilities, seed=seed,
                           stopping_strategy=stopping_strategy)
     combined = IterableDataset(node, features=merged, info=_merged_info(datasets),
@@ -133,7 +161,7 @@ def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0, split: 
     datasets = _check(datasets, "concatenate_datasets")
     if axis not in (0, 1):
         raise ValueError(f"concatenate_datasets: axis must be 0 or 1, got {axis!r}")
-    merged = _merged_features([d.features for d in datasets])
+    merged = _merged_features([d.features for d in datasets], "concatenate_datasets")
     names = None
     if axis == 0:
         node = ConcatNode(_aligned_nodes(datasets, merged), axis=0)
