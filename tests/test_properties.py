@@ -209,6 +209,21 @@ def operations(draw, child, uid):
     return ("batch", draw(st.integers(1, 6)), draw(st.booleans()), recipe), cols
 
 
+def _aligned_kids(kids: list) -> list:
+    """The first of ``kids`` and each later one whose features align with those kept (a batched input
+    beside rows types a column as a list of it, refused by interleave / concatenate as by HF)."""
+    kept = kids[:1]
+    for kid in kids[1:]:
+        try:
+            ri.concatenate_datasets([build(r) for r, _ in kept + [kid]])
+        except ValueError as e:
+            if "can't be aligned" not in str(e):
+                raise
+            continue
+        kept.append(kid)
+    return kept
+
+
 @st.composite
 def pipelines(draw, depth=0, counter=None):
     counter = counter if counter is not None else [0]
@@ -222,6 +237,9 @@ def pipelines(draw, depth=0, counter=None):
         node = draw(sources(uid()))
     else:
         kids = draw(st.lists(pipelines(depth + 1, counter), min_size=1 if roll < 8 else 2, max_size=3))
+        axis1 = roll >= 8 and draw(st.booleans()) and sum(1 for _, c in kids if c) >= 2
+        if not axis1:  # interleave, concatenate(axis=0): their features must align
+            kids = _aligned_kids(kids)
         if roll < 8:
             strategy = draw(st.sampled_from(["first_exhausted", "all_exhausted", "all_exhausted_without_replacement"]))
             probs = None
@@ -232,7 +250,7 @@ def pipelines(draw, depth=0, counter=None):
             node = ("interleave", [r for r, _ in kids], probs, draw(st.integers(0, 1000)), strategy), cols
         else:
             usable = [(r, c) for r, c in kids if c]
-            if len(usable) >= 2 and draw(st.booleans()):
+            if axis1:
                 # axis 1: columns must not clash, so each input keeps its guaranteed columns under new names
                 parts = []
                 for j, (r, c) in enumerate(usable):

@@ -298,10 +298,16 @@ def _combined_splits(split: str, load: Any) -> IterableDataset:
     names = _split_names(split)
     every = load(None) if not names else None
     if every is not None:
-        parts = list(every.values())
+        parts, names = list(every.values()), list(every)
     else:
         parts = [load(s) for s in names]  # an unknown name raises, naming the available splits
-    return concatenate_datasets(parts, split=split)
+    try:
+        return concatenate_datasets(parts, split=split)
+    except ValueError as e:  # features that cannot be aligned: name the splits, not the datasets' places
+        if "can't be aligned" not in str(e):
+            raise
+        raise ValueError(f"load_dataset(split={split!r}) joins the splits {names} (datasets 0, 1, ... below), which "
+                         f"type a column otherwise: {e}") from None
 
 
 def _pick(datasets: dict[str, IterableDataset], split: str | None):
