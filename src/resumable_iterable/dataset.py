@@ -181,8 +181,9 @@ class IterableDataset(_Base):
         builders do (for CSV, also the types pandas parses the columns as: ``"00123"`` stays a string).
         ``split``: the split's name, ``info`` its ``datasets.DatasetInfo`` (``load_dataset`` gives them;
         by default HF's builder of the format names it: ``builder_name="json"``, ``config_name="default"``...).
-        ``schema_from``: JSON Lines files follow the columns of this file (a zip: its first member) instead
-        of the first of ``paths``, as HF's json builder gives every split those of the first split's first file."""
+        ``schema_from``: the files follow the columns of this file (a zip: its first member) instead
+        of the first of ``paths``, as HF's JSON, Parquet and Arrow builders give every split those of
+        the first split's first file."""
         paths = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else [os.fspath(p) for p in paths]
         if not paths:  # before the first file's features are read
             raise ValueError("no data files given")
@@ -194,7 +195,7 @@ class IterableDataset(_Base):
         if features is not None and format == "csv" and not PYARROW_CSV_OPTIONS & set(reader_kwargs):
             reader_kwargs.setdefault("dtype", csv_dtypes(features))
         source = FileSource(paths, format, reader_kwargs=reader_kwargs, schema_from=schema_from)
-        found = file_features(paths[0], format)
+        found = file_features(source.schema_file() if schema_from is not None else paths[0], format)
         if format == "json":  # the first file's first chunk, HF 5.2's Json columns found there (or given)
             found = source.json_features(features)
         if found is not None and source.columns is not None:  # only those columns, in that order

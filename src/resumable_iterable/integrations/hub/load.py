@@ -34,7 +34,8 @@ def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs:
     so that the error names the split and the formats it mixes. Zip archives of JSON, CSV or text
     files are read as HF's streaming readers read them (``nodes/archives.py``). ``about``:
     ``(dataset_name, config_name, card info)`` of its ``info`` (HF's builder of the format, by default).
-    ``first``: the first split's first file, whose columns JSON files of every split follow, as in HF."""
+    ``first``: the first split's first file, whose columns the JSON, Parquet and Arrow files of every
+    split follow, as in HF."""
     archives = {p: archive_kind(p, sniff=False) for p in paths}
     if fmt is None and any(archives.values()):
         plain = [p for p in paths if not archives[p]]
@@ -51,15 +52,20 @@ def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs:
                              f"or pass format= one of {FORMATS}")
         fmt = found[0]
     # (with features given, HF infers none: each split is cast to them)
-    schema_from = (first if fmt == "json" and first is not None and first != paths[0]
+    schema_from = (first if fmt in _TYPED_AS_THE_FIRST_SPLIT and first is not None and first != paths[0]
                    and reader_kwargs.get("features") is None else None)
     return IterableDataset.from_files(paths, fmt, split=split, info=builder_info(fmt, *about),
                                       schema_from=schema_from, **reader_kwargs)
 
 
-def _maybe_json(path: str) -> bool:
-    """``path`` may be read as JSON: a JSON file, or a zip archive (of JSON files, maybe)."""
-    return format_of(path) == "json" or archive_kind(path, sniff=False) == "zip"
+#: the formats whose HF builder types every split as the first split's first file (CSV and text: each file its own)
+_TYPED_AS_THE_FIRST_SPLIT = ("json", "parquet", "arrow")
+
+
+def _follows_first(path: str) -> bool:
+    """``path`` may be read in a format typed as the first split's first file: a JSON, Parquet or
+    Arrow file, or a zip archive (of JSON files, maybe)."""
+    return format_of(path) in _TYPED_AS_THE_FIRST_SPLIT or archive_kind(path, sniff=False) == "zip"
 
 
 def _members_format(archives: list[str], split: str) -> str:
@@ -205,9 +211,10 @@ def _load(path: Any, name: str | None, data_dir: str | None, data_files: Any, sp
     if split is not None and split not in splits:
         raise ValueError(f"unknown split {split!r}; available splits: {sorted(splits)}")
     wanted = {split: splits[split]} if split is not None else splits
-    # the first split's first file gives JSON files their columns in every split, as in HF
-    json_like = format == "json" or format is None and any(_maybe_json(f) for fs in wanted.values() for f in fs)
-    first = next((fs[0] for fs in splits.values() if fs), None) if json_like else None
+    # the first split's first file gives JSON, Parquet and Arrow files their columns in every split, as in HF
+    follows = (format in _TYPED_AS_THE_FIRST_SPLIT if format is not None
+               else any(_follows_first(f) for fs in wanted.values() for f in fs))
+    first = next((fs[0] for fs in splits.values() if fs), None) if follows else None
     needed = list(dict.fromkeys([f for fs in wanted.values() for f in fs] + ([first] if first else [])))
     # one download call for every split: each call asks the Hub about the commit again
     local = dict(zip(needed, repo.fetch(needed))) if repo is not None else {
