@@ -548,6 +548,19 @@ def test_every_split_is_typed_as_the_first_splits_first_file_as_hf_types_it(tmp_
             list(few)
 
 
+def test_a_global_shuffle_of_joined_splits_is_refused_naming_the_join(tmp_path):
+    """split="train+test" is a concatenation, which a global shuffle cannot read at random positions:
+    the error spoke of concatenate_datasets only, a call the user never made."""
+    files = {s: str(tmp_path / f"{s}.parquet") for s in ("train", "test")}
+    for path in files.values():
+        write(path, range(3))
+    with pytest.raises(ValueError, match=r"load_dataset\(split='train\+test' \| 'all'\).*shuffle each dataset \(or "
+                                         r"split\) with shuffle\(buffer_size=None\) before concatenating"):
+        ri.load_dataset("parquet", data_files=files, split="train+test").shuffle(seed=0, buffer_size=None)
+    parts = [ri.load_dataset("parquet", data_files=files, split=s).shuffle(seed=0, buffer_size=None) for s in files]
+    assert sorted(ex["id"] for ex in ri.concatenate_datasets(parts)) == [0, 0, 1, 1, 2, 2]
+
+
 def test_an_unknown_split_of_data_files_is_a_value_error(tmp_path):
     """HF raises ValueError('Bad split'); ours raised a bare KeyError for data_files= given directly."""
     write(str(tmp_path / "a.csv"), range(2))

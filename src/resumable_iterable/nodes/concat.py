@@ -316,8 +316,8 @@ class ConcatNode(Node):
         return out
 
     def row_local_problem(self) -> str | None:
-        return ("a concat node (concatenate_datasets): shuffle each dataset with shuffle(buffer_size=None) "
-                "before concatenating them")
+        return ("a concat node (concatenate_datasets, or load_dataset(split='train+test' | 'all'), which concatenates "
+                "the splits): shuffle each dataset (or split) with shuffle(buffer_size=None) before concatenating them")
 
 
 def _first_columns(child: Node) -> list[str]:
