@@ -101,11 +101,13 @@ def test_vanished_or_truncated_file_is_a_clear_error(files, tmp_path):
     ds2.load_state_dict(state)
     with pytest.raises(ValueError, match="has 1 rows but the state says 7 were already read"):
         list(ds2)
-    (tmp_path / "part1.jsonl").unlink()
     ds3 = ri.IterableDataset.from_json(files["json"])
     ds3.load_state_dict(state)
+    (tmp_path / "part1.jsonl").unlink()  # after the dataset was built
     with pytest.raises(ValueError, match="cannot read data file .*part1.jsonl"):
         list(ds3)
+    with pytest.raises(FileNotFoundError, match="Unable to find data file .*part1.jsonl"):  # before: when built
+        ri.IterableDataset.from_json(files["json"])
 
 
 def test_files_in_another_order_or_renamed_are_refused(files, tmp_path, capsys):
@@ -581,3 +583,31 @@ def test_features_whose_struct_lacks_a_field_of_the_file_are_refused_as_hf(tmp_p
     whole = Features({"s": {"a": Value("int64"), "b": Value("int64"), "c": Value("int64")}})
     assert list(ri.load_dataset(fmt, data_files=str(path), split="train", features=whole)) == list(
         datasets.load_dataset(fmt, data_files=str(path), split="train", streaming=True, features=whole))
+
+
+@pytest.mark.parametrize("reader", ["from_json", "from_csv", "from_text", "from_parquet"])
+def test_glob_patterns_are_resolved_and_a_missing_file_is_named_when_built_as_hf(tmp_path, reader):
+    """HF's from_json / from_csv / from_text / from_parquet take glob patterns; ours opened the pattern
+    as a file name ("cannot read data file '.../*.jsonl': No such file") when first read, and a missing
+    file was a ValueError then, where HF raises FileNotFoundError when the dataset is built."""
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ext = {"from_json": "jsonl", "from_csv": "csv", "from_text": "txt", "from_parquet": "parquet"}[reader]
+    (tmp_path / "sub").mkdir()
+    for name, i in (("b", 1), ("a", 0), ("sub/c", 2), (".hidden", 9)):
+        path = tmp_path / f"{name}.{ext}"
+        if ext == "parquet":
+            pq.write_table(pa.table({"a": [i]}), path)
+        else:
+            path.write_text(json.dumps({"a": i}) + "\n" if ext == "jsonl" else f"a\n{i}\n")
+    for pattern in (f"{tmp_path}/*.{ext}", [f"{tmp_path}/a.{ext}", f"{tmp_path}/[ab].{ext}"], f"{tmp_path}/**/*.{ext}"):
+        ours = getattr(ri.IterableDataset, reader)(pattern)
+        theirs = getattr(datasets.IterableDataset, reader)(pattern)
+        assert ours.num_shards == theirs.num_shards and list(ours) == list(theirs), pattern
+    assert_resumes_exactly(lambda: getattr(ri.IterableDataset, reader)(f"{tmp_path}/**/*.{ext}"))
+    with pytest.raises(FileNotFoundError, match=r"Unable to find data file '.*nope"):
+        getattr(ri.IterableDataset, reader)(str(tmp_path / f"nope.{ext}"))
+    with pytest.raises(FileNotFoundError, match=r"Unable to find data files matching '.*\*\.nope'"):
+        getattr(ri.IterableDataset, reader)(str(tmp_path / "*.nope"))

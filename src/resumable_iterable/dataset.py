@@ -26,7 +26,7 @@ from .nodes.base import Node
 from .nodes.checks import as_epoch, as_int
 from .nodes.batch import BatchNode, rewinding
 from .nodes.columns import ColumnsNode
-from .nodes.file_formats import FORMATS, PYARROW_CSV_OPTIONS, csv_dtypes, format_of
+from .nodes.file_formats import FORMATS, PYARROW_CSV_OPTIONS, csv_dtypes, format_of, resolve_data_files
 from .nodes.files import FileSource
 from .nodes.filter import FilterNode
 from .nodes.generator import GeneratorSource
@@ -177,7 +177,8 @@ class IterableDataset(_Base):
     def from_files(cls, paths: str | list[str], format: str | None = None, features: Any = None,
                    split: Any = None, info: Any = None, schema_from: str | None = None,
                    **reader_kwargs: Any) -> IterableDataset:
-        """Data files, one shard per file. ``features``: HF features to cast the rows to, as HF's
+        """Data files (paths or glob patterns, as HF's readers take them), one shard per file.
+        ``features``: HF features to cast the rows to, as HF's
         builders do (for CSV, also the types pandas parses the columns as: ``"00123"`` stays a string).
         ``split``: the split's name, ``info`` its ``datasets.DatasetInfo`` (``load_dataset`` gives them;
         by default HF's builder of the format names it: ``builder_name="json"``, ``config_name="default"``...).
@@ -187,6 +188,7 @@ class IterableDataset(_Base):
         paths = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else [os.fspath(p) for p in paths]
         if not paths:  # before the first file's features are read
             raise ValueError("no data files given")
+        paths = resolve_data_files(paths)  # glob patterns, as HF's readers; a missing file named now
         if format is None:
             found = {format_of(p) for p in paths}
             if len(found) != 1 or None in found:

@@ -26,6 +26,30 @@ _EXT = {".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": 
 _COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".xz": "xz"}
 
 
+def resolve_data_files(paths: list[str]) -> list[str]:
+    """Data files given to ``from_json`` / ``from_csv`` / ``from_text`` / ``from_parquet`` ... as HF's
+    file readers resolve them: a path that exists is itself; a glob pattern (``*``, ``?``, ``[...]``,
+    ``**``) its matching files, sorted, hidden ones left out unless the pattern names them; anything
+    else is a ``FileNotFoundError`` naming it when the dataset is built (HF: "Unable to find"), not an
+    error at the first read. URLs and archive members (``zip://...::...``) are kept as given."""
+    import glob
+
+    out: list[str] = []
+    for p in paths:
+        if os.path.exists(p) or "://" in p:
+            out.append(p)
+            continue
+        if not any(ch in p for ch in "*?["):
+            raise FileNotFoundError(f"Unable to find data file {p!r}")
+        hidden_ok = os.path.basename(p).startswith(".")
+        hits = [h for h in sorted(glob.glob(p, recursive=True))
+                if os.path.isfile(h) and (hidden_ok or not os.path.basename(h).startswith("."))]
+        if not hits:
+            raise FileNotFoundError(f"Unable to find data files matching {p!r}")
+        out.extend(hits)
+    return out
+
+
 def format_of(path: str) -> str | None:
     p = path.lower()
     for suffix in _COMPRESSIONS:
