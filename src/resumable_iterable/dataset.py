@@ -53,6 +53,15 @@ class _Base:
     ourselves."""
 
 
+
+def _data_files(path_or_paths: Any) -> list[str]:
+    """The files a ``from_<format>`` reader is given, as HF's readers resolve them (glob patterns; a
+    missing file is a ``FileNotFoundError`` now, not at the first read): ``resolve_data_files``.
+    ``load_dataset`` hands ``from_files`` paths it resolved itself."""
+    paths = [path_or_paths] if isinstance(path_or_paths, (str, os.PathLike)) else list(path_or_paths)
+    return resolve_data_files([os.fspath(p) for p in paths])
+
+
 class IterableDataset(_Base):
     """A lazy, resumable iterable dataset (see the package docs for the state contract)."""
 
@@ -177,8 +186,8 @@ class IterableDataset(_Base):
     def from_files(cls, paths: str | list[str], format: str | None = None, features: Any = None,
                    split: Any = None, info: Any = None, schema_from: str | None = None,
                    **reader_kwargs: Any) -> IterableDataset:
-        """Data files (paths or glob patterns, as HF's readers take them), one shard per file.
-        ``features``: HF features to cast the rows to, as HF's
+        """Data files, one shard per file (the ``from_<format>`` readers also take glob patterns, as
+        HF's: :func:`_data_files`). ``features``: HF features to cast the rows to, as HF's
         builders do (for CSV, also the types pandas parses the columns as: ``"00123"`` stays a string).
         ``split``: the split's name, ``info`` its ``datasets.DatasetInfo`` (``load_dataset`` gives them;
         by default HF's builder of the format names it: ``builder_name="json"``, ``config_name="default"``...).
@@ -188,7 +197,6 @@ class IterableDataset(_Base):
         paths = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else [os.fspath(p) for p in paths]
         if not paths:  # before the first file's features are read
             raise ValueError("no data files given")
-        paths = resolve_data_files(paths)  # glob patterns, as HF's readers; a missing file named now
         if format is None:
             found = {format_of(p) for p in paths}
             if len(found) != 1 or None in found:
@@ -277,7 +285,7 @@ class IterableDataset(_Base):
             return {str(name): cls._read_files(fmt, paths, str(name), features, info, dict(reader_kwargs))
                     for name, paths in path_or_paths.items()} if split is None else cls._read_files(
                 fmt, path_or_paths[split], split, features, info, reader_kwargs)
-        return cls.from_files(path_or_paths, fmt, features=_given(features, info), info=info,
+        return cls.from_files(_data_files(path_or_paths), fmt, features=_given(features, info), info=info,
                               **reader_kwargs)._with_split(split)
 
     def _with_split(self, split: Any) -> IterableDataset:
