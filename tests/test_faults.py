@@ -488,15 +488,17 @@ def test_truncated_or_vanished_arrow_and_csv_files(tmp_path, fmt):
     ds2.load_state_dict(state)
     with pytest.raises(ValueError, match="has 3 rows but the state says 5 were already read"):
         list(ds2)
-    os.unlink(paths[1])
     ds3 = OPEN[fmt](paths)
+    os.unlink(paths[1])  # after the dataset was built (building now names it: FileNotFoundError, as HF)
     ds3.load_state_dict(state)
     with pytest.raises(ValueError, match=f"cannot read data file .*part1.{fmt}.*shard 1"):
         list(ds3)
+    with pytest.raises(FileNotFoundError, match=f"part1.{fmt}"):
+        OPEN[fmt](paths)
     # a file that vanished before it was reached is not skipped either
     _rewrite(paths[1], fmt, 12)
-    os.unlink(paths[2])
     ds4 = OPEN[fmt](paths)
+    os.unlink(paths[2])
     ds4.load_state_dict(state)
     with pytest.raises(ValueError, match=f"cannot read data file .*part2.{fmt}"):
         list(ds4)
@@ -528,11 +530,13 @@ def test_replay_buffer_over_files_that_shrank_or_vanished(tmp_path, fmt):
         ds2.load_state_dict(state)
         with pytest.raises(ValueError, match=f"cannot re-read .*shard 1 \\(file .*part1.{fmt}'\\)"):
             next(iter(ds2))
-    os.unlink(paths[1])
     ds3 = build()
+    os.unlink(paths[1])  # after the dataset was built (building now names it: FileNotFoundError, as HF)
     with pytest.raises(ValueError, match=f"part1.{fmt}"):
         ds3.load_state_dict(state)
         next(iter(ds3))
+    with pytest.raises(FileNotFoundError, match=f"part1.{fmt}"):
+        build()
 
 
 def _walk(st):
