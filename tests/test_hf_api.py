@@ -253,7 +253,7 @@ def test_json_lines_features_are_hfs_and_missing_files_have_none(tmp_path):
     doc = tmp_path / "d.json"
     doc.write_text('[{"a": 1}]')
     assert ri.IterableDataset.from_json(str(doc)).features is None
-    with pytest.raises(ValueError, match="cannot read data file"):  # when built, as HF's load_dataset
+    with pytest.raises(FileNotFoundError, match="Unable to find data file"):  # when built, as HF's
         ri.IterableDataset.from_parquet(str(tmp_path / "missing.parquet"))
 
 
