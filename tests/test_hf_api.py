@@ -534,6 +534,20 @@ def test_file_readers_take_cache_dir_as_hf(tmp_path, fmt):
 # ---------------------------------------------------------------------------- format of a concatenation
 
 
+def test_interleave_names_its_split_as_hf():
+    """HF's interleave_datasets takes split= (as its concatenate_datasets, which ours took): ours raised
+    TypeError: unexpected keyword argument 'split'."""
+    import datasets
+
+    mine = [ri.IterableDataset.from_dict({"a": [i]}) for i in range(2)]
+    theirs = [datasets.IterableDataset.from_dict({"a": [i]}) for i in range(2)]
+    for split in (None, "train", "mix"):
+        kw = {} if split is None else {"split": split}
+        ours, hf = ri.interleave_datasets(mine, **kw), datasets.interleave_datasets(theirs, **kw)
+        assert ours.split == hf.split == split
+        assert list(ours) == list(hf)
+
+
 def test_concatenate_keeps_a_format_every_dataset_has():
     a, b = source(2).with_format("arrow"), source(1, x=1).with_format("arrow")
     cat = ri.concatenate_datasets([a, b])

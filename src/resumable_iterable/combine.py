@@ -125,7 +125,8 @@ def _split_like(combined: IterableDataset, first: IterableDataset) -> IterableDa
 
 
 def interleave_datasets(datasets: list[IterableDataset], probabilities: list[float] | None = None,
-                        seed: int | None = None, stopping_strategy: str = "first_exhausted") -> IterableDataset:
+                        seed: int | None = None, stopping_strategy: str = "first_exhausted", *,
+                        split: Any = None) -> IterableDataset:
     """Alternate between datasets: in turn, or at random with ``probabilities`` (seeded by ``seed``).
 
     When every dataset's features are known (sources with a schema, ``cast``, ``features=``, or
@@ -134,7 +135,8 @@ def interleave_datasets(datasets: list[IterableDataset], probabilities: list[flo
     reads examples (which would run the user's functions): call ``resolve_features()`` on a
     dataset whose features are unknown to get HF's behaviour. A probability of 0 is refused with
     the ``all_exhausted`` strategies (that dataset would never be exhausted), as HF's map-style
-    ``interleave_datasets`` refuses it.
+    ``interleave_datasets`` refuses it. ``split``: the result's split name (HF's ``split=``; ``None``
+    by default).
     """
     datasets = _check(datasets, "interleave_datasets")
     if seed is not None:
@@ -142,7 +144,7 @@ def interleave_datasets(datasets: list[IterableDataset], probabilities: list[flo
     merged = _merged_features([d.features for d in datasets], "interleave_datasets")
     node = InterleaveNode(_aligned_nodes(datasets, merged), probabilities=probabilities, seed=seed,
                           stopping_strategy=stopping_strategy)
-    combined = IterableDataset(node, features=merged, info=_merged_info(datasets),
+    combined = IterableDataset(node, features=merged, info=_merged_info(datasets), split=split,
                                column_names=None if merged is not None else _common_column_names(datasets))
     return _split_like(combined, datasets[0])
 
