@@ -233,6 +233,9 @@ class ArchiveReading:
         """The record batches of an archive's shard from row ``offset`` on, each member's with the
         first file's columns; the members before the offset are read to count their rows."""
         seen = 0
+        # JSON members of unknown features (the first is a document): HF's reader carries the Json paths
+        # each member's first chunk shows on to the members after it, in the same archive
+        carried = [] if self.format == "json" and self._first_schema() is None else None
         for name in self.members[shard_id]:
             path = member_path(self.paths[shard_id], name)
             start = max(0, offset - seen)
@@ -240,7 +243,7 @@ class ArchiveReading:
                 if self.format == "text":
                     counted = yield from self._text_file_batches(shard_id, start, path)
                 else:
-                    table = self._table(shard_id, path)
+                    table = self._table(shard_id, path, carried)
                     counted = table.num_rows
                     if start < counted:
                         for batch in table.slice(start).to_batches(max_chunksize=self.batch_rows):

@@ -232,8 +232,9 @@ class FileSource(ArchiveReading, RandomFileAccess, SourceNode):
             return n
         return None
 
-    def _table(self, shard_id: int, member: str | None = None) -> pa.Table:
-        """A whole file as read (``member``: that member of an archive's shard)."""
+    def _table(self, shard_id: int, member: str | None = None, carried: list | None = None) -> pa.Table:
+        """A whole file as read (``member``: that member of an archive's shard; ``carried``: the JSON
+        paths the archive's members before it found, see ``json_table``)."""
         path = member or self.shard_file(shard_id)
         if self.format == "text":
             return pa.Table.from_batches(list(self._text_batches(shard_id, 0)), schema=TEXT_SCHEMA)
@@ -242,7 +243,7 @@ class FileSource(ArchiveReading, RandomFileAccess, SourceNode):
         try:
             if self.format == "json":
                 return json_table(path, self.reader_kwargs, self._first_schema(),
-                                  lambda table: self._aligned(shard_id, table, member))
+                                  lambda table: self._aligned(shard_id, table, member), carried)
             return csv_file_table(path, self.reader_kwargs)
         except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: a JSON document pandas cannot read
             if self._where(shard_id, member) in str(e):  # already names the file (``_aligned``, a JSON chunk)

@@ -41,11 +41,16 @@ def json_options(kwargs: dict) -> dict:
     return options
 
 
-def json_table(path: str, reader_kwargs: dict, schema: pa.Schema | None = None, align: Any = None) -> pa.Table:
+def json_table(path: str, reader_kwargs: dict, schema: pa.Schema | None = None, align: Any = None,
+               carried: list | None = None) -> pa.Table:
     """A JSON file as HF's json builder reads it: JSON Lines (a chunk at a time, with HF 5.2's
     ``Json`` columns: those of ``schema``, the first file's, and each chunk ``align``-ed to it), or
     one document (a list of objects, or the list under ``field``); with pyarrow's options, JSON Lines
-    read by pyarrow. A file that is neither names its first line that is no JSON object."""
+    read by pyarrow. A file that is neither names its first line that is no JSON object.
+
+    ``carried`` (a member of a zip archive whose features are unknown): the Json paths found in the
+    members before it, which HF's reader goes on encoding (a column of mixed values in the first
+    member is JSON text in the next ones too); those this file's first chunk shows are added to it."""
     import pyarrow.json as pj
 
     from .json_lines import hf_json, json_lines_table, json_paths
@@ -61,13 +66,15 @@ def json_table(path: str, reader_kwargs: dict, schema: pa.Schema | None = None, 
     try:
         if hf_json() is None:
             return json_lines(path)
+        if carried is not None:
+            return json_lines_table(open_lines(path), carried, chunksize, align or (lambda table: table), carried)
         return json_lines_table(open_lines(path), json_paths(schema), chunksize, align or (lambda table: table))
     except pa.ArrowInvalid as e:
         lines_error = e
     # one JSON document: HF 5.2 reads a list of objects as JSON Lines (pyarrow's types, Json columns
     # where they mix types or keys, not pandas's, which fails on a column of strings and numbers,
     # fills keys with None and makes a 'modified' column of integers dates); other documents by pandas
-    table = None if hf_json() is None else _hf_document(path)
+    table = None if hf_json() is None else _hf_document(path, carried)
     if table is not None:
         return table
     try:
@@ -78,11 +85,11 @@ def json_table(path: str, reader_kwargs: dict, schema: pa.Schema | None = None, 
         raise ValueError(json_lines_problem(path, lines_error) or str(lines_error)) from None
 
 
-def _hf_document(path: str) -> pa.Table | None:
+def _hf_document(path: str, carried: list | None = None) -> pa.Table | None:
     from .json_lines import document_table
 
     try:
-        return document_table(open_lines(path))
+        return document_table(open_lines(path), carried)
     except (ValueError, pa.ArrowInvalid):  # not JSON: the line is named
         return None
 

@@ -135,17 +135,22 @@ def first_chunk_schema(f: BinaryIO, chunksize: int, paths: list[list] | None) ->
     return None
 
 
-def json_lines_table(f: BinaryIO, paths: list[list], chunksize: int, align: Callable[[pa.Table], pa.Table]) -> pa.Table:
+def json_lines_table(f: BinaryIO, paths: list[list], chunksize: int, align: Callable[[pa.Table], pa.Table],
+                     carried: list | None = None) -> pa.Table:
     """A JSON Lines file (open for reading bytes), each chunk with the values at ``paths`` (and those found mixed in it and
     the chunks before) encoded as JSON text, then ``align``-ed to the first file's columns. A column
-    found mixed that the first file types otherwise cannot be: pyarrow's error (``ArrowInvalid``)."""
-    paths, tables, mixed = list(paths), [], []
+    found mixed that the first file types otherwise cannot be: pyarrow's error (``ArrowInvalid``).
+    ``carried``: ``paths`` itself, grown in place, its first chunk searched for objects of varying
+    keys too (a member of an archive of unknown features, see ``json_files.json_table``)."""
+    paths, tables, mixed = (carried if carried is not None else list(paths)), [], []
+    first = carried is not None
     for chunk in _chunks(f, chunksize):
         if chunk is None:
             raise pa.ArrowInvalid("a JSON document, not JSON Lines")
         if not chunk.strip():
             continue
-        table = read_chunk(chunk, paths, mixed=mixed)
+        table = read_chunk(chunk, paths, detect=first, mixed=mixed)
+        first = False
         try:
             tables.append(align(table))
         except ValueError:
@@ -157,7 +162,7 @@ def json_lines_table(f: BinaryIO, paths: list[list], chunksize: int, align: Call
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="default")
 
 
-def document_table(f: BinaryIO) -> pa.Table | None:
+def document_table(f: BinaryIO, carried: list | None = None) -> pa.Table | None:
     """A JSON document that is a list of objects (a file open for reading bytes) as HF's json builder
     reads one whose columns pandas cannot type: as JSON Lines, its ``Json`` columns found, their
     values left as JSON text (HF's features of a document are unknown when streaming, so HF does
@@ -167,4 +172,5 @@ def document_table(f: BinaryIO) -> pa.Table | None:
         doc = hf.ujson_loads(f.read().lstrip(codecs.BOM_UTF8))
     if not isinstance(doc, list) or not doc or not all(isinstance(x, dict) for x in doc):
         return None
-    return read_chunk("\n".join(hf.ujson_dumps(x) for x in doc).encode(), [], detect=True, examples=doc)
+    paths = carried if carried is not None else []  # ``carried``: see ``json_lines_table``
+    return read_chunk("\n".join(hf.ujson_dumps(x) for x in doc).encode(), paths, detect=True, examples=doc)
