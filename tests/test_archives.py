@@ -457,12 +457,16 @@ def test_a_struct_field_the_first_member_lacks_names_the_member_and_the_first_me
     [("a.json", [{"a": 1, "c": 1}]), ("b.jsonl", [{"a": 2, "s": {"x": 1}}, {"a": 3, "s": {"y": 1}}])],
     [("a.json", [{"a": 1, "c": {"x": 1}}, {"a": 2, "c": 5}]), ("b.jsonl", [{"a": 2, "c": 3}, {"a": 3}])],
     [("a.json", [{"a": 1, "c": 1}]), ("b.json", [{"a": 2, "c": {"x": 1}}, {"a": 3, "c": "s"}]), ("c.json", [{"a": 4}])],
-], ids=["documents", "document_then_varying_keys", "document_then_lines", "mixed_in_the_second"])
+    [("a.jsonl", [{"a": 1, "c": 1}, {"a": 2, "c": "x"}]), ("b.json", [{"a": 3, "c": [1]}])],
+], ids=["documents", "document_then_varying_keys", "document_then_lines", "mixed_in_the_second",
+        "lines_then_document"])
 def test_json_paths_found_in_a_member_carry_on_to_the_next_members_as_hf(tmp_path, members):
     """A zip whose first member is a JSON document (features unknown): HF's reader keeps the Json
     paths each member's first chunk shows and encodes the later members' values there as JSON text
     (a missing one as None); ours looked at each member alone ('c': [1, 2] where HF gives '[1,2]',
-    a member lacking 'c' had no 'c'). Rows as HF's, every cut point resumed."""
+    a member lacking 'c' had no 'c'). A document after JSON Lines with Json columns (zipped or
+    not) was read without them: a list there failed to cast to Json. Rows as HF's, every cut
+    point resumed."""
     import datasets
 
     def text(name, rows):
@@ -470,7 +474,12 @@ def test_json_paths_found_in_a_member_carry_on_to_the_next_members_as_hf(tmp_pat
 
     z = write_zip(tmp_path / "a.zip", [(name, text(name, rows)) for name, rows in members])
     files = [z, write_zip(tmp_path / "b.zip", [(name, text(name, rows)) for name, rows in members])]
-    ours = ri.load_dataset("json", data_files=files, split="train")
-    assert list(ours) == list(datasets.load_dataset("json", data_files=files, split="train", streaming=True))
-    assert_resumes_exactly(lambda: ri.load_dataset("json", data_files=files, split="train")
-                           .shuffle(seed=1, buffer_size=2, buffer_state="replay"))
+    plain = []  # the same files unzipped: a document after JSON Lines takes the first file's Json columns
+    for name, rows in members:
+        (tmp_path / name).write_text(text(name, rows))
+        plain.append(str(tmp_path / name))
+    for files in (files, plain):
+        ours = ri.load_dataset("json", data_files=files, split="train")
+        assert list(ours) == list(datasets.load_dataset("json", data_files=files, split="train", streaming=True))
+        assert_resumes_exactly(lambda: ri.load_dataset("json", data_files=files, split="train")
+                               .shuffle(seed=1, buffer_size=2, buffer_state="replay"))

@@ -66,6 +66,8 @@ def json_table(path: str, reader_kwargs: dict, schema: pa.Schema | None = None, 
     try:
         if hf_json() is None:
             return json_lines(path)
+        if carried is None and schema is None:  # features unknown (the first file is a document): as HF,
+            carried = []  # each file's first chunk shows its own Json columns, varying keys included
         if carried is not None:
             return json_lines_table(open_lines(path), carried, chunksize, align or (lambda table: table), carried)
         return json_lines_table(open_lines(path), json_paths(schema), chunksize, align or (lambda table: table))
@@ -74,7 +76,7 @@ def json_table(path: str, reader_kwargs: dict, schema: pa.Schema | None = None, 
     # one JSON document: HF 5.2 reads a list of objects as JSON Lines (pyarrow's types, Json columns
     # where they mix types or keys, not pandas's, which fails on a column of strings and numbers,
     # fills keys with None and makes a 'modified' column of integers dates); other documents by pandas
-    table = None if hf_json() is None else _hf_document(path, carried)
+    table = None if hf_json() is None else _hf_document(path, carried if carried is not None else json_paths(schema))
     if table is not None:
         return table
     try:
