@@ -311,29 +311,12 @@ class ShuffleNode(DrawnSeed, Node):
             if drv is not None:
                 record = buf.recording = False  # no log to take while the buffer is derived
             w = None
-            while True:
+            while n < size:  # the buffer fills
                 # prepare the step (calls allowed: nothing is held yet)
-                if n < size:
-                    tail = buf[-1] if buf and len(buf[-1]) < CHUNK else None  # the chunk to append to
-                    if tail is not None and not owned[-1]:
-                        tail = buf[-1] = tail.copy()
-                        owned[-1] = 1
-                else:
-                    if pos == BLOCK:  # the state takes the new block's start with its first draw
-                        start = rng.bit_generator.state
-                        block = rng.integers(0, size, size=BLOCK).tolist()
-                        pos = 0
-                    i = block[pos]
-                    c = i >> CHUNK_BITS
-                    ch = buf[c]
-                    if not owned[c]:
-                        ch = buf[c] = ch.copy()
-                        owned[c] = 1
-                    j = i & mask
-                    out = ch[j]
-                    gen = buf.gen
-                    if born[i] != gen:
-                        out = copy_example(out)
+                tail = buf[-1] if buf and len(buf[-1]) < CHUNK else None  # the chunk to append to
+                if tail is not None and not owned[-1]:
+                    tail = buf[-1] = tail.copy()
+                    owned[-1] = 1
                 for ex in source:
                     break
                 else:
@@ -349,29 +332,77 @@ class ShuffleNode(DrawnSeed, Node):
                             positions, record = stop_deriving(buf), True
                             drv = None
                     w = None if p is None else position_entry(p)  # unknown: logged by value
-                if n < size:
-                    if tail is not None:
-                        tail.append(ex)  # stored: a Ctrl-C as append returns loses nothing
-                    else:
-                        buf.append([ex])
-                        owned.append(1)
-                    if record:
-                        pending[n] = ex if w is None else w
-                    if positions is not None:
-                        positions.append(w)
-                    born.append(buf.gen)
-                    n += 1
-                    continue
-                # from the store to the yield nothing is called (no check point for a Ctrl-C)
-                ch[j] = ex
-                pos += 1
-                st["rng"], st["rng_pos"] = start, pos
-                born[i] = gen
+                if tail is not None:
+                    tail.append(ex)  # stored: a Ctrl-C as append returns loses nothing
+                else:
+                    buf.append([ex])
+                    owned.append(1)
                 if record:
-                    pending[i] = ex if w is None else w
+                    pending[n] = ex if w is None else w
                 if positions is not None:
-                    positions[i] = w
-                yield out
+                    positions.append(w)
+                born.append(buf.gen)
+                n += 1
+            if n >= size:  # the buffer mixes (never more than full: validated)
+                # the step is prepared before the read (calls allowed: nothing is held yet), here for
+                # the first step and at the end of the loop for the next: a ``for`` loop reads faster
+                if pos == BLOCK:  # the state takes the new block's start with its first draw
+                    start = rng.bit_generator.state
+                    block = rng.integers(0, size, size=BLOCK).tolist()
+                    pos = 0
+                i = block[pos]
+                c = i >> CHUNK_BITS
+                ch = buf[c]
+                if not owned[c]:
+                    ch = buf[c] = ch.copy()
+                    owned[c] = 1
+                j = i & mask
+                out = ch[j]
+                gen = buf.gen
+                if born[i] != gen:
+                    out = copy_example(out)
+                logged = record or provenance is not None  # a DataLoader worker (it takes no Ctrl-C)
+                for ex in source:
+                    if logged:
+                        if provenance is not None:
+                            p = provenance()  # read at once: the nodes below still describe this example
+                            if drv is not None:
+                                if drv.inputs >= drv.limit:
+                                    drv.rebase(st["rng"], st["rng_pos"])
+                                if drv.add(p):
+                                    p = None  # counted: nothing to log for its slot
+                                else:  # not a position that runs on: log the slots from now on
+                                    positions, record = stop_deriving(buf), True
+                                    drv = None
+                            w = None if p is None else position_entry(p)  # unknown: logged by value
+                        # from the first store to the yield nothing is called (no check point for a Ctrl-C)
+                        if record:
+                            pending[i] = ex if w is None else w
+                        if positions is not None:
+                            positions[i] = w
+                    ch[j] = ex
+                    pos += 1
+                    if pos == 1:  # the first draw of a block: the state takes the block's start with it
+                        st["rng"] = start
+                    st["rng_pos"] = pos
+                    born[i] = gen
+                    yield out
+                    # prepare the next step, as above
+                    if pos == BLOCK:
+                        start = rng.bit_generator.state
+                        block = rng.integers(0, size, size=BLOCK).tolist()
+                        pos = 0
+                    i = block[pos]
+                    c = i >> CHUNK_BITS
+                    ch = buf[c]
+                    if not owned[c]:
+                        ch = buf[c] = ch.copy()
+                        owned[c] = 1
+                    j = i & mask
+                    out = ch[j]
+                    gen = buf.gen
+                    if born[i] != gen:
+                        out = copy_example(out)
             if drv is not None:  # the buffer drains: its slots are logged from now on
                 positions = stop_deriving(buf)
             flat = [ex for ch in buf for ex in ch]
