@@ -17,9 +17,9 @@
   clash). As in HF, it goes on until every input is exhausted; the columns of an exhausted
   input are then ``None``. State ``{"node", "exhausted", "columns", "pending", "children"}`` -
   the columns seen from each input, so a resumed run fills the same ``None`` columns, and
-  ``pending``: the parts of the row in progress, stored as they are read and emptied right
-  before the row is yielded: empty between yields; when an input raised (or a Ctrl-C landed)
-  part-way through a row, the parts of that row already read (so a state taken then completes it).
+  ``pending``: empty between yields; when an input raised (or a Ctrl-C landed) part-way through
+  a row, the parts of that row already read, which the exception put there on its way out (so a
+  state taken then completes it; a state is never taken in the middle of a row otherwise).
   As in HF, a ``shuffle`` above does not reorder the inputs' shards, and the node counts as a
   single shard (DataLoader workers and ranks do not split its inputs by shard): either would
   pair rows of different positions unless every input had the very same shard sizes.
@@ -196,46 +196,53 @@ class ConcatNode(Node):
             return
         exhausted, columns, pending = st["exhausted"], st["columns"], st["pending"]
         n = len(self.children)
-        # the row in progress lives in ``pending``: each part is stored there as it is received (a
-        # ``for`` loop's, no check point for a Ctrl-C in between), the row is merged, and ``pending``
-        # is emptied right before the yield (nothing called in between). A Ctrl-C or an input that
-        # raises leaves the parts read for the row in the state.
-        held = any(p is not None for p in pending)  # parts kept in a state, for the first row only
-        if held:  # (a state copy may share them)
-            pending[:] = [None if p is None else copy_example(p) for p in pending]
-        nones = [None] * n
+        # the row in progress lives in ``row``: each part is kept there as it is received (a ``for``
+        # loop's, no check point for a Ctrl-C in between), and whatever exception leaves the row
+        # unfinished (an input's error, a Ctrl-C landing anywhere in it) puts it into ``pending`` on
+        # its way out (a store: the handler has no check point). So a row costs no store into the
+        # state (a list subclass, whose subscripts miss CPython's fast paths) nor any emptying of
+        # ``pending``, which is empty between yields. A row a state kept there is taken up first (a
+        # state copy may share its parts) and ``pending`` emptied right before it is yielded.
+        held = any(p is not None for p in pending)
         its = [iter(c) for c in self.children]
         while True:
+            row = [None if p is None else copy_example(p) for p in pending] if held else [None] * n
             merged: dict = {}
             got = False
-            for i, it in enumerate(its):
-                if exhausted[i]:
-                    for c in columns[i] or ():
-                        merged.setdefault(c, None)
-                    continue
-                ex = pending[i] if held else None  # (read only then: a subscript of a list subclass costs)
-                if ex is None:
-                    for ex in it:
-                        break
-                    else:
-                        exhausted[i] = True
+            try:
+                for i, it in enumerate(its):
+                    if exhausted[i]:
                         for c in columns[i] or ():
                             merged.setdefault(c, None)
                         continue
-                    pending[i] = ex
+                    ex = row[i]
+                    if ex is None:
+                        for ex in it:
+                            break
+                        else:
+                            exhausted[i] = True
+                            for c in columns[i] or ():
+                                merged.setdefault(c, None)
+                            continue
+                        row[i] = ex
                     if columns[i] is None:
-                        columns[i] = list(ex)
-                        clash = [c for c in ex if any(c in (columns[j] or ()) for j in range(n) if j != i)]
+                        cols = list(ex)
+                        clash = [c for c in cols if any(c in (columns[j] or ()) for j in range(n) if j != i)]
                         if clash:
-                            pending[i] = None
+                            row[i] = None
                             raise ValueError(f"concatenate_datasets(axis=1): columns {clash} are duplicated: they "
                                              "appear in several datasets")
-                got = True
-                merged.update(ex)
+                        columns[i] = cols
+                    got = True
+                    merged |= ex
+            except BaseException:
+                pending[:] = row
+                raise
             if not got:
                 return
-            held = False
-            pending[:] = nones  # from here to the yield nothing is called
+            if held:  # from here to the yield nothing is called
+                held = False
+                pending[:] = [None] * n
             yield merged
 
     def position(self) -> dict | None:
