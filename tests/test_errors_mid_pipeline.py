@@ -1199,7 +1199,7 @@ def test_a_ctrl_c_in_the_bookkeeping_of_a_node_loses_nothing(where):
     else:
         build = lambda: ri.interleave_datasets([other(n_shards=2, n=700), other(5000, n_shards=2, n=700)],  # noqa: E731
                                                probabilities=P, seed=4)
-        hook = ctrl_c_after("interleave", "_draws", "tolist", 1)  # the second block, drawn after 1000 turns
+        hook = ctrl_c_after("interleave", "_iter_plain", "tolist", 1)  # the second block, drawn after 1000 turns
     full = [normalize(x) for x in build()]
     _Touchy.armed[0] = True
     ds = build()

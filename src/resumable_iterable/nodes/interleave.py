@@ -217,17 +217,42 @@ class InterleaveNode(DrawnSeed, Node):
         stop = all if self.stopping_strategy != "first_exhausted" else any
         replace = self.stopping_strategy != "all_exhausted_without_replacement"
         its = [iter(c) for c in kids]
-        for i, rng, after in self._draws(st):
-            if stop(exhausted):
-                return
+        # the turns are drawn here as in ``_draws`` (inlined: a generator's resume and a tuple a turn
+        # cost), and ``stop`` is asked again only once an input was found exhausted
+        n = len(kids)
+        probs = self.probabilities
+        if probs is not None:
+            start = st["rng"]
+            rng = rng_from_state(start)
+            block = rng.choice(n, size=BLOCK, p=probs).tolist()
+            pos = st["rng_pos"]
+        else:
+            cycle = st["cycle"]
+        check = True
+        while True:
+            if probs is not None:  # the turn is drawn, not recorded
+                if pos == BLOCK:  # recorded with the block's first turn
+                    start = rng.bit_generator.state
+                    block = rng.choice(n, size=BLOCK, p=probs).tolist()
+                    pos = 0
+                i = block[pos]
+                after = pos + 1
+            else:
+                i = cycle
+                after = (i + 1) % n
+            if check:
+                if stop(exhausted):
+                    return
+                check = False
             ex = peeked[i]
             if ex is None:
                 if exhausted[i]:
                     if not replace:  # skipped from now on: the turn is used up
-                        if rng is None:
-                            st["cycle"] = after
+                        if probs is None:
+                            st["cycle"] = cycle = after
                         else:
-                            st["rng"], st["rng_pos"] = rng, after
+                            st["rng"], st["rng_pos"] = start, after
+                            pos = after
                         continue
                     kids[i].reset()  # an exhausted input starts again
                     its[i] = iter(kids[i])
@@ -237,10 +262,12 @@ class InterleaveNode(DrawnSeed, Node):
                     ex = None
                 if ex is None:  # an empty input: the turn yields nothing
                     exhausted[i] = True
-                    if rng is None:
-                        st["cycle"] = after
+                    check = True
+                    if probs is None:
+                        st["cycle"] = cycle = after
                     else:
-                        st["rng"], st["rng_pos"] = rng, after
+                        st["rng"], st["rng_pos"] = start, after
+                        pos = after
                     continue
                 peeked[i] = ex  # kept while this turn reads ahead (the turn is not recorded yet)
                 owned[i] = 1  # read now: no state copy has seen it
@@ -254,13 +281,16 @@ class InterleaveNode(DrawnSeed, Node):
             if nxt is None:
                 exhausted[i] = True
                 peeked[i] = None
+                check = True
             else:
                 peeked[i] = nxt
                 owned[i] = 1
-            if rng is None:
-                st["cycle"] = after
+            if probs is None:
+                st["cycle"] = cycle = after
             else:
-                st["rng"], st["rng_pos"] = rng, after
+                if after == 1:  # a block's first turn: the state takes the block's start with it
+                    st["rng"] = start
+                st["rng_pos"] = pos = after
             yield ex
 
     def _iter_traced(self) -> Iterator[dict]:
