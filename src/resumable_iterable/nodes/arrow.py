@@ -85,19 +85,26 @@ class ArrowSource(SourceNode):
             return self.iter_rows(self.table.slice(start, n))
         return self.iter_rows(self.table.take(self.indices.slice(start, n)))
 
-    def _iter_shard(self, shard_id: int, st: dict) -> Iterator[dict]:
-        start, end = self.bounds[shard_id]
-        offset = st["offset"]
-        pos = start + offset
+    def _iter(self) -> Iterator[dict]:
+        # ``SourceNode._iter`` with the shard's rows read in the same loop (in place of ``_iter_shard``):
+        # one generator resumed a row, not two. Each row is counted in ``offset`` as it is yielded.
+        st = self._state_dict
+        order = self.shard_order()
         chunk = self.chunk_size
         read = self._read
-        while pos < end:
-            n = min(chunk, end - pos)
-            for row in read(pos, n):
-                offset += 1
-                st["offset"] = offset
-                yield row
-            pos += n
+        while st["shard_pos"] < (len(order) if st["stop"] is None else st["stop"]):
+            start, end = self.bounds[order[st["shard_pos"]]]
+            offset = st["offset"]
+            pos = start + offset
+            while pos < end:
+                n = min(chunk, end - pos)
+                for row in read(pos, n):
+                    offset += 1
+                    st["offset"] = offset
+                    yield row
+                pos += n
+            st["shard_pos"] += 1
+            st["offset"] = 0
 
     def _take(self, idx: pa.Array) -> list[dict]:
         """The rows at positions ``idx`` of this source's row order (before the indices mapping)."""
