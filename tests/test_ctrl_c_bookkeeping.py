@@ -123,6 +123,7 @@ PIPELINES = {
     "concatenate_axis1": lambda: ri.concatenate_datasets(
         [gen(4).select_columns(["id"]), gen(5, 100).rename_column("id", "x").remove_columns(["lab"])], axis=1),
     "skip_take_repeat": lambda: gen(4).skip(1).repeat(2).take(5),
+    "map_remove_columns": lambda: gen(4).map(lambda e: {"y": e["id"]}, remove_columns=["ids"]),
     "group": lambda: gen(7).map(lambda e: {"k": e["id"] // 3}).batch(by_column="k"),
     "prefetch": lambda: gen(6).prefetch(2),
     "shuffle_replay": lambda: gen(10).shuffle(seed=3, buffer_size=4, buffer_state="replay"),

@@ -413,16 +413,13 @@ class MapNode(Node):
                 out = fn(inp)
                 if out is not None and out is not inp and type(out) is not dict and not isinstance(out, Mapping):
                     raise TypeError(f"{self.kind} function must return a dict or None, got {type(out).__name__}")
+                # as HF, the output goes onto the example as it came, {**example, **out} (_finish, inlined);
+                # in the try too: a Ctrl-C landing in _finish keeps the example, already counted
+                res = self._finish(ex, inp, out) if remove else inp if out is None else {**ex, **out}
             except BaseException as e:
                 self._failed(e, ex, index)
                 raise
-            # as HF, the output goes onto the example as it came, {**example, **out} (_finish, inlined)
-            if remove:
-                yield self._finish(ex, inp, out)
-            elif out is None:
-                yield inp
-            else:
-                yield {**ex, **out}
+            yield res
 
     def _iter_batched(self) -> Iterator[dict]:
         st = self._state_dict
