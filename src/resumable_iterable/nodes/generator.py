@@ -114,23 +114,31 @@ class GeneratorSource(SourceNode):
                              "the state's source to resume anyway")
         super()._validate_own(state, where)
 
-    def _iter_shard(self, shard_id: int, st: dict) -> Iterator[Any]:
-        it = iter(self.generator(**self.shard_kwargs[shard_id]))
-        if st["offset"]:
-            got = fast_forward(it, st["offset"], f"re-reading generator shard {shard_id}")
-            if got < st["offset"]:
-                raise ValueError(
-                    f"cannot resume generator shard {shard_id}: the state says {st['offset']} examples were "
-                    f"read but the generator now yields only {got} (did its input change?)"
-                )
-        try:
-            for ex in it:
-                st["offset"] += 1
-                yield ex
-        except BaseException as e:  # noqa: BLE001 - add where it happened, keep the type
-            if not isinstance(e, GeneratorExit):
-                add_context(e, f"raised by generator shard {shard_id} after {st['offset']} examples")
-            raise
+    def _iter(self) -> Iterator[Any]:
+        # ``SourceNode._iter`` with each shard's generator run in the same loop (in place of
+        # ``_iter_shard``): one generator of ours resumed an example, not two
+        st = self._state_dict
+        order = self.shard_order()
+        while st["shard_pos"] < (len(order) if st["stop"] is None else st["stop"]):
+            shard_id = order[st["shard_pos"]]
+            it = iter(self.generator(**self.shard_kwargs[shard_id]))
+            if st["offset"]:
+                got = fast_forward(it, st["offset"], f"re-reading generator shard {shard_id}")
+                if got < st["offset"]:
+                    raise ValueError(
+                        f"cannot resume generator shard {shard_id}: the state says {st['offset']} examples were "
+                        f"read but the generator now yields only {got} (did its input change?)"
+                    )
+            try:
+                for ex in it:
+                    st["offset"] += 1
+                    yield ex
+            except BaseException as e:  # noqa: BLE001 - add where it happened, keep the type
+                if not isinstance(e, GeneratorExit):
+                    add_context(e, f"raised by generator shard {shard_id} after {st['offset']} examples")
+                raise
+            st["shard_pos"] += 1
+            st["offset"] = 0
 
     def read_rows(self, shard_id: int, rows: list[int]) -> list[dict]:
         """The given rows of a shard: a generator cannot seek, so it is re-run up to the last one

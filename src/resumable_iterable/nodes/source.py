@@ -17,7 +17,7 @@ Progress is therefore known *per shard*: shards before ``shard_pos`` are done, t
 ``shard_pos`` is read up to ``offset``, the rest are untouched. Subclasses implement
 :meth:`_iter_shard`, which must resume at ``state["offset"]`` and increment it before each
 yield (or :meth:`_iter` itself, the same loop with the shard's rows read inline, one generator
-resumed a row instead of two: ``ArrowSource``), and :meth:`shard_length` where the length is known. A subclass with random access to
+resumed a row instead of two: ``ArrowSource``, ``GeneratorSource``), and :meth:`shard_length` where the length is known. A subclass with random access to
 its rows also implements ``read_rows(shard_id, rows)``: a replay-mode shuffle above then keeps
 ``[shard, row]`` per buffered example and re-reads them with one call per shard (:meth:`reread`).
 """
