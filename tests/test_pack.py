@@ -3,6 +3,9 @@ and under shuffle / interleave / map, and through DataLoader workers."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -251,6 +254,13 @@ def test_trainer_resumes_packed_prefetched_data_exactly(tmp_path):
     resumed_t.train(resume_from_checkpoint=True)
     assert len(full.seen) == 7 * 4
     assert head.seen[:3 * 4] + tail.seen == full.seen
+    # once the trainers are gone, so are the threads reading ahead for their loaders' iterators (the
+    # callback's mark on the Trainer's state kept them alive, until the garbage collector ran)
+    del full_t, cut_t, resumed_t
+    deadline = time.monotonic() + 5
+    while any(t.name == "resumable_iterable-prefetch" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(t.name == "resumable_iterable-prefetch" for t in threading.enumerate())
 
 
 @pytest.mark.parametrize("saved,new", [(2, 1), (2, 3), (0, 2)])

@@ -202,13 +202,15 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         # the Trainer appends the states of both to a list in trainer_state.json that grows with
         # each checkpoint, whose first entries (of the run's start) hold no data state: the resume
         # then failed, saying the checkpoint records no data state.
+        # (its id, not the callback: a reference from the state would keep the loader's iterator,
+        # and a prefetch thread reading for it, alive after training, until the garbage collector runs)
         other = getattr(state, _MARK, None)
-        if other is not None and other is not self:
+        if other is not None and other != id(self):
             raise ValueError(
                 "ResumableDataCallback: this Trainer has two ResumableDataCallback (one passed in "
                 "Trainer(callbacks=[...]) or add_callback(), and another added since?): keep one. "
                 "ResumableDataCallback.attach(trainer) reuses the one already there.")
-        setattr(state, _MARK, self)
+        setattr(state, _MARK, id(self))
         loader = train_dataloader
         if loader is None:
             raise ValueError("ResumableDataCallback: the Trainer did not pass its training DataLoader")
