@@ -161,12 +161,13 @@ def test_derive_builds_on_the_pipeline_and_keeps_the_rest_of_the_dataset():
         part.derive(part.pipeline, split_by_node=(3, 3))
 
 
-def test_combined_datasets_are_split_and_at_the_epoch_of_their_inputs_without_their_format_or_info():
+def test_combined_datasets_are_split_and_at_the_epoch_of_their_inputs_with_their_merged_info():
     parts = [ri.split_dataset_by_node(_hf_source().with_format("numpy"), 0, 2) for _ in range(2)]
     for p in parts:
         p.set_epoch(2)
     for combined in (ri.interleave_datasets(parts), ri.concatenate_datasets(parts, axis=0)):
-        assert combined.rank_splits == ((0, 2),) and combined.epoch == 2 and combined.description == ""
+        # the info merged as HF's combinations merge it (DatasetInfo.from_merge)
+        assert combined.rank_splits == ((0, 2),) and combined.epoch == 2 and combined.description == "desc"
         assert combined.state_dict()["split"]["ranks"] == [[0, 2]]
     assert ri.interleave_datasets(parts).format["type"] is None
     assert ri.concatenate_datasets(parts).format["type"] == "numpy"
