@@ -23,7 +23,7 @@ LAYERS = [
     ("nodes", ["nodes", "nodes."]),
     ("splits", ["distributed"]),
     ("loader", ["loader", "loader."]),
-    ("facade", ["dataset", "features", "export"]),
+    ("facade", ["dataset", "readers", "features", "export"]),
     ("combine", ["combine"]),
     ("integrations", ["integrations", "integrations."]),
     ("cli", ["cli", "cli."]),

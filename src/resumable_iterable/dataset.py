@@ -6,7 +6,8 @@ format) and builds new ones; code above it builds with the public ``pipeline``, 
 and ``derive``. Iterating it and its state in this process - DataLoader workers, loaded states,
 epochs shared with workers - belong to its :class:`~resumable_iterable.loader.session.IterationSession`
 (``loader/session.py``), to which ``__iter__``, ``state_dict``, ``load_state_dict`` and
-``set_epoch`` delegate."""
+``set_epoch`` delegate. Its file readers (``from_files``, ``from_parquet``, ``from_json``...) come
+from ``readers.py``."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from typing import Any, Callable, Iterator
 from . import export
 from . import state as _state
 from .distributed import check_rank_splits, check_strategy, rank_shards, ranks_of
-from .features import (batched_features, builder_info, features_of_schema, file_features, infer_features,
-                       json_as_text, map_feature, media_only_change, row_features)
+from .features import (batched_features, features_of_schema, infer_features, json_as_text, map_feature,
+                       media_only_change, row_features)
 from .loader import hooks
 from .loader.session import IterationSession
 from .nodes.arrow import ArrowSource
@@ -26,7 +27,6 @@ from .nodes.base import Node
 from .nodes.checks import as_epoch, as_int
 from .nodes.batch import BatchNode, rewinding
 from .nodes.columns import ColumnsNode
-from .nodes.file_formats import FORMATS, PYARROW_CSV_OPTIONS, csv_dtypes, format_of, resolve_data_files
 from .nodes.files import FileSource
 from .nodes.filter import FilterNode
 from .nodes.generator import GeneratorSource
@@ -39,12 +39,7 @@ from .nodes.shard_interleave import ShardInterleaveNode
 from .nodes.shuffle import ShuffleNode
 from .nodes.slicing import SkipNode, TakeNode
 from .nodes.typed import AddColumn, ApplyFeatures
-
-
-def _given(features: Any, info: Any) -> Any:
-    """The features a file reader casts to: ``features``, else those of the ``info`` (a
-    ``datasets.DatasetInfo``) given to it, as HF's builders take ``info=``."""
-    return features if features is not None or info is None else info.features
+from .readers import FileReaders
 
 
 class _Base:
@@ -54,15 +49,7 @@ class _Base:
 
 
 
-def _data_files(path_or_paths: Any) -> list[str]:
-    """The files a ``from_<format>`` reader is given, as HF's readers resolve them (glob patterns; a
-    missing file is a ``FileNotFoundError`` now, not at the first read): ``resolve_data_files``.
-    ``load_dataset`` hands ``from_files`` paths it resolved itself."""
-    paths = [path_or_paths] if isinstance(path_or_paths, (str, os.PathLike)) else list(path_or_paths)
-    return resolve_data_files([os.fspath(p) for p in paths])
-
-
-class IterableDataset(_Base):
+class IterableDataset(FileReaders, _Base):
     """A lazy, resumable iterable dataset (see the package docs for the state contract)."""
 
     def __init__(self, node: Node, *, features: Any = None, column_names: list[str] | None = None,
@@ -181,117 +168,6 @@ class IterableDataset(_Base):
 
         return cls.from_hf(Dataset.from_polars(df.collect() if hasattr(df, "collect") else df, features=features,
                                                info=info, split=split))
-
-    @classmethod
-    def from_files(cls, paths: str | list[str], format: str | None = None, features: Any = None,
-                   split: Any = None, info: Any = None, schema_from: str | None = None,
-                   **reader_kwargs: Any) -> IterableDataset:
-        """Data files, one shard per file (the ``from_<format>`` readers also take glob patterns, as
-        HF's: :func:`_data_files`). ``features``: HF features to cast the rows to, as HF's
-        builders do (for CSV, also the types pandas parses the columns as: ``"00123"`` stays a string).
-        ``split``: the split's name, ``info`` its ``datasets.DatasetInfo`` (``load_dataset`` gives them;
-        by default HF's builder of the format names it: ``builder_name="json"``, ``config_name="default"``...).
-        ``schema_from``: the files follow the columns of this file (a zip: its first member) instead
-        of the first of ``paths``, as HF's JSON, Parquet and Arrow builders give every split those of
-        the first split's first file."""
-        paths = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else [os.fspath(p) for p in paths]
-        if not paths:  # before the first file's features are read
-            raise ValueError("no data files given")
-        if format is None:
-            found = {format_of(p) for p in paths}
-            if len(found) != 1 or None in found:
-                raise ValueError(f"cannot tell the format of {paths[:3]}...; pass format= one of {FORMATS}")
-            format = found.pop()
-        if features is not None and format == "csv" and not PYARROW_CSV_OPTIONS & set(reader_kwargs):
-            reader_kwargs.setdefault("dtype", csv_dtypes(features))
-        source = FileSource(paths, format, reader_kwargs=reader_kwargs, schema_from=schema_from)
-        found = file_features(source.schema_file() if schema_from is not None else paths[0], format)
-        if format == "json":  # the first file's first chunk, HF 5.2's Json columns found there (or given)
-            found = source.json_features(features)
-        if found is not None and source.columns is not None:  # only those columns, in that order
-            missing = [c for c in source.columns if c not in found]
-            if missing:
-                raise ValueError(f"columns={source.columns}: data file {paths[0]!r} has no column(s) {missing} "
-                                 f"(its columns: {list(found)})")
-            found = type(found)({c: found[c] for c in source.columns})
-        if features is not None and source.columns is not None and set(source.columns) != set(features):
-            # HF's Parquet builder: features of more columns than read are narrowed to those columns
-            missing = [c for c in source.columns if c not in features]
-            if missing:
-                raise ValueError(f"columns={source.columns} and features must match: the features have no "
-                                 f"column(s) {missing}")
-            features = type(features)({c: features[c] for c in source.columns})
-        source.set_features(found)
-        source.check_features(features)
-        ds = cls(source, features=found, split=split, info=info if info is not None else builder_info(format))
-        if features is not None and format == "text" and len(features) == 1 and "text" not in features:
-            ds = ds.rename_column("text", next(iter(features)))  # HF's text builder names it after the features
-        return ds if features is None else ds.cast(features)
-
-    @classmethod
-    def from_parquet(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
-                     keep_in_memory: bool = False, info: Any = None, cache_dir: Any = None,
-                     **reader_kwargs: Any) -> IterableDataset:
-        """Parquet files, as HF's (reader options such as ``columns=``, ``filters=``). Like every
-        ``from_<format>``: split ``"train"`` unless given, ``keep_in_memory`` and ``cache_dir`` ignored
-        (streamed: nothing is cached), and ``info`` (a ``datasets.DatasetInfo``) kept as the dataset's,
-        its features cast to when no ``features`` are given (narrowed to ``columns=``), as HF. A
-        ``{split: path(s)}`` dict gives a dict of datasets, one per split (HF: an
-        ``IterableDatasetDict``), or the one ``split`` names."""
-        return cls._read_files("parquet", path_or_paths, split, features, info, reader_kwargs)
-
-    @classmethod
-    def from_arrow(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
-                   keep_in_memory: bool = False, info: Any = None, cache_dir: Any = None,
-                   **reader_kwargs: Any) -> IterableDataset:
-        return cls._read_files("arrow", path_or_paths, split, features, info, reader_kwargs)
-
-    @classmethod
-    def from_file(cls, filename: str | os.PathLike) -> IterableDataset:
-        """One Arrow file (as written by HF ``datasets``), as HF ``IterableDataset.from_file`` (its info
-        empty: no builder read it)."""
-        from datasets import DatasetInfo
-
-        return cls.from_files(filename, "arrow", info=DatasetInfo())
-
-    @classmethod
-    def from_json(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
-                  keep_in_memory: bool = False, info: Any = None, cache_dir: Any = None,
-                  **reader_kwargs: Any) -> IterableDataset:
-        return cls._read_files("json", path_or_paths, split, features, info, reader_kwargs)
-
-    @classmethod
-    def from_csv(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
-                 keep_in_memory: bool = False, info: Any = None, cache_dir: Any = None,
-                 **reader_kwargs: Any) -> IterableDataset:
-        return cls._read_files("csv", path_or_paths, split, features, info, reader_kwargs)
-
-    @classmethod
-    def from_text(cls, path_or_paths: str | list[str], split: Any = None, features: Any = None,
-                  keep_in_memory: bool = False, keep_linebreaks: bool = False, sample_by: str = "line",
-                  info: Any = None, cache_dir: Any = None, **reader_kwargs: Any) -> IterableDataset:
-        """Text files read as HF's text builder reads them (a ``text`` column of lines, paragraphs
-        or whole documents), one shard per file."""
-        return cls._read_files("text", path_or_paths, split, features, info,
-                               dict(reader_kwargs, keep_linebreaks=keep_linebreaks, sample_by=sample_by))
-
-    @classmethod
-    def _read_files(cls, fmt: str, path_or_paths: Any, split: Any, features: Any, info: Any,
-                    reader_kwargs: dict) -> Any:
-        """What every ``from_<format>`` reader does (see :meth:`from_parquet`)."""
-        if isinstance(path_or_paths, dict):  # HF's readers: a dataset per split
-            if split is not None and split not in path_or_paths:
-                raise ValueError(f"split {split!r} is not one of the splits given: {list(path_or_paths)}")
-            return {str(name): cls._read_files(fmt, paths, str(name), features, info, dict(reader_kwargs))
-                    for name, paths in path_or_paths.items()} if split is None else cls._read_files(
-                fmt, path_or_paths[split], split, features, info, reader_kwargs)
-        return cls.from_files(_data_files(path_or_paths), fmt, features=_given(features, info), info=info,
-                              **reader_kwargs)._with_split(split)
-
-    def _with_split(self, split: Any) -> IterableDataset:
-        """This dataset named as split ``split`` (``"train"`` if ``None``, as HF's file readers)."""
-        self._named_split = split if split is not None else "train"
-        return self
 
     # ------------------------------------------------------------------ building on the pipeline
     @property
