@@ -18,6 +18,15 @@ from harness import assert_resumes_exactly
 UPSTREAM_COMMIT = "b7cb10b0e38ab8bbefdb142d0279bc85ac8c7ab8"
 
 DEFAULT_N_EXAMPLES = 20
+
+#: the rows of upstream conftest.py's DATA fixture, which its csv / parquet / json files hold
+DATA = [
+    {"col_1": "0", "col_2": 0, "col_3": 0.0},
+    {"col_1": "1", "col_2": 1, "col_3": 1.0},
+    {"col_1": "2", "col_2": 2, "col_3": 2.0},
+    {"col_1": "3", "col_2": 3, "col_3": 3.0},
+]
+
 DEFAULT_BATCH_SIZE = 4
 DEFAULT_FILEPATH = "file.txt"
 

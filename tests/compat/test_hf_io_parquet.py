@@ -21,16 +21,10 @@ from datasets import Dataset, DatasetInfo, Features, Json, Value
 from datasets.features.image import Image
 
 import resumable_iterable as ri
+from hf_helpers import DATA
 from harness import assert_resumes_exactly
 
 pytestmark = pytest.mark.compat
-
-DATA = [
-    {"col_1": "0", "col_2": 0, "col_3": 0.0},
-    {"col_1": "1", "col_2": 1, "col_3": 1.0},
-    {"col_1": "2", "col_2": 2, "col_3": 2.0},
-    {"col_1": "3", "col_2": 3, "col_3": 3.0},
-]
 
 
 @pytest.fixture(scope="module")

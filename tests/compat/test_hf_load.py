@@ -24,15 +24,9 @@ import pytest
 from datasets import Features, Value
 
 import resumable_iterable as ri
+from hf_helpers import DATA
 
 pytestmark = pytest.mark.compat
-
-DATA = [
-    {"col_1": "0", "col_2": 0, "col_3": 0.0},
-    {"col_1": "1", "col_2": 1, "col_3": 1.0},
-    {"col_1": "2", "col_2": 2, "col_3": 2.0},
-    {"col_1": "3", "col_2": 3, "col_3": 3.0},
-]
 
 
 def _csv(path):
