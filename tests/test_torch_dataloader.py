@@ -413,3 +413,48 @@ def test_set_epoch_reaches_a_persistent_spawned_worker(soak):
     assert run(loader) == refs[0]
     ds.set_epoch(1)
     assert run(loader) == refs[1]
+
+
+class _UserStatefulDataset(torch.utils.data.IterableDataset):
+    """How torchtitan-style training code wraps a streaming dataset: its own torch ``IterableDataset``
+    (``Stateful`` by its two methods), looping over the dataset epoch after epoch with ``set_epoch``,
+    whose state is the wrapped dataset's, taken in each DataLoader worker."""
+
+    def __init__(self):
+        self._data = ri.split_dataset_by_node(src(4).shuffle(seed=0, buffer_size=5), 0, 1)
+
+    def __iter__(self):
+        while True:
+            for example in self._data:
+                yield example["id"]
+            self._data.set_epoch(self._data.epoch + 1)
+
+    def state_dict(self):
+        return {"data": self._data.state_dict()}
+
+    def load_state_dict(self, state):
+        self._data.load_state_dict(state["data"])
+
+
+@pytest.mark.parametrize("workers,cuts", [(0, range(0, 40, 3)), (2, (4, 23))])
+def test_a_users_stateful_wrapper_looping_over_epochs_resumes_exactly(workers, cuts):
+    """Our dataset inside a user's Stateful torch dataset that loops over epochs: torchdata's loader
+    asks the wrapper (in each worker) for its state, which is ours; resumed at a cut, later epochs
+    included, the batches are those of the uninterrupted run."""
+    def run(steps, state=None, cut=None):
+        loader = TorchdataLoader(_UserStatefulDataset(), batch_size=3, num_workers=workers)
+        if state is not None:
+            loader.load_state_dict(state)
+        out, taken = [], None
+        for i, batch in enumerate(loader):
+            out.append(batch.tolist())
+            if i == cut:
+                taken = json_roundtrip(loader.state_dict())
+            if len(out) == steps:
+                return out, taken
+
+    total = 45  # 60 examples a pass: more than two passes
+    full, _ = run(total)
+    for cut in cuts:
+        head, state = run(cut + 1, cut=cut)
+        assert head + run(total - cut - 1, state)[0] == full, cut
