@@ -821,3 +821,26 @@ def test_nulls_empty_and_ragged_lists_of_arrow_backed_rows_are_formatted_as_hf()
         got, want = list(ours.iter(2)), list(theirs.iter(2))
         assert [kinds(b) for b in got] == [kinds(b) for b in want]
         assert [str(b["s"].dtype) for b in got] == ["object", "<U1"]
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_binary_columns_in_numpy_batches_keep_their_trailing_nul_bytes_as_hf(shuffled):
+    """``with_format("numpy").batch(n)`` of a binary column gave a fixed-width ``'S'`` array, whose
+    values drop trailing NUL bytes (``b"ab\\0"`` read as ``b"ab"``: raw audio or serialized records
+    silently cut); HF's ``batch()`` gives an object array of the bytes, whole."""
+    import datasets
+
+    values = [b"ab\x00", b"c", b"\x00\x00", b"\x01\x00\x02\x00"]
+    data = datasets.Dataset.from_dict({"b": values, "i": list(range(4))})
+
+    def build(ds):
+        ds = ds.with_format("numpy")
+        return (ds.shuffle(seed=0, buffer_size=2) if shuffled else ds).batch(2)
+
+    ours = [b["b"] for b in build(ri.to_iterable_dataset(data))]
+    theirs = [b["b"] for b in build(data.to_iterable_dataset())]
+    assert [a.dtype for a in ours] == [a.dtype for a in theirs] == [np.dtype(object)] * 2
+    if not shuffled:  # (the shuffle orders differ)
+        assert [list(a) for a in ours] == [list(a) for a in theirs] == [values[:2], values[2:]]
+    assert sorted(v for a in ours for v in a) == sorted(values)
+    assert_resumes_exactly(lambda: build(ri.to_iterable_dataset(data)), roundtrip=codec_roundtrip)

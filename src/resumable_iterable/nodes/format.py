@@ -308,7 +308,7 @@ class FormatNode(Node):
                 batch = {k: tensorize(v) if k in media else batch[k] for k, v in b.items()}
                 if again is not None:
                     batch = {k: again(v) if k in media else v for k, v in batch.items()}
-            return object_strings(batch) if strings else batch
+            return object_strings(batch, table) if strings else batch
 
         if source == "batch_dicts":
             yield from _handed_back_on_error(child, one)

@@ -173,13 +173,27 @@ def fast_tensor_rows(table: pa.Table, format_type: str, format_kwargs: dict) -> 
     return [dict(zip(names, row)) for row in zip(*columns)] if columns else [{} for _ in range(table.num_rows)]
 
 
-def object_strings(batch: Any) -> Any:
+def object_strings(batch: Any, table: pa.Table | None = None) -> Any:
     """A copy of ``batch`` with its ``'<U'`` arrays as object arrays of ``str``, as in the batches of
-    HF's ``batch()`` (a batched map, whose string cells reach the formatter as lists)."""
+    HF's ``batch()`` (a batched map, whose string cells reach the formatter as lists), and its
+    ``'S'`` arrays of the binary columns of ``table`` (the batch's) as object arrays of the
+    ``bytes`` read from it: numpy's fixed-width bytes drop trailing NUL bytes (``b"ab\\0"`` read as
+    ``b"ab"``), which HF's ``batch()`` keeps."""
     if not isinstance(batch, dict):
         return batch
-    return {name: v.astype(object) if isinstance(v, np.ndarray) and v.dtype.kind == "U" else v
-            for name, v in batch.items()}
+    out = {}
+    for name, v in batch.items():
+        if isinstance(v, np.ndarray) and v.ndim == 1:
+            if v.dtype.kind == "U":
+                v = v.astype(object)
+            elif (v.dtype.kind == "S" and table is not None and name in table.column_names
+                  and (pa.types.is_binary(table.schema.field(name).type)
+                       or pa.types.is_large_binary(table.schema.field(name).type))):
+                whole = np.empty(len(v), dtype=object)
+                whole[:] = table.column(name).to_pylist()
+                v = whole
+        out[name] = v
+    return out
 
 
 def _null_led_lists(table: pa.Table) -> list[str]:
