@@ -2,7 +2,7 @@
 
 A state is a tree of plain containers whose leaves may be example data. Values JSON cannot hold
 become tagged objects ``{"__ri__": kind, ...}``: bytes, numpy arrays (every dtype, exactly: byte
-order, units, string lengths, structured fields with offsets and padding) and numpy scalars,
+order, units, string lengths, structured fields with offsets and padding: ``state_arrays.py``) and numpy scalars,
 tuples, sets, dicts with non-string keys, ``bytearray``, non-finite floats, complex numbers, dates
 and times (time zones and pandas' timestamps included, ``state_times.py``), ``Decimal``, PIL
 images of PIL's own classes with their ``info`` (``state_images.py``), and dense CPU torch tensors
@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from .state_arrays import array_bytes, check_shape, dtype_from_json, dtype_to_json, string_scalar
 from .state_images import (decode_ifd_rational, decode_image, decode_png_text, encode_image, ifd_rational_class,
                            pil_image_class, png_text_class)
 from .state_logs import BufferLog
@@ -39,8 +40,6 @@ TAG = "__ri__"
 BLOB_MIN = 1024
 #: how deeply a state's JSON document may nest (containers inside containers)
 MAX_DEPTH = 400
-#: PIL image modes PNG stores exactly; other modes are saved as raw pixels
-_MAX_DTYPE_DEPTH = 32
 _PLAIN = frozenset((str, int, bool, type(None)))  # JSON values kept as they are (finite floats are checked)
 _CONTAINERS = frozenset((dict, list))
 
@@ -61,88 +60,6 @@ class DamagedFile(ValueError):
 def too_deep() -> ValueError:
     return ValueError(f"the state is nested more than {MAX_DEPTH} levels deep (or refers to itself); "
                       "states this deep are not supported")
-
-
-# --------------------------------------------------------------------------- numpy dtypes
-
-
-def _dtype_to_json(dt: np.dtype) -> Any:
-    """An exact JSON description of a dtype: its ``str`` (byte order, unit and size included)
-    for plain dtypes, names/formats/offsets/itemsize for structured ones."""
-    if dt.fields is not None:
-        fields = [(name, dt.fields[name]) for name in dt.names]
-        out: dict[str, Any] = {"names": list(dt.names), "formats": [_dtype_to_json(f[0]) for _, f in fields],
-                               "offsets": [f[1] for _, f in fields], "itemsize": dt.itemsize}
-        if any(len(f) > 2 for _, f in fields):
-            out["titles"] = [f[2] if len(f) > 2 else None for _, f in fields]
-        if dt.isalignedstruct:
-            out["aligned"] = True
-        return out
-    if dt.subdtype is not None:
-        base, shape = dt.subdtype
-        return {"subdtype": _dtype_to_json(base), "shape": list(shape)}
-    return dt.str
-
-
-def _dtype_from_json(obj: Any, depth: int = 0) -> np.dtype:
-    if depth > _MAX_DTYPE_DEPTH:
-        raise ValueError("dtype nested too deeply")
-    if type(obj) is str:
-        dt = np.dtype(obj)
-    elif type(obj) is dict and "subdtype" in obj:
-        shape = obj["shape"]
-        if type(shape) is not list or not all(type(n) is int and n >= 0 for n in shape):
-            raise ValueError(f"bad subarray shape {shape!r}")
-        dt = np.dtype((_dtype_from_json(obj["subdtype"], depth + 1), tuple(shape)))
-    elif type(obj) is dict:
-        names, formats, offsets, itemsize = obj["names"], obj["formats"], obj["offsets"], obj["itemsize"]
-        if not (type(names) is list and all(type(n) is str for n in names) and type(formats) is list
-                and type(offsets) is list and all(type(o) is int and o >= 0 for o in offsets)
-                and type(itemsize) is int and itemsize >= 0 and len(names) == len(formats) == len(offsets)):
-            raise ValueError("bad structured dtype")
-        spec: dict[str, Any] = {"names": names, "formats": [_dtype_from_json(f, depth + 1) for f in formats],
-                                "offsets": offsets, "itemsize": itemsize}
-        titles = obj.get("titles")
-        if titles is not None:
-            if type(titles) is not list or len(titles) != len(names) or not all(t is None or type(t) is str for t in titles):
-                raise ValueError("bad dtype titles")
-            spec["titles"] = titles
-        dt = np.dtype(spec, align=obj.get("aligned") is True)
-    else:
-        raise ValueError(f"bad dtype {obj!r}")
-    if dt.hasobject:
-        raise ValueError("object dtype")
-    return dt
-
-
-def _string_scalar(dtype: np.dtype, raw: bytes) -> Any:
-    """The ``np.bytes_`` / ``np.str_`` scalar of ``dtype`` whose bytes are ``raw``. A scalar is as
-    long as its value (its dtype says so), trailing NULs included: ``np.bytes_(b"ab\\0")`` (bytes
-    ending in zeros are common) is not ``np.bytes_(b"ab")``, although an array holding either gives
-    the latter back."""
-    if dtype.kind == "S":
-        return np.bytes_(raw)
-    big = dtype.byteorder == ">" or (dtype.byteorder == "=" and sys.byteorder == "big")
-    return np.str_(raw.decode("utf-32-be" if big else "utf-32-le", errors="surrogatepass"))
-
-
-def check_shape(shape: Any, dtype: np.dtype, nbytes: int) -> None:
-    """Raise ``ValueError`` unless ``shape`` is a list of sizes that ``nbytes`` bytes of ``dtype``
-    fill exactly (so that decoding never allocates more than the data it was given)."""
-    if type(shape) is not list or not all(type(n) is int and n >= 0 for n in shape):
-        raise ValueError(f"bad shape {shape!r}")
-    count = math.prod(shape)
-    if count * dtype.itemsize != nbytes:
-        raise ValueError(f"{nbytes} bytes do not hold an array of shape {shape} and dtype {dtype}")
-    if dtype.itemsize == 0 and count > 1 << 20:
-        raise ValueError(f"{count} elements of a zero-size dtype")
-
-
-def array_bytes(arr: np.ndarray) -> memoryview:
-    """The bytes of a C-contiguous array, as a flat memoryview (works for every dtype)."""
-    if arr.nbytes == 0:
-        return memoryview(b"")
-    return memoryview(arr.reshape(-1).view(np.uint8))
 
 
 # --------------------------------------------------------------------------- encoding
@@ -230,7 +147,7 @@ class Encoder:
             if obj.dtype.hasobject:
                 raise TypeError(f"cannot store a numpy array of dtype {obj.dtype} (it holds Python objects) in a state")
             arr = obj if obj.flags.c_contiguous else np.ascontiguousarray(obj)
-            out = {TAG: "ndarray", "dtype": _dtype_to_json(arr.dtype), "shape": list(obj.shape)}
+            out = {TAG: "ndarray", "dtype": dtype_to_json(arr.dtype), "shape": list(obj.shape)}
             return self.raw(out, array_bytes(arr))
         if isinstance(obj, np.generic) and t is obj.dtype.type:
             if obj.dtype.hasobject:
@@ -238,7 +155,7 @@ class Encoder:
             raw = obj.tobytes()
             if obj.dtype.kind in "SU":  # numpy gives an empty string scalar (dtype <U0 / |S0) one NUL character
                 raw = raw[: obj.dtype.itemsize]
-            return {TAG: "npscalar", "dtype": _dtype_to_json(obj.dtype), "b64": base64.b64encode(raw).decode()}
+            return {TAG: "npscalar", "dtype": dtype_to_json(obj.dtype), "b64": base64.b64encode(raw).decode()}
         if t is decimal.Decimal:
             return {TAG: "decimal", "v": str(obj)}
         if t is complex:  # e.g. the .item() of a numpy complex scalar
@@ -344,7 +261,7 @@ class Decoder:
             if tag == "bytes":
                 return self.binary(obj)
             if tag == "ndarray":
-                return self.array(obj, _dtype_from_json(obj["dtype"]))
+                return self.array(obj, dtype_from_json(obj["dtype"]))
             if tag == "tensor":
                 dtype, itemsize = tensor_itemsize(obj)
                 # its bytes as an array of opaque items of its size, then as the tensor's memory
@@ -356,14 +273,14 @@ class Decoder:
                 arr[:] = items
                 return arr.reshape(obj["shape"])
             if tag == "npscalar":
-                dtype = _dtype_from_json(obj["dtype"])
+                dtype = dtype_from_json(obj["dtype"])
                 raw = base64.b64decode(obj["b64"], validate=True)
                 if dtype.kind in "SU" and dtype.itemsize == 0 and len(raw) <= 4 and not raw.strip(b"\0"):
                     raw = b""  # an empty string scalar, saved with the NUL character numpy gives it
                 if len(raw) != dtype.itemsize:
                     raise ValueError(f"{len(raw)} bytes cannot hold a scalar of {dtype}")
                 if dtype.kind in "SU":  # built from its value: an array's item would lose trailing NULs
-                    return _string_scalar(dtype, raw)
+                    return string_scalar(dtype, raw)
                 arr = np.empty(1, dtype)
                 if raw:
                     array_bytes(arr)[:] = raw  # bytewise: padding bytes of structured dtypes included

@@ -40,7 +40,8 @@ from typing import Any, Callable
 import numpy as np
 
 from .atomic_files import write_chunks_atomic
-from .state_codec import TAG, DamagedFile, array_bytes, check_shape, decode, encode, too_deep
+from .state_arrays import array_bytes, check_shape
+from .state_codec import TAG, DamagedFile, decode, encode, too_deep
 
 try:  # installed with HF datasets; ~10x faster than SHA-256, so hashing the blobs costs little
     import xxhash as _xxhash
