@@ -19,6 +19,7 @@ register_provider(("torch", "torch.utils.data"), _load_torch_integration)
 
 from .combine import concatenate_datasets, interleave_datasets  # noqa: E402
 from .dataset import IterableDataset, to_iterable_dataset  # noqa: E402
+from .dataset_dict import IterableDatasetDict  # noqa: E402
 from .distributed import split_dataset_by_node  # noqa: E402
 from .loader.elastic import redistribute_states  # noqa: E402
 from .state import dumps_state, load_state, loads_state, save_state  # noqa: E402
@@ -27,6 +28,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "IterableDataset",
+    "IterableDatasetDict",
     "to_iterable_dataset",
     "interleave_datasets",
     "concatenate_datasets",

@@ -1,6 +1,6 @@
 """Reading a whole dataset out, as HF ``IterableDataset``'s ``to_list``, ``to_dict``, ``to_pandas``,
 ``to_polars``, ``to_csv``, ``to_json``, ``to_parquet``, ``to_sql`` and ``push_to_hub`` do (the
-facade's methods delegate here).
+facade's methods delegate here), and HF ``IterableDatasetDict.push_to_hub`` (every split in one push).
 
 As in HF, the dataset is read as Arrow tables (``with_format("arrow").iter(batch_size)``), which
 are concatenated and handed to a map-style ``datasets.Dataset``, whose own method writes or
@@ -104,27 +104,54 @@ def push_to_hub(dataset: Any, repo_id: str, *, max_shard_size: Any = None, num_s
         raise ValueError("Failed to push_to_hub: please specify either max_shard_size or num_shards, but not both.")
     if max_shard_size is None and num_shards is None:
         num_shards = dataset.num_shards
-    import os
     import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="resumable_iterable_push_") as tmp:
+        hf = _written(dataset, tmp, "data.arrow")
+        return hf.push_to_hub(repo_id, max_shard_size=max_shard_size, num_shards=num_shards, **kwargs)
+
+
+def push_splits_to_hub(splits: dict, repo_id: str, *, max_shard_size: Any = None, num_shards: dict | None = None,
+                       **kwargs: Any) -> Any:
+    """HF ``IterableDatasetDict.push_to_hub`` of ``splits`` (``{name: dataset}``, checked by the
+    caller): each split written as :func:`push_to_hub` writes one, and the map-style
+    ``datasets.DatasetDict`` of them pushed by HF in one go (one commit, one card for every split).
+    Without ``max_shard_size``, a split not in ``num_shards`` gets as many files as it has shards."""
+    if max_shard_size is None:
+        given = num_shards or {}
+        num_shards = {s: given[s] if given.get(s) is not None else ds.num_shards for s, ds in splits.items()}
+    else:
+        num_shards = None
+    import tempfile
+
+    from datasets import DatasetDict
+
+    with tempfile.TemporaryDirectory(prefix="resumable_iterable_push_") as tmp:
+        hf = DatasetDict({s: _written(ds, tmp, f"{i}.arrow") for i, (s, ds) in enumerate(splits.items())})
+        return hf.push_to_hub(repo_id, max_shard_size=max_shard_size, num_shards=num_shards, **kwargs)
+
+
+def _written(dataset: Any, folder: str, name: str) -> Any:
+    """The dataset (a fresh pass) written to the Arrow file ``name`` in ``folder``, a batch at a time,
+    and opened memory-mapped as a map-style ``datasets.Dataset`` with its info and split."""
+    import os
 
     import pyarrow as pa
     from datasets import Dataset
 
     info = dataset.info
-    with tempfile.TemporaryDirectory(prefix="resumable_iterable_push_") as tmp:
-        path = os.path.join(tmp, "data.arrow")
-        writer, schema = None, None
-        with open(path, "wb") as sink:
-            for table in tables(dataset):
-                if writer is None:
-                    writer, schema = pa.ipc.new_stream(sink, table.schema), table.schema
-                elif table.schema != schema:
-                    table = table.cast(schema)  # unknown features: typed by the first batch
-                writer.write_table(table)
-            if writer is None:  # empty: its features' (or columns') empty table
-                table = whole_table(dataset)
-                writer = pa.ipc.new_stream(sink, table.schema)
-                writer.write_table(table)
-            writer.close()
-        hf = Dataset.from_file(path, info=info if info.features is not None else None, split=dataset.split)
-        return hf.push_to_hub(repo_id, max_shard_size=max_shard_size, num_shards=num_shards, **kwargs)
+    path = os.path.join(folder, name)
+    writer, schema = None, None
+    with open(path, "wb") as sink:
+        for table in tables(dataset):
+            if writer is None:
+                writer, schema = pa.ipc.new_stream(sink, table.schema), table.schema
+            elif table.schema != schema:
+                table = table.cast(schema)  # unknown features: typed by the first batch
+            writer.write_table(table)
+        if writer is None:  # empty: its features' (or columns') empty table
+            table = whole_table(dataset)
+            writer = pa.ipc.new_stream(sink, table.schema)
+            writer.write_table(table)
+        writer.close()
+    return Dataset.from_file(path, info=info if info.features is not None else None, split=dataset.split)

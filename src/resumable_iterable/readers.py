@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .dataset_dict import IterableDatasetDict
 from .features import builder_info, file_features
 from .nodes.file_formats import FORMATS, PYARROW_CSV_OPTIONS, csv_dtypes, format_of, resolve_data_files
 from .nodes.files import FileSource
@@ -87,8 +88,8 @@ class FileReaders:
         ``from_<format>``: split ``"train"`` unless given, ``keep_in_memory`` and ``cache_dir`` ignored
         (streamed: nothing is cached), and ``info`` (a ``datasets.DatasetInfo``) kept as the dataset's,
         its features cast to when no ``features`` are given (narrowed to ``columns=``), as HF. A
-        ``{split: path(s)}`` dict gives a dict of datasets, one per split (HF: an
-        ``IterableDatasetDict``), or the one ``split`` names."""
+        ``{split: path(s)}`` dict gives an :class:`~resumable_iterable.IterableDatasetDict` of
+        datasets, one per split, as HF, or the one ``split`` names."""
         return cls._read_files("parquet", path_or_paths, split, features, info, reader_kwargs)
 
     @classmethod
@@ -133,8 +134,9 @@ class FileReaders:
         if isinstance(path_or_paths, dict):  # HF's readers: a dataset per split
             if split is not None and split not in path_or_paths:
                 raise ValueError(f"split {split!r} is not one of the splits given: {list(path_or_paths)}")
-            return {str(name): cls._read_files(fmt, paths, str(name), features, info, dict(reader_kwargs))
-                    for name, paths in path_or_paths.items()} if split is None else cls._read_files(
+            return IterableDatasetDict({str(name): cls._read_files(fmt, paths, str(name), features, info,
+                                                                   dict(reader_kwargs))
+                                        for name, paths in path_or_paths.items()}) if split is None else cls._read_files(
                 fmt, path_or_paths[split], split, features, info, reader_kwargs)
         # split "train" unless given, as HF's file readers
         return cls.from_files(_data_files(path_or_paths), fmt, features=_given(features, info), info=info,

@@ -43,6 +43,7 @@ from typing import Any
 import pyarrow as pa
 
 from ...dataset import IterableDataset
+from ...dataset_dict import IterableDatasetDict
 from ...features import builder_info
 from ...nodes.archives import digest_name, member_names, member_path, split_member, zip_members
 from ...nodes.arrow import ArrowSource
@@ -144,7 +145,7 @@ def folder_builder(files: list[str], data_dir: str | None, locate: Any = None) -
 
 def load_folder(builder: str, data_dir: str | None, data_files: Any, split: str | None,
                 drop_labels: bool | None = None, drop_metadata: bool | None = None,
-                features: Any = None, num_shards: int = 1, info: Any = None) -> IterableDataset | dict[str, IterableDataset]:
+                features: Any = None, num_shards: int = 1, info: Any = None) -> IterableDataset | IterableDatasetDict:
     """The splits of a folder of media files as HF's folder builder (``builder``) reads them.
     ``num_shards``: the contiguous shards of each split (HF's streaming builder has one). ``info``:
     their ``datasets.DatasetInfo`` (by default HF's for ``load_dataset(builder, ...)``)."""
@@ -234,7 +235,7 @@ def load_folder(builder: str, data_dir: str | None, data_files: Any, split: str 
                              names_digest=names_digest([_digest_name(p) for p in named]),
                              arrow_rows=False)  # HF's builder yields Python examples: formatted from them
         out[s] = IterableDataset(source, features=feats, split=s, info=info if info is not None else builder_info(builder))
-    return out[split] if split is not None else out
+    return out[split] if split is not None else IterableDatasetDict(out)
 
 
 def _split_files(data_dir: str | None, data_files: Any) -> dict[str, list[str]]:

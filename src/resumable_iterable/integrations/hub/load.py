@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from ...dataset import IterableDataset
+from ...dataset_dict import IterableDatasetDict
 from ...nodes.archives import (archive_kind, member_path, split_member, tar_members, zip_member_names,
                                zip_members)
 from ...nodes.file_formats import FORMATS, format_of
@@ -87,7 +88,7 @@ def _members_format(archives: list[str], split: str) -> str:
 def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: str | None = None,
                  data_files: Any = None, split: str | None = None, revision: str | None = None,
                  token: Any = None, cache_dir: str | os.PathLike | None = None, format: str | None = None,
-                 streaming: bool = True, **reader_kwargs: Any) -> IterableDataset | dict[str, IterableDataset]:
+                 streaming: bool = True, **reader_kwargs: Any) -> IterableDataset | IterableDatasetDict:
     """Load the data files of a local folder or a Hub dataset repo as resumable iterable datasets.
 
     Args:
@@ -117,7 +118,8 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
 
     Returns:
         An :class:`~resumable_iterable.IterableDataset` (one shard per file, in sorted path order)
-        or, with ``split=None``, a dict of them keyed by split.
+        or, with ``split=None``, an :class:`~resumable_iterable.IterableDatasetDict` of them keyed by
+        split (HF's ``map``, ``filter``, ``shuffle``... on every split; each split has its own state).
     """
     del streaming
     return _load(path, name, data_dir, data_files, split, revision, token, cache_dir, format, reader_kwargs)
@@ -320,4 +322,4 @@ def _combined_splits(split: str, load: Any) -> IterableDataset:
 def _pick(datasets: dict[str, IterableDataset], split: str | None):
     if split is not None and split not in datasets:
         raise ValueError(f"unknown split {split!r}; available splits: {sorted(datasets)}")
-    return datasets[split] if split is not None else datasets
+    return datasets[split] if split is not None else IterableDatasetDict(datasets)
