@@ -6,9 +6,8 @@ file ``tests/io/test_parquet.py`` (its ``parquet_path`` fixture from ``tests/fix
 here). Test names are upstream's; upstream's ``streaming=[False, True]`` parametrizations run as the
 streaming case. Upstream reads with HF's ``ParquetDatasetReader(..., streaming=True).read()``, the
 reader behind ``IterableDataset.from_parquet``; the port calls ``ri.IterableDataset.from_parquet``
-with the same arguments (a ``{split: path}`` dict gives HF an ``IterableDatasetDict``, us a
-``dict``). The other tests of that file read or write map-style datasets (not ported; see
-``docs/compat.md``).
+with the same arguments (a ``{split: path}`` dict gives an ``IterableDatasetDict``, HF's or ours).
+The other tests of that file read or write map-style datasets (not ported; see ``docs/compat.md``).
 """
 
 from __future__ import annotations
@@ -61,7 +60,7 @@ def _read(path_or_paths, **kwargs):
 
 
 def _check_parquet_datasetdict(dataset_dict, expected_features, splits=("train",)):
-    assert isinstance(dataset_dict, dict)  # upstream: (DatasetDict, IterableDatasetDict)
+    assert isinstance(dataset_dict, ri.IterableDatasetDict)  # upstream: (DatasetDict, IterableDatasetDict)
     for split in splits:
         dataset = dataset_dict[split]
         assert len(list(dataset)) == 4
