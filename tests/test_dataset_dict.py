@@ -155,6 +155,8 @@ def test_hf_errors(files):
     ours, hf = both(files)
     cases = [
         (TypeError, lambda d: d.map(with_split=True)),  # no function to give the split to
+        (TypeError, lambda d: d.shuffle(seeds={"train": 1})),  # the map-style DatasetDict's, not the iterable's
+        (TypeError, lambda d: d.map(lambda x: x, num_proc=2)),  # map-style only
         (ValueError, lambda d: list(d.rename_column("text", "id")["train"])),
         (ValueError, lambda d: list(d.select_columns("nope")["train"])),
         (ValueError, lambda d: list(d.cast(Features({"x": Value("int64")}))["train"])),  # HF: CastError(ValueError)
@@ -325,3 +327,14 @@ def test_a_split_of_the_dict_resumes_through_torchdata_with_two_workers(files):
     test = {"test": files["test"]}
     back = pickle.loads(pickle.dumps(_chained(test)))
     assert type(back) is ri.IterableDatasetDict and list(back["test"]) == list(_chained(test)["test"])
+
+
+def test_our_loader_given_the_dict_names_the_splits(files):
+    """A dict has ``__getitem__`` and ``__len__``: torch's loaders take it for a map-style dataset and
+    fail when iterated with ``KeyError: 0`` (HF's dict too). Ours refuses it when built, naming the splits."""
+    ours, hf = both(files)
+    with pytest.raises(TypeError, match=r"one split, e.g. StatefulDataLoader\(ds\['train'\], ...\)"):
+        ri.StatefulDataLoader(ours, batch_size=2)
+    with pytest.raises(KeyError):
+        next(iter(torch.utils.data.DataLoader(hf, batch_size=2)))
+    assert len(list(ri.StatefulDataLoader(ours["test"], batch_size=2))) == 3

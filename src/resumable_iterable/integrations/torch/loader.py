@@ -8,6 +8,7 @@ from types import GeneratorType
 import weakref
 from typing import Any
 
+from ...dataset_dict import IterableDatasetDict
 from ...distributed import warn_too_many_workers
 from ...loader import elastic
 from ...loader.session import IterationSession
@@ -127,6 +128,10 @@ if _TorchdataLoader is not None:
                      save_worker_rng: bool = False, **kwargs: Any):
             if not isinstance(save_worker_rng, bool):
                 raise TypeError(f"save_worker_rng must be True or False, got {save_worker_rng!r}")
+            if isinstance(dataset, IterableDatasetDict):  # else torch reads it as a map-style dataset: KeyError 0
+                splits = list(dataset)
+                raise TypeError(f"StatefulDataLoader was given an IterableDatasetDict (the splits {splits}); give it one "
+                                f"split, e.g. StatefulDataLoader(ds[{(splits or ['train'])[0]!r}], ...)")
             if _is_ours(dataset):
                 prepare_for_workers(dataset.session)
                 if save_worker_rng:
