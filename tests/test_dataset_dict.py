@@ -338,3 +338,17 @@ def test_our_loader_given_the_dict_names_the_splits(files):
     with pytest.raises(KeyError):
         next(iter(torch.utils.data.DataLoader(hf, batch_size=2)))
     assert len(list(ri.StatefulDataLoader(ours["test"], batch_size=2))) == 3
+
+
+def test_functions_of_datasets_given_the_dict_say_to_pick_splits(files):
+    """``split_dataset_by_node(ds, ...)`` failed with ``AttributeError: ... '_distributed'`` (HF's too);
+    ``interleave_datasets(ds)`` / ``concatenate_datasets(ds)`` read the split names as the datasets
+    ("dataset 0 is a builtins.str"; HF: a ValueError saying the same). Each names the splits now."""
+    ours, _ = both(files)
+    with pytest.raises(TypeError, match=r"got a dict of the splits \['train', 'test', 'validation'\].*ds\['train'\]"):
+        ri.split_dataset_by_node(ours, rank=0, world_size=2)
+    for combine in (ri.interleave_datasets, ri.concatenate_datasets):
+        with pytest.raises(TypeError, match=r"got a dict of the splits .*list\(ds.values\(\)\)"):
+            combine(ours)
+    assert len(list(ri.concatenate_datasets(list(ours.values())))) == sum(SPLITS.values())
+    assert len(list(ri.split_dataset_by_node(ours["train"], rank=1, world_size=2))) == SPLITS["train"] // 2

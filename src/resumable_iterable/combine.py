@@ -15,6 +15,9 @@ from .nodes.map import MapNode
 
 
 def _check(datasets: list, what: str) -> list[IterableDataset]:
+    if isinstance(datasets, dict):  # an IterableDatasetDict: its keys would be read as the datasets
+        raise TypeError(f"{what} takes a list of datasets, got a dict of the splits {list(datasets)}: pass "
+                        f"list(ds.values()) or [ds[split], ...]")
     datasets = list(datasets)
     if not datasets:
         raise ValueError(f"{what} needs at least one dataset")

@@ -68,6 +68,9 @@ def split_dataset_by_node(dataset, rank: int, world_size: int, strategy: str = "
     without one when splitting by example, and for a global shuffle without one.
     """
     check_strategy(strategy)
+    if isinstance(dataset, dict):  # an IterableDatasetDict (HF: AttributeError '_distributed')
+        raise TypeError(f"split_dataset_by_node takes one dataset, got a dict of the splits {list(dataset)}: split "
+                        f"each one you read, e.g. split_dataset_by_node(ds[{(list(dataset) or ['train'])[0]!r}], ...)")
     if getattr(dataset, "rank_splits", None) is None:  # a HF datasets.Dataset / IterableDataset: HF's own split
         from datasets.distributed import split_dataset_by_node as hf_split
 
