@@ -352,3 +352,25 @@ def test_functions_of_datasets_given_the_dict_say_to_pick_splits(files):
             combine(ours)
     assert len(list(ri.concatenate_datasets(list(ours.values())))) == sum(SPLITS.values())
     assert len(list(ri.split_dataset_by_node(ours["train"], rank=1, world_size=2))) == SPLITS["train"] // 2
+
+
+def test_the_methods_take_hfs_arguments_in_hfs_order():
+    """Every method and property of HF's ``IterableDatasetDict`` exists, its parameters in HF's order with
+    HF's defaults (ours may add some after them); one default differs on purpose (``docs/compat.md``)."""
+    import inspect
+
+    differ = {("shuffle", "max_buffer_input_shards"): (1, 10)}
+    theirs = {n: v for n, v in vars(datasets.IterableDatasetDict).items() if not n.startswith("_")}
+    assert theirs
+    for name, member in theirs.items():
+        ours = getattr(ri.IterableDatasetDict, name)
+        if isinstance(member, property):
+            assert isinstance(ours, property), name
+            continue
+        hp = list(inspect.signature(member).parameters.values())
+        op = list(inspect.signature(ours).parameters.values())
+        assert [p.name for p in op[:len(hp)]] == [p.name for p in hp], name
+        for h, o in zip(hp, op):
+            expected = differ.get((name, h.name), (h.default, h.default))
+            assert (o.default, h.default) == expected, (name, h.name)
+            assert o.kind == h.kind, (name, h.name)
