@@ -168,7 +168,7 @@ def test_hf_errors(files):
             with pytest.raises(error):
                 call(d)
     bad = ri.IterableDatasetDict(ours, extra=hf["train"])  # a HF dataset among ours
-    with pytest.raises(TypeError, match="resumable_iterable.IterableDataset"):
+    with pytest.raises(TypeError, match="split .extra. is a datasets.iterable_dataset.IterableDataset, not a resumable_iterable"):
         bad.column_names
     with pytest.raises(TypeError):
         datasets.IterableDatasetDict(hf, extra=3).column_names

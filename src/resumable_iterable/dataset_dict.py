@@ -49,8 +49,8 @@ class IterableDatasetDict(dict):
     def _check_values_type(self) -> None:
         for name, dataset in self.items():
             if not isinstance(getattr(dataset, "session", None), IterationSession):
-                raise TypeError(f"Values in `IterableDatasetDict` should be of type `resumable_iterable.IterableDataset` "
-                                f"but got type '{type(dataset)}' (split {name!r})")
+                raise TypeError(f"IterableDatasetDict: split {name!r} is a {type(dataset).__module__}."
+                                f"{type(dataset).__qualname__}, not a resumable_iterable.IterableDataset")
 
     def _check_values_features(self) -> None:
         """Every split has the same features (read from a few examples where they are unknown), as HF
@@ -58,8 +58,8 @@ class IterableDatasetDict(dict):
         found = [(name, dataset.resolve_features().features) for name, dataset in self.items()]
         for (a, fa), (b, fb) in zip(found[:-1], found[1:]):
             if fa != fb:
-                raise ValueError(f"All datasets in `IterableDatasetDict` should have the same features but features "
-                                 f"for '{a}' and '{b}' don't match: {fa} != {fb}")
+                raise ValueError(f"the splits of an IterableDatasetDict should have the same features to be pushed "
+                                 f"together; {a!r} and {b!r} differ: {fa} != {fb}")
 
     def __getattr__(self, name: str) -> Any:
         # only reached for a name the dict lacks: say where a dataset's own state is
