@@ -50,12 +50,16 @@ class ColumnsNode(Node):
             columns = [columns] if isinstance(columns, str) else list(columns)
             if not all(isinstance(c, str) for c in columns):
                 raise TypeError(f"column names must be strings, got {columns!r}")
-            self.columns = columns
+            # a name given twice is one column (HF's map-style ``Dataset`` too): twice, it made Arrow
+            # tables with a column twice, or none (``drop_columns``). ``params`` keeps the names as
+            # given, so the fingerprints of saved states stay the same
+            self._given = columns
+            self.columns = list(dict.fromkeys(columns))
         self.op = op
         super().__init__([child])
 
     def params(self) -> dict:
-        return {"op": self.op, "columns": self.columns}
+        return {"op": self.op, "columns": getattr(self, "_given", self.columns)}
 
     def _own_state(self) -> dict:
         return {"retry": ExampleList()}
