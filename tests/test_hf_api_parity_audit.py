@@ -58,3 +58,52 @@ def test_a_name_twice_keeps_the_fingerprint_of_states_saved_before():
     # states saved by earlier versions record the names as given: they must keep loading
     shape = _ours().select_columns(["a", "a"]).pipeline.shape()
     assert shape["columns"] == ["a", "a"]
+
+
+# ---------------------------------------------------------------- from_generator: HF's arguments, in HF's order
+def _gen(shards, tag="x"):
+    for s in shards:
+        for i in range(3):
+            yield {"a": s * 10 + i, "b": f"{tag}{i}"}
+
+
+FEATURES = Features({"a": Value("int32"), "b": Value("string")})
+
+
+def test_from_generator_takes_hf_arguments_in_hf_order():
+    assert (list(inspect.signature(ri.IterableDataset.from_generator).parameters)
+            == list(inspect.signature(datasets.IterableDataset.from_generator).parameters))
+    # features second, gen_kwargs third, split fourth: positionally, as HF's callers write it
+    hf = datasets.IterableDataset.from_generator(_gen, FEATURES, {"shards": [0, 1, 2]}, "test")
+    ours = ri.IterableDataset.from_generator(_gen, FEATURES, {"shards": [0, 1, 2]}, "test")
+    assert list(ours) == list(hf)
+    assert ours.features == hf.features and ours.num_shards == hf.num_shards == 3
+    assert ours.split == hf.split == "test"
+    hf2 = datasets.IterableDataset.from_generator(_gen, FEATURES, gen_kwargs={"shards": [1]})
+    ours2 = ri.IterableDataset.from_generator(_gen, FEATURES, gen_kwargs={"shards": [1]})
+    assert list(ours2) == list(hf2) and ours2.features == hf2.features
+    assert_resumes_exactly(lambda: ri.IterableDataset.from_generator(_gen, FEATURES, {"shards": [0, 1, 2]})
+                           .shuffle(seed=2, buffer_size=2))
+
+
+def test_from_generator_names_its_split_train_and_its_builder_as_hf():
+    hf = datasets.IterableDataset.from_generator(_gen, gen_kwargs={"shards": [0]})
+    ours = ri.IterableDataset.from_generator(_gen, gen_kwargs={"shards": [0]})
+    assert ours.split == hf.split == "train"
+    for key in ("builder_name", "dataset_name", "config_name", "version"):
+        assert getattr(ours.info, key) == getattr(hf.info, key), key
+    assert ours.map(lambda x: x).take(2).split == "train"  # kept by what is built on it, as HF
+
+
+def test_from_generator_refuses_gen_kwargs_given_where_hf_takes_features():
+    # our earlier order put gen_kwargs second: said at the call (HF raises a TypeError too), not
+    # as an error from inside the generator at the first example
+    with pytest.raises(TypeError):
+        datasets.IterableDataset.from_generator(_gen, {"shards": [0, 1]})
+    with pytest.raises(TypeError, match="gen_kwargs by name"):
+        ri.IterableDataset.from_generator(_gen, {"shards": [0, 1]})
+    # a plain dict of features is made Features (HF raises TypeError on it)
+    ours = ri.IterableDataset.from_generator(_gen, {"a": Value("int32"), "b": Value("string")},
+                                             {"shards": [0]})
+    assert ours.features == FEATURES and [r["a"] for r in ours] == [0, 1, 2]
+

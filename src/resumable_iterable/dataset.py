@@ -127,13 +127,20 @@ class IterableDataset(FileReaders, _Base):
                    column_names=table.column_names)
 
     @classmethod
-    def from_generator(cls, generator: Callable[..., Iterator[dict]], gen_kwargs: dict | None = None,
-                       features: Any = None) -> IterableDataset:
+    def from_generator(cls, generator: Callable[..., Iterator[dict]], features: Any = None,
+                       gen_kwargs: dict | None = None, split: Any = "train") -> IterableDataset:
         """Examples yielded by ``generator(**gen_kwargs)``; list values of ``gen_kwargs`` are shards.
+        The arguments are HF's, in HF's order (``features`` second).
 
         With ``features`` (HF ``datasets.Features``), each example is typed as HF does: missing
-        columns are filled with ``None``, values are encoded and decoded with the features."""
-        ds = cls(GeneratorSource(generator, gen_kwargs), features=features)
+        columns are filled with ``None``, values are encoded and decoded with the features.
+        ``split`` names the dataset's split (``"train"``, as HF) and its ``info`` is that of HF's
+        ``generator`` builder."""
+        from .features import builder_info
+
+        features = _generator_features(features)
+        ds = cls(GeneratorSource(generator, gen_kwargs), features=features, split=split,
+                 info=builder_info("generator"))
         return ds._typed(features) if features is not None else ds
 
     @classmethod
@@ -769,6 +776,28 @@ class IterableColumn:
 
     def __getitem__(self, column_name: str) -> IterableColumn:
         return IterableColumn(self, column_name)
+
+
+def _generator_features(features: Any) -> Any:
+    """``from_generator``'s ``features``: ``datasets.Features``, or a plain dict of features made one.
+    Anything else is a ``TypeError`` - a dict of ``gen_kwargs`` given second (this library's order
+    before HF's was followed) among them, which would otherwise fail only when iterated."""
+    if features is None:
+        return None
+    from datasets import Features
+
+    if isinstance(features, Features):
+        return features
+    if isinstance(features, dict) and features:
+        try:
+            typed = Features(features)
+            typed.arrow_schema  # noqa: B018 - every value a feature type
+            return typed
+        except Exception:  # noqa: BLE001 - not features: said below
+            pass
+    raise TypeError(f"from_generator(generator, features=None, gen_kwargs=None, split='train'): features must be "
+                    f"datasets.Features, got {type(features).__name__} {features!r:.100}; give gen_kwargs by name "
+                    "(gen_kwargs=...), as HF's order puts features second")
 
 
 def to_iterable_dataset(dataset: Any, num_shards: int = 1) -> IterableDataset:
