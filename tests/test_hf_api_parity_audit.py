@@ -107,3 +107,43 @@ def test_from_generator_refuses_gen_kwargs_given_where_hf_takes_features():
                                              {"shards": [0]})
     assert ours.features == FEATURES and [r["a"] for r in ours] == [0, 1, 2]
 
+
+# ---------------------------------------------------------------- globs of the file readers leave out what HF's leave out
+def _tree(tmp_path):
+    for folder in ("sub/.hid", "sub/__pycache__", "only", ".top"):
+        (tmp_path / folder).mkdir(parents=True)
+    for name in ("README.md", "sub/.hidden.jsonl", "sub/.hid/x.jsonl", "sub/__pycache__/y.jsonl", "only/.h.jsonl",
+                 "only/README.md", "sub/README.md", "sub/config.json", ".top/t.jsonl"):
+        (tmp_path / name).write_text(json.dumps({"a": 1, "f": name}) + "\n")
+    (tmp_path / "sub/ok.jsonl").write_text(json.dumps({"a": 2, "f": "ok"}) + "\n")
+
+
+GLOBS = ["README.md", "sub/*", "sub/**", "sub/**/*.jsonl", "sub/.*", "sub/.*/*", "sub/__*/*", "**/*.jsonl",
+         "*/*.jsonl", "**", ".top/*", ["sub/*.jsonl", "only/*"], ["only/*", "sub/*.jsonl"]]
+
+
+@pytest.mark.parametrize("reader", ["from_json", "from_text"])
+def test_reader_globs_read_the_files_hf_reads(tmp_path, reader):
+    # HF's readers leave dataset metadata (README.md, config.json...), hidden files and folders and
+    # __pycache__ out of a glob unless the pattern names them; ours read them as data (a README as
+    # JSON Lines or text, a hidden copy of a file twice)
+    _tree(tmp_path)
+    for pattern in GLOBS:
+        given = [str(tmp_path / p) for p in pattern] if isinstance(pattern, list) else str(tmp_path / pattern)
+        theirs = list(getattr(datasets.IterableDataset, reader)(given))
+        ours = list(getattr(ri.IterableDataset, reader)(given))
+        assert ours == theirs, pattern
+    assert_resumes_exactly(lambda: ri.IterableDataset.from_json([str(tmp_path / "only/*"), str(tmp_path / "**")]))
+
+
+def test_reader_glob_of_only_left_out_files_says_so(tmp_path):
+    # HF: the JSON reader raises StopIteration, the text reader reads an empty dataset; ours says
+    # which files the glob matched and why none is read
+    _tree(tmp_path)
+    for pattern in ("*.md", "only/*", "sub/*.json"):
+        with pytest.raises(FileNotFoundError, match="leave out"):
+            ri.IterableDataset.from_json(str(tmp_path / pattern))
+    with pytest.raises(FileNotFoundError, match=r"Unable to find data files matching '.*nothing\*'$"):
+        ri.IterableDataset.from_text(str(tmp_path / "nothing*"))
+    # named, they are read, as by HF
+    assert [r["f"] for r in ri.IterableDataset.from_json(str(tmp_path / "only/.h.jsonl"))] == ["only/.h.jsonl"]
