@@ -147,3 +147,36 @@ def test_reader_glob_of_only_left_out_files_says_so(tmp_path):
         ri.IterableDataset.from_text(str(tmp_path / "nothing*"))
     # named, they are read, as by HF
     assert [r["f"] for r in ri.IterableDataset.from_json(str(tmp_path / "only/.h.jsonl"))] == ["only/.h.jsonl"]
+
+
+# ---------------------------------------------------------------- interleave / concatenate: HF's arguments, in HF's order
+def test_interleave_and_concatenate_take_hf_arguments_in_hf_order():
+    for ours_fn, hf_fn in ((ri.interleave_datasets, datasets.interleave_datasets),
+                           (ri.concatenate_datasets, datasets.concatenate_datasets)):
+        assert list(inspect.signature(ours_fn).parameters) == list(inspect.signature(hf_fn).parameters)
+    info = datasets.DatasetInfo(description="mixed", license="mit")
+    # positionally, as HF's callers write them: info 4th, split 5th, stopping_strategy 6th
+    hf = datasets.interleave_datasets([_hf(2), _hf(3).take(2)], None, None, info, "train", "all_exhausted")
+    ours = ri.interleave_datasets([_ours(2), _ours(3).take(2)], None, None, info, "train", "all_exhausted")
+    assert list(ours) == list(hf)
+    assert (ours.description, ours.license, ours.split) == (hf.description, hf.license, hf.split) == ("mixed", "mit", "train")
+    assert ours.info.features == ours.features
+    hf = datasets.concatenate_datasets(dsets=[_hf(2), _hf(3)], info=info, split="x")
+    ours = ri.concatenate_datasets(dsets=[_ours(2), _ours(3)], info=info, split="x")
+    assert list(ours) == list(hf) and ours.description == hf.description == "mixed" and ours.split == "x"
+    hf = datasets.concatenate_datasets([_hf(2), _hf(3).rename_columns({"a": "c", "b": "d"})], None, None, 1)
+    ours = ri.concatenate_datasets([_ours(2), _ours(3).rename_columns({"a": "c", "b": "d"})], None, None, 1)
+    assert list(ours) == list(hf)
+    info.description = "changed"  # the dataset keeps a copy
+    assert ours.description != "changed"
+    assert_resumes_exactly(lambda: ri.interleave_datasets([_ours(2), _ours(3).take(2)], [0.5, 0.5], 3, info,
+                                                          None, "all_exhausted"))
+
+
+def test_arguments_in_the_former_order_are_refused_at_the_call():
+    # before, the 4th argument of interleave_datasets was stopping_strategy and the 2nd of
+    # concatenate_datasets axis: now HF's info, which must be a DatasetInfo
+    with pytest.raises(TypeError, match="info must be a datasets.DatasetInfo"):
+        ri.interleave_datasets([_ours(), _ours()], None, None, "all_exhausted")
+    with pytest.raises(TypeError, match="info must be a datasets.DatasetInfo"):
+        ri.concatenate_datasets([_ours(), _ours()], 1)

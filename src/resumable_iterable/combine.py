@@ -109,11 +109,17 @@ def _aligned_nodes(datasets: list[IterableDataset], merged: Any) -> list:
     return nodes
 
 
-def _merged_info(datasets: list[IterableDataset]) -> Any:
-    """The info of a combination, as HF merges it: the inputs' when they are all equal (the splits of
-    one ``load_dataset``: its builder's), else their descriptions, citations... joined."""
+def _merged_info(datasets: list[IterableDataset], info: Any = None) -> Any:
+    """The info of a combination: ``info`` when given (HF's ``info=``: its features give way to the
+    combination's), else as HF merges it: the inputs' when they are all equal (the splits of one
+    ``load_dataset``: its builder's), else their descriptions, citations... joined."""
     from datasets import DatasetInfo
 
+    if info is not None:
+        if not isinstance(info, DatasetInfo):  # e.g. an argument given in this library's former order
+            raise TypeError(f"info must be a datasets.DatasetInfo, got {type(info).__name__} {info!r:.60} (the "
+                            "arguments are HF's, in HF's order: give the others by name)")
+        return info
     return DatasetInfo.from_merge([d.info for d in datasets])
 
 
@@ -128,8 +134,8 @@ def _split_like(combined: IterableDataset, first: IterableDataset) -> IterableDa
 
 
 def interleave_datasets(datasets: list[IterableDataset], probabilities: list[float] | None = None,
-                        seed: int | None = None, stopping_strategy: str = "first_exhausted", *,
-                        split: Any = None) -> IterableDataset:
+                        seed: int | None = None, info: Any = None, split: Any = None,
+                        stopping_strategy: str = "first_exhausted") -> IterableDataset:
     """Alternate between datasets: in turn, or at random with ``probabilities`` (seeded by ``seed``).
 
     When every dataset's features are known (sources with a schema, ``cast``, ``features=``, or
@@ -138,23 +144,27 @@ def interleave_datasets(datasets: list[IterableDataset], probabilities: list[flo
     reads examples (which would run the user's functions): call ``resolve_features()`` on a
     dataset whose features are unknown to get HF's behaviour. A probability of 0 is refused with
     the ``all_exhausted`` strategies (that dataset would never be exhausted), as HF's map-style
-    ``interleave_datasets`` refuses it. ``split``: the result's split name (HF's ``split=``; ``None``
-    by default).
+    ``interleave_datasets`` refuses it. ``info`` (a ``datasets.DatasetInfo``) and ``split`` (a split
+    name) describe the result, as HF's: by default the inputs' infos merged, and no split name. The
+    arguments are HF's, in HF's order.
     """
+    info = _merged_info([], info) if info is not None else None  # checked before the datasets are
     datasets = _check(datasets, "interleave_datasets")
     if seed is not None:
         seed = resolve_seed(seed)  # any integer type, stored as a plain int
     merged = _merged_features([d.features for d in datasets], "interleave_datasets")
     node = InterleaveNode(_aligned_nodes(datasets, merged), probabilities=probabilities, seed=seed,
                           stopping_strategy=stopping_strategy)
-    combined = IterableDataset(node, features=merged, info=_merged_info(datasets), split=split,
+    combined = IterableDataset(node, features=merged, info=_merged_info(datasets, info), split=split,
                                column_names=None if merged is not None else _common_column_names(datasets))
     return _split_like(combined, datasets[0])
 
 
-def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0, split: Any = None) -> IterableDataset:
-    """One dataset after the other (``axis=0``) or their columns side by side (``axis=1``), named
-    ``split`` (as HF's ``split=``: ``None`` by default).
+def concatenate_datasets(dsets: list[IterableDataset], info: Any = None, split: Any = None,
+                         axis: int = 0) -> IterableDataset:
+    """One dataset after the other (``axis=0``) or their columns side by side (``axis=1``). ``info``
+    (a ``datasets.DatasetInfo``) and ``split`` (a split name) describe the result, as HF's: by
+    default the inputs' infos merged, and no split name. The arguments are HF's, in HF's order.
 
     With ``axis=0``, when every dataset's features are known the columns a dataset lacks are
     yielded as ``None``, in the union's column order; with ``axis=1``, a column name found in two datasets raises
@@ -163,7 +173,8 @@ def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0, split: 
     call :meth:`IterableDataset.resolve_features` for that). As in HF, the result keeps the format
     (``with_format``) that every dataset has; none if they differ.
     """
-    datasets = _check(datasets, "concatenate_datasets")
+    info = _merged_info([], info) if info is not None else None
+    datasets = _check(dsets, "concatenate_datasets")
     if axis not in (0, 1):
         raise ValueError(f"concatenate_datasets: axis must be 0 or 1, got {axis!r}")
     merged = _merged_features([d.features for d in datasets], "concatenate_datasets")
@@ -180,7 +191,7 @@ def concatenate_datasets(datasets: list[IterableDataset], axis: int = 0, split: 
                                  f"more than one dataset (columns: {names}); remove or rename them first")
         node = ConcatNode([d.pipeline.clone() for d in datasets], axis=1)
     out = _split_like(IterableDataset(node, features=merged, column_names=None if merged is not None else names,
-                                      split=split, info=_merged_info(datasets)), datasets[0])
+                                      split=split, info=_merged_info(datasets, info)), datasets[0])
     format_types = {d.format["type"] for d in datasets}
     if len(format_types) == 1 and None not in format_types:  # as HF: a format every dataset has is kept
         kept = datasets[0].format
