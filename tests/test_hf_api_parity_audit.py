@@ -180,3 +180,17 @@ def test_arguments_in_the_former_order_are_refused_at_the_call():
         ri.interleave_datasets([_ours(), _ours()], None, None, "all_exhausted")
     with pytest.raises(TypeError, match="info must be a datasets.DatasetInfo"):
         ri.concatenate_datasets([_ours(), _ours()], 1)
+
+
+# ---------------------------------------------------------------- a checkpoint of HF's
+def test_a_state_saved_by_hf_is_refused_saying_what_it_is():
+    # a script switched from HF resumes a checkpoint holding HF's state_dict(): say so (before: "format
+    # is None"), and leave the dataset as it was
+    hf = _hf().shuffle(seed=0, buffer_size=2)
+    it = iter(hf)
+    next(it)
+    state = json.loads(json.dumps(hf.state_dict()))
+    ours = _ours().shuffle(seed=0, buffer_size=2)
+    with pytest.raises(ValueError, match="state of HF datasets' IterableDataset.state_dict"):
+        ours.load_state_dict(state)
+    assert sorted(r["a"] for r in ours) == list(range(6))  # a fresh pass, whole

@@ -198,6 +198,13 @@ def _inside(doc: Any) -> str:
             "ResumableDataCallback")
 
 
+#: the end of the message refusing a state of HF ``datasets``' ``IterableDataset.state_dict()``
+#: (``{"examples_iterable": ..., "epoch": ...}``), met when a script switched from HF resumes a checkpoint
+_HF_STATE = (": it is a state of HF datasets' IterableDataset.state_dict(), which describes HF's own iterables, "
+             "not this pipeline, so it cannot be resumed here: start this dataset afresh (to leave out the "
+             "examples already trained on, skip(n) them) and save its own state_dict() from then on")
+
+
 def check_envelope(state: Any) -> None:
     """Validate the envelope of a state (not its node payload)."""
     if not isinstance(state, dict):
@@ -205,7 +212,7 @@ def check_envelope(state: Any) -> None:
     if type(state.get("format")) is not str or state.get("format") != FORMAT:
         raise ValueError(
             f"not a resumable_iterable state (format is {state.get('format')!r}, expected {FORMAT!r})"
-            + _inside(state))
+            + (_HF_STATE if "format" not in state and "examples_iterable" in state else _inside(state)))
     version = state.get("version")
     if type(version) is not int or version != VERSION:  # 1.0 and True compare equal to 1
         older = (" (version 1 states were written by resumable_iterable 0.1, whose node states had other fields;"
