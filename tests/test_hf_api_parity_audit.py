@@ -194,3 +194,32 @@ def test_a_state_saved_by_hf_is_refused_saying_what_it_is():
     with pytest.raises(ValueError, match="state of HF datasets' IterableDataset.state_dict"):
         ours.load_state_dict(state)
     assert sorted(r["a"] for r in ours) == list(range(6))  # a fresh pass, whole
+
+
+# ---------------------------------------------------------------- integers held in tensors
+def test_integer_tensors_are_integers_as_in_hf():
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    n = torch.tensor(2)  # e.g. an epoch or a count broadcast between ranks
+    hf, ours = _hf(), _ours()
+    assert list(ours.take(n)) == list(hf.take(n)) and list(ours.skip(n)) == list(hf.skip(n))
+    assert list(ours.repeat(n)) == list(hf.repeat(n))
+    assert list(ours.batch(torch.tensor([4]))) == list(hf.batch(torch.tensor([4])))
+    assert list(ours.shard(torch.tensor(3), torch.tensor(1))) == list(hf.shard(torch.tensor(3), torch.tensor(1)))
+    hf.set_epoch(n)
+    ours.set_epoch(n)
+    assert ours.epoch == hf.epoch == 2 and type(ours.epoch) is int
+    assert list(ours.take(np.array(3))) == list(hf.take(np.array(3)))
+    # what is no integer stays refused: booleans of any library, floats, several values
+    for bad in (torch.tensor(True), np.bool_(True), True, torch.tensor(2.0), torch.tensor([1, 2]), np.array(2.0)):
+        with pytest.raises(ValueError, match="must be"):
+            ours.take(bad)
+
+    def build():
+        ds = _ours().shuffle(seed=torch.tensor(3), buffer_size=torch.tensor(2)).take(torch.tensor(5))
+        ds.set_epoch(torch.tensor(1))
+        return ds
+
+    full = assert_resumes_exactly(build)  # the state holds plain ints: through JSON at every cut point
+    assert len(full) == 5

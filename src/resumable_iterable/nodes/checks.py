@@ -4,6 +4,7 @@ each raises ``TypeError`` / ``ValueError`` with a message naming the field and w
 from __future__ import annotations
 
 import numbers
+import operator
 from typing import Any
 
 import numpy as np
@@ -44,17 +45,33 @@ def _expected_int(lo: int | None, hi: int | None, none_ok: bool) -> str:
 def as_int(value: Any, name: str, lo: int | None = 0, hi: int | None = None, none_ok: bool = False) -> int | None:
     """A user's integer argument as a plain ``int`` (so that states hold plain ints), checked to
     be in ``[lo, hi]``. Any ``numbers.Integral`` is accepted - Python ints, numpy integers -
-    except ``bool``; ``None`` only with ``none_ok``. Raises ``ValueError`` naming ``name``,
+    except ``bool``, and a one-element integer tensor or array (:func:`_index`); ``None`` only
+    with ``none_ok``. Raises ``ValueError`` naming ``name``,
     what was expected and what was given (type and value)."""
     if value is None and none_ok:
         return None
     expected = _expected_int(lo, hi, none_ok)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be {expected}, got {_given(value)}")
-    v = int(value)
+        v = _index(value)
+        if v is None:
+            raise ValueError(f"{name} must be {expected}, got {_given(value)}")
+    else:
+        v = int(value)
     if (lo is not None and v < lo) or (hi is not None and v > hi):
         raise ValueError(f"{name} must be {expected}, got {v}")
     return v
+
+
+def _index(value: Any) -> int | None:
+    """``value`` as an ``int`` where it is an integer only by ``__index__`` - a one-element integer
+    torch tensor or 0-d numpy array (an epoch kept in a tensor to broadcast it), which HF takes as
+    the integer - else ``None``: booleans (of any library), floats, strings are not integers here."""
+    if isinstance(value, (bool, str, bytes)) or "bool" in str(getattr(value, "dtype", "")):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def as_epoch(epoch: Any) -> int:
