@@ -74,9 +74,11 @@ def _merged_features(features: list, what: str) -> Any:
 
 
 def _common_column_names(datasets: list[IterableDataset]) -> list[str] | None:
-    """The column names of the first dataset if every dataset has the same, else ``None``."""
+    """The column names of the first dataset if every dataset has the same (in any order), else ``None``."""
     names = datasets[0].column_names
-    return names if all(d.column_names == names for d in datasets[1:]) else None
+    if names is None or any(d.column_names is None or sorted(d.column_names) != sorted(names) for d in datasets[1:]):
+        return None
+    return names
 
 
 def _fill_missing_columns(example: dict, columns: list[str]) -> None:
@@ -95,18 +97,27 @@ def _fill_missing_columns(example: dict, columns: list[str]) -> None:
 _fill_missing_columns.keeps_arrow_rows = True  # type: ignore[attr-defined]
 
 
-def _aligned_nodes(datasets: list[IterableDataset], merged: Any) -> list:
+def _aligned_nodes(datasets: list[IterableDataset], merged: Any) -> tuple[list, list]:
     """The datasets' pipelines, each one lacking columns of ``merged`` followed by a map adding them
-    as ``None``, so that every example of the combination has every column, in ``merged``'s order."""
-    nodes = []
+    as ``None``, so that every example of the combination has every column, in ``merged``'s order;
+    and, per dataset, the column order the combining node puts its rows in (``nodes/column_order.py``):
+    ``merged``'s for a dataset that has all its columns in another order (HF casts its rows to the
+    merged features), ``None`` for the others. Unknown features, but the same column names in every
+    dataset: the first's order (that of HF's features, inferred from the rows)."""
+    nodes, orders = [], []
+    names = _common_column_names(datasets) if merged is None else list(merged)
     for d in datasets:
         node = d.pipeline.clone()
+        order = None
         if merged is not None and any(c not in d.features for c in merged):
-            own, order = list(d.features), list(merged)
-            same = next((i for i, (a, b) in enumerate(zip(own, order)) if a != b), min(len(own), len(order)))
-            node = MapNode(node, _fill_missing_columns, fn_kwargs={"columns": order[same:]})
+            own = list(d.features)
+            same = next((i for i, (a, b) in enumerate(zip(own, names)) if a != b), min(len(own), len(names)))
+            node = MapNode(node, _fill_missing_columns, fn_kwargs={"columns": names[same:]})
+        elif names is not None and (list(d.features) if merged is not None else d.column_names) != names:
+            order = names
         nodes.append(node)
-    return nodes
+        orders.append(order)
+    return nodes, orders
 
 
 def _merged_info(datasets: list[IterableDataset], info: Any = None) -> Any:
@@ -153,8 +164,9 @@ def interleave_datasets(datasets: list[IterableDataset], probabilities: list[flo
     if seed is not None:
         seed = resolve_seed(seed)  # any integer type, stored as a plain int
     merged = _merged_features([d.features for d in datasets], "interleave_datasets")
-    node = InterleaveNode(_aligned_nodes(datasets, merged), probabilities=probabilities, seed=seed,
-                          stopping_strategy=stopping_strategy)
+    nodes, orders = _aligned_nodes(datasets, merged)
+    node = InterleaveNode(nodes, probabilities=probabilities, seed=seed, stopping_strategy=stopping_strategy,
+                          column_orders=orders)
     combined = IterableDataset(node, features=merged, info=_merged_info(datasets, info), split=split,
                                column_names=None if merged is not None else _common_column_names(datasets))
     return _split_like(combined, datasets[0])
@@ -167,7 +179,7 @@ def concatenate_datasets(dsets: list[IterableDataset], info: Any = None, split: 
     default the inputs' infos merged, and no split name. The arguments are HF's, in HF's order.
 
     With ``axis=0``, when every dataset's features are known the columns a dataset lacks are
-    yielded as ``None``, in the union's column order; with ``axis=1``, a column name found in two datasets raises
+    yielded as ``None``, every row in the union's column order (as HF); with ``axis=1``, a column name found in two datasets raises
     ``ValueError`` here, when the column names are known. As for :func:`interleave_datasets`,
     building the pipeline reads no example (HF infers unknown features from the first examples:
     call :meth:`IterableDataset.resolve_features` for that). As in HF, the result keeps the format
@@ -180,7 +192,8 @@ def concatenate_datasets(dsets: list[IterableDataset], info: Any = None, split: 
     merged = _merged_features([d.features for d in datasets], "concatenate_datasets")
     names = None
     if axis == 0:
-        node = ConcatNode(_aligned_nodes(datasets, merged), axis=0)
+        nodes, orders = _aligned_nodes(datasets, merged)
+        node = ConcatNode(nodes, axis=0, column_orders=orders)
         names = None if merged is not None else _common_column_names(datasets)
     else:
         if all(d.column_names is not None for d in datasets):

@@ -8,6 +8,13 @@
   for its own shards. HF shuffles the shards of all inputs together; here the inputs are
   permuted, then the shards within each.
 
+  Column order, as HF's cast to the merged features: an input whose rows list the merged columns
+  in another order (``column_orders``, see ``nodes/column_order.py``) has each row put in the
+  merged order as it is yielded; the other inputs are read with ``yield from`` as before. A
+  Ctrl-C landing while a row is put in order hands that row back to this node (``held``, as
+  :meth:`Node.hold`: the input's state already counts it), so a state taken then yields it
+  first; held rows are put in order as they are yielded again.
+
   Shards, as in HF: the concatenation has the shards of all its inputs (their sum), so
   DataLoader workers and ranks split a concatenation of single-shard datasets among them. A
   part (:meth:`ConcatNode.shard`) is a concatenation of one-shard copies of the inputs: the
@@ -32,8 +39,9 @@ import functools
 from typing import Iterator
 
 from ..state import ExampleList, copy_example
-from .base import Node
+from .base import HELD, Node
 from .checks import check_examples, check_int
+from .column_order import any_template, in_order, put_in_order, templates
 from .seeds import rng_from_seed
 from .replay import check_input_provenance, check_list, reread_by_input
 
@@ -65,12 +73,15 @@ class ConcatNode(Node):
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
         return True
 
-    def __init__(self, children: list[Node], axis: int = 0):
+    def __init__(self, children: list[Node], axis: int = 0, column_orders: list | None = None):
+        """``column_orders`` (``axis=0``): per input, ``None`` or the column order its rows are put in
+        (``nodes/column_order.py``); not part of :meth:`params`, so not of the fingerprint."""
         if not children:
             raise ValueError("concatenate_datasets needs at least one dataset")
         if axis not in (0, 1):
             raise ValueError(f"axis must be 0 or 1, got {axis!r}")
         self.axis = axis
+        self.templates = templates(column_orders, len(children)) if axis == 0 else None
         super().__init__(children)
 
     def params(self) -> dict:
@@ -110,15 +121,20 @@ class ConcatNode(Node):
             return self.clone()  # keeps the inputs aligned row by row, as HF's
         return super().resharded()
 
-    def _pieces(self) -> list[tuple[Node, int]]:
-        """Every shard of the inputs, as ``(input, shard position)``, one input after another."""
-        return [(c, k) for c in self.children for k in range(c.num_shards)]
+    def _pieces(self) -> list[tuple[int, Node, int]]:
+        """Every shard of the inputs, as ``(input position, input, shard position)``, one input after another."""
+        return [(i, c, k) for i, c in enumerate(self.children) for k in range(c.num_shards)]
 
     def _of_pieces(self, pieces) -> Node:
-        """A concatenation of one-shard copies of the inputs: ``pieces``, in that order."""
+        """A concatenation of one-shard copies of the inputs: ``pieces``, in that order (each put in its
+        input's column order)."""
         new = copy.copy(self)
         new.forget_fingerprint()
-        new.children = [c.shard(c.num_shards, k, contiguous=False) for c, k in pieces]
+        new.children = [c.shard(c.num_shards, k, contiguous=False) for _, c, k in pieces]
+        if self.templates is not None:
+            new.templates = [self.templates[i] for i, _, _ in pieces]
+            if all(t is None for t in new.templates):
+                new.templates = None
         new._state_dict = new._fresh_state()
         return new
 
@@ -186,12 +202,33 @@ class ConcatNode(Node):
         if self.axis == 1:
             self._state_dict["pending"] = ExampleList(self._state_dict["pending"])
 
+    def __iter__(self) -> Iterator[dict]:
+        held = self._state_dict.get(HELD)
+        if held and self.templates is not None:  # handed back in the input's order, or by an earlier release
+            put_in_order(held, any_template(self.templates))
+        return super().__iter__()
+
     def _iter(self) -> Iterator[dict]:
         st = self._state_dict
         if self.axis == 0:
             order = self.order()
+            temps = self.templates
+            box = ExampleList([None])  # the row a Ctrl-C landing in its reordering hands back
             while st["index"] < len(order):
-                yield from self.children[order[st["index"]]]
+                i = order[st["index"]]
+                template = None if temps is None else temps[i]
+                if template is None:
+                    yield from self.children[i]
+                else:
+                    for ex in self.children[i]:
+                        try:
+                            out = template.copy()  # in_order(template, ex), inlined
+                            out.update(ex)
+                        except BaseException:  # the input's state counts ex: handed back (stores only)
+                            box[0] = ex
+                            st[HELD] = box
+                            raise
+                        yield out
                 st["index"] += 1
             return
         exhausted, columns, pending = st["exhausted"], st["columns"], st["pending"]
@@ -299,7 +336,11 @@ class ConcatNode(Node):
 
     def reread(self, provs: list[list], bar=None) -> list[dict]:
         if self.axis == 0:
-            return reread_by_input(self, provs, bar)
+            out = reread_by_input(self, provs, bar)
+            temps = self.templates
+            if temps is not None:
+                out = [ex if temps[p[0]] is None else in_order(temps[p[0]], ex) for p, ex in zip(provs, out)]
+            return out
         n = len(self.children)
         columns = list(self._state_dict["columns"])
         per_child: list[dict] = []

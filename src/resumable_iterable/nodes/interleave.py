@@ -16,6 +16,12 @@ already counts it as consumed. ``peeked`` is a :class:`~resumable_iterable.state
 example that a state copy may share is yielded as a copy (the user's functions may edit the
 yielded example in place; the state taken earlier must not change).
 
+Column order, as HF's cast to the merged features: the rows of an input whose columns are listed
+in another order (``column_orders``, see ``nodes/column_order.py``) are put in the merged order as
+they are yielded, after the turn stored its example in ``peeked`` and before it is recorded (a
+Ctrl-C landing in it leaves the turn to be drawn again). ``peeked`` keeps examples as their input
+yielded them, as states of earlier releases did.
+
 If an input raises (a ``map`` function or a generator that failed), or a Ctrl-C lands anywhere in
 a turn, a state taken after the error resumes with that very turn: the turn is recorded
 (``cycle`` / ``rng_pos``) only together with what was read for it, and an example already read for
@@ -44,8 +50,9 @@ import math
 from typing import Iterator
 
 from ..state import HeldExamples, copy_example
-from .base import Node
+from .base import HELD, Node
 from .checks import check_examples, check_int, check_rng
+from .column_order import any_template, in_order, put_in_order, templates
 from .seeds import DrawnSeed, resolve_seed, rng_from_seed, rng_from_state, split_seed
 from .replay import check_input_provenance, reread_by_input, same_example
 
@@ -65,7 +72,9 @@ class InterleaveNode(DrawnSeed, Node):
     _drawn: tuple | None = None
 
     def __init__(self, children: list[Node], probabilities: list[float] | None = None, seed: int | None = None,
-                 stopping_strategy: str = "first_exhausted"):
+                 stopping_strategy: str = "first_exhausted", column_orders: list | None = None):
+        """``column_orders``: per input, ``None`` or the column order its rows are put in
+        (``nodes/column_order.py``); not part of :meth:`params`, so not of the fingerprint."""
         if not children:
             raise ValueError("interleave_datasets needs at least one dataset")
         if stopping_strategy not in STRATEGIES:
@@ -91,6 +100,7 @@ class InterleaveNode(DrawnSeed, Node):
         self.seed = seed
         self.stopping_strategy = stopping_strategy
         self.epoch = 0
+        self.templates = templates(column_orders, len(children))
         super().__init__(children)
 
     def params(self) -> dict:
@@ -155,6 +165,12 @@ class InterleaveNode(DrawnSeed, Node):
         super()._load_own(state)
         self._state_dict["peeked"] = HeldExamples(self._state_dict["peeked"])  # not owned: the state shares them
 
+    def __iter__(self) -> Iterator[dict]:
+        held = self._state_dict.get(HELD)
+        if held and self.templates is not None:  # handed back by a format above, maybe by an earlier release
+            put_in_order(held, any_template(self.templates))
+        return super().__iter__()
+
     def _iter(self) -> Iterator[dict]:
         if self._trace is not None:
             return self._iter_traced()
@@ -217,6 +233,7 @@ class InterleaveNode(DrawnSeed, Node):
         stop = all if self.stopping_strategy != "first_exhausted" else any
         replace = self.stopping_strategy != "all_exhausted_without_replacement"
         its = [iter(c) for c in kids]
+        temps = self.templates
         # the turns are drawn here as in ``_draws`` (inlined: a generator's resume and a tuple a turn
         # cost), and ``stop`` is asked again only once an input was found exhausted
         n = len(kids)
@@ -273,6 +290,12 @@ class InterleaveNode(DrawnSeed, Node):
                 owned[i] = 1  # read now: no state copy has seen it
             elif not owned[i]:  # a state copy may share it: yield a copy (peeked[i] keeps the original)
                 ex = copy_example(ex)
+            if temps is not None:  # put in the merged column order (peeked[i] keeps the input's)
+                template = temps[i]
+                if template is not None:
+                    out = template.copy()  # in_order(template, ex), inlined
+                    out.update(ex)
+                    ex = out
             for nxt in its[i]:
                 break
             else:
@@ -318,6 +341,7 @@ class InterleaveNode(DrawnSeed, Node):
         stop = all if self.stopping_strategy != "first_exhausted" else any
         replace = self.stopping_strategy != "all_exhausted_without_replacement"
         its = [iter(c) for c in kids]
+        temps = self.templates
         for i, rng, after in self._draws(st):
             if stop(exhausted):
                 return
@@ -348,6 +372,8 @@ class InterleaveNode(DrawnSeed, Node):
                 ppos[i] = None
             elif not owned[i]:
                 ex = copy_example(ex)
+            if temps is not None and temps[i] is not None:
+                ex = in_order(temps[i], ex)
             pos = ppos[i]
             if pos is None:
                 pos = ppos[i] = provs[i]()  # input i still describes it: nothing was read after it
@@ -418,7 +444,11 @@ class InterleaveNode(DrawnSeed, Node):
         check_input_provenance(self, prov, where)
 
     def reread(self, provs: list[list], bar=None) -> list[dict]:
-        return reread_by_input(self, provs, bar)
+        out = reread_by_input(self, provs, bar)
+        temps = self.templates
+        if temps is not None:
+            out = [ex if temps[p[0]] is None else in_order(temps[p[0]], ex) for p, ex in zip(provs, out)]
+        return out
 
     def row_local_problem(self) -> str | None:
         return ("an interleave node (interleave_datasets): shuffle each dataset with shuffle(buffer_size=None) "
