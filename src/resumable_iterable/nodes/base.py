@@ -73,8 +73,10 @@ class Node:
     def hold(self, items: list) -> None:
         """Keep ``items``, what this node yielded last (in order), to yield them again first: the
         consumer above did not take them (a Ctrl-C landed while ``with_format`` formatted them, see
-        ``nodes/format.py``; asked of the root of the tree a state describes). The state holds them
-        in ``held`` until they are yielded again; states without it are as before."""
+        ``nodes/format.py``; asked of the root of the tree a state describes; a concatenation
+        hands itself so the row a Ctrl-C interrupted it putting in order, ``nodes/concat.py``).
+        The state holds them in ``held`` until they are yielded again; states without it are as
+        before."""
         st = self._state_dict
         st[HELD] = ExampleList([*items, *st.get(HELD, ())])
 
