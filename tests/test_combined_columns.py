@@ -330,3 +330,56 @@ def test_known_column_names_in_another_order_are_yielded_in_the_first_datasets_o
     assert build().features is None and build().column_names == ["ids", "lab"]
     full = _assert_resumes_in_order(build)
     assert full and all([k for k, _ in r] == ["ids", "lab"] for r in full)
+
+
+# structs: fields in another order (in a column and in a list of structs), a field missing (HF refuses a
+# list of structs lacking one)
+S_XY = datasets.Dataset.from_list(
+    [{"s": {"x": i, "y": -i}, "l": [{"p": i, "q": "a"}], "a": i} for i in range(4)],
+    features=Features({"s": {"x": Value("int64"), "y": Value("int64")},
+                       "l": datasets.List({"p": Value("int64"), "q": Value("string")}), "a": Value("int64")}))
+S_YX = datasets.Dataset.from_list(
+    [{"s": {"y": -10 - i, "x": 10 + i}, "l": [{"q": "b", "p": 10 + i}, {"q": "c", "p": 0}], "a": 10 + i}
+     for i in range(3)],
+    features=Features({"s": {"y": Value("int64"), "x": Value("int64")},
+                       "l": datasets.List({"q": Value("string"), "p": Value("int64")}), "a": Value("int64")}))
+S_X = datasets.Dataset.from_list(
+    [{"a": 20 + i, "s": {"x": 20 + i}, "l": [{"p": 20 + i, "q": "z"}]} for i in range(3)],
+    features=Features({"a": Value("int64"), "s": {"x": Value("int64")},
+                       "l": datasets.List({"p": Value("int64"), "q": Value("string")})}))
+
+
+def _keys(x):
+    """The keys of a row, its structs' and its lists of structs', in order."""
+    if isinstance(x, dict):
+        return [(k, _keys(v)) for k, v in x.items()]
+    if isinstance(x, list):
+        return [_keys(v) for v in x]
+    return None
+
+
+@pytest.mark.parametrize("fmt", [None, "numpy"])
+@pytest.mark.parametrize("name", ["interleave_all_exhausted", "concatenate"])
+def test_struct_fields_in_another_order_or_missing_are_yielded_as_hf(name, fmt):
+    """A struct column (or list of structs) whose fields another input lists in another order kept
+    that order, and a field an input lacked was missing from its structs; HF casts every row to the
+    merged features: the merged fields, in order, a missing one ``None``."""
+    def build(lib):
+        ds = COMBINE[name](lib, _inputs(lib, (S_XY, S_YX, S_X), shards=1))
+        return ds if fmt is None else ds.with_format(fmt)
+
+    ours, theirs = list(build(ri)), list(build(datasets))
+    assert [_keys(r) for r in ours] == [_keys(r) for r in theirs]
+    assert [normalize(r) for r in ours] == [normalize(r) for r in theirs]
+    assert {"x": 20, "y": None} in [r["s"] for r in ours]  # the case this is about
+
+
+@pytest.mark.parametrize("name", ["interleave_probabilities", "concatenate"])
+def test_struct_fields_put_in_order_resume_exactly(name):
+    def build():
+        return COMBINE[name](ri, _inputs(ri, (S_XY, S_YX, S_X)))
+
+    full = _assert_resumes_in_order(build)
+    assert full and all([k for k, _ in dict(r)["s"]] == ["x", "y"] for r in full)
+    assert_loader_resumes_exactly(lambda: build().with_format("numpy"), workers=2, batch_size=None,
+                                  item=lambda x: repr(_ordered(x)), cuts=lambda n: range(1, n + 1))

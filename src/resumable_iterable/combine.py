@@ -4,6 +4,7 @@ the facade's public ``pipeline``, ``rank_splits`` and constructor)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from .dataset import IterableDataset
@@ -97,27 +98,51 @@ def _fill_missing_columns(example: dict, columns: list[str]) -> None:
 _fill_missing_columns.keeps_arrow_rows = True  # type: ignore[attr-defined]
 
 
+def _row_shape(features: Any) -> dict:
+    """The shape HF's cast gives the rows of ``features`` (see ``nodes/column_order.py``): the columns in
+    order, each a struct's shape (a dict), a list of structs' (``[shape]``) or ``None``."""
+    from datasets import LargeList, List
+
+    def sub(f: Any) -> Any:
+        if isinstance(f, dict):
+            return _row_shape(f)
+        if isinstance(f, (List, LargeList)) and isinstance(f.feature, dict):
+            return [_row_shape(f.feature)]
+        return None
+
+    return {k: sub(v) for k, v in features.items()}
+
+
 def _aligned_nodes(datasets: list[IterableDataset], merged: Any) -> tuple[list, list]:
     """The datasets' pipelines, each one lacking columns of ``merged`` followed by a map adding them
     as ``None``, so that every example of the combination has every column, in ``merged``'s order;
-    and, per dataset, the column order the combining node puts its rows in (``nodes/column_order.py``):
-    ``merged``'s for a dataset that has all its columns in another order (HF casts its rows to the
-    merged features), ``None`` for the others. Unknown features, but the same column names in every
-    dataset: the first's order (that of HF's features, inferred from the rows)."""
-    nodes, orders = [], []
-    names = _common_column_names(datasets) if merged is None else list(merged)
+    and, per dataset, the shape the combining node puts its rows in (``nodes/column_order.py``):
+    ``merged``'s where the dataset's rows would differ from it (a column, or a struct's field, in
+    another order, a struct lacking a field: HF casts its rows to the merged features), ``None``
+    for the others. Unknown features, but the same column names in every dataset: the first's
+    order (that of HF's features, inferred from the rows)."""
+    nodes, shapes = [], []
+    if merged is not None:
+        names = list(merged)
+        target = _row_shape(merged)
+    else:
+        names = _common_column_names(datasets)
+        target = None if names is None else dict.fromkeys(names)
     for d in datasets:
         node = d.pipeline.clone()
-        order = None
-        if merged is not None and any(c not in d.features for c in merged):
-            own = list(d.features)
-            same = next((i for i, (a, b) in enumerate(zip(own, names)) if a != b), min(len(own), len(names)))
-            node = MapNode(node, _fill_missing_columns, fn_kwargs={"columns": names[same:]})
-        elif names is not None and (list(d.features) if merged is not None else d.column_names) != names:
-            order = names
+        if merged is not None:
+            own = _row_shape(d.features)
+            if any(c not in d.features for c in merged):
+                same = next((i for i, (a, b) in enumerate(zip(own, names)) if a != b), min(len(own), len(names)))
+                node = MapNode(node, _fill_missing_columns, fn_kwargs={"columns": names[same:]})
+                own = {c: own[c] if c in own else target[c] for c in names}  # filled in their places
+        else:
+            own = None if d.column_names is None else dict.fromkeys(d.column_names)
+        # dicts compare regardless of order: their JSON texts tell it
+        shape = target if target is not None and json.dumps(own) != json.dumps(target) else None
         nodes.append(node)
-        orders.append(order)
-    return nodes, orders
+        shapes.append(shape)
+    return nodes, shapes
 
 
 def _merged_info(datasets: list[IterableDataset], info: Any = None) -> Any:
@@ -164,9 +189,9 @@ def interleave_datasets(datasets: list[IterableDataset], probabilities: list[flo
     if seed is not None:
         seed = resolve_seed(seed)  # any integer type, stored as a plain int
     merged = _merged_features([d.features for d in datasets], "interleave_datasets")
-    nodes, orders = _aligned_nodes(datasets, merged)
+    nodes, shapes = _aligned_nodes(datasets, merged)
     node = InterleaveNode(nodes, probabilities=probabilities, seed=seed, stopping_strategy=stopping_strategy,
-                          column_orders=orders)
+                          column_shapes=shapes)
     combined = IterableDataset(node, features=merged, info=_merged_info(datasets, info), split=split,
                                column_names=None if merged is not None else _common_column_names(datasets))
     return _split_like(combined, datasets[0])
@@ -192,8 +217,8 @@ def concatenate_datasets(dsets: list[IterableDataset], info: Any = None, split: 
     merged = _merged_features([d.features for d in datasets], "concatenate_datasets")
     names = None
     if axis == 0:
-        nodes, orders = _aligned_nodes(datasets, merged)
-        node = ConcatNode(nodes, axis=0, column_orders=orders)
+        nodes, shapes = _aligned_nodes(datasets, merged)
+        node = ConcatNode(nodes, axis=0, column_shapes=shapes)
         names = None if merged is not None else _common_column_names(datasets)
     else:
         if all(d.column_names is not None for d in datasets):

@@ -1,17 +1,20 @@
 """The column order of combined inputs: helpers of ``concat.py`` (``axis=0``) and ``interleave.py``.
 
 HF casts every row of ``interleave_datasets`` / ``concatenate_datasets`` to the merged features,
-so each row comes out with the merged columns in their order (first appearance, input by input).
-An input whose columns are all merged ones but listed in another order is told so by the facade
-(``combine.py``): per input, ``None`` (its rows come in the merged order already: it has that
-order, or a ``map`` before the node fills the columns it lacks in their places) or the column
-order its rows are put in. The node puts each row of such an input in that order as it yields it
-(:func:`in_order`: a copy of a template dict updated with the row, two C calls).
+so each row comes out with the merged columns in their order (first appearance, input by input),
+and so does every struct in it: its fields in the merged struct's order, a field the input lacks
+``None``. An input whose rows would differ so is told by the facade (``combine.py``): per input,
+``None`` (its rows are in the merged order already: it has that order, or a ``map`` before the
+node fills the columns it lacks in their places) or the *shape* its rows are put in: a dict of
+the columns, in order, to ``None`` (a value left as it is), to the shape of a struct (a dict), or
+to a one-element list holding the shape of the structs of a list. The node puts each row of such
+an input in shape as it yields it (:func:`in_shape`; only a top-level order: a template dict
+copied and updated, two C calls, which the hot loops inline).
 
-The order is no part of the node's shape nor of its state: the state describes the same
+The shape is no part of the node's shape nor of its state: the state describes the same
 examples, so states saved before rows were reordered load, and states saved since load into a
 pipeline built by an earlier release. Examples a state holds (peeked by an interleave, handed
-back to a node) are kept as their input yielded them, and put in order when they are yielded.
+back to a node) are kept as their input yielded them, and put in shape when they are yielded.
 """
 
 from __future__ import annotations
@@ -19,39 +22,73 @@ from __future__ import annotations
 from typing import Any
 
 
-def templates(orders: Any, n: int) -> list[dict | None] | None:
-    """The templates of ``orders`` (one per input: ``None`` or a list of column names), each a dict of
-    the columns (in order) to ``None``; ``None`` when no input is put in order (nothing to do)."""
-    if orders is None:
-        return None
-    orders = list(orders)
-    if len(orders) != n or not all(o is None or (isinstance(o, (list, tuple)) and all(isinstance(c, str) for c in o))
-                                   for o in orders):
-        raise ValueError(f"column orders: expected one list of column names (or None) per input ({n}), got {orders!r}")
-    if all(o is None for o in orders):
-        return None
-    return [None if o is None else dict.fromkeys(o) for o in orders]
+def _valid(shape: Any) -> bool:
+    if not isinstance(shape, dict) or not all(isinstance(c, str) for c in shape):
+        return False
+    for sub in shape.values():
+        if isinstance(sub, list):
+            if len(sub) != 1 or not _valid(sub[0]):
+                return False
+        elif sub is not None and not _valid(sub):
+            return False
+    return True
 
 
-def in_order(template: dict, example: dict) -> dict:
-    """``example`` (a new dict) with the columns of ``template`` first, in its order; as HF's cast, a
-    column the example lacks is ``None``; one the template lacks (features that did not tell of it)
-    comes after them. The hot loops inline it."""
+def _compiled(shape: dict) -> tuple[dict, tuple]:
+    """``(template, nested)``: the columns (in order) to ``None``, and ``(column, compiled, is_list)``
+    for each struct (or list of structs) column."""
+    nested = tuple((c, _compiled(sub[0] if isinstance(sub, list) else sub), isinstance(sub, list))
+                   for c, sub in shape.items() if sub is not None)
+    return dict.fromkeys(shape), nested
+
+
+def templates(shapes: Any, n: int) -> list[tuple | None] | None:
+    """The compiled ``shapes`` (one per input: ``None`` or a shape, see the module doc), each
+    ``(template, nested)``; ``None`` when no input is put in shape (nothing to do)."""
+    if shapes is None:
+        return None
+    shapes = list(shapes)
+    if len(shapes) != n or not all(s is None or _valid(s) for s in shapes):
+        raise ValueError(f"column shapes: expected one shape (a dict of columns) or None per input ({n}), got "
+                         f"{shapes!r}")
+    if all(s is None for s in shapes):
+        return None
+    return [None if s is None else _compiled(s) for s in shapes]
+
+
+def in_nested(nested: tuple, row: dict) -> dict:
+    """``row`` (a new dict the caller owns) with its struct columns put in shape: new dicts and
+    lists, the row's own never edited (a state may share them)."""
+    for c, sub, many in nested:
+        v = row.get(c)
+        if many:
+            if isinstance(v, list):
+                row[c] = [in_shape(sub, x) if isinstance(x, dict) else x for x in v]
+        elif isinstance(v, dict):
+            row[c] = in_shape(sub, v)
+    return row
+
+
+def in_shape(compiled: tuple, example: dict) -> dict:
+    """``example`` (a new dict) with the columns of ``compiled`` first, in its order, and its structs
+    in shape; as HF's cast, a column (or struct field) the example lacks is ``None``; one the shape
+    lacks (features that did not tell of it) comes after them."""
+    template, nested = compiled
     out = template.copy()
     out.update(example)
-    return out
+    return in_nested(nested, out) if nested else out
 
 
-def any_template(temps: list[dict | None]) -> dict:
-    """The order of the merged columns, from the templates of a node whose inputs share it."""
+def any_template(temps: list[tuple | None]) -> tuple:
+    """The merged shape, compiled, from those of a node whose inputs share it."""
     return next(t for t in temps if t is not None)
 
 
-def put_in_order(examples: list, template: dict) -> None:
-    """Put examples a node's state holds to yield them again (``held``: see ``nodes/base.py``) in the
-    order of ``template``, in place in the live list (a state copy has its own list; the example
-    dicts, which it may share, are replaced, never edited). Idempotent: an example already in order
-    is left as it is, one from a state of an earlier release is put in order."""
+def put_in_order(examples: list, compiled: tuple) -> None:
+    """Put examples a node's state holds to yield them again (``held``: see ``nodes/base.py``) in
+    shape, in place in the live list (a state copy has its own list; the example dicts, which it
+    may share, are replaced, never edited). Idempotent: an example already in shape comes out
+    equal, one from a state of an earlier release is put in shape."""
     for k, ex in enumerate(examples):
-        if isinstance(ex, dict) and list(ex)[:len(template)] != list(template):
-            examples[k] = in_order(template, ex)
+        if isinstance(ex, dict):
+            examples[k] = in_shape(compiled, ex)

@@ -9,11 +9,12 @@
   permuted, then the shards within each.
 
   Column order, as HF's cast to the merged features: an input whose rows list the merged columns
-  in another order (``column_orders``, see ``nodes/column_order.py``) has each row put in the
-  merged order as it is yielded; the other inputs are read with ``yield from`` as before. A
-  Ctrl-C landing while a row is put in order hands that row back to this node (``held``, as
-  :meth:`Node.hold`: the input's state already counts it), so a state taken then yields it
-  first; held rows are put in order as they are yielded again.
+  (or the fields of a struct) in another order, or lack a struct field (``column_shapes``, see
+  ``nodes/column_order.py``) has each row put in the merged shape as it is yielded; the other
+  inputs are read with ``yield from`` as before. A Ctrl-C landing while a row is put in shape
+  hands that row back to this node (``held``, as :meth:`Node.hold`: the input's state already
+  counts it), so a state taken then yields it first; held rows are put in shape as they are
+  yielded again.
 
   Shards, as in HF: the concatenation has the shards of all its inputs (their sum), so
   DataLoader workers and ranks split a concatenation of single-shard datasets among them. A
@@ -41,7 +42,7 @@ from typing import Iterator
 from ..state import ExampleList, copy_example
 from .base import HELD, Node
 from .checks import check_examples, check_int
-from .column_order import any_template, in_order, put_in_order, templates
+from .column_order import any_template, in_nested, in_shape, put_in_order, templates
 from .seeds import rng_from_seed
 from .replay import check_input_provenance, check_list, reread_by_input
 
@@ -73,15 +74,16 @@ class ConcatNode(Node):
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
         return True
 
-    def __init__(self, children: list[Node], axis: int = 0, column_orders: list | None = None):
-        """``column_orders`` (``axis=0``): per input, ``None`` or the column order its rows are put in
-        (``nodes/column_order.py``); not part of :meth:`params`, so not of the fingerprint."""
+    def __init__(self, children: list[Node], axis: int = 0, column_shapes: list | None = None):
+        """``column_shapes`` (``axis=0``): per input, ``None`` or the shape (column order, struct fields)
+        its rows are put in (``nodes/column_order.py``); not part of :meth:`params`, so not of the
+        fingerprint."""
         if not children:
             raise ValueError("concatenate_datasets needs at least one dataset")
         if axis not in (0, 1):
             raise ValueError(f"axis must be 0 or 1, got {axis!r}")
         self.axis = axis
-        self.templates = templates(column_orders, len(children)) if axis == 0 else None
+        self.templates = templates(column_shapes, len(children)) if axis == 0 else None
         super().__init__(children)
 
     def params(self) -> dict:
@@ -216,14 +218,17 @@ class ConcatNode(Node):
             box = ExampleList([None])  # the row a Ctrl-C landing in its reordering hands back
             while st["index"] < len(order):
                 i = order[st["index"]]
-                template = None if temps is None else temps[i]
-                if template is None:
+                compiled = None if temps is None else temps[i]
+                if compiled is None:
                     yield from self.children[i]
                 else:
+                    template, nested = compiled
                     for ex in self.children[i]:
                         try:
-                            out = template.copy()  # in_order(template, ex), inlined
+                            out = template.copy()  # in_shape(compiled, ex), inlined
                             out.update(ex)
+                            if nested:
+                                out = in_nested(nested, out)
                         except BaseException:  # the input's state counts ex: handed back (stores only)
                             box[0] = ex
                             st[HELD] = box
@@ -339,7 +344,7 @@ class ConcatNode(Node):
             out = reread_by_input(self, provs, bar)
             temps = self.templates
             if temps is not None:
-                out = [ex if temps[p[0]] is None else in_order(temps[p[0]], ex) for p, ex in zip(provs, out)]
+                out = [ex if temps[p[0]] is None else in_shape(temps[p[0]], ex) for p, ex in zip(provs, out)]
             return out
         n = len(self.children)
         columns = list(self._state_dict["columns"])

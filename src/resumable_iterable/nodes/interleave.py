@@ -16,11 +16,12 @@ already counts it as consumed. ``peeked`` is a :class:`~resumable_iterable.state
 example that a state copy may share is yielded as a copy (the user's functions may edit the
 yielded example in place; the state taken earlier must not change).
 
-Column order, as HF's cast to the merged features: the rows of an input whose columns are listed
-in another order (``column_orders``, see ``nodes/column_order.py``) are put in the merged order as
-they are yielded, after the turn stored its example in ``peeked`` and before it is recorded (a
-Ctrl-C landing in it leaves the turn to be drawn again). ``peeked`` keeps examples as their input
-yielded them, as states of earlier releases did.
+Column order, as HF's cast to the merged features: the rows of an input whose columns (or struct
+fields) are listed in another order, or that lacks a struct field (``column_shapes``, see
+``nodes/column_order.py``) are put in the merged shape as they are yielded, after the turn stored
+its example in ``peeked`` and before it is recorded (a Ctrl-C landing in it leaves the turn to be
+drawn again). ``peeked`` keeps examples as their input yielded them, as states of earlier
+releases did.
 
 If an input raises (a ``map`` function or a generator that failed), or a Ctrl-C lands anywhere in
 a turn, a state taken after the error resumes with that very turn: the turn is recorded
@@ -52,7 +53,7 @@ from typing import Iterator
 from ..state import HeldExamples, copy_example
 from .base import HELD, Node
 from .checks import check_examples, check_int, check_rng
-from .column_order import any_template, in_order, put_in_order, templates
+from .column_order import any_template, in_nested, in_shape, put_in_order, templates
 from .seeds import DrawnSeed, resolve_seed, rng_from_seed, rng_from_state, split_seed
 from .replay import check_input_provenance, reread_by_input, same_example
 
@@ -72,9 +73,9 @@ class InterleaveNode(DrawnSeed, Node):
     _drawn: tuple | None = None
 
     def __init__(self, children: list[Node], probabilities: list[float] | None = None, seed: int | None = None,
-                 stopping_strategy: str = "first_exhausted", column_orders: list | None = None):
-        """``column_orders``: per input, ``None`` or the column order its rows are put in
-        (``nodes/column_order.py``); not part of :meth:`params`, so not of the fingerprint."""
+                 stopping_strategy: str = "first_exhausted", column_shapes: list | None = None):
+        """``column_shapes``: per input, ``None`` or the shape (column order, struct fields) its rows
+        are put in (``nodes/column_order.py``); not part of :meth:`params`, so not of the fingerprint."""
         if not children:
             raise ValueError("interleave_datasets needs at least one dataset")
         if stopping_strategy not in STRATEGIES:
@@ -100,7 +101,7 @@ class InterleaveNode(DrawnSeed, Node):
         self.seed = seed
         self.stopping_strategy = stopping_strategy
         self.epoch = 0
-        self.templates = templates(column_orders, len(children))
+        self.templates = templates(column_shapes, len(children))
         super().__init__(children)
 
     def params(self) -> dict:
@@ -291,11 +292,12 @@ class InterleaveNode(DrawnSeed, Node):
             elif not owned[i]:  # a state copy may share it: yield a copy (peeked[i] keeps the original)
                 ex = copy_example(ex)
             if temps is not None:  # put in the merged column order (peeked[i] keeps the input's)
-                template = temps[i]
-                if template is not None:
-                    out = template.copy()  # in_order(template, ex), inlined
+                compiled = temps[i]
+                if compiled is not None:
+                    template, nested = compiled
+                    out = template.copy()  # in_shape(compiled, ex), inlined
                     out.update(ex)
-                    ex = out
+                    ex = in_nested(nested, out) if nested else out
             for nxt in its[i]:
                 break
             else:
@@ -373,7 +375,7 @@ class InterleaveNode(DrawnSeed, Node):
             elif not owned[i]:
                 ex = copy_example(ex)
             if temps is not None and temps[i] is not None:
-                ex = in_order(temps[i], ex)
+                ex = in_shape(temps[i], ex)
             pos = ppos[i]
             if pos is None:
                 pos = ppos[i] = provs[i]()  # input i still describes it: nothing was read after it
@@ -447,7 +449,7 @@ class InterleaveNode(DrawnSeed, Node):
         out = reread_by_input(self, provs, bar)
         temps = self.templates
         if temps is not None:
-            out = [ex if temps[p[0]] is None else in_order(temps[p[0]], ex) for p, ex in zip(provs, out)]
+            out = [ex if temps[p[0]] is None else in_shape(temps[p[0]], ex) for p, ex in zip(provs, out)]
         return out
 
     def row_local_problem(self) -> str | None:
