@@ -234,10 +234,12 @@ def test_the_merged_order_resumes_exactly_at_every_cut_point(name):
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-@pytest.mark.parametrize("name", ["interleave_probabilities", "concatenate"])
+@pytest.mark.parametrize("name", ["interleave_probabilities", "concatenate", "concatenate_shuffled",
+                                  "interleave_replay"])
 def test_the_merged_order_resumes_exactly_through_a_dataloader(name, workers):
+    """Through torchdata's loader; shuffled, the workers log their buffers as positions, re-read on resume."""
     def build():
-        return COMBINE[name](ri, _inputs(ri, REORDERED["ba_ab_ab"])).with_format("numpy")
+        return {**COMBINE, **MORE}[name](ri, _inputs(ri, REORDERED["ba_ab_ab"])).with_format("numpy")
 
     full = assert_loader_resumes_exactly(build, workers=workers, batch_size=None, item=lambda x: repr(_ordered(x)),
                                          cuts=lambda n: range(1, n + 1))
