@@ -8,8 +8,10 @@ and so does every struct in it: its fields in the merged struct's order, a field
 node fills the columns it lacks in their places) or the *shape* its rows are put in: a dict of
 the columns, in order, to ``None`` (a value left as it is), to the shape of a struct (a dict), or
 to a one-element list holding the shape of the structs of a list. The node puts each row of such
-an input in shape as it yields it (:func:`in_shape`; only a top-level order: a template dict
-copied and updated, two C calls, which the hot loops inline).
+an input in shape as it yields it (:func:`in_shape`: a template dict of the columns copied and
+updated with the row, two C calls the hot loops inline, then the structs if the shape has any).
+The inputs whose rows are in shape already are read as before (an interleave tests a local per
+turn, a concatenation nothing per row).
 
 The shape is no part of the node's shape nor of its state: the state describes the same
 examples, so states saved before rows were reordered load, and states saved since load into a
