@@ -5,11 +5,13 @@ The blocks of a page run in order in one namespace (a block may use what an earl
 in a temporary working directory. What a block takes for granted - a Hub repo such as
 ``"user/corpus"``, files such as ``"train.jsonl"``, a ``tokenize`` function, a ``model`` - is made
 by the page's set-up below, with small local data of the same kind (a Hub repo is laid out in a
-Hugging Face cache and read offline), and the block itself runs unchanged. Blocks that cannot run
-here are listed in ``SKIPPED`` by page and heading, with the reason; a block on no list fails
-the test, so a new example is either run or explicitly excused. The outputs the pages quote
-(the ``resumable-iterable inspect`` reports of ``docs/cli.md``, the printed envelope keys of the
-quickstart, a global shuffle's state) are compared with what the code prints."""
+Hugging Face cache and read offline), and the block itself runs unchanged. A block that cannot
+run here is listed in ``SKIPPED`` by page, heading and first line, with the reason; every other
+block runs, so a new example is run as soon as it is written. Every shell command (``bash``
+block) is listed in ``SHELL`` with the test that runs it or why none does, and an unlisted one
+fails. The outputs the pages quote (the ``resumable-iterable inspect`` reports of
+``docs/cli.md``, the quickstart's prints, what the comments of docs/hub.md say each call gives,
+a global shuffle's state) are compared with what the code gives."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import glob
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -64,9 +67,32 @@ def skip_reason(page: str, heading: str, code: str) -> str | None:
     return SKIPPED.get((page, heading, code.split("\n", 1)[0]))
 
 
-def test_every_skipped_block_exists():
+# the shell commands of the pages (``bash`` blocks, by page, heading and first line): what runs them
+# here, or why nothing does
+SHELL = {
+    ("README.md", "Two commands", "make demo   # creates .venv, installs everything (CPU torch from torch==2.13.0), runs the demo"):
+        "installs packages; the demo itself runs in tests/test_demo.py",
+    ("docs/index.md", "Install", "make setup                    # creates .venv with every extra (CPU torch), as CI does"):
+        "installs packages",
+    ("docs/index.md", "Install", 'pip install -e ".[torch,transformers]"    # the extras are optional: the core needs neither'):
+        "installs packages",
+    ("docs/index.md", "Look inside a state", "resumable-iterable inspect state.json"):
+        "test_cli_reports_are_what_the_page_shows (the same state and command)",
+    ("docs/cli.md", "Inspecting a state", "resumable-iterable inspect state.json            # a readable report"):
+        "test_cli_reports_are_what_the_page_shows",
+    ("docs/compat.md", "Compatibility with HF `datasets`' own tests", "PYTHONPATH=src python -m pytest -m compat tests/compat"):
+        "the ported suite itself (a minute); its figures are the page's table",
+    ("docs/hub.md", "Hub repos, caching and offline use",
+     "HF_HUB_OFFLINE=1 python -c \"import resumable_iterable as ri; print(next(iter(ri.load_dataset('user/corpus', split='train'))))\""):
+        "test_the_offline_command_of_the_hub_page",
+}
+
+
+def test_every_listed_block_exists_and_every_command_is_listed():
     listed = {(p, h, c.split("\n", 1)[0]) for p in PAGES for h, c in python_blocks(p)}
     assert set(SKIPPED) <= listed, set(SKIPPED) - listed
+    commands = {(p, h, c.split("\n", 1)[0]) for p in PAGES for h, lang, c in blocks(p) if lang in ("bash", "sh", "shell")}
+    assert commands == set(SHELL), (commands - set(SHELL), set(SHELL) - commands)
 
 
 # --------------------------------------------------------------------------- local stand-ins
@@ -398,3 +424,20 @@ def test_cli_loader_report_is_what_the_page_shows(tmp_path):
     shown = quoted("docs/cli.md", "A DataLoader state")[0]
     assert shown.endswith("\n...\n")
     assert out.stdout.startswith(shown[:-len("...\n")])
+
+
+def test_the_offline_command_of_the_hub_page(tmp_path, monkeypatch):
+    """docs/hub.md: ``HF_HUB_OFFLINE=1 python -c ...`` reads ``user/corpus`` from the cache."""
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {}
+    setup_hub(tmp_path, monkeypatch, ns)
+    (cmd,) = quoted("docs/hub.md", "Hub repos, caching and offline use", "bash")
+    assignment, python, flag, code = shlex.split(cmd.strip())
+    assert (assignment, python, flag) == ("HF_HUB_OFFLINE=1", "python", "-c")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=ns["_hub_cache"], HF_ENDPOINT="http://127.0.0.1:9",
+               HF_HOME=str(tmp_path / "hf-home"),
+               PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == repr({"text": "document 0 "})
