@@ -441,3 +441,40 @@ def test_the_offline_command_of_the_hub_page(tmp_path, monkeypatch):
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == repr({"text": "document 0 "})
+
+
+# --------------------------------------------------------------------------- recipes given inline in the prose
+
+
+def test_inline_recipes_work_as_written(tmp_path):
+    """Recipes the pages give in a sentence, not a block: each is quoted from its page (so an edit of
+    the page shows here) and run as a user would fill it in."""
+    import resumable_iterable as ri
+    from datasets import Dataset, Features, Value
+    from datasets import Image as ImageFeature
+    from PIL import Image
+
+    def page(name):
+        with open(os.path.join(ROOT, name), encoding="utf-8") as f:
+            return " ".join(f.read().split())
+
+    # docs/torch.md, "Large examples ...": a map that does not need the pixels, between files and the shuffle
+    assert "`ds.decode(False).map(f, features=...).shuffle(...).decode()`" in page("docs/torch.md")
+    hf_images = Dataset.from_dict({"image": [Image.new("RGB", (4, 4), (i, i, i)) for i in range(6)], "id": list(range(6))},
+                                  features=Features({"image": ImageFeature(), "id": Value("int64")}))
+    ds = ri.to_iterable_dataset(hf_images, num_shards=2)
+
+    def f(ex):
+        return {"label": ex["id"] % 2}
+
+    out = list(ds.decode(False).map(f, features=Features({**ds.features, "label": Value("int64")}))
+               .shuffle(seed=0, buffer_size=4).decode())
+    assert sorted(ex["id"] for ex in out) == list(range(6))
+    assert all(isinstance(ex["image"], Image.Image) and ex["label"] == ex["id"] % 2 for ex in out)
+    with pytest.raises(ValueError, match="features"):  # what the sentence warns of, as in HF
+        ds.decode(False).map(f).shuffle(seed=0, buffer_size=4).decode()
+
+    # docs/global-shuffle.md, "Buffer or global?": both shuffles combined are valid
+    assert "`ds.shuffle(seed=1, buffer_size=None).shuffle(seed=2, buffer_size=100)` is valid" in page("docs/global-shuffle.md")
+    ds = ri.to_iterable_dataset(Dataset.from_dict({"id": list(range(50))}), num_shards=2)
+    assert sorted(ex["id"] for ex in ds.shuffle(seed=1, buffer_size=None).shuffle(seed=2, buffer_size=100)) == list(range(50))
