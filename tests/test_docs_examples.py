@@ -340,9 +340,20 @@ def test_page_runs(page, tmp_path, monkeypatch, capsys):
 
 
 def inspect_cli(*args, cwd):
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "resumable_iterable", "inspect", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    """``resumable-iterable inspect ARGS`` run in ``cwd``: the console script's ``main``, in this process."""
+    import contextlib
+    import io
+
+    from resumable_iterable.cli import main
+
+    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["inspect", *args])
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def quoted(page: str, heading: str, lang: str = "text") -> list[str]:
