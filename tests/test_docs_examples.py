@@ -39,7 +39,7 @@ SKIPPED = {
         "tests/test_pack.py trains this pipeline through the Trainer callback and resumes it",
     ("docs/trainer.md", "Use", "from transformers import Trainer, TrainingArguments"):
         "trains a real model for 100 000 steps with 4 workers; tests/test_transformers.py runs this recipe "
-        "on a tiny model, killed and resumed",
+        "on a tiny model and resumes it from its checkpoints",
     ("docs/trainer.md", "Several processes (`torchrun`, DDP)", "args = TrainingArguments(..., per_device_train_batch_size=32,   # the global batch: split among processes"):
         "TrainingArguments(...) is a placeholder, and the setting needs several processes "
         "(tests/test_trainer_multiprocess.py)",
