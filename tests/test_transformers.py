@@ -398,14 +398,16 @@ def random_ids_collator(rows):
     return {"ids": ids * 1000 + torch.randint(0, 1000, ids.shape)}
 
 
-@pytest.mark.parametrize("persistent", [True, False])
-def test_save_worker_rng_gives_a_random_collator_the_uninterrupted_draws(tmp_path, persistent):
+@pytest.mark.parametrize("persistent,crash_at", [(True, 14), (False, 14), (True, 10)])
+def test_save_worker_rng_gives_a_random_collator_the_uninterrupted_draws(tmp_path, persistent, crash_at):
     """With ``save_worker_rng=True`` the workers' generators are part of the data state: the resumed
     run (crashed in the middle of its second pass) is fed exactly what the uninterrupted run was,
     random draws included, to the end of that pass, and after it too with persistent workers (new
     workers are seeded from the main process's generator, which a resume does not give back
-    exactly); without it the ids are the same and the draws are not."""
-    crash_at, seen, end_of_pass = 14, {}, 20 * BATCH
+    exactly); without it the ids are the same and the draws are not. Crashed at the end of the
+    first pass (10; accelerate saw it end, so no state is loaded), the new persistent workers
+    start the next pass with the generators the saved ones ended it with."""
+    seen, end_of_pass = {}, 20 * BATCH
 
     def trainer(out, **kw):
         t, model = make_trainer(out, 2, attach=False, dataloader_persistent_workers=persistent, **kw)

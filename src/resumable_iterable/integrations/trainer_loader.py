@@ -3,7 +3,8 @@ Trainer's training loader: accelerate's wrapper (``DataLoaderShard``, ``DataLoad
 around a torchdata ``StatefulDataLoader``, whose base loader holds the dataset.
 
 Checks of the setting (``check_dispatch``, ``warn_if_not_ours``), the options it sets on the base
-loader before its workers start (``inline_small_tensors``, ``save_worker_rng``, ``drop_iterator``),
+loader before its workers start (``save_worker_rng``, which also wraps a collator with a generator of its
+own, ``inline_small_tensors``, ``drop_iterator``),
 the main process's random generators without workers (``MainRng``) and the epoch numbering after a
 resume (``shift_epochs``)."""
 
@@ -12,9 +13,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..loader.loader_state import DATASET_STATE, SNAPSHOT, WORKER_SNAPSHOTS, loader_num_workers, worker_key
 from ..loader.session import IterationSession
 from .torch.transport import InlineSmallTensors
-from .torch.worker_rng import decode_rng_state, rng_state, set_rng_state
+from .torch.worker_rng import decode_rng_state, decode_worker_rng, rng_state, set_rng_state, wrap_collator
 
 logger = logging.getLogger("resumable_iterable")
 
@@ -75,18 +77,77 @@ def inline_small_tensors(loader: Any, max_bytes: int) -> None:
 
 def save_worker_rng(loader: Any) -> None:
     """Make the workers of the training loader save their global random generators with their
-    states (``integrations/torch/worker_rng.py``). The setting travels to the workers with the
-    dataset, so an iterator made before it (accelerate asks for a state when it wraps the loader)
-    is dropped, as for the ``collate_fn`` above."""
+    states (``integrations/torch/worker_rng.py``), and a collator with a generator of its own
+    (``DataCollatorForLanguageModeling(seed=...)``) its generator, with any number of workers: its
+    ``collate_fn`` is wrapped in a ``CollatorRng``, which the dataset's session holds. The setting
+    travels to the workers with the dataset, and the ``collate_fn`` is the iterator's from when it
+    is made, so an iterator made before (accelerate asks for a state when it wraps the loader) is
+    dropped, as for the ``collate_fn`` above. Call it before :func:`inline_small_tensors`."""
     base = base_loader(loader)
     session = getattr(getattr(base, "dataset", None), "session", None)
     if not isinstance(session, IterationSession):
         raise ValueError("ResumableDataCallback(save_worker_rng=True) needs the training dataset to be a "
                          f"resumable_iterable dataset, got {type(getattr(base, 'dataset', None)).__name__}")
+    drop = False
     if not session.save_worker_rng:
         session.save_worker_rng = True
-        if getattr(base, "num_workers", 0) > 0:
-            drop_iterator(loader)
+        drop = getattr(base, "num_workers", 0) > 0
+    collate = getattr(base, "collate_fn", None)
+    wrapped = wrap_collator(collate) if collate is not None else None
+    if wrapped is not None and session.collator_rng is not wrapped:
+        if wrapped.collate_fn is collate:  # a new wrapper (else the collate_fn holds it already)
+            base.collate_fn = wrapped
+        session.collator_rng = wrapped
+        drop = True
+    if drop:
+        drop_iterator(loader)
+
+
+def ended_pass_collator(loader: Any, loader_state: Any, where: str) -> tuple | None:
+    """For a checkpoint taken when the pass had ended (accelerate had seen its end), which is not
+    loaded: without workers, the ``collate_fn``'s own generator as it stood then, ``(entry,
+    decoded)`` for ``CollatorRng.load`` (``(None, None)``: it had not drawn; from its seed), so that
+    the next pass draws on from it as the uninterrupted run's did. ``None`` with workers: each pass
+    starts new workers, whose collators make their generators from their seeds in both runs
+    (persistent workers would go on with theirs: a limit, ``docs/trainer.md``)."""
+    try:
+        saved = loader_num_workers(loader_state)
+    except (TypeError, ValueError):
+        return None
+    if saved != 0 or getattr(base_loader(loader), "num_workers", None) != 0:
+        return None
+    dataset_state = loader_state.get(DATASET_STATE)
+    rng = dataset_state.get("rng") if isinstance(dataset_state, dict) else None
+    if rng is None:
+        return (None, None)
+    return decode_worker_rng(rng, f"{where}: the dataset's 'rng'")[1] or (None, None)
+
+
+def ended_pass_worker_rng(loader: Any, loader_state: Any, where: str) -> dict | None:
+    """For a checkpoint taken when the pass had ended (not loaded), with persistent workers and the
+    same number of them: each worker's saved generators (its global ones, its collator's), decoded,
+    by worker id, which the new workers set when their first pass starts
+    (``IterationSession.set_next_pass_rng``): the uninterrupted run's persistent workers went on
+    with theirs into the next pass. ``None`` otherwise (new workers each pass: fresh seeds in both
+    runs)."""
+    base = base_loader(loader)
+    want = getattr(base, "num_workers", 0)
+    if not (isinstance(want, int) and want > 0 and getattr(base, "persistent_workers", False)):
+        return None
+    try:
+        if loader_num_workers(loader_state) != want:
+            return None
+        snapshots = loader_state[SNAPSHOT][WORKER_SNAPSHOTS]
+    except (TypeError, ValueError, KeyError):
+        return None
+    out = {}
+    for j in range(want):
+        ws = snapshots.get(worker_key(j)) if isinstance(snapshots, dict) else None
+        ds = ws.get(DATASET_STATE) if isinstance(ws, dict) else None
+        rng = ds.get("rng") if isinstance(ds, dict) else None
+        if rng is not None:
+            out[j] = decode_worker_rng(rng, f"{where}: worker {j}'s 'rng'")
+    return out
 
 
 def warn_if_not_ours(loader: Any) -> None:

@@ -98,7 +98,11 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             run's masks (as ``ri.StatefulDataLoader(save_worker_rng=True)``; ``worker_rng.py``).
             Without workers, the main process's generators as they were when accelerate took the
             data position (before it read the next batch ahead) are saved (``"main_rng"``) and used
-            for that batch on resume (:class:`trainer_loader.MainRng`).
+            for that batch on resume (:class:`trainer_loader.MainRng`). A collator with a generator
+            of its own (``DataCollatorForLanguageModeling(seed=...)``) has it saved with the dataset
+            states and set back too, with any number of workers (``worker_rng.CollatorRng``); a
+            checkpoint at the end of a pass, which loads no state, gives it (and each new persistent
+            worker its generators) what the saved run ended the pass with.
     """
 
     def __init__(self, filename: str = STATE_FILE, inline_tensor_bytes: int = INLINE_MAX_BYTES,
@@ -230,9 +234,9 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             )
         trainer_loader.check_dispatch(loader)
         trainer_loader.warn_if_not_ours(loader)
-        trainer_loader.inline_small_tensors(loader, self.inline_tensor_bytes)
-        if self.save_worker_rng:
+        if self.save_worker_rng:  # first: it may wrap the collate_fn, which inline_small_tensors wraps again
             trainer_loader.save_worker_rng(loader)
+        trainer_loader.inline_small_tensors(loader, self.inline_tensor_bytes)
         self._main_rng = (trainer_loader.MainRng(loader)
                           if self.save_worker_rng and trainer_loader.MainRng.applies(loader) else None)
         self._loader = loader
@@ -401,6 +405,13 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             main_rng = decode_rng_state(payload["main_rng"], f"{name}: 'main_rng'")  # checked before anything is loaded
         epochs = [env["epoch"] for _, env in find_envelopes(loader_state) if type(env.get("epoch")) is int]
         session = getattr(getattr(trainer_loader.base_loader(loader), "dataset", None), "session", None)
+        # a pass that had ended is not loaded: without workers, the collator's own generator at its
+        # end; with persistent workers, each worker's generators (checked before anything loads)
+        collator = worker_rng = None
+        if finished and isinstance(session, IterationSession):
+            if session.collator_rng is not None:
+                collator = trainer_loader.ended_pass_collator(loader, loader_state, name)
+            worker_rng = trainer_loader.ended_pass_worker_rng(loader, loader_state, name)
         # a pipeline built without a seed draws its later epochs from the saved run's seeds (the
         # workers of those epochs start from this process's pipeline, which loads no state itself)
         seeds = session.saved_seeds(loader_state) if isinstance(session, IterationSession) else []
@@ -413,6 +424,10 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             trainer_loader.drop_iterator(loader)
         if main_rng is not None:
             self._main_rng.splice(main_rng)
+        if collator is not None:
+            session.collator_rng.load(*collator)
+        if worker_rng:
+            session.set_next_pass_rng(worker_rng, trainer_loader.base_loader(loader).num_workers)
         if seeds:
             session.adopt_seeds(seeds)
         if epochs and callable(getattr(loader, "set_epoch", None)):

@@ -15,7 +15,9 @@ framework's integration (``integrations/torch/workers.py``), which registers it 
   watches for the death of its main process);
 * ``rng_state`` / ``check_rng_state`` / ``set_rng_state``: a worker's global random generators,
   saved with its state when the session asks (``save_worker_rng``), checked (which gives what
-  ``set_rng_state`` sets back), and set back.
+  ``set_rng_state`` sets back), and set back. ``check_rng_state`` checks a whole ``"rng"`` entry,
+  the collator's generator (``"collator"``, see the session's ``collator_rng``) included, and
+  gives ``(the global generators or None, (collator entry, decoded) or None)``.
 
 Who imports that integration? The package's ``__init__`` registers a *provider*
 (:func:`register_provider`): the modules that must be imported (``torch``) and a function that

@@ -140,7 +140,12 @@ def validate_loader_state(template: Node, split: tuple, loader_state: dict, num_
     if saved != num_workers:
         raise ValueError(f"the DataLoader state was saved with {saved} workers but this loader has {num_workers}")
     if num_workers == 0:
-        return load_node(template, split, loader_state[DATASET_STATE], None)[1]
+        epoch = load_node(template, split, loader_state[DATASET_STATE], None)[1]
+        rng = loader_state[DATASET_STATE].get("rng") if isinstance(loader_state[DATASET_STATE], dict) else None
+        h = hooks.current()
+        if rng is not None and h is not None:  # the collator's generator (save_worker_rng)
+            h.check_rng_state(rng, "state 'rng'")
+        return epoch
     epochs = set()
     wstates = loader_state[SNAPSHOT][WORKER_SNAPSHOTS]
     for j in range(num_workers):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import logging
 import weakref
+from multiprocessing.context import get_spawning_popen
 from types import GeneratorType
 from typing import Any
 
@@ -47,6 +48,14 @@ class IterationSession:
     #: a DataLoader worker's states hold its global random generators (``"rng"``), set back when
     #: such a state is loaded in the same worker (``integrations/torch/worker_rng.py``)
     save_worker_rng = False
+    #: with ``save_worker_rng``: the loader's ``collate_fn`` when its collator keeps a generator of
+    #: its own (``worker_rng.CollatorRng``), whose state the states of this process hold too
+    #: (``"collator"`` in ``"rng"``) and a state loaded sets back
+    collator_rng: Any = None
+    #: persistent DataLoader workers resumed from a checkpoint taken when the pass had ended (which
+    #: loads no state): ``(shared claims, {worker id: decoded "rng" entry}, num_workers)``, which each
+    #: worker sets when its first pass starts (:meth:`set_next_pass_rng`)
+    next_pass_rng: Any = None
     #: a weak reference to the iterator handed out for the pass last started (:meth:`iterating`)
     _iterator: Any = None
 
@@ -173,6 +182,8 @@ class IterationSession:
             h = hooks.current()
             if h is not None:
                 h.worker_started()
+                if self.next_pass_rng is not None:
+                    self._set_next_pass_rng(h, worker)
         self._resolve_pending(worker)
         if self.pending and self.active is not None:
             self.resumes = not self.placeholder
@@ -181,6 +192,26 @@ class IterationSession:
             return self.active
         self.resumes = False
         return self._start_fresh(worker)
+
+    def set_next_pass_rng(self, entries: dict, num_workers: int) -> None:
+        """In the main process: the first pass of each of the next ``num_workers`` persistent
+        DataLoader workers starts with the generators ``entries[worker id]`` (decoded by the hooks'
+        ``check_rng_state``), as the saved run's workers went on with theirs into their next pass.
+        Only the first workers to start use them (shared claims): workers started for a later
+        pass begin as usual."""
+        h = hooks.current()
+        self.next_pass_rng = (h.new_claims(), dict(entries), num_workers) if h is not None and entries else None
+
+    def _set_next_pass_rng(self, h: Any, worker: tuple) -> None:
+        claims, entries, num_workers = self.next_pass_rng
+        self.next_pass_rng = None  # this worker's copy: once
+        decoded = entries.get(worker[0])
+        if decoded is None or worker[1] != num_workers or not h.claim(claims, worker[0], worker[1]):
+            return
+        if decoded[0] is not None:
+            h.set_rng_state(decoded[0])
+        if self.collator_rng is not None:
+            self.collator_rng.load(*(decoded[1] or (None, None)))
 
     def iterating(self, iterator: Any) -> Any:
         """Note ``iterator`` (a generator) as the one the user iterates the pass just started with,
@@ -244,17 +275,24 @@ class IterationSession:
             state["buffers"] = buffers
         if seeds:  # a pipeline built without a seed: a rebuilt one adopts these (adopt_seeds)
             state["seeds"] = [list(e) for e in seeds]
-        if ctx is not None and self.save_worker_rng:
+        if self.save_worker_rng:
             h = hooks.current()
             if h is not None:
-                state["rng"] = h.rng_state()
+                # a worker's global generators (the main process's are the training loop's), and
+                # the collator's own generator as it stands in this process
+                rng = h.rng_state() if ctx is not None else {}
+                collator = self.collator_rng.state() if self.collator_rng is not None else None
+                if collator is not None:
+                    rng["collator"] = collator
+                if rng:
+                    state["rng"] = rng
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Validate ``state_dict`` completely, then make it the next pass (see ``IterableDataset``)."""
         worker = current_worker()
-        rng = None  # (hooks, the worker's generators checked and decoded)
-        if worker is not None and isinstance(state_dict, dict) and state_dict.get("rng") is not None:
+        rng = None  # (hooks, (the worker's generators, the collator's) checked and decoded)
+        if isinstance(state_dict, dict) and state_dict.get("rng") is not None:
             h = hooks.current()
             if h is not None:
                 rng = (h, h.check_rng_state(state_dict["rng"], "state 'rng'"))
@@ -264,8 +302,12 @@ class IterationSession:
         if self.moved_past(epoch):
             self._drop_pending()
             return
-        if rng is not None:  # the worker's draws continue where the saved worker's stood
-            rng[0].set_rng_state(rng[1])
+        if rng is not None and worker is not None and rng[1][0] is not None:
+            rng[0].set_rng_state(rng[1][0])  # the worker's draws continue where the saved worker's stood
+        if self.collator_rng is not None:
+            # the collator's own generator too (no entry: it starts from its seed, as in a new process)
+            collator = rng[1][1] if rng is not None else None
+            self.collator_rng.load(*(collator or (None, None)))
         claims = None
         if worker is None:
             h = hooks.current()
@@ -323,6 +365,12 @@ class IterationSession:
     def __getstate__(self) -> dict:
         d = dict(self.__dict__)
         d.pop("_iterator", None)  # the copy iterates on its own
+        if get_spawning_popen() is None:
+            # the loader's collate_fn and the generators for its next workers go only to a spawned
+            # DataLoader worker (which receives that collate_fn in the same pickle); a copy of the
+            # dataset (pickle, copy.deepcopy) is a fresh one, not tied to that loader
+            d.pop("collator_rng", None)
+            d.pop("next_pass_rng", None)
         if not d["pending"]:
             d["active"] = None  # a pipeline being iterated is not shipped to DataLoader workers
         return d

@@ -15,6 +15,7 @@ from ...loader.session import IterationSession
 from ...nodes.batch import Rewind
 from ...state import copy_example
 from .transport import INLINE_MAX_BYTES, InlineSmallTensors, check_inline_bytes
+from .worker_rng import wrap_collator
 from .workers import prepare_for_workers
 
 try:
@@ -120,8 +121,10 @@ if _TorchdataLoader is not None:
         of workers sets them back, so a ``collate_fn`` that masks at random, or a ``map`` that
         augments with the global generators, gives the uninterrupted run's batches too (see
         ``worker_rng.py``; about 0.1 ms per state taken, hence off by default). It is a setting of
-        the dataset's iteration, which this loader turns on; with ``num_workers=0`` the draws are
-        the training loop's own generators and are left alone.
+        the dataset's iteration, which this loader turns on; with ``num_workers=0`` the global
+        generators are the training loop's own and are left alone. A collator with a generator of
+        its own (``DataCollatorForLanguageModeling(seed=...)``) has it saved and set back too, with
+        any ``num_workers`` (the loader's ``collate_fn`` is then a ``CollatorRng`` wrapping yours).
         """
 
         def __init__(self, dataset: Any, *args: Any, inline_tensor_bytes: int = INLINE_MAX_BYTES,
@@ -141,6 +144,12 @@ if _TorchdataLoader is not None:
                                  f"generators are saved with its dataset state (got {type(dataset).__name__})")
             check_inline_bytes(inline_tensor_bytes)
             super().__init__(dataset, *args, **kwargs)
+            if save_worker_rng:
+                # a collator with a generator of its own (DataCollatorForLanguageModeling(seed=...)):
+                # its generator is saved with the dataset's states too (worker_rng.CollatorRng)
+                wrapped = wrap_collator(self.collate_fn)
+                if wrapped is not None:
+                    self.collate_fn = dataset.session.collator_rng = wrapped
             if inline_tensor_bytes > 0 and self.num_workers > 0 and not isinstance(self.collate_fn, InlineSmallTensors):
                 self.collate_fn = InlineSmallTensors(self.collate_fn, inline_tensor_bytes)
             self._saved_epoch: int | None = None  # the epoch of a state given and not iterated yet

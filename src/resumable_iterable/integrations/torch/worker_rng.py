@@ -20,17 +20,38 @@ The entry is plain JSON (base64 text and integers)::
 Taking the three states costs about 0.1 ms (numpy's is the slow one), once per state the loader
 takes (``snapshot_every_n_steps``): why it is asked for, not the default. The encoded entry is
 reused while the generators have not moved, so torchdata's per-batch delta does not resend it.
+
+**A collator's own generator.** ``DataCollatorForLanguageModeling(seed=...)`` draws its masks
+from a generator of its own (``generator``: a ``torch.Generator`` with ``return_tensors="pt"``, a
+numpy ``Generator`` with ``"np"``), which it makes from its seed the first time it collates in a
+process (``seed + worker id`` in a DataLoader worker): a resumed process would mask from the seed
+again. With ``save_worker_rng=True`` the loader (and the Trainer callback) wraps such a
+``collate_fn`` in :class:`CollatorRng`, which the dataset's session holds (``collator_rng``): each
+state the dataset gives in that process - in a worker, when it produced a batch; in the main
+process, when the loader takes its state - also holds that generator's state (``"collator"`` in
+``"rng"``, only that entry in the main process, whose global generators are the training
+loop's), and a state loaded sets it back just before the collator's next batch. Entry::
+
+    "collator": {"torch": "<base64 of Generator.get_state()>"}      # or
+    "collator": {"numpy": {"bit_generator": "PCG64", "state": {...}, "has_uint32": int, "uinteger": int}}
+
+No entry (the collator had not collated in that process yet, or another number of workers
+re-dealt the state): the collator's generator starts again from its seed at its next batch, as in
+a new process.
 """
 
 from __future__ import annotations
 
 import base64
 import math
+import os
 import random
 from typing import Any
 
 import numpy as np
 import torch
+
+from ...nodes.checks import check_rng
 
 _TORCH_BYTES = torch.get_rng_state().numel()  # the CPU generator's state (5056 bytes)
 _MT_WORDS = 624
@@ -126,3 +147,162 @@ def set_rng_state(decoded: tuple) -> None:
     torch.set_rng_state(t)
     np.random.set_state(n)
     random.setstate(r)
+
+
+# ============================================================================ a collator's own generator
+
+_GLOBAL_KEYS = ("torch", "numpy", "random")
+_NESTED = ("collate_fn", "data_collator", "func")  # InlineSmallTensors, transformers' RemoveColumnsCollator, partial
+
+
+def _owns_generator(obj: Any) -> bool:
+    """``obj`` keeps a generator of its own: a torch / numpy one now, or none yet with a ``seed``
+    to make it from (``DataCollatorForLanguageModeling`` makes it at its first batch)."""
+    gen = getattr(obj, "generator", None)
+    if isinstance(gen, (torch.Generator, np.random.Generator)):
+        return True
+    return gen is None and hasattr(obj, "generator") and getattr(obj, "seed", None) is not None
+
+
+def collator_with_generator(collate_fn: Any) -> Any | None:
+    """The collator inside ``collate_fn`` (through ``InlineSmallTensors``, transformers'
+    ``RemoveColumnsCollator`` and ``functools.partial``) that keeps a generator of its own, or ``None``."""
+    obj = collate_fn
+    for _ in range(8):
+        if obj is None:
+            return None
+        if _owns_generator(obj):
+            return obj
+        obj = next((getattr(obj, a) for a in _NESTED if getattr(obj, a, None) is not None), None)
+    return None
+
+
+class CollatorRng:
+    """A ``collate_fn`` whose collator keeps a generator of its own (:func:`collator_with_generator`):
+    :meth:`state` gives that generator's entry, :meth:`load` sets one back before the next batch.
+
+    The entry is that of the generator as it stands in this process after the batches collated
+    here; a collator that has not collated in this process yet has none (it would start from its
+    seed). A state loaded (:meth:`load`) is set on the collator just before its next batch in this
+    process - it may make its generator only then - and until then :meth:`state` gives it."""
+
+    def __init__(self, collate_fn: Any, collator: Any):
+        self.collate_fn = collate_fn
+        self.collator = collator
+        self._drew_in: int | None = None  # the process in which the collator last collated
+        self._loaded: tuple | None = None  # (process, entry, decoded): loaded, not set yet
+        self._cache: tuple = (None, None)  # (raw state, entry) last encoded
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        pid = os.getpid()
+        loaded = self._loaded
+        if loaded is not None:
+            self._loaded = None
+            if loaded[0] == pid:
+                _set_generator(self.collator, loaded[2])
+        self._drew_in = pid
+        return self.collate_fn(*args, **kwargs)
+
+    def state(self) -> dict | None:
+        """The ``"collator"`` entry of this process now, or ``None`` (see the class doc)."""
+        pid = os.getpid()
+        loaded = self._loaded
+        if loaded is not None and loaded[0] == pid:
+            return loaded[1]
+        if self._drew_in != pid:
+            return None
+        gen = self.collator.generator
+        if isinstance(gen, torch.Generator):
+            raw = gen.get_state().numpy().tobytes()
+            if self._cache[0] != raw:
+                self._cache = (raw, {"torch": _b64(raw)})
+            return {"torch": self._cache[1]["torch"]}
+        if isinstance(gen, np.random.Generator):
+            st = gen.bit_generator.state
+            if st.get("bit_generator") != "PCG64":
+                raise TypeError(f"save_worker_rng: the collate_fn's numpy generator is a {st.get('bit_generator')}; "
+                                "only PCG64 (np.random.default_rng) can be saved")
+            return {"numpy": {"bit_generator": "PCG64", "state": dict(st["state"]),
+                              "has_uint32": int(st["has_uint32"]), "uinteger": int(st["uinteger"])}}
+        return None  # no generator made (yet): it starts from its seed
+
+    def load(self, entry: dict | None, decoded: Any) -> None:
+        """Set the collator's generator to ``entry`` (checked: ``decoded``) before its next batch in
+        this process; ``None``: make it again from its seed then."""
+        self._loaded = (os.getpid(), entry, decoded)
+
+    def __getstate__(self) -> dict:
+        d = dict(self.__dict__)
+        d["_cache"] = (None, None)
+        return d
+
+    def __repr__(self) -> str:
+        return f"CollatorRng({self.collate_fn!r})"
+
+
+def wrap_collator(collate_fn: Any) -> CollatorRng | None:
+    """``collate_fn`` wrapped in a :class:`CollatorRng` when a collator in it keeps its own
+    generator; ``None`` otherwise (nothing to save). A ``collate_fn`` that holds a
+    :class:`CollatorRng` already (a loader of ours made with ``save_worker_rng=True``) gives that one."""
+    obj = collate_fn
+    for _ in range(8):
+        if obj is None or isinstance(obj, CollatorRng):
+            break
+        obj = next((getattr(obj, a) for a in _NESTED if getattr(obj, a, None) is not None), None)
+    if isinstance(obj, CollatorRng):
+        return obj
+    collator = collator_with_generator(collate_fn)
+    return None if collator is None else CollatorRng(collate_fn, collator)
+
+
+def decode_collator_entry(entry: Any, where: str) -> tuple:
+    """Check a ``"collator"`` entry; return what :func:`_set_generator` sets."""
+    if not isinstance(entry, dict) or len(entry) != 1 or next(iter(entry)) not in ("torch", "numpy"):
+        got = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+        raise ValueError(f"{where} must be an object with one key, 'torch' or 'numpy', got {got}")
+    if "torch" in entry:
+        raw = _unb64(entry["torch"], _TORCH_BYTES, f"{where} 'torch'")
+        return ("torch", torch.frombuffer(bytearray(raw), dtype=torch.uint8))
+    check_rng(entry["numpy"], where, "numpy")
+    return ("numpy", entry["numpy"])
+
+
+def _set_generator(collator: Any, decoded: tuple | None) -> None:
+    """Give ``collator`` the generator state ``decoded`` (``None``: its seed's, made at its next
+    batch). A collator with ``create_rng`` (transformers') makes its generator for this process
+    with it first, so that it keeps the one set."""
+    make = getattr(collator, "create_rng", None)
+    if decoded is None:
+        if callable(make):
+            collator.generator = None  # made again from the seed (+ worker id) at its next batch
+        return
+    kind, value = decoded
+    if callable(make):
+        make("pt" if kind == "torch" else "np")
+    gen = getattr(collator, "generator", None)
+    if kind == "torch" and isinstance(gen, torch.Generator):
+        gen.set_state(value)
+    elif kind == "numpy" and isinstance(gen, np.random.Generator) and gen.bit_generator.state["bit_generator"] == "PCG64":
+        gen.bit_generator.state = value
+    else:
+        raise ValueError(f"the state holds the collate_fn's {kind} generator, but its collator "
+                         f"{type(collator).__name__} now has {type(gen).__name__}: was it built otherwise "
+                         "(return_tensors)?")
+
+
+def decode_worker_rng(entry: Any, where: str = "state 'rng'") -> tuple:
+    """Check a dataset state's ``"rng"`` entry completely: the global generators (``"torch"``,
+    ``"numpy"``, ``"random"``; a worker's) and/or the collator's generator (``"collator"``).
+    Returns ``(globals decoded or None, (collator entry, decoded) or None)``."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where} must be an object, got {type(entry).__name__}")
+    extra = set(entry) - {*_GLOBAL_KEYS, "collator"}
+    present = [k for k in _GLOBAL_KEYS if k in entry]
+    if extra or (present and len(present) != 3) or not entry:
+        raise ValueError(f"{where} must be an object with keys {list(_GLOBAL_KEYS)} and/or 'collator', "
+                         f"got {sorted(entry)}")
+    globals_ = decode_rng_state({k: entry[k] for k in _GLOBAL_KEYS}, where) if present else None
+    collator = None
+    if "collator" in entry:
+        collator = (entry["collator"], decode_collator_entry(entry["collator"], f"{where} 'collator'"))
+    return globals_, collator
