@@ -11,6 +11,7 @@ stays)."""
 from __future__ import annotations
 
 import copy
+import functools
 import gc
 import pickle
 from collections import Counter
@@ -207,6 +208,30 @@ def test_a_collator_without_its_own_generator_is_not_wrapped_and_copies_leave_it
     assert pickle.loads(pickle.dumps(dl.dataset)).session.collator_rng is None
 
 
+class NoisyCollator:
+    """A collator of the user's own that keeps a numpy generator made when it is built."""
+
+    def __init__(self):
+        self.generator = np.random.default_rng(9)
+
+    def __call__(self, rows, scale=1):
+        return {"input_ids": [r["input_ids"][0] for r in rows],
+                "noise": (scale * self.generator.random(len(rows))).tolist()}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_collator_of_ones_own_with_a_generator_inside_a_partial(workers):
+    def make():
+        return ri.StatefulDataLoader(build(), batch_size=3, num_workers=workers, save_worker_rng=True,
+                                     collate_fn=functools.partial(NoisyCollator(), scale=2))
+
+    full, states = run_with_states(make())
+    for k in (0, 3, len(states) - 2):
+        dl = make()
+        dl.load_state_dict(states[k])
+        assert [plain(b) for b in dl] == full[k + 1:], f"cut after batch {k}"
+
+
 def test_spawned_workers_save_and_restore_it_too():
     """A spawned worker gets the dataset and the collate_fn in one pickle: its dataset's session holds
     its own collate_fn's wrapper."""
@@ -233,13 +258,15 @@ def trainer(out, workers, persistent=False, save=True, remove_unused_columns=Fal
 
 
 @pytest.mark.parametrize("workers,persistent,remove,crash_at", [
-    (w, p, False, c) for w, p in [(0, False), (2, True)] for c in (6, 10, 14)] + [(0, False, True, 6)])
+    (w, p, False, c) for w, p in [(0, False), (2, True)] for c in (6, 10, 14)] + [(0, False, True, 6), (2, False, False, 14)])
 def test_a_trainer_resumed_masks_as_the_uninterrupted_run(tmp_path, workers, persistent, remove, crash_at):
     """Crashed mid-pass (6), at the end of the first pass (10: accelerate has seen the pass end, no
     state is loaded) and in the second pass (14), and resumed: the model is fed the uninterrupted
     run's masked input_ids to the end. Without workers accelerate has collated the next batch when
     the checkpoint is saved: the generator saved is the one from before that batch. With
-    ``remove_unused_columns`` the Trainer wraps the collator (``RemoveColumnsCollator``)."""
+    ``remove_unused_columns`` the Trainer wraps the collator (``RemoveColumnsCollator``). Without
+    persistent workers each pass starts new workers, whose collators start from their seeds in both
+    runs."""
     a, model_a = trainer(tmp_path / "a", workers, persistent, remove_unused_columns=remove)
     a.train()
     wrapped = a.callback_handler.train_dataloader.base_dataloader.collate_fn
