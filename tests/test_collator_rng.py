@@ -246,13 +246,25 @@ def test_spawned_workers_save_and_restore_it_too():
 BATCH, STEPS = 3, 24  # 10 batches a pass: the runs cross two pass ends
 
 
-def trainer(out, workers, persistent=False, save=True, remove_unused_columns=False, **kw):
+class OwnLoaderTrainer(transformers.Trainer):
+    """Trains from a ``ri.StatefulDataLoader`` of its own (no accelerate wrapper: nothing read ahead)."""
+
+    def get_train_dataloader(self):
+        return ri.StatefulDataLoader(self.train_dataset, batch_size=BATCH, collate_fn=self.data_collator,
+                                     save_worker_rng=True)
+
+
+def trainer(out, workers, persistent=False, save=True, remove_unused_columns=False, eval_steps=None, own=False,
+            **kw):
+    evaluating = dict(eval_strategy="steps", eval_steps=eval_steps, per_device_eval_batch_size=4) if eval_steps else {}
     args = transformers.TrainingArguments(
         output_dir=str(out), max_steps=STEPS, per_device_train_batch_size=BATCH, save_steps=kw.pop("save_steps", 1000),
         dataloader_num_workers=workers, dataloader_persistent_workers=persistent, report_to="none", use_cpu=True,
-        logging_strategy="no", remove_unused_columns=remove_unused_columns, disable_tqdm=True)
+        logging_strategy="no", remove_unused_columns=remove_unused_columns, disable_tqdm=True, **evaluating)
     model = Recorder(width=WIDTH)  # records the masked input_ids it is fed
-    t = transformers.Trainer(model=model, args=args, train_dataset=build(), data_collator=mlm())
+    eval_dataset = ri.IterableDataset.from_dict(rows(6)) if eval_steps else None
+    t = (OwnLoaderTrainer if own else transformers.Trainer)(model=model, args=args, train_dataset=build(),
+                                                            data_collator=mlm(), eval_dataset=eval_dataset)
     ResumableDataCallback.attach(t, save_worker_rng=save)
     return t, model
 
@@ -283,4 +295,25 @@ def test_a_trainer_resumed_masks_as_the_uninterrupted_run(tmp_path, workers, per
     assert any(collator_entries(ri.load_state(ckpt / STATE_FILE)["loader_state"]))
     c, model_c = trainer(tmp_path / "b", workers, persistent, remove_unused_columns=remove)
     c.train(resume_from_checkpoint=str(ckpt))
+    assert model_b.seen + model_c.seen == model_a.seen
+
+
+@pytest.mark.parametrize("own,crash_at", [(False, 6), (False, 10), (True, 6)])
+def test_an_evaluation_drawing_from_the_same_collator_before_the_checkpoint(tmp_path, own, crash_at):
+    """Without workers the evaluation loader collates with the Trainer's same collator, in the main
+    process, after accelerate has read the next training batch ahead and before the checkpoint is
+    saved: its draws move the collator's generator between the data position and the checkpoint.
+    The resumed run collates the batch read ahead with the generator of the data position, then goes
+    on with the generator of the checkpoint, as the uninterrupted run did (also when the checkpoint
+    is at a pass end, where nothing was collated ahead). A loader of the Trainer's own reads nothing
+    ahead: its state is taken at the end of the step, before the evaluation, and the resumed run
+    goes on with the generator of the checkpoint at once."""
+    a, model_a = trainer(tmp_path / "a", 0, eval_steps=crash_at, own=own)
+    a.train()
+    b, model_b = trainer(tmp_path / "b", 0, eval_steps=crash_at, own=own, save_steps=crash_at)
+    b.add_callback(CrashAfterSave(crash_at))
+    with pytest.raises(Crash):
+        b.train()
+    c, model_c = trainer(tmp_path / "b", 0, eval_steps=crash_at, own=own)
+    c.train(resume_from_checkpoint=str(tmp_path / "b" / f"checkpoint-{crash_at}"))
     assert model_b.seen + model_c.seen == model_a.seen

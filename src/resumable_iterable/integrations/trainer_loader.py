@@ -103,26 +103,6 @@ def save_worker_rng(loader: Any) -> None:
         drop_iterator(loader)
 
 
-def ended_pass_collator(loader: Any, loader_state: Any, where: str) -> tuple | None:
-    """For a checkpoint taken when the pass had ended (accelerate had seen its end), which is not
-    loaded: without workers, the ``collate_fn``'s own generator as it stood then, ``(entry,
-    decoded)`` for ``CollatorRng.load`` (``(None, None)``: it had not drawn; from its seed), so that
-    the next pass draws on from it as the uninterrupted run's did. ``None`` with workers: each pass
-    starts new workers, whose collators make their generators from their seeds in both runs
-    (persistent workers would go on with theirs: a limit, ``docs/trainer.md``)."""
-    try:
-        saved = loader_num_workers(loader_state)
-    except (TypeError, ValueError):
-        return None
-    if saved != 0 or getattr(base_loader(loader), "num_workers", None) != 0:
-        return None
-    dataset_state = loader_state.get(DATASET_STATE)
-    rng = dataset_state.get("rng") if isinstance(dataset_state, dict) else None
-    if rng is None:
-        return (None, None)
-    return decode_worker_rng(rng, f"{where}: the dataset's 'rng'")[1] or (None, None)
-
-
 def ended_pass_worker_rng(loader: Any, loader_state: Any, where: str) -> dict | None:
     """For a checkpoint taken when the pass had ended (not loaded), with persistent workers and the
     same number of them: each worker's saved generators (its global ones, its collator's), decoded,

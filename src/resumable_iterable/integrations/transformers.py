@@ -62,7 +62,7 @@ from ..state import TRAINER_FORMAT, find_documents
 from ..state_files import EncodedState, encode_state, load_state, read_state_file, state_file_digest
 from . import trainer_loader
 from .torch.transport import INLINE_MAX_BYTES, check_inline_bytes
-from .torch.worker_rng import decode_rng_state
+from .torch.worker_rng import decode_collator_entry, decode_rng_state
 
 logger = logging.getLogger("resumable_iterable")
 
@@ -122,6 +122,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         self._written: int | None = None  # the global step whose data state state() wrote
         self._resumed_at: int | None = None  # the global step restored, until the first epoch after it ends
         self._main_rng: trainer_loader.MainRng | None = None  # without workers, save_worker_rng
+        self._captured: dict | None = None  # the payload of the last state captured
 
     # ------------------------------------------------------------------ setting up
     @classmethod
@@ -174,6 +175,8 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             step = self._trainer_state.global_step
             if self._pending is None or self._pending[0] != step:
                 self._pending = (step, self._capture(step, self._args.process_index, self._args.world_size))
+            else:
+                self._collator_since_capture(step)
             self.data_state_sha256 = self._pending[1].digest
             folder = self._folder(self._args, step)
             # Only into a checkpoint being written: its folder exists (not under a hyperparameter
@@ -308,6 +311,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         self._trainer_state = None
         self._args = None
         self._pending = None
+        self._captured = None
 
     # ------------------------------------------------------------------ internals
     @staticmethod
@@ -323,6 +327,15 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
                    "loader": type(base).__name__, "loader_state": self._loader.state_dict()}
         if self._main_rng is not None and self._main_rng.last is not None:
             payload["main_rng"] = self._main_rng.last
+        collator = self._collator_rng()
+        if collator is not None and getattr(base, "num_workers", None) == 0:
+            # the collator's own generator now: the data state holds it as it was when the data
+            # position was taken (before the batch accelerate read ahead), and an evaluation may
+            # draw from it before the checkpoint is saved (_collator_since_capture)
+            entry = collator.state()
+            if entry is not None:
+                payload["collator_rng"] = entry
+        self._captured = payload
         try:
             return encode_state(payload)
         except (TypeError, ValueError) as e:
@@ -330,6 +343,26 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
                 f"ResumableDataCallback: cannot save the data state of step {global_step} (nothing of it was "
                 f"written): {e}"
             ) from e
+
+    def _collator_since_capture(self, step: int) -> None:
+        """Without workers, the state captured at the end of the step holds the collator's own
+        generator as it was then; an evaluation between that and the checkpoint, with the same
+        collator in the main process, draws from it. The checkpoint then gets the generator as it
+        is now (the state is encoded again: only then, and it is the one encoded before plus this
+        small entry, so it cannot fail where the first did not)."""
+        collator, payload = self._collator_rng(), self._captured
+        if collator is None or not isinstance(payload, dict) or "collator_rng" not in payload:
+            return
+        entry = collator.state()
+        if entry is not None and entry != payload.get("collator_rng"):
+            payload["collator_rng"] = entry
+            self._pending = (step, encode_state(payload))
+
+    def _collator_rng(self) -> Any:
+        """The training loader's ``CollatorRng`` (``save_worker_rng`` with a collator that keeps a
+        generator of its own), or ``None``."""
+        session = getattr(getattr(trainer_loader.base_loader(self._loader), "dataset", None), "session", None)
+        return session.collator_rng if isinstance(session, IterationSession) else None
 
     def _candidates(self, args, state) -> list[str]:
         out = []
@@ -405,12 +438,15 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             main_rng = decode_rng_state(payload["main_rng"], f"{name}: 'main_rng'")  # checked before anything is loaded
         epochs = [env["epoch"] for _, env in find_envelopes(loader_state) if type(env.get("epoch")) is int]
         session = getattr(getattr(trainer_loader.base_loader(loader), "dataset", None), "session", None)
-        # a pass that had ended is not loaded: without workers, the collator's own generator at its
-        # end; with persistent workers, each worker's generators (checked before anything loads)
-        collator = worker_rng = None
+        # without workers, the collator's own generator when the checkpoint was saved: after the
+        # batch accelerate read ahead (collated with the one in the data state) and any evaluation
+        # that collated with it; with persistent workers and a pass that had ended (not loaded),
+        # each worker's generators. All checked before anything loads.
+        at_save = worker_rng = None
+        if (payload.get("collator_rng") is not None and isinstance(session, IterationSession)
+                and session.collator_rng is not None and getattr(trainer_loader.base_loader(loader), "num_workers", None) == 0):
+            at_save = decode_collator_entry(payload["collator_rng"], f"{name}: 'collator_rng'")
         if finished and isinstance(session, IterationSession):
-            if session.collator_rng is not None:
-                collator = trainer_loader.ended_pass_collator(loader, loader_state, name)
             worker_rng = trainer_loader.ended_pass_worker_rng(loader, loader_state, name)
         # a pipeline built without a seed draws its later epochs from the saved run's seeds (the
         # workers of those epochs start from this process's pipeline, which loads no state itself)
@@ -424,8 +460,11 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             trainer_loader.drop_iterator(loader)
         if main_rng is not None:
             self._main_rng.splice(main_rng)
-        if collator is not None:
-            session.collator_rng.load(*collator)
+        if at_save is not None:
+            if self._main_rng is not None and not finished:  # accelerate collates that batch again first
+                session.collator_rng.after_next_batch(at_save)
+            else:  # nothing read ahead (a loader of the user's own, or the pass had ended)
+                session.collator_rng.before_next_batch(payload["collator_rng"], at_save)
         if worker_rng:
             session.set_next_pass_rng(worker_rng, trainer_loader.base_loader(loader).num_workers)
         if seeds:

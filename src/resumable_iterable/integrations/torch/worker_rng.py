@@ -191,24 +191,36 @@ class CollatorRng:
         self.collator = collator
         self._drew_in: int | None = None  # the process in which the collator last collated
         self._loaded: tuple | None = None  # (process, entry, decoded): loaded, not set yet
+        self._then: tuple | None = None  # (process, decoded): set after the next batch (:meth:`after_next_batch`)
+        self._instead: tuple | None = None  # (process, entry, decoded): set before the next batch (:meth:`before_next_batch`)
         self._cache: tuple = (None, None)  # (raw state, entry) last encoded
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         pid = os.getpid()
-        loaded = self._loaded
-        if loaded is not None:
-            self._loaded = None
-            if loaded[0] == pid:
+        loaded, instead = self._loaded, self._instead
+        if loaded is not None or instead is not None:
+            self._loaded = self._instead = None
+            if instead is not None and instead[0] == pid:
+                _set_generator(self.collator, instead[2])
+            elif loaded is not None and loaded[0] == pid:
                 _set_generator(self.collator, loaded[2])
         self._drew_in = pid
-        return self.collate_fn(*args, **kwargs)
+        then = self._then
+        if then is None:
+            return self.collate_fn(*args, **kwargs)
+        try:
+            return self.collate_fn(*args, **kwargs)
+        finally:
+            self._then = None
+            if then[0] == pid:
+                _set_generator(self.collator, then[1])
 
     def state(self) -> dict | None:
         """The ``"collator"`` entry of this process now, or ``None`` (see the class doc)."""
         pid = os.getpid()
-        loaded = self._loaded
-        if loaded is not None and loaded[0] == pid:
-            return loaded[1]
+        for pending in (self._instead, self._loaded):
+            if pending is not None and pending[0] == pid:
+                return pending[1]
         if self._drew_in != pid:
             return None
         gen = self.collator.generator
@@ -230,6 +242,18 @@ class CollatorRng:
         """Set the collator's generator to ``entry`` (checked: ``decoded``) before its next batch in
         this process; ``None``: make it again from its seed then."""
         self._loaded = (os.getpid(), entry, decoded)
+
+    def before_next_batch(self, entry: dict, decoded: Any) -> None:
+        """Set the collator's generator to ``entry`` (checked: ``decoded``) just before its next
+        batch in this process, whatever state is loaded in between (the Trainer without workers:
+        the generator when the checkpoint was saved, an evaluation's draws included)."""
+        self._instead = (os.getpid(), entry, decoded)
+
+    def after_next_batch(self, decoded: Any) -> None:
+        """Set the collator's generator to ``decoded`` once it has collated its next batch in this
+        process (the Trainer without workers: accelerate had collated that batch ahead before the
+        evaluation, which may collate with the same collator, and the checkpoint)."""
+        self._then = (os.getpid(), decoded)
 
     def __getstate__(self) -> dict:
         d = dict(self.__dict__)
