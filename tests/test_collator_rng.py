@@ -317,3 +317,33 @@ def test_an_evaluation_drawing_from_the_same_collator_before_the_checkpoint(tmp_
     c, model_c = trainer(tmp_path / "b", 0, eval_steps=crash_at, own=own)
     c.train(resume_from_checkpoint=str(tmp_path / "b" / f"checkpoint-{crash_at}"))
     assert model_b.seen + model_c.seen == model_a.seen
+
+
+class Unmasking(Recorder):
+    """Records the rows it is fed as they were before masking (labels hold the masked tokens)."""
+
+    def forward(self, input_ids=None, labels=None, **_):
+        self.rows = getattr(self, "rows", [])
+        self.rows += torch.where(labels == -100, input_ids, labels).tolist()
+        return super().forward(input_ids=input_ids)
+
+
+@pytest.mark.parametrize("before,after", [(2, 0), (0, 2)])
+def test_a_trainer_resumed_with_another_worker_count(tmp_path, before, after):
+    """The rest of the pass is re-dealt (elastic resume): every row is still trained on exactly once
+    per pass, and the collators start again from their seeds."""
+    def make(out, workers, **kw):
+        t, _ = trainer(out, workers, **kw)
+        t.model = t.model_wrapped = model = Unmasking(width=WIDTH)
+        return t, model
+
+    b, model_b = make(tmp_path / "b", before, save_steps=4)
+    b.add_callback(CrashAfterSave(4))
+    with pytest.raises(Crash):
+        b.train()
+    del b
+    gc.collect()
+    c, model_c = make(tmp_path / "b", after)
+    c.train(resume_from_checkpoint=str(tmp_path / "b" / "checkpoint-4"))
+    first_pass = (model_b.rows + model_c.rows)[:ROWS]
+    assert Counter(map(tuple, first_pass)) == Counter(map(tuple, rows()["input_ids"]))
