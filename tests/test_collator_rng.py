@@ -232,9 +232,12 @@ def test_a_collator_of_ones_own_with_a_generator_inside_a_partial(workers):
         assert [plain(b) for b in dl] == full[k + 1:], f"cut after batch {k}"
 
 
-def test_spawned_workers_save_and_restore_it_too():
+@pytest.mark.slow  # a spawned worker imports torch and transformers afresh: 20-25 s; run by `make soak`
+def test_spawned_workers_save_and_restore_it_too(soak):
     """A spawned worker gets the dataset and the collate_fn in one pickle: its dataset's session holds
     its own collate_fn's wrapper."""
+    if not soak:
+        pytest.skip("spawn start method: slow, runs with --soak (make soak)")
     full, states = run_with_states(loader(2, multiprocessing_context="spawn"))
     dl = loader(2, multiprocessing_context="spawn")
     dl.load_state_dict(states[4])
