@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from datasets import Dataset
 
@@ -199,6 +200,33 @@ def test_a_single_process_loader_state_in_a_trainer_checkpoint_is_labelled_datas
     code, out, _ = run(capsys, "inspect", str(tmp_path / "trainer.json"))
     assert code == 0 and "single process, 3 batches yielded" in out
     assert "[dataset] at /loader_state/dataset_state  epoch 0" in out
+
+
+class SeededCollator:
+    """A collate function keeping a numpy generator of its own (as ``DataCollatorForLanguageModeling(seed=)``)."""
+
+    def __init__(self):
+        self.generator = np.random.default_rng(5)
+
+    def __call__(self, rows):
+        return {"id": [r["id"] for r in rows], "noise": self.generator.random(len(rows)).tolist()}
+
+
+def test_which_generators_a_state_holds_is_reported_as_saved(tmp_path, capsys):
+    """``save_worker_rng=True`` without workers saves only the collator's own generator: the report
+    said the worker's torch/numpy/random generators were saved (it looked at ``"rng"`` alone)."""
+    pytest.importorskip("torch")
+    dl = ri.StatefulDataLoader(ri.to_iterable_dataset(hf(), num_shards=4), batch_size=4, num_workers=0,
+                               collate_fn=SeededCollator(), save_worker_rng=True)
+    it = iter(dl)
+    for _ in range(3):
+        next(it)
+    ri.save_state(dl.state_dict(), tmp_path / "loader.json")
+    code, out, _ = run(capsys, "inspect", str(tmp_path / "loader.json"))
+    assert code == 0 and "the collator's own random generator is saved" in out
+    assert "the worker's random generators" not in out
+    (state,) = report_of(capsys, tmp_path / "loader.json")["states"]
+    assert state["collator_rng"] is True and state["worker_rng"] is False
 
 
 @pytest.mark.parametrize("module", ["resumable_iterable.cli", "resumable_iterable"])

@@ -100,6 +100,8 @@ def render(report: dict, width: int = 24, max_shards: int = 32) -> str:
         lines.append(f"[{st['label']}]{where}  epoch {st['epoch']}, fingerprint {st['fingerprint']}{extra}")
         if st.get("worker_rng"):
             lines.append("  the worker's random generators (torch, numpy, random) are saved: set back on resume")
+        if st.get("collator_rng"):
+            lines.append("  the collator's own random generator is saved: set back on resume")
         if st.get("drawn_seeds"):
             lines.append(f"  {st['drawn_seeds']} seed(s) drawn when the pipeline was built without one: a rebuilt "
                          "pipeline adopts them on load (its later epochs are the saved run's)")

@@ -32,13 +32,15 @@ def analyse_state(path: str, env: dict) -> dict:
     label = label_for(path)
     if split and (label in ("pipeline", "dataset") or label.startswith(("item ", "/"))):
         label = split
+    rng = env.get("rng")  # the worker's global generators and / or the collator's own (save_worker_rng)
     tree = analyse_node(env["pipeline"], env["state"], f"{path}:state")
     problems: list[str] = []
     check_node(env["pipeline"], env["state"], f"{path}:state", problems)
     _check_seeds(env, env["pipeline"], path, problems)
     return {"path": path, "label": label, "kind": "state", "version": env["version"],
             "fingerprint": env["fingerprint"], "epoch": env["epoch"], "split": split,
-            "worker_rng": env.get("rng") is not None, "drawn_seeds": _drawn_seeds(env),
+            "worker_rng": isinstance(rng, dict) and "torch" in rng,
+            "collator_rng": isinstance(rng, dict) and "collator" in rng, "drawn_seeds": _drawn_seeds(env),
             "tree": tree, "problems": problems}
 
 
