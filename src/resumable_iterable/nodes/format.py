@@ -113,6 +113,30 @@ def _image_columns(batch: dict) -> set:
     return {k for k, v in batch.items() if type(v) is list and isinstance(next((x for x in v if x is not None), None), image)}
 
 
+#: numpy dtype kinds of the arrays :func:`_array_columns` takes: bool, signed / unsigned integers, floats
+_NUMBER_KINDS = frozenset("biuf")
+
+
+def _array_columns(batch: dict, schema: pa.Schema | None, skip: set) -> set:
+    """The columns of a Python batch whose values are all numpy arrays of numbers (a map's pixel or
+    feature arrays, ``ndim >= 1``) and whose Arrow type no ``schema`` declares: HF's formatter makes
+    them one array or tensor (or a list of them where the shapes differ) straight from the arrays,
+    with the dtypes it gives any number. Through an Arrow table they were turned into nested Python
+    lists, then read back number row by number row - the same values, 5-20 times slower than
+    decoding a small JPEG (``benchmarks/bench_pipelines.py``, vision)."""
+    names = schema.names if schema is not None else ()
+    out = set()
+    for k, v in batch.items():
+        if k in skip or k in names or type(v) is not list or not v:
+            continue
+        for x in v:
+            if type(x) is not np.ndarray or x.ndim == 0 or x.dtype.kind not in _NUMBER_KINDS:
+                break
+        else:
+            out.add(k)
+    return out
+
+
 def _formatter(name: str, format_kwargs: dict, features: Any = None):
     from datasets.formatting import get_formatter
 
@@ -293,7 +317,7 @@ class FormatNode(Node):
         again = _formatter(name, kwargs).recursive_tensorize if self.formatted_again and decoded is not None else None
 
         def one(b: Any) -> Any:
-            media = None
+            media = arrays = None
             if source == "table_batches":
                 table = b
             else:
@@ -301,13 +325,16 @@ class FormatNode(Node):
                     b = back(b)
                 if decoded is not None:
                     media = decoded | _image_columns(b)
+                    arrays = _array_columns(b, self.schema, media)
+                    if arrays:
+                        media = media | arrays
                 table = self._to_table({k: v for k, v in b.items() if k not in media} if media else b)
             batch = fast_tensor_batch(table, name, kwargs) if fast else None
             batch = fmt(table) if batch is None else batch
             if media:
                 batch = {k: tensorize(v) if k in media else batch[k] for k, v in b.items()}
                 if again is not None:
-                    batch = {k: again(v) if k in media else v for k, v in batch.items()}
+                    batch = {k: again(v) if k in media and k not in arrays else v for k, v in batch.items()}
             return object_strings(batch, table) if strings else batch
 
         if source == "batch_dicts":
