@@ -127,6 +127,23 @@ def test_copy_example_copies_containers_and_arrays_and_shares_immutables():
     assert arr.tolist() == [0, 1, 2] and ex["l"] == [1, [2]]
 
 
+def test_copy_example_of_flat_lists_shares_their_immutable_items_and_copies_the_rest():
+    # flat lists of immutable values (token ids, floats, strings, None) are copied at once; a list
+    # holding any mutable item (even last) still copies that item
+    ids = list(range(1000, 3048))
+    mixed = [1, 2.5, "a", None, True, b"x", 3 + 1j]
+    late = [1, 2, 3, [4]]
+    c = copy_example({"input_ids": ids, "m": mixed, "late": late, "np": [np.int64(1), 2]})
+    assert c["input_ids"] == ids and c["input_ids"] is not ids and all(a is b for a, b in zip(c["input_ids"], ids))
+    assert c["m"] == mixed and c["m"] is not mixed
+    assert c["late"] == late and c["late"][3] is not late[3]
+    assert c["np"] == [1, 2] and c["np"] is not None
+    c["input_ids"].append(0)
+    c["late"][3].append(5)
+    assert len(ids) == 2048 and late == [1, 2, 3, [4]]
+    assert copy_example([]) == [] and copy_example([[]]) == [[]]
+
+
 # ---------------------------------------------------------------------- buffer logs
 
 
