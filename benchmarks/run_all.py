@@ -24,6 +24,7 @@ import bench_formatted  # noqa: E402
 import bench_loader_shuffle  # noqa: E402
 import bench_memory  # noqa: E402
 import bench_pack  # noqa: E402
+import bench_pipelines  # noqa: E402
 import bench_state  # noqa: E402
 import bench_throughput  # noqa: E402
 from common import N_ROWS, NUM_SHARDS, Result, environment, make_hf_dataset, print_section, table  # noqa: E402
@@ -57,6 +58,9 @@ def run_all(quick: bool = False, loader: bool = True, memory: bool = True) -> li
                 bench_loader_shuffle.run(quick=quick))
         section("formatted batches through StatefulDataLoader (2 workers, batch 32)",
                 bench_formatted.run(n_rows=n_rows, scale=0.002 if quick else 1.0))
+        section("realistic pipelines from files (JSON Lines LLM packing, imagefolder, Parquet mixture), "
+                "one process and StatefulDataLoader (2 workers)",
+                bench_pipelines.run(quick=quick, repeats=1))
     section("packing into 2048-token chunks", bench_pack.run(500 if quick else 20_000, repeats=1 if quick else 5))
     section("lists of numbers from Arrow sources, numpy / torch format (informative)",
             bench_arrow_lists.run(n_rows=40 if quick else bench_arrow_lists.N_ROWS,

@@ -7,6 +7,7 @@ import math
 import os
 import sys
 
+import numpy as np
 import pytest
 
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
@@ -106,6 +107,44 @@ def test_loader_shuffle_runs(data):
     results = bench_loader_shuffle.run(quick=True, hf_ds=data[0])
     _check(results)
     assert sum(r.met is not None for r in results) == 3  # the three targets are checked
+
+
+def test_pipelines_run(tmp_path):
+    pytest.importorskip("torchdata")
+    import bench_pipelines
+
+    results = bench_pipelines.run(quick=True, folder=str(tmp_path))
+    _check(results)
+    assert len(results) == 3 * 5  # per pipeline: 3 throughputs, state_dict() in one process, the loader's snapshots
+    assert all(r.ref is not None for r in results)
+
+
+def test_pipelines_compute_the_same_as_hf(tmp_path):
+    """The LLM and vision pipelines of bench_pipelines.py yield the same tokens and pixels with both
+    libraries (before their shuffle; the mixture's random streams differ by design)."""
+    import datasets
+
+    import bench_pipelines
+    import resumable_iterable as ri
+
+    paths = bench_pipelines.write_jsonl(str(tmp_path), 0.05, files=2)
+    got = {}
+    for m in (ri, datasets):
+        ds = m.load_dataset("json", data_files=paths, split="train", streaming=True)
+        ds = ds.map(bench_pipelines.tokenize, batched=True, remove_columns=["id", "url", "text"])
+        ds = ds.pack(bench_pipelines.BLOCK, drop_last=True) if m is ri else ds.map(bench_pipelines.group_texts,
+                                                                                   batched=True)
+        got[m.__name__] = [ex["input_ids"] for ex in ds]
+    # group_texts drops each map batch's remainder (of 1000 documents); pack carries it over
+    assert got["datasets"] and got["resumable_iterable"][:len(got["datasets"])] == got["datasets"]
+    folder = bench_pipelines.write_images(str(tmp_path / "img"), 8)
+    ours, theirs = (list(m.load_dataset("imagefolder", data_dir=folder, split="train", streaming=True)
+                         .map(bench_pipelines.to_pixels, remove_columns=["image"]).batch(4).with_format("numpy"))
+                    for m in (ri, datasets))
+    assert len(ours) == len(theirs) == 2
+    for a, b in zip(ours, theirs):
+        assert a["pixel_values"].dtype == b["pixel_values"].dtype and np.array_equal(a["pixel_values"], b["pixel_values"])
+        assert np.array_equal(a["label"], b["label"])
 
 
 def test_run_all_markdown():
