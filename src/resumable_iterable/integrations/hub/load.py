@@ -85,11 +85,15 @@ def _members_format(archives: list[str], split: str) -> str:
     return top
 
 
-def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: str | None = None,
-                 data_files: Any = None, split: str | None = None, revision: str | None = None,
-                 token: Any = None, cache_dir: str | os.PathLike | None = None, format: str | None = None,
-                 streaming: bool = True, **reader_kwargs: Any) -> IterableDataset | IterableDatasetDict:
+def load_dataset(path: str | os.PathLike, name: str | None = None, data_dir: str | None = None,
+                 data_files: Any = None, split: Any = None, cache_dir: str | os.PathLike | None = None,
+                 features: Any = None, download_config: Any = None, download_mode: Any = None,
+                 verification_mode: Any = None, keep_in_memory: bool | None = None, save_infos: bool = False,
+                 revision: str | None = None, token: Any = None, streaming: bool = True, num_proc: int | None = None,
+                 storage_options: dict | None = None, *, format: str | None = None,
+                 **reader_kwargs: Any) -> IterableDataset | IterableDatasetDict | list:
     """Load the data files of a local folder or a Hub dataset repo as resumable iterable datasets.
+    The arguments are HF's ``datasets.load_dataset``'s, in its order (``format`` aside, keyword-only).
 
     Args:
         path: a local folder, a Hub dataset repo id (``"user/repo"``), an
@@ -102,27 +106,127 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, *, data_dir: 
         name: the config of the dataset card (``configs:`` in ``README.md``) to use.
         data_dir: only consider files below this folder of the repo.
         data_files: a glob or list of globs (the ``train`` split) or a dict ``{split: glob(s)}``.
-        split: the split to return; ``None`` returns a dict of every split.
+        split: the split to return (``"train+test"``, ``"all"``: the splits one after the other);
+            ``None`` returns a dict of every split, a list of split names a list of datasets (as HF's
+            ``load_dataset`` without streaming; HF's streaming refuses a list).
+        cache_dir: the Hugging Face cache to use (default: ``HF_HUB_CACHE``).
+        features: cast the rows to these features (every format), as HF.
+        download_config: a ``datasets.DownloadConfig``: its ``token`` is the token when ``token`` is not
+            given, its ``storage_options`` are taken as ``storage_options``; the rest changes nothing,
+            as in HF's streaming ``load_dataset``.
+        download_mode: one of HF's ``DownloadMode`` values; changes nothing (nothing is prepared).
+        verification_mode: one of HF's ``VerificationMode`` values; changes nothing, as when streaming in HF.
+        keep_in_memory: accepted; changes nothing, as when streaming in HF.
+        save_infos: accepted; changes nothing, as when streaming in HF.
         revision: a branch, tag or commit of a Hub repo (default: the default branch).
         token: passed to ``huggingface_hub`` for private repos.
-        cache_dir: the Hugging Face cache to use (default: ``HF_HUB_CACHE``).
-        format: force the file format instead of inferring it from the extensions.
         streaming: accepted for compatibility with ``datasets.load_dataset``; the result is always
             lazy (files are read when iterated, one shard per file).
-        **reader_kwargs: the reader's options, as in HF: ``features`` (cast the rows to them) for
-            every format; ``columns``, ``filters``, ``batch_size`` for Parquet; pandas' ``read_csv``
-            options for CSV (``sep``, ``column_names``...; pyarrow's ``read_options`` /
-            ``parse_options`` / ``convert_options`` select pyarrow's reader instead), ``field`` or
-            pyarrow's options for JSON, and for text files ``sample_by``, ``keep_linebreaks``,
-            ``encoding``, ``encoding_errors``, ``chunksize``.
+        num_proc: must be ``None``: HF's streaming ``load_dataset`` raises ``NotImplementedError`` for it.
+        storage_options: fsspec options by protocol, as HF's. Local files and Hub files are read here,
+            not through fsspec: options for other protocols (whose files are not read) are ignored,
+            as HF ignores them for files of another protocol; a ``token`` for ``"hf"`` is the token;
+            other options that HF would apply to the Hub's files are refused (``ValueError``).
+        format: force the file format instead of inferring it from the extensions.
+        **reader_kwargs: the reader's options, as in HF: ``columns``, ``filters``, ``batch_size`` for
+            Parquet; pandas' ``read_csv`` options for CSV (``sep``, ``column_names``...; pyarrow's
+            ``read_options`` / ``parse_options`` / ``convert_options`` select pyarrow's reader instead),
+            ``field`` or pyarrow's options for JSON, and for text files ``sample_by``,
+            ``keep_linebreaks``, ``encoding``, ``encoding_errors``, ``chunksize``.
 
     Returns:
         An :class:`~resumable_iterable.IterableDataset` (one shard per file, in sorted path order)
         or, with ``split=None``, an :class:`~resumable_iterable.IterableDatasetDict` of them keyed by
-        split (HF's ``map``, ``filter``, ``shuffle``... on every split; each split has its own state).
+        split (HF's ``map``, ``filter``, ``shuffle``... on every split; each split has its own state),
+        or a list of datasets for a list of splits.
     """
-    del streaming
-    return _load(path, name, data_dir, data_files, split, revision, token, cache_dir, format, reader_kwargs)
+    del streaming, keep_in_memory, save_infos
+    if num_proc is not None:
+        raise NotImplementedError(f"load_dataset(num_proc={num_proc!r}): loading a streaming dataset with several "
+                                  "processes is not implemented (nor in HF's streaming load_dataset); the datasets "
+                                  "here are always streamed: to read with several processes, iterate with a DataLoader "
+                                  "of num_workers > 1")
+    _check_mode("download_mode", download_mode)
+    _check_mode("verification_mode", verification_mode)
+    token = _options_token(path, data_files, token, download_config, storage_options)
+    if features is not None:
+        reader_kwargs["features"] = features
+    if "field" in reader_kwargs and reader_kwargs["field"] is None:  # HF's default: the file's own rows
+        del reader_kwargs["field"]
+    if isinstance(split, (list, tuple)):  # HF's non-streaming load_dataset: a dataset per split, in that order
+        return [_load(path, name, data_dir, data_files, _split_name(s), revision, token, cache_dir, format,
+                      dict(reader_kwargs)) for s in split]
+    return _load(path, name, data_dir, data_files, None if split is None else _split_name(split), revision, token,
+                 cache_dir, format, reader_kwargs)
+
+
+def _split_name(split: Any) -> str:
+    """A split name: a string, or HF's ``datasets.Split.TRAIN``... (its name); slices are refused, as
+    HF's streaming refuses them, saying what to do instead."""
+    if not isinstance(split, str):
+        if not type(split).__module__.startswith("datasets"):
+            raise TypeError(f"split: expected a split name, or a list of them, got {split!r}")
+        split = str(split)
+    if "[" in split or "]" in split:
+        raise ValueError(f"split={split!r}: slices of a split are not supported when streaming (HF's streaming "
+                         "load_dataset refuses them too: 'Bad split'); load the split and use .take(n) / .skip(n)")
+    return split
+
+
+def _check_mode(arg: str, value: Any) -> None:
+    """HF's check of ``download_mode`` / ``verification_mode``: one of its enum's values (or ``None``)."""
+    if value is None:
+        return
+    from datasets import DownloadMode, VerificationMode
+
+    enum = DownloadMode if arg == "download_mode" else VerificationMode
+    try:
+        enum(value)
+    except ValueError:
+        raise ValueError(f"{arg}={value!r} is not one of {[m.value for m in enum]}") from None
+
+
+def _reads_hub(path: Any, data_files: Any) -> bool:
+    """Whether ``load_dataset(path, data_files=...)`` reads files of a Hub repo."""
+    path = os.fspath(path)
+    if path.startswith("hf://") or (is_hub_repo_id(path) and not os.path.exists(path)):
+        return True
+    patterns = [] if data_files is None or not isinstance(data_files, (str, os.PathLike, list, tuple, dict)) else [
+        p for ps in normalize_data_files(data_files).values() for p in ps]
+    return any(p.startswith("hf://") for p in patterns)
+
+
+def _options_token(path: Any, data_files: Any, token: Any, download_config: Any, storage_options: Any) -> Any:
+    """The token to read the Hub with, given HF's ``download_config`` and ``storage_options``: HF's
+    storage options by fsspec protocol (``{"hf": {...}, "s3": {...}}``; options not under a protocol
+    apply to every one). Files are read locally or from the Hub through ``huggingface_hub``: options
+    for other protocols are ignored (HF uses them only for files of that protocol, which are not
+    read here), the ``"hf"`` token is used, and any other option HF would apply to the Hub's files
+    is refused when the Hub is read rather than ignored."""
+    if download_config is not None and not hasattr(download_config, "storage_options"):
+        raise TypeError(f"download_config must be a datasets.DownloadConfig, got {type(download_config).__name__}")
+    if storage_options is not None and not isinstance(storage_options, dict):
+        raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
+    options = dict(download_config.storage_options) if download_config is not None else {}
+    options.update(storage_options or {})
+    if token is None and download_config is not None:
+        token = download_config.token
+    import fsspec
+    from datasets import config
+
+    protocols = set(fsspec.available_protocols())
+    hub = dict(options.get("hf") or {})
+    if token is None:
+        token = hub.get("token")
+    hub.pop("token", None)
+    if hub.get("endpoint") == config.HF_ENDPOINT:
+        hub.pop("endpoint")
+    hub.update({k: v for k, v in options.items() if k not in protocols})
+    if hub and _reads_hub(path, data_files):
+        raise ValueError(f"storage_options {sorted(hub)} for the Hub's files are not used here: Hub files are "
+                         "downloaded with huggingface_hub (pass token=, set HF_ENDPOINT), not read through fsspec "
+                         "as HF's streaming reads them")
+    return token
 
 
 def _load(path: Any, name: str | None, data_dir: str | None, data_files: Any, split: str | None, revision: str | None,

@@ -1,0 +1,128 @@
+"""``ri.load_dataset`` takes HF 5.2's ``datasets.load_dataset`` arguments as a script switching one
+import passes them: its positional order, the arguments streaming accepts (``keep_in_memory``,
+``download_mode``...), ``num_proc`` refused as HF refuses it, ``split`` lists, and ``data_files``
+patterns that match nothing. Each checked side by side with HF's ``streaming=True`` on local files."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+
+import pytest
+
+import datasets
+import resumable_iterable as ri
+from harness import assert_resumes_exactly
+
+
+def _rows(ds):
+    return [dict(r) for r in ds]
+
+
+@pytest.fixture
+def files(tmp_path):
+    d = tmp_path / "d"
+    d.mkdir()
+    for s in ("train", "test"):
+        with open(d / f"{s}.jsonl", "w") as f:
+            for i in range(4):
+                f.write(json.dumps({"a": i, "s": s}) + "\n")
+    (d / "README.md").write_text("# card\n")
+    (d / ".hidden.jsonl").write_text('{"a": 99}\n')
+    return d
+
+
+def _both(*args, **kwargs):
+    """HF's streaming load_dataset and ours on the same arguments."""
+    return datasets.load_dataset(*args, streaming=True, **kwargs), ri.load_dataset(*args, **kwargs)
+
+
+def test_positional_order_is_hf_s():
+    """HF's arguments, in HF's order, each where HF has it (ours adds keyword-only ``format``)."""
+    ours = list(inspect.signature(ri.load_dataset).parameters.values())
+    hf = list(inspect.signature(datasets.load_dataset).parameters.values())
+    positional = [p.name for p in ours if p.kind == p.POSITIONAL_OR_KEYWORD]
+    assert positional == [p.name for p in hf if p.kind == p.POSITIONAL_OR_KEYWORD]
+
+
+def test_arguments_given_positionally_as_in_hf(files):
+    data_files = {"train": str(files / "train.jsonl"), "test": str(files / "test.jsonl")}
+    hf, ours = _both("json", None, None, data_files, "test")
+    assert ours.split == hf.split == "test"
+    assert _rows(ours) == _rows(hf)
+
+
+@pytest.mark.parametrize("kwargs", [dict(keep_in_memory=True), dict(download_mode="force_redownload"),
+                                    dict(verification_mode="no_checks"), dict(save_infos=True),
+                                    dict(download_config=datasets.DownloadConfig()), dict(storage_options={}),
+                                    dict(storage_options={"s3": {"anon": True}}),
+                                    dict(storage_options={"file": {"auto_mkdir": True}}),
+                                    dict(storage_options={"hf": {"token": "x"}})])
+def test_arguments_streaming_accepts_are_accepted(files, kwargs):
+    hf, ours = _both("json", data_files=str(files / "train.jsonl"), split="train", **kwargs)
+    assert _rows(ours) == _rows(hf)
+
+
+@pytest.mark.parametrize("kwargs, error", [(dict(num_proc=2), NotImplementedError),
+                                           (dict(num_proc=1), NotImplementedError),
+                                           (dict(download_mode="bogus"), ValueError),
+                                           (dict(verification_mode="bogus"), ValueError)])
+def test_arguments_streaming_refuses_are_refused(files, kwargs, error):
+    path = str(files / "train.jsonl")
+    with pytest.raises(error):
+        datasets.load_dataset("json", data_files=path, split="train", streaming=True, **kwargs)
+    with pytest.raises(error, match=next(iter(kwargs))):
+        ri.load_dataset("json", data_files=path, split="train", **kwargs)
+
+
+def test_hub_storage_options_not_used_here_are_refused():
+    """HF would read the Hub's files through fsspec with these options; here they would be ignored."""
+    with pytest.raises(ValueError, match="block_size"):
+        ri.load_dataset("user/repo", storage_options={"hf": {"block_size": 0}})
+    with pytest.raises(ValueError, match="anon"):
+        ri.load_dataset("json", data_files="hf://datasets/user/repo/x.jsonl", storage_options={"anon": True})
+
+
+def test_features_positionally(files):
+    feats = datasets.Features({"a": datasets.Value("int32"), "s": datasets.Value("string")})
+    hf, ours = _both("json", None, None, str(files / "train.jsonl"), "train", None, feats)
+    assert ours.features == hf.features == feats
+
+
+def test_split_list_is_a_list_of_datasets(files):
+    """HF's load_dataset gives a list for a list of splits (its streaming mode: 'Bad split'): the
+    datasets of each split, each as ``split=name`` gives it."""
+    data_files = {"train": str(files / "train.jsonl"), "test": str(files / "test.jsonl")}
+    hf = datasets.load_dataset("json", data_files=data_files, split=["test", "train+test"])
+    ours = ri.load_dataset("json", data_files=data_files, split=["test", "train+test"])
+    assert isinstance(ours, list) and [d.split for d in ours] == ["test", "train+test"]
+    assert [_rows(d) for d in ours] == [hf[0].to_list(), hf[1].to_list()]
+    (one,) = ri.load_dataset("json", data_files=data_files, split=["train"])
+    assert _rows(one) == _rows(ri.load_dataset("json", data_files=data_files, split="train"))
+    assert ri.load_dataset("json", data_files=data_files, split=[datasets.Split.TEST])[0].split == "test"
+    with pytest.raises(ValueError, match="unknown split 'nope'"):
+        ri.load_dataset("json", data_files=data_files, split=["train", "nope"])
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_split_list_datasets_resume_exactly(files, index):
+    data_files = {"train": str(files / "train.jsonl"), "test": str(files / "test.jsonl")}
+    assert_resumes_exactly(lambda: ri.load_dataset("json", data_files=data_files, split=["test", "train+test"])[index])
+
+
+@pytest.mark.parametrize("split", ["train[:2]", "train[10%:]"])
+def test_split_slices_are_refused_as_in_hf_streaming(files, split):
+    path = str(files / "train.jsonl")
+    with pytest.raises(ValueError, match="Bad split"):
+        datasets.load_dataset("json", data_files=path, split=split, streaming=True)
+    with pytest.raises(ValueError, match=r"slices of a split .*take"):
+        ri.load_dataset("json", data_files=path, split=split)
+
+
+def test_field_none_is_hf_s_default(files):
+    """``field=None`` is HF's default: JSON Lines rows, typed by their first chunk."""
+    hf, ours = _both("json", data_files=str(files / "train.jsonl"), split="train", field=None)
+    assert ours.features == hf.features
+    assert ours.features is not None
+    assert _rows(ours) == _rows(hf)
