@@ -126,3 +126,84 @@ def test_field_none_is_hf_s_default(files):
     assert ours.features == hf.features
     assert ours.features is not None
     assert _rows(ours) == _rows(hf)
+
+
+# ----------------------------------------------------------------- data_files patterns that match nothing
+
+
+def _splits(result):
+    return {s: (_rows(d), d.features) for s, d in result.items()}
+
+
+@pytest.mark.parametrize("data_files", [
+    {"train": ["d/train.jsonl", "d/README*"]},       # a glob matching only dataset metadata
+    {"train": ["d/train.jsonl", "d/nomatch*"]},      # a glob matching nothing
+    {"train": ["d/train.jsonl", "d/*.md"]},
+    {"train": ["d/train.jsonl", "d/.h*"]},           # a glob naming hidden files reads them
+    {"train": ["d/train.jsonl"], "test": "nomatch*"},  # a split matching nothing: an empty split
+    {"train": ["d/train.jsonl"], "test": "d/README*"},
+    {"train": ["d/train.jsonl"], "test": []},
+])
+def test_globs_matching_nothing_add_nothing_as_in_hf(files, data_files, monkeypatch):
+    monkeypatch.chdir(files.parent)
+    hf, ours = _both("json", data_files=data_files)
+    assert _splits(ours) == _splits(hf)
+
+
+@pytest.mark.parametrize("data_files", [
+    {"train": ["train.jsonl", "nomatch*"]},
+    {"train": ["train.jsonl", "README*"]},
+    {"train": ["train.jsonl", ".h*"]},
+    {"train": [".h*"]},
+])
+def test_globs_in_a_folder_as_in_hf(files, data_files):
+    hf, ours = _both(str(files), data_files=data_files)
+    assert _splits(ours) == _splits(hf)
+    hf, ours = _both("json", data_dir=str(files), data_files=data_files)
+    assert _splits(ours) == _splits(hf)
+
+
+def test_an_empty_split_of_a_folder_needs_its_format(files):
+    """HF cannot tell the format of a folder's split whose globs match nothing (ValueError); ours says
+    so, and gives the empty split when the format is named."""
+    data_files = {"train": "train.jsonl", "test": "nomatch*"}
+    with pytest.raises(ValueError):
+        datasets.load_dataset(str(files), data_files=data_files, streaming=True)
+    with pytest.raises(FileNotFoundError, match="split 'test'.*'nomatch\\*'.*format"):
+        ri.load_dataset(str(files), data_files=data_files)
+    hf, ours = _both("json", data_dir=str(files), data_files=data_files)
+    assert _splits(ours) == _splits(hf)
+
+
+def test_no_file_at_all_is_an_error(files, monkeypatch):
+    monkeypatch.chdir(files.parent)
+    with pytest.raises(FileNotFoundError, match="README"):
+        ri.load_dataset("json", data_files={"train": "d/README*", "test": "nomatch*"})
+    with pytest.raises(FileNotFoundError, match="missing.jsonl"):  # a path without wildcards must exist, as in HF
+        ri.load_dataset("json", data_files=["d/train.jsonl", "d/missing.jsonl"])
+    for empty in ([], {}, ""):
+        with pytest.raises(ValueError, match="empty"):
+            ri.load_dataset("json", data_files=empty)
+
+
+def test_imagefolder_globs_matching_nothing_add_nothing(tmp_path):
+    from PIL import Image
+
+    for name in ("a.png", "b.png", ".c.png"):
+        Image.new("RGB", (2, 2)).save(tmp_path / name)
+    (tmp_path / "README.md").write_text("# card\n")
+    for data_files in (["*.png", "nomatch*"], ["*.png", "README*"], ["*.png", ".*.png"]):
+        hf = datasets.load_dataset("imagefolder", data_dir=str(tmp_path), data_files=data_files, streaming=True,
+                                   split="train").decode(False)
+        ours = ri.load_dataset("imagefolder", data_dir=str(tmp_path), data_files=data_files,
+                               split="train").decode(False)
+        names = lambda ds: [os.path.basename(r["image"]["path"]) for r in ds]  # noqa: E731
+        assert names(ours) == names(hf)
+
+
+def test_an_empty_split_resumes_exactly(files, monkeypatch):
+    monkeypatch.chdir(files.parent)
+    data_files = {"train": "d/train.jsonl", "test": "nomatch*"}
+    assert assert_resumes_exactly(lambda: ri.load_dataset("json", data_files=data_files, split="test")) == []
+    assert_resumes_exactly(lambda: ri.load_dataset("json", data_files={"train": ["d/nomatch*", "d/train.jsonl"]},
+                                                   split="train"))

@@ -48,6 +48,7 @@ from ...features import builder_info
 from ...nodes.archives import digest_name, member_names, member_path, split_member, zip_members
 from ...nodes.arrow import ArrowSource
 from ...nodes.checks import as_int
+from ...nodes.file_formats import unrequested
 from ...nodes.files import names_digest
 from .patterns import normalize_data_files
 from .repo import local_files
@@ -256,16 +257,18 @@ def _split_files(data_dir: str | None, data_files: Any) -> dict[str, list[str]]:
                                  "images, pass its id: load_dataset('user/repo')")
             full = os.path.join(base, os.path.expanduser(p))
             if any(ch in p for ch in "*?["):
-                hits = [h for h in sorted(glob.glob(full, recursive=True)) if os.path.isfile(h)]
-                hits = [h for h in hits if not _hidden(os.path.relpath(h, base))]
-                if not hits:
-                    raise FileNotFoundError(f"no data file matches {p!r}")
-                paths.extend(hits)  # as HF: a file two patterns match is read twice
+                hits = [h for h in sorted(glob.glob(full, recursive=True, include_hidden=True)) if os.path.isfile(h)]
+                # as HF: hidden files and dataset metadata only when the pattern names them; a glob that
+                # matches nothing adds nothing; a file two patterns match is read twice
+                paths.extend(h for h in hits if not unrequested(os.path.relpath(h, base), p))
             elif os.path.isfile(full):
                 paths.append(os.path.normpath(full))
             else:
                 raise FileNotFoundError(f"data file {p!r} not found")
         out[s] = paths
+    if not any(out.values()):
+        raise FileNotFoundError(f"no data file matches data_files={data_files!r} (hidden files and dataset metadata "
+                                "are left out unless a pattern names them)")
     return out
 
 
@@ -292,12 +295,6 @@ def _folder(path: str) -> str:
     its folder inside the archive, named as a member is)."""
     member = split_member(path)
     return os.path.dirname(path) if member is None else member_path(member[0], member[1].rpartition("/")[0])
-
-
-def _hidden(rel: str) -> bool:
-    """A file in a hidden folder or hidden itself (``.x``, ``__x``): not data unless named directly."""
-    return any(part.startswith((".", "__")) for part in rel.split(os.sep) if part not in ("..", "."))
-
 
 def _encoded(rows: list[dict], features: Any) -> pa.Table:
     """Rows as HF's streaming builders type them with ``features``: columns not in the features

@@ -14,11 +14,11 @@ from ...dataset import IterableDataset
 from ...dataset_dict import IterableDatasetDict
 from ...nodes.archives import (archive_kind, member_path, split_member, tar_members, zip_member_names,
                                zip_members)
-from ...nodes.file_formats import FORMATS, format_of
+from ...nodes.file_formats import FORMATS, format_of, unrequested
 from ...features import builder_info
 from .card import card_config_name, card_configs, card_info
 from .folder import FOLDER_BUILDERS, folder_builder, load_folder
-from .patterns import match_files, normalize_data_files, unrequested
+from .patterns import match_data_files, match_files, normalize_data_files
 from .repo import HubRepo, is_hub_repo_id, local_files, missing_path_message, parse_hf_path
 from .splits import is_candidate, resolve_splits
 
@@ -37,6 +37,8 @@ def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs:
     ``(dataset_name, config_name, card info)`` of its ``info`` (HF's builder of the format, by default).
     ``first``: the first split's first file, whose columns the JSON, Parquet and Arrow files of every
     split follow, as in HF."""
+    if not paths:  # HF's split whose data_files globs match no file: no rows, the first split's first file's columns
+        return _split_dataset([first], fmt, split, reader_kwargs, about, first).take(0)
     archives = {p: archive_kind(p, sniff=False) for p in paths}
     if fmt is None and any(archives.values()):
         plain = [p for p in paths if not archives[p]]
@@ -146,6 +148,9 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, data_dir: str
                                   "processes is not implemented (nor in HF's streaming load_dataset); the datasets "
                                   "here are always streamed: to read with several processes, iterate with a DataLoader "
                                   "of num_workers > 1")
+    if data_files is not None and isinstance(data_files, (str, list, tuple, dict)) and not data_files:
+        raise ValueError(f"data_files={data_files!r} is empty: no data files given (give some, or None, the "
+                         "default, as HF requires)")
     _check_mode("download_mode", download_mode)
     _check_mode("verification_mode", verification_mode)
     token = _options_token(path, data_files, token, download_config, storage_options)
@@ -266,7 +271,11 @@ def _load(path: Any, name: str | None, data_dir: str | None, data_files: Any, sp
         splits = normalize_data_files(data_files)
         repos: dict = {}
         resolved = {s: _resolve_direct(pats, revision, token, cache_dir, repos) for s, pats in splits.items()}
-        first = next(iter(resolved.values()))[0] if resolved and next(iter(resolved.values())) else None
+        # a split whose globs match no file is an empty split, as in HF (which fails when every split is empty)
+        first = next((fs[0] for fs in resolved.values() if fs), None)
+        if first is None:
+            raise FileNotFoundError(f"no data file matches data_files={data_files!r} (hidden files, README.md and "
+                                    "other dataset metadata are left out unless a pattern names them)")
         wanted = {split: resolved[split]} if split in resolved else resolved
         return _pick({s: _split_dataset(p, format, s, reader_kwargs, (format,), first) for s, p in wanted.items()},
                      split)
@@ -313,14 +322,20 @@ def _load(path: Any, name: str | None, data_dir: str | None, data_files: Any, sp
             path = repo.folder
         info = builder_info(builder, dataset_name, card_config_name(readme, name), card_info(readme, name))
         return _load_folder(builder, os.path.join(path, data_dir or ""), None, split, reader_kwargs, info)
-    splits = resolve_splits(files, data_files=data_files, data_dir=data_dir, readme=readme, name=name)
+    empty: dict = {}
+    splits = resolve_splits(files, data_files=data_files, data_dir=data_dir, readme=readme, name=name,
+                            empty_splits=empty)
+    if empty and format is None:  # (HF cannot tell the format of a split without files either: ValueError)
+        s, patterns = next(iter(empty.items()))
+        raise FileNotFoundError(f"split {s!r}: no data file matches {patterns!r}, so its format is unknown; "
+                                f"name it (load_dataset('json', data_dir=..., data_files=...)) for an empty split")
     if split is not None and split not in splits:
         raise ValueError(f"unknown split {split!r}; available splits: {sorted(splits)}")
     wanted = {split: splits[split]} if split is not None else splits
     # the first split's first file gives JSON, Parquet and Arrow files their columns in every split, as in HF
     follows = (format in _TYPED_AS_THE_FIRST_SPLIT if format is not None
                else any(_follows_first(f) for fs in wanted.values() for f in fs))
-    first = next((fs[0] for fs in splits.values() if fs), None) if follows else None
+    first = next((fs[0] for fs in splits.values() if fs), None) if follows or empty else None
     needed = list(dict.fromkeys([f for fs in wanted.values() for f in fs] + ([first] if first else [])))
     # one download call for every split: each call asks the Hub about the commit again
     local = dict(zip(needed, repo.fetch(needed))) if repo is not None else {
@@ -355,18 +370,13 @@ def _resolve_direct(patterns: list[str], revision: str | None, token: Any, cache
             repo = repos.get(key)
             if repo is None:
                 repo = repos[key] = HubRepo(*key, token, cache_dir)
-            hits = [f for f in match_files(sub, repo.files) if not unrequested(f, sub)]
-            if not hits:  # only hidden files or dataset metadata, which HF leaves out too
-                raise FileNotFoundError(f"no data file matches {p!r}")
-            out.extend(repo.fetch(hits))
+            hits, _ = match_data_files([sub], repo.files)  # a glob matching nothing adds nothing, as in HF
+            out.extend(repo.fetch(hits) if hits else [])
         elif split_member(p) is not None:
             out.extend(_archive_url_files(p))
         elif any(ch in p for ch in "*?["):
             hits = sorted(glob.glob(p, recursive=True))
-            hits = [h for h in hits if os.path.isfile(h) and not unrequested(h, p)]
-            if not hits:
-                raise FileNotFoundError(f"no data file matches {p!r}")
-            out.extend(hits)
+            out.extend(h for h in hits if os.path.isfile(h) and not unrequested(h, p))  # none: adds nothing, as HF
         elif os.path.isfile(p):
             out.append(p)
         else:

@@ -10,6 +10,8 @@ import os
 import re
 from typing import Any
 
+from ...nodes.file_formats import unrequested
+
 
 def _pattern_regex(pattern: str) -> re.Pattern:
     """A glob (``*`` within a folder, ``**`` across folders, ``?``, ``[...]``) as a regex on posix paths."""
@@ -73,28 +75,31 @@ def match_files(patterns: str | list[str], files: list[str]) -> list[str]:
     return out
 
 
-#: the file names HF's ``data_files`` patterns leave out unless a pattern names them (dataset metadata)
-NOT_DATA = frozenset(("README.md", "config.json", "dataset_info.json", "dataset_infos.json", "dummy_data.zip",
-                      "dataset_dict.json"))
-
-
-def unrequested(path: str, pattern: str) -> bool:
-    """Whether HF's ``data_files`` resolution leaves ``path``, matched by ``pattern``, out: dataset
-    metadata (``README.md``...) unless the pattern ends with that name, and a hidden file or one in
-    a hidden folder (``.x``), or in a special folder (``__x``, as ``__pycache__``), unless the
-    pattern has as many such parts (``.*/*`` asks for files in hidden folders)."""
-    parts = [x for x in path.replace("\\", "/").split("/") if x]
-    wanted = [x for x in pattern.replace("\\", "/").split("/") if x]
-    if parts and parts[-1] in NOT_DATA and (not wanted or wanted[-1] != parts[-1]):
-        return True
-
-    def hidden(xs: list[str]) -> int:
-        return sum(1 for x in xs if x.startswith(".") and set(x) != {"."})
-
-    def special(xs: list[str]) -> int:
-        return sum(1 for x in xs[:-1] if x.startswith("__"))
-
-    return hidden(parts) != hidden(wanted) or special(parts) != special(wanted)
+def match_data_files(patterns: list[str], files: list[str]) -> tuple[list[str], list[str]]:
+    """The files of one split (posix paths relative to the root) as HF resolves its ``data_files``
+    patterns: each pattern's matches (:func:`match_files`) less those HF leaves out unless the pattern
+    names them (:func:`unrequested`: dataset metadata, hidden files and folders, ``__x`` folders), in
+    pattern order, each file once. As in HF, a glob that matches no (other) file adds nothing; a path
+    without wildcards that names no file or folder is a ``FileNotFoundError``. Also returns the globs
+    that added nothing (for the error when the split, or every split, ends up without a file)."""
+    out: list[str] = []
+    seen: set = set()
+    empty: list[str] = []
+    for pattern in patterns:
+        try:
+            hits = match_files(pattern, files)
+        except FileNotFoundError:
+            if not any(ch in pattern for ch in "*?["):
+                raise FileNotFoundError(f"data file {pattern!r} not found") from None
+            hits = []
+        hits = [f for f in hits if not unrequested(f, pattern)]
+        if not hits:
+            empty.append(pattern)
+        for f in hits:
+            if f not in seen:
+                seen.add(f)
+                out.append(f)
+    return out, empty
 
 
 def normalize_data_files(data_files: Any) -> dict[str, list[str]]:

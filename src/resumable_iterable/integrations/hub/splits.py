@@ -19,7 +19,7 @@ from typing import Any
 
 from ...nodes.file_formats import format_of
 from .card import card_configs, config_data_files
-from .patterns import match_files, normalize_data_files
+from .patterns import match_data_files, normalize_data_files
 
 SPLIT_KEYWORDS = {
     "train": ("train", "training"),
@@ -88,8 +88,11 @@ def _hf_order(splits: dict[str, list[str]]) -> dict[str, list[str]]:
 
 
 def resolve_splits(files: list[str], data_files: Any = None, data_dir: str | None = None,
-                   readme: str | None = None, name: str | None = None) -> dict[str, list[str]]:
-    """``{split: [files]}`` for a repo / folder whose data files (posix, relative) are ``files``."""
+                   readme: str | None = None, name: str | None = None,
+                   empty_splits: dict | None = None) -> dict[str, list[str]]:
+    """``{split: [files]}`` for a repo / folder whose data files (posix, relative) are ``files``. A
+    split whose ``data_files`` patterns match no file is an empty list, as in HF (its patterns go in
+    ``empty_splits``, when given); patterns matching no file at all are a ``FileNotFoundError``."""
     data = sorted(f for f in files if _is_data_file(f))
     if data_files is None:
         card = config_data_files(card_configs(readme), name)
@@ -107,9 +110,17 @@ def resolve_splits(files: list[str], data_files: Any = None, data_dir: str | Non
         if data_files is None and not data:
             raise FileNotFoundError(f"no data file under data_dir={data_dir!r}")
     if data_files is not None:
-        # explicit patterns may name any file, even one with an unusual name, as long as its format is known
-        candidates = sorted(f[len(prefix):] for f in files if f.startswith(prefix) and is_candidate(f))
-        splits = {split: match_files(pats, candidates) for split, pats in normalize_data_files(data_files).items()}
+        # explicit patterns may name any file, even one with an unusual name or a hidden one, as HF's
+        # (match_data_files: what HF leaves out unless named, globs that match nothing dropped)
+        candidates = sorted(f[len(prefix):] for f in files if f.startswith(prefix))
+        splits, unmatched = {}, {}
+        for split, pats in normalize_data_files(data_files).items():
+            splits[split], unmatched[split] = match_data_files(pats, candidates)
+        if not any(splits.values()):
+            raise FileNotFoundError(f"no data file matches data_files={data_files!r} (hidden files, README.md "
+                                    "and other dataset metadata are left out unless a pattern names them)")
+        if empty_splits is not None:
+            empty_splits.update({s: unmatched[s] for s, fs in splits.items() if not fs})
     else:
         splits = infer_splits(data)
     if not splits:
