@@ -207,3 +207,58 @@ def test_an_empty_split_resumes_exactly(files, monkeypatch):
     assert assert_resumes_exactly(lambda: ri.load_dataset("json", data_files=data_files, split="test")) == []
     assert_resumes_exactly(lambda: ri.load_dataset("json", data_files={"train": ["d/nomatch*", "d/train.jsonl"]},
                                                    split="train"))
+
+
+# ----------------------------------------------------------------- HF's builder options at their defaults
+
+
+def _hf_config_defaults(config_class):
+    import dataclasses
+
+    base = {f.name for f in dataclasses.fields(datasets.BuilderConfig)} | {"features"}
+    for f in dataclasses.fields(config_class):
+        if f.name not in base:
+            yield f.name, (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+
+
+@pytest.mark.parametrize("builder", ["json", "csv", "text", "parquet"])
+@pytest.mark.filterwarnings("ignore:Falling back to the 'python' engine")  # CSV's sep=None, in HF too
+def test_every_hf_builder_option_at_its_default_reads_as_hf(tmp_path, builder):
+    """A script that spells out HF's defaults (``verbose=False``, ``chunksize=10_000`` for CSV,
+    ``on_mixed_types="use_json"``...) reads the same rows as HF (some were refused as unknown options,
+    CSV's ``chunksize`` crashed in pandas)."""
+    import importlib
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / f"train.{ {'json': 'jsonl', 'text': 'txt'}.get(builder, builder)}"
+    if builder == "parquet":
+        pq.write_table(pa.table({"a": [1, 2]}), path)
+    else:
+        path.write_text({"json": '{"a": 1}\n{"a": 2}\n', "csv": "a,b\n1,x\n2,y\n", "text": "x\ny\n"}[builder])
+    module = importlib.import_module(f"datasets.packaged_modules.{builder}.{builder}")
+    config = next(c for n, c in vars(module).items() if n.lower() == f"{builder}config")
+    for option, value in _hf_config_defaults(config):
+        hf = list(datasets.load_dataset(builder, data_files=str(path), split="train", streaming=True,
+                                        **{option: value}))
+        ours = list(ri.load_dataset(builder, data_files=str(path), split="train", **{option: value}))
+        assert ours == hf, option
+
+
+def test_csv_chunksize_reads_the_same_rows(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("a\n" + "".join(f"{i}\n" for i in range(7)))
+    hf = list(datasets.load_dataset("csv", data_files=str(path), split="train", streaming=True, chunksize=3))
+    assert list(ri.load_dataset("csv", data_files=str(path), split="train", chunksize=3)) == hf
+    assert_resumes_exactly(lambda: ri.load_dataset("csv", data_files=str(path), split="train", chunksize=3))
+    with pytest.raises(ValueError, match="chunksize"):
+        ri.load_dataset("csv", data_files=str(path), split="train", chunksize=0)
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_trust_remote_code_is_taken_as_in_hf(files, value, recwarn):
+    """HF 5.2 takes ``trust_remote_code`` and runs no script (it logs an error for True); so here."""
+    hf, ours = _both("json", data_files=str(files / "train.jsonl"), split="train", trust_remote_code=value)
+    assert _rows(ours) == _rows(hf)
+    assert any("trust_remote_code" in str(w.message) for w in recwarn) == value

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import glob
 import os
+import warnings
 from typing import Any
 
 from ...dataset import IterableDataset
 from ...dataset_dict import IterableDatasetDict
 from ...nodes.archives import (archive_kind, member_path, split_member, tar_members, zip_member_names,
                                zip_members)
-from ...nodes.file_formats import FORMATS, format_of, unrequested
+from ...nodes.checks import as_int
+from ...nodes.file_formats import FORMATS, PYARROW_CSV_OPTIONS, format_of, unrequested
 from ...features import builder_info
 from .card import card_config_name, card_configs, card_info
 from .folder import FOLDER_BUILDERS, folder_builder, load_folder
@@ -54,11 +56,30 @@ def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs:
             raise ValueError(f"split {split!r} mixes file formats {found}; choose the files with data_files=... "
                              f"or pass format= one of {FORMATS}")
         fmt = found[0]
+    reader_kwargs = _without_hf_defaults(fmt, reader_kwargs)
     # (with features given, HF infers none: each split is cast to them)
     schema_from = (first if fmt in _TYPED_AS_THE_FIRST_SPLIT and first is not None and first != paths[0]
                    and reader_kwargs.get("features") is None else None)
     return IterableDataset.from_files(paths, fmt, split=split, info=builder_info(fmt, *about),
                                       schema_from=schema_from, **reader_kwargs)
+
+
+#: options of HF's builder configs that, at these values (HF's defaults), HF itself drops or that
+#: only say what is done here anyway: ``load_dataset("csv", ..., verbose=False)`` reads as without them
+_HF_DEFAULTS = {"json": {"on_mixed_types": "use_json", "parse_agent_traces": True},
+                "csv": {"prefix": None, "mangle_dupe_cols": True, "verbose": False, "error_bad_lines": True,
+                        "warn_bad_lines": True}}
+
+
+def _without_hf_defaults(fmt: str, reader_kwargs: dict) -> dict:
+    """``reader_kwargs`` less HF's config options that change nothing at their value (:data:`_HF_DEFAULTS`),
+    and, for CSV, less ``chunksize`` (HF reads a file that many rows at a time: the rows are the same)."""
+    defaults = _HF_DEFAULTS.get(fmt, {})
+    out = {k: v for k, v in reader_kwargs.items()
+           if not (k in defaults and type(v) is type(defaults[k]) and v == defaults[k])}
+    if fmt == "csv" and "chunksize" in out and not PYARROW_CSV_OPTIONS & set(out):
+        as_int(out.pop("chunksize"), "chunksize", lo=1)
+    return out
 
 
 #: the formats whose HF builder types every split as the first split's first file (CSV and text: each file its own)
@@ -158,6 +179,9 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, data_dir: str
         reader_kwargs["features"] = features
     if "field" in reader_kwargs and reader_kwargs["field"] is None:  # HF's default: the file's own rows
         del reader_kwargs["field"]
+    if reader_kwargs.pop("trust_remote_code", None):  # HF 5.2 takes it, and says it runs no code anymore
+        warnings.warn("load_dataset(trust_remote_code=True): loading scripts are not run (nor by HF's datasets 5.2); "
+                      "the argument is ignored, the data files are read", stacklevel=2)
     if isinstance(split, (list, tuple)):  # HF's non-streaming load_dataset: a dataset per split, in that order
         return [_load(path, name, data_dir, data_files, _split_name(s), revision, token, cache_dir, format,
                       dict(reader_kwargs)) for s in split]
