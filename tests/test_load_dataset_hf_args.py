@@ -262,3 +262,11 @@ def test_trust_remote_code_is_taken_as_in_hf(files, value, recwarn):
     hf, ours = _both("json", data_files=str(files / "train.jsonl"), split="train", trust_remote_code=value)
     assert _rows(ours) == _rows(hf)
     assert any("trust_remote_code" in str(w.message) for w in recwarn) == value
+
+
+def test_a_config_name_given_to_a_builder_names_the_config(files):
+    """``load_dataset("json", "mine", data_files=...)``: HF's info says ``config_name="mine"``."""
+    hf, ours = _both("json", "mine", data_files=str(files / "train.jsonl"), split="train")
+    assert (ours.info.config_name, ours.info.builder_name) == (hf.info.config_name, hf.info.builder_name) == (
+        "mine", "json")
+    assert ri.load_dataset("json", data_files=str(files / "train.jsonl"), split="train").info.config_name == "default"

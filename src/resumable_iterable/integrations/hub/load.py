@@ -301,7 +301,7 @@ def _load(path: Any, name: str | None, data_dir: str | None, data_files: Any, sp
             raise FileNotFoundError(f"no data file matches data_files={data_files!r} (hidden files, README.md and "
                                     "other dataset metadata are left out unless a pattern names them)")
         wanted = {split: resolved[split]} if split in resolved else resolved
-        return _pick({s: _split_dataset(p, format, s, reader_kwargs, (format,), first) for s, p in wanted.items()},
+        return _pick({s: _split_dataset(p, format, s, reader_kwargs, (format, name), first) for s, p in wanted.items()},
                      split)
     if path.startswith("hf://"):
         repo_id, url_revision, sub = parse_hf_path(path)
