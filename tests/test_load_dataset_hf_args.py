@@ -270,3 +270,17 @@ def test_a_config_name_given_to_a_builder_names_the_config(files):
     assert (ours.info.config_name, ours.info.builder_name) == (hf.info.config_name, hf.info.builder_name) == (
         "mine", "json")
     assert ri.load_dataset("json", data_files=str(files / "train.jsonl"), split="train").info.config_name == "default"
+
+
+def test_archive_globs_matching_nothing_add_nothing(tmp_path, monkeypatch):
+    import zipfile
+
+    monkeypatch.chdir(tmp_path)
+    with zipfile.ZipFile("a.zip", "w") as z:
+        z.writestr("x.csv", "a\n1\n")
+    for data_files in (["zip://*.csv::a.zip", "zip://nomatch*::a.zip"],
+                       {"train": "zip://*.csv::a.zip", "test": "zip://nomatch*::a.zip"}):
+        hf, ours = _both("csv", data_files=data_files)
+        assert _splits(ours) == _splits(hf)
+    with pytest.raises(FileNotFoundError, match="nope.csv::a.zip'.*holds"):  # a member name must be in the archive
+        ri.load_dataset("csv", data_files=["zip://*.csv::a.zip", "zip://nope.csv::a.zip"])

@@ -298,8 +298,9 @@ def _load(path: Any, name: str | None, data_dir: str | None, data_files: Any, sp
         # a split whose globs match no file is an empty split, as in HF (which fails when every split is empty)
         first = next((fs[0] for fs in resolved.values() if fs), None)
         if first is None:
-            raise FileNotFoundError(f"no data file matches data_files={data_files!r} (hidden files, README.md and "
-                                    "other dataset metadata are left out unless a pattern names them)")
+            raise FileNotFoundError(f"no data file matches data_files={data_files!r}"
+                                    f"{_archive_contents([p for ps in splits.values() for p in ps])} (hidden files, "
+                                    "README.md and other dataset metadata are left out unless a pattern names them)")
         wanted = {split: resolved[split]} if split in resolved else resolved
         return _pick({s: _split_dataset(p, format, s, reader_kwargs, (format, name), first) for s, p in wanted.items()},
                      split)
@@ -408,11 +409,24 @@ def _resolve_direct(patterns: list[str], revision: str | None, token: Any, cache
     return out
 
 
+def _archive_contents(patterns: list[str]) -> str:
+    """What the archives named by ``zip://<glob>::<archive>`` patterns hold, for an error saying that
+    the globs matched nothing."""
+    out = ""
+    for p in patterns:
+        member = split_member(p)
+        if member is not None and os.path.isfile(member[0]):
+            names = zip_member_names(member[0]) if p.startswith("zip") else tar_members(member[0])
+            out += f": the archive {member[0]!r} holds {sorted(names)[:5]}{'...' if len(names) > 5 else ''}"
+    return out
+
+
 def _archive_url_files(url: str) -> list[str]:
     """The members of a local archive that HF's fsspec URL ``zip://<glob>::<archive>`` or
     ``tar://<glob>::<archive>`` names, each a data file (``zip://<member>::<archive>``). The glob is
     a ``data_files`` glob over the archive's files; hidden ones and dataset metadata are left out
-    unless asked for (:func:`~.patterns.unrequested`), as HF leaves them out."""
+    unless asked for (``unrequested``), as HF leaves them out; a glob that matches nothing gives nothing (a
+    member name that is not in the archive is a ``FileNotFoundError``), as in HF."""
     archive, pattern = split_member(url)
     kind = url[:3]
     if not os.path.isfile(archive):
@@ -422,6 +436,8 @@ def _archive_url_files(url: str) -> list[str]:
     try:
         hits = match_files(pattern, names)
     except FileNotFoundError:
+        if any(ch in pattern for ch in "*?["):  # a glob that matches nothing adds nothing, as HF's
+            return []
         raise FileNotFoundError(f"no data file matches {url!r}: the archive {archive!r} holds "
                                 f"{sorted(names)[:5]}{'...' if len(names) > 5 else ''}") from None
     return [member_path(archive, name, kind) for name in hits]
