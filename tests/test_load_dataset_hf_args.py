@@ -284,3 +284,24 @@ def test_archive_globs_matching_nothing_add_nothing(tmp_path, monkeypatch):
         assert _splits(ours) == _splits(hf)
     with pytest.raises(FileNotFoundError, match="nope.csv::a.zip'.*holds"):  # a member name must be in the archive
         ri.load_dataset("csv", data_files=["zip://*.csv::a.zip", "zip://nope.csv::a.zip"])
+
+
+@pytest.mark.parametrize("kwargs, token", [(dict(download_config=datasets.DownloadConfig(token="t1")), "t1"),
+                                           (dict(storage_options={"hf": {"token": "t2"}}), "t2"),
+                                           (dict(token="t3", download_config=datasets.DownloadConfig(token="t1")),
+                                            "t3"),
+                                           (dict(storage_options={"s3": {"anon": True}}), None)])
+def test_the_token_hf_would_use_reaches_the_hub(monkeypatch, kwargs, token):
+    import importlib
+
+    seen = []
+
+    class Repo:  # stands for the Hub (unreachable in tests): records the token it is opened with
+        def __init__(self, repo_id, revision, token, cache_dir):
+            seen.append(token)
+            raise RuntimeError("no Hub here")
+
+    monkeypatch.setattr(importlib.import_module("resumable_iterable.integrations.hub.load"), "HubRepo", Repo)
+    with pytest.raises(RuntimeError, match="no Hub here"):
+        ri.load_dataset("user/repo", **kwargs)
+    assert seen == [token]

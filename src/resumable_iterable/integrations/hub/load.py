@@ -236,10 +236,12 @@ def _options_token(path: Any, data_files: Any, token: Any, download_config: Any,
         raise TypeError(f"download_config must be a datasets.DownloadConfig, got {type(download_config).__name__}")
     if storage_options is not None and not isinstance(storage_options, dict):
         raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
-    options = dict(download_config.storage_options) if download_config is not None else {}
-    options.update(storage_options or {})
     if token is None and download_config is not None:
         token = download_config.token
+    options = dict(download_config.storage_options) if download_config is not None else {}
+    options.update(storage_options or {})
+    if not options:
+        return token
     import fsspec
     from datasets import config
 
