@@ -305,3 +305,18 @@ def test_the_token_hf_would_use_reaches_the_hub(monkeypatch, kwargs, token):
     with pytest.raises(RuntimeError, match="no Hub here"):
         ri.load_dataset("user/repo", **kwargs)
     assert seen == [token]
+
+
+def test_every_imagefolder_option_at_its_default_reads_as_hf(tmp_path):
+    """``drop_labels=None``, ``metadata_filenames=None``, ``filters=None``, ``decode_num_threads=32``..."""
+    from datasets.packaged_modules.imagefolder.imagefolder import ImageFolderConfig
+    from PIL import Image
+
+    Image.new("RGB", (2, 2)).save(tmp_path / "a.png")
+    for option, value in _hf_config_defaults(ImageFolderConfig):
+        hf = datasets.load_dataset("imagefolder", data_dir=str(tmp_path), split="train", streaming=True,
+                                   **{option: value}).decode(False)
+        ours = ri.load_dataset("imagefolder", data_dir=str(tmp_path), split="train", **{option: value}).decode(False)
+        assert [r["image"]["path"] for r in ours] == [r["image"]["path"] for r in hf], option
+    with pytest.raises(TypeError, match="filters"):  # other values stay refused
+        ri.load_dataset("imagefolder", data_dir=str(tmp_path), split="train", filters=[("a", "=", 1)])

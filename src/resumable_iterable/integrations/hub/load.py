@@ -68,17 +68,21 @@ def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs:
 #: only say what is done here anyway: ``load_dataset("csv", ..., verbose=False)`` reads as without them
 _HF_DEFAULTS = {"json": {"on_mixed_types": "use_json", "parse_agent_traces": True},
                 "csv": {"prefix": None, "mangle_dupe_cols": True, "verbose": False, "error_bad_lines": True,
-                        "warn_bad_lines": True}}
+                        "warn_bad_lines": True},
+                "imagefolder": {"metadata_filenames": None, "filters": None}}
 
 
 def _without_hf_defaults(fmt: str, reader_kwargs: dict) -> dict:
     """``reader_kwargs`` less HF's config options that change nothing at their value (:data:`_HF_DEFAULTS`),
-    and, for CSV, less ``chunksize`` (HF reads a file that many rows at a time: the rows are the same)."""
+    and, for CSV, less ``chunksize`` (HF reads a file that many rows at a time: the rows are the same),
+    for ``imagefolder`` less ``decode_num_threads`` (HF's threads decoding a Hub repo's files)."""
     defaults = _HF_DEFAULTS.get(fmt, {})
     out = {k: v for k, v in reader_kwargs.items()
            if not (k in defaults and type(v) is type(defaults[k]) and v == defaults[k])}
     if fmt == "csv" and "chunksize" in out and not PYARROW_CSV_OPTIONS & set(out):
         as_int(out.pop("chunksize"), "chunksize", lo=1)
+    if fmt in FOLDER_BUILDERS and "decode_num_threads" in out:  # HF's threads decoding a Hub repo's files
+        as_int(out.pop("decode_num_threads"), "decode_num_threads", lo=0)
     return out
 
 
@@ -378,6 +382,7 @@ def _load(path: Any, name: str | None, data_dir: str | None, data_files: Any, sp
 
 def _load_folder(builder: str, data_dir: str | None, data_files: Any, split: str | None, options: dict,
                  info: Any = None):
+    options = _without_hf_defaults(builder, options)
     unknown = set(options) - {"drop_labels", "drop_metadata", "features", "num_shards"}
     if unknown:
         raise TypeError(f"load_dataset({builder!r}) got unexpected option(s) {sorted(unknown)}; its options are "
