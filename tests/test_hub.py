@@ -401,6 +401,20 @@ def test_hf_urls_offline(hub_cache, offline):
     assert ids_of(ds) == [500, 501, 502]
 
 
+def test_hf_url_globs_matching_nothing_add_nothing_offline(hub_cache, offline):
+    """As HF's: an hf:// glob matching no file (or only the README) adds nothing to its split, and a
+    split none of whose globs match is empty (they raised FileNotFoundError)."""
+    train = "hf://datasets/user/repo/data/train-*.parquet"
+    ds = ri.load_dataset("parquet", data_files=[train, "hf://datasets/user/repo/nomatch*",
+                                                "hf://datasets/user/repo/README*"], split="train", cache_dir=hub_cache)
+    assert ids_of(ds) == list(range(17))
+    both = ri.load_dataset("parquet", data_files={"train": train, "test": "hf://datasets/user/repo/nomatch*"},
+                           cache_dir=hub_cache)
+    assert ids_of(both["test"]) == [] and both["test"].features == both["train"].features
+    with pytest.raises(FileNotFoundError, match="no data file matches"):
+        ri.load_dataset("parquet", data_files="hf://datasets/user/repo/nomatch*", cache_dir=hub_cache)
+
+
 def test_hub_dataset_resumes_exactly(hub_cache, offline):
     def build():
         return ri.load_dataset("user/repo", split="train", cache_dir=hub_cache).shuffle(seed=1, buffer_size=5)
