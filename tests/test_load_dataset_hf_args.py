@@ -244,6 +244,14 @@ def test_every_hf_builder_option_at_its_default_reads_as_hf(tmp_path, builder):
                                         **{option: value}))
         ours = list(ri.load_dataset(builder, data_files=str(path), split="train", **{option: value}))
         assert ours == hf, option
+        # the readers too: IterableDataset.from_csv(path, chunksize=...) crashed in pandas,
+        # from_json(path, field=None) read JSON Lines untyped (features None)
+        reader = getattr(ri.IterableDataset, f"from_{builder}")
+        hf_reader = getattr(datasets.IterableDataset, f"from_{builder}")
+        ours = reader(str(path), **{option: value})
+        assert list(ours) == list(hf_reader(str(path), **{option: value})), option
+        theirs = hf_reader(str(path), **{option: value}).features
+        assert ours.features == theirs or (builder == "text" and theirs is None), option  # HF's from_text: unknown
 
 
 def test_csv_chunksize_reads_the_same_rows(tmp_path):

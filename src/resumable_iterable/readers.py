@@ -12,7 +12,7 @@ from typing import Any
 
 from .dataset_dict import IterableDatasetDict
 from .features import builder_info, file_features
-from .nodes.file_formats import FORMATS, PYARROW_CSV_OPTIONS, csv_dtypes, format_of, resolve_data_files
+from .nodes.file_formats import FORMATS, PYARROW_CSV_OPTIONS, csv_dtypes, format_of, hf_reader_options, resolve_data_files
 from .nodes.files import FileSource
 
 
@@ -54,6 +54,7 @@ class FileReaders:
             if len(found) != 1 or None in found:
                 raise ValueError(f"cannot tell the format of {paths[:3]}...; pass format= one of {FORMATS}")
             format = found.pop()
+        reader_kwargs = hf_reader_options(format, reader_kwargs)  # HF's options that change nothing here
         if features is not None and format == "csv" and not PYARROW_CSV_OPTIONS & set(reader_kwargs):
             reader_kwargs.setdefault("dtype", csv_dtypes(features))
         source = FileSource(paths, format, reader_kwargs=reader_kwargs, schema_from=schema_from)

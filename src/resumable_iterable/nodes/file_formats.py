@@ -15,6 +15,7 @@ from typing import Any, Iterator
 import pyarrow as pa
 
 from .archives import open_member, split_member
+from .checks import as_int
 
 FORMATS = ("parquet", "arrow", "json", "csv", "text")
 TEXT_OPTIONS = {"sample_by": "line", "keep_linebreaks": False, "encoding": "utf-8", "encoding_errors": None,
@@ -328,6 +329,24 @@ def text_rows(f: Any, opts: dict) -> Iterator[list[str]]:
 
 # ---------------------------------------------------------------------- CSV, as HF's csv builder
 PYARROW_CSV_OPTIONS = frozenset(("read_options", "parse_options", "convert_options"))
+
+#: options of HF's builder configs that, at these values (HF's defaults), HF itself drops or that
+#: only say what is done here anyway: ``from_csv(..., verbose=False)`` reads as without them
+_HF_DEFAULTS = {"json": {"on_mixed_types": "use_json", "parse_agent_traces": True, "field": None},
+                "csv": {"prefix": None, "mangle_dupe_cols": True, "verbose": False, "error_bad_lines": True,
+                        "warn_bad_lines": True}}
+
+
+def hf_reader_options(fmt: str, reader_kwargs: dict) -> dict:
+    """``reader_kwargs`` of a ``fmt`` reader less HF's config options that change nothing at their
+    value (HF's defaults: JSON's ``field=None`` reads the file's own rows), and, for CSV, less
+    ``chunksize`` (HF reads a file that many rows at a time: the rows are the same; checked)."""
+    defaults = _HF_DEFAULTS.get(fmt, {})
+    out = {k: v for k, v in reader_kwargs.items()
+           if not (k in defaults and type(v) is type(defaults[k]) and v == defaults[k])}
+    if fmt == "csv" and "chunksize" in out and not PYARROW_CSV_OPTIONS & set(out):
+        as_int(out.pop("chunksize"), "chunksize", lo=1)
+    return out
 
 
 def csv_dtypes(features: Any) -> dict:

@@ -16,7 +16,7 @@ from ...dataset_dict import IterableDatasetDict
 from ...nodes.archives import (archive_kind, member_path, split_member, tar_members, zip_member_names,
                                zip_members)
 from ...nodes.checks import as_int
-from ...nodes.file_formats import FORMATS, PYARROW_CSV_OPTIONS, format_of, unrequested
+from ...nodes.file_formats import FORMATS, format_of, hf_reader_options, unrequested
 from ...features import builder_info
 from .card import card_config_name, card_configs, card_info
 from .folder import FOLDER_BUILDERS, folder_builder, load_folder
@@ -64,24 +64,14 @@ def _split_dataset(paths: list[str], fmt: str | None, split: str, reader_kwargs:
                                       schema_from=schema_from, **reader_kwargs)
 
 
-#: options of HF's builder configs that, at these values (HF's defaults), HF itself drops or that
-#: only say what is done here anyway: ``load_dataset("csv", ..., verbose=False)`` reads as without them
-_HF_DEFAULTS = {"json": {"on_mixed_types": "use_json", "parse_agent_traces": True},
-                "csv": {"prefix": None, "mangle_dupe_cols": True, "verbose": False, "error_bad_lines": True,
-                        "warn_bad_lines": True},
-                "imagefolder": {"metadata_filenames": None, "filters": None}}
-
-
 def _without_hf_defaults(fmt: str, reader_kwargs: dict) -> dict:
-    """``reader_kwargs`` less HF's config options that change nothing at their value (:data:`_HF_DEFAULTS`),
-    and, for CSV, less ``chunksize`` (HF reads a file that many rows at a time: the rows are the same),
-    for ``imagefolder`` less ``decode_num_threads`` (HF's threads decoding a Hub repo's files)."""
-    defaults = _HF_DEFAULTS.get(fmt, {})
-    out = {k: v for k, v in reader_kwargs.items()
-           if not (k in defaults and type(v) is type(defaults[k]) and v == defaults[k])}
-    if fmt == "csv" and "chunksize" in out and not PYARROW_CSV_OPTIONS & set(out):
-        as_int(out.pop("chunksize"), "chunksize", lo=1)
-    if fmt in FOLDER_BUILDERS and "decode_num_threads" in out:  # HF's threads decoding a Hub repo's files
+    """``reader_kwargs`` less HF's options that change nothing here (``hf_reader_options``: the data
+    file formats'; for ``imagefolder`` its defaults and ``decode_num_threads``, HF's threads decoding
+    a Hub repo's files)."""
+    if fmt not in FOLDER_BUILDERS:
+        return hf_reader_options(fmt, reader_kwargs)
+    out = {k: v for k, v in reader_kwargs.items() if not (k in ("metadata_filenames", "filters") and v is None)}
+    if "decode_num_threads" in out:
         as_int(out.pop("decode_num_threads"), "decode_num_threads", lo=0)
     return out
 
@@ -181,8 +171,6 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, data_dir: str
     token = _options_token(path, data_files, token, download_config, storage_options)
     if features is not None:
         reader_kwargs["features"] = features
-    if "field" in reader_kwargs and reader_kwargs["field"] is None:  # HF's default: the file's own rows
-        del reader_kwargs["field"]
     if reader_kwargs.pop("trust_remote_code", None):  # HF 5.2 takes it, and says it runs no code anymore
         warnings.warn("load_dataset(trust_remote_code=True): loading scripts are not run (nor by HF's datasets 5.2); "
                       "the argument is ignored, the data files are read", stacklevel=2)
