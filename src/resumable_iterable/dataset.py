@@ -7,7 +7,8 @@ and ``derive``. Iterating it and its state in this process - DataLoader workers,
 epochs shared with workers - belong to its :class:`~resumable_iterable.loader.session.IterationSession`
 (``loader/session.py``), to which ``__iter__``, ``state_dict``, ``load_state_dict`` and
 ``set_epoch`` delegate. Its file readers (``from_files``, ``from_parquet``, ``from_json``...) come
-from ``readers.py``."""
+from ``readers.py``, its in-memory constructors (``from_hf``, ``from_dict``, ``from_pandas``...) from
+``constructors.py`` and its exports (``to_list``, ``to_parquet``, ``push_to_hub``...) from ``export.py``."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ import copy
 import os
 from typing import Any, Callable, Iterator
 
-from . import export
 from . import state as _state
+from .constructors import InMemoryConstructors
 from .distributed import check_rank_splits, check_strategy, rank_shards, ranks_of
-from .features import (batched_features, features_of_schema, infer_features, json_as_text, map_feature,
+from .export import ExportMethods
+from .features import (batched_features, infer_features, json_as_text, map_feature,
                        media_only_change, row_features)
 from .loader import hooks
 from .loader.session import IterationSession
@@ -49,7 +51,7 @@ class _Base:
 
 
 
-class IterableDataset(FileReaders, _Base):
+class IterableDataset(FileReaders, InMemoryConstructors, ExportMethods, _Base):
     """A lazy, resumable iterable dataset (see the package docs for the state contract)."""
 
     def __init__(self, node: Node, *, features: Any = None, column_names: list[str] | None = None,
@@ -95,37 +97,7 @@ class IterableDataset(FileReaders, _Base):
         ``state_dict`` and ``load_state_dict`` use, and what a DataLoader integration prepares."""
         return self._session
 
-    # ------------------------------------------------------------------ constructors
-    @classmethod
-    def from_hf(cls, dataset: Any, num_shards: int = 1) -> IterableDataset:
-        """A HF map-style ``datasets.Dataset`` read in ``num_shards`` contiguous shards. As HF's
-        ``to_iterable_dataset``, the result keeps the dataset's format (``with_format``)."""
-        if not hasattr(dataset, "data") or not hasattr(dataset, "features"):
-            raise TypeError(f"expected a datasets.Dataset, got {type(dataset).__name__}")
-        num_shards = as_int(num_shards, "num_shards", lo=1)
-        fmt = getattr(dataset, "format", None) or {}
-        columns = fmt.get("columns")
-        if fmt.get("type") is not None and columns is not None and set(columns) != set(dataset.column_names):
-            # HF refuses it too (NotImplementedError); our formats apply to every column
-            raise NotImplementedError(f"the datasets.Dataset is formatted as {fmt['type']!r} for columns {columns} "
-                                      f"only: call dataset.with_format({fmt['type']!r}) (every column) or "
-                                      "with_format(None) first, or select_columns on the iterable dataset")
-        ds = cls(ArrowSource.from_hf(dataset, num_shards=num_shards), features=dataset.features)
-        ds._info = dataset.info.copy()
-        ds._named_split = dataset.split
-        if fmt.get("type") is not None:
-            ds = ds.with_format(fmt["type"], **fmt.get("format_kwargs", {}))
-        return ds
-
-    @classmethod
-    def from_arrow_table(cls, table: Any, num_shards: int = 1) -> IterableDataset:
-        """A ``pyarrow.Table`` read in ``num_shards`` contiguous shards. The HF features in its schema
-        metadata are honoured: media columns (``Image()``...) are decoded, as from Parquet files."""
-        num_shards = as_int(num_shards, "num_shards", lo=1)
-        features = features_of_schema(table.schema)
-        return cls(ArrowSource(table, num_shards=num_shards, features=features), features=features,
-                   column_names=table.column_names)
-
+    # ------------------------------------------------------------------ constructors (also ``constructors.py``, ``readers.py``)
     @classmethod
     def from_generator(cls, generator: Callable[..., Iterator[dict]], features: Any = None,
                        gen_kwargs: dict | None = None, split: Any = "train") -> IterableDataset:
@@ -142,39 +114,6 @@ class IterableDataset(FileReaders, _Base):
         ds = cls(GeneratorSource(generator, gen_kwargs), features=features, split=split,
                  info=builder_info("generator"))
         return ds._typed(features) if features is not None else ds
-
-    @classmethod
-    def from_dict(cls, mapping: dict, features: Any = None, info: Any = None, split: Any = None,
-                  num_shards: int = 1) -> IterableDataset:
-        """Columns ``{name: [values]}`` held in memory (as HF: through an in-memory ``datasets.Dataset``)."""
-        from datasets import Dataset
-
-        return cls.from_hf(Dataset.from_dict(mapping, features=features, info=info, split=split), num_shards=num_shards)
-
-    @classmethod
-    def from_list(cls, mapping: list[dict], features: Any = None, info: Any = None, split: Any = None,
-                  num_shards: int = 1) -> IterableDataset:
-        """Rows ``[{name: value}, ...]`` held in memory; the first row's keys are the columns (as HF)."""
-        from datasets import Dataset
-
-        return cls.from_hf(Dataset.from_list(mapping, features=features, info=info, split=split), num_shards=num_shards)
-
-    @classmethod
-    def from_pandas(cls, df: Any, features: Any = None, info: Any = None, split: Any = None,
-                    preserve_index: bool | None = None, num_shards: int = 1) -> IterableDataset:
-        """A ``pandas.DataFrame`` held in memory, typed as HF ``Dataset.from_pandas`` types it."""
-        from datasets import Dataset
-
-        return cls.from_hf(Dataset.from_pandas(df, features=features, info=info, split=split,
-                                               preserve_index=preserve_index), num_shards=num_shards)
-
-    @classmethod
-    def from_polars(cls, df: Any, features: Any = None, info: Any = None, split: Any = None) -> IterableDataset:
-        """A ``polars.DataFrame`` (or ``LazyFrame``, collected) held in memory, one shard, as HF."""
-        from datasets import Dataset
-
-        return cls.from_hf(Dataset.from_polars(df.collect() if hasattr(df, "collect") else df, features=features,
-                                               info=info, split=split))
 
     # ------------------------------------------------------------------ building on the pipeline
     @property
@@ -677,61 +616,6 @@ class IterableDataset(FileReaders, _Base):
         self.load_state_dict(_state.load_state(path))
 
     # ------------------------------------------------------------------ features, as HF datasets knows them
-    # ------------------------------------------------------------------ exports (``export.py``): a fresh pass each
-    def push_to_hub(self, repo_id: str, config_name: str = "default", set_default: bool | None = None,
-                    split: str | None = None, data_dir: str | None = None, commit_message: str | None = None,
-                    commit_description: str | None = None, private: bool | None = None, token: str | None = None,
-                    revision: str | None = None, create_pr: bool | None = False, max_shard_size: Any = None,
-                    num_shards: int | None = None, embed_external_files: bool = True, num_proc: int | None = None) -> Any:
-        """Upload the dataset to the Hub as Parquet files with a dataset card, as HF (``export.py``)."""
-        return export.push_to_hub(self, repo_id, config_name=config_name, set_default=set_default, split=split,
-                                  data_dir=data_dir, commit_message=commit_message,
-                                  commit_description=commit_description, private=private, token=token,
-                                  revision=revision, create_pr=create_pr, max_shard_size=max_shard_size,
-                                  num_shards=num_shards, embed_external_files=embed_external_files, num_proc=num_proc)
-
-    def to_list(self) -> list:
-        """All examples as a list of dicts, as HF. Like every ``to_*`` export, it reads a fresh pass of a
-        copy (this dataset's iteration and state are untouched; see ``export.py``)."""
-        return export.to_list(self)
-
-    def to_dict(self, batch_size: int | None = None, batched: bool = False) -> Any:
-        """All examples as columns ``{name: [values]}`` (``batched=True``: an iterator of one per batch)."""
-        return export.to_dict(self, batch_size, batched)
-
-    def to_pandas(self, batch_size: int | None = None, batched: bool = False) -> Any:
-        """All examples as one ``pandas.DataFrame`` (or, with ``batched=True``, an iterator of one
-        DataFrame per batch of ``batch_size``), typed with the dataset's features, as HF does."""
-        return export.to_pandas(self, batch_size, batched)
-
-    def to_polars(self, batch_size: int | None = None, batched: bool = False, schema_overrides: dict | None = None,
-                  rechunk: bool = True) -> Any:
-        """All examples as one ``polars.DataFrame`` (``batched=True``: an iterator of one per batch)."""
-        return export.to_polars(self, batch_size, batched, schema_overrides, rechunk)
-
-    def to_csv(self, path_or_buf: Any, batch_size: int | None = None, storage_options: dict | None = None,
-               **to_csv_kwargs: Any) -> int:
-        """Write all examples to a CSV file (as HF, through ``pandas.DataFrame.to_csv``); bytes written."""
-        return export.to_file(self, "csv", path_or_buf, batch_size=batch_size, storage_options=storage_options,
-                              **to_csv_kwargs)
-
-    def to_json(self, path_or_buf: Any, batch_size: int | None = None, storage_options: dict | None = None,
-                **to_json_kwargs: Any) -> int:
-        """Write all examples to a JSON Lines file (``lines=False``: JSON), as HF; bytes written."""
-        return export.to_file(self, "json", path_or_buf, batch_size=batch_size, storage_options=storage_options,
-                              **to_json_kwargs)
-
-    def to_parquet(self, path_or_buf: Any, batch_size: int | None = None, storage_options: dict | None = None,
-                   **parquet_writer_kwargs: Any) -> int:
-        """Write all examples to a Parquet file (``batch_size``: rows per row group), as HF; bytes written."""
-        return export.to_file(self, "parquet", path_or_buf, batch_size=batch_size, storage_options=storage_options,
-                              **parquet_writer_kwargs)
-
-    def to_sql(self, name: str, con: Any, batch_size: int | None = None, **sql_writer_kwargs: Any) -> int:
-        """Write all examples to SQL table ``name`` (``con``: a URI or a sqlite3 / SQLAlchemy connection), as
-        HF; the number of rows written."""
-        return export.to_file(self, "sql", name, con, batch_size=batch_size, **sql_writer_kwargs)
-
     def resolve_features(self, n: int = 5) -> IterableDataset:
         """This dataset with ``features`` (and ``column_names``) known.
 
