@@ -157,7 +157,18 @@ class FormattedCall:
         out = self.function(*data, *rest, **kwargs)
         if self.kind == "filter":
             return self._filter_output(out)
-        return self._map_output(out, (kept or data[0]) if self.columns is None and not self.table else None)
+        if self.columns is None and not self.table:
+            given = data[0]  # what the function was given
+            if isinstance(given, dict) and isinstance(args[0], dict) and (out is None or out is given):
+                # it edited the example (batch) it was given and returned it, or nothing: the map
+                # node then works on its own input dict, which takes the function's edits (so a
+                # column in remove_columns goes, as when a function returns its input in HF, and
+                # edits made in place are kept, as without a format)
+                args[0].clear()
+                args[0].update({k: _to_numpy(v) for k, v in given.items()})
+                return None if out is None else args[0]
+            return self._map_output(out, kept or given)
+        return self._map_output(out, None)
 
     def _row_values(self, batch_rows: bool) -> Any:
         row = self._rows.get(batch_rows)
