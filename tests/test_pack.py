@@ -294,3 +294,19 @@ def test_elastic_resume_of_pack_and_prefetch(kind, saved, new):
     flat = sorted(x for k in head + tail for x in (k if kind == "prefetch" else [k]))
     expected = sorted(x for k in full for x in (k if kind == "prefetch" else [k]))
     assert flat == expected
+
+
+@pytest.mark.parametrize("mode", ["concat", "greedy"])
+def test_an_empty_document_has_no_piece_in_document_lengths(mode):
+    """Without a separator an empty document (an empty text tokenized) got a length of 0 in
+    ``document_lengths`` when it fell inside a chunk (not when it fell on a chunk's start): a
+    zero-length sequence in ``cu_seqlens``, one document more than ``position_ids`` shows. Its
+    pieces are those of the non-empty documents, the same wherever it falls; still exact at every cut."""
+    def build():
+        return ri.IterableDataset.from_dict({"input_ids": [[1, 2], [], [3], [], [], [4, 5, 6], [], [7]]}).pack(
+            4, mode=mode, position_ids=True, document_lengths=True)
+
+    got = assert_resumes_exactly(build, roundtrip=codec_roundtrip)
+    for chunk in got:
+        assert 0 not in chunk["document_lengths"] and sum(chunk["document_lengths"]) == len(chunk["input_ids"])
+        assert len(chunk["document_lengths"]) == chunk["position_ids"].count(0) + (chunk["position_ids"][0] != 0)

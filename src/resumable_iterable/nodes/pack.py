@@ -146,8 +146,8 @@ class PackNode(Node):
                 for s, e in zip(bounds, bounds[1:] + [b]):
                     pos.extend(range(max(s, a) - s, e - s))
                 out["position_ids"] = pos
-            if self.document_lengths:
-                out["document_lengths"] = [e - max(s, a) for s, e in zip(bounds, bounds[1:] + [b])]
+            if self.document_lengths:  # an empty document (no separator) has no piece in the chunk
+                out["document_lengths"] = [n for n in (e - max(s, a) for s, e in zip(bounds, bounds[1:] + [b])) if n]
         return out
 
     def _compact(self) -> None:
