@@ -147,3 +147,115 @@ def test_the_documented_recipe_for_a_map_that_needs_no_pixels_runs_and_buffers_t
     it = iter(ds)
     [next(it) for _ in range(5)]
     assert "PNG" in repr(ds.state_dict()), "the buffer holds the image files"
+
+
+# ------------------------------------------------------------- copies, rank moves, the CLI, at every cut
+
+def _tokens(n: int = 24) -> Dataset:
+    return Dataset.from_dict({"id": list(range(n)), "input_ids": [[100 * i + j for j in range(i % 4 + 1)] for i in range(n)],
+                              "x": [np.arange(3, dtype=np.float32) + i for i in range(n)]})
+
+
+def _append_in_place(ex):
+    ex["input_ids"].append(-1)
+    return ex
+
+
+def _keep(ex):
+    return ex["id"] % 5 != 2
+
+
+def _beyond_hf_pipelines() -> dict:
+    hf, img = _tokens(), _image_dataset()
+    return {
+        "replay_over_in_place_map": lambda: ri.to_iterable_dataset(hf, num_shards=3).map(_append_in_place)
+        .shuffle(seed=1, buffer_size=4, buffer_state="replay"),
+        "global_over_filter_then_stored_buffer": lambda: ri.to_iterable_dataset(hf, num_shards=3).filter(_keep)
+        .shuffle(seed=1, buffer_size=None).map(_append_in_place).shuffle(seed=2, buffer_size=3),
+        "pack_numpy_batches": lambda: ri.to_iterable_dataset(hf, num_shards=3).shuffle(seed=1, buffer_size=4)
+        .pack(5, position_ids=True).with_format("numpy").batch(2),
+        "images_replay_torch_batches": lambda: ri.to_iterable_dataset(img, num_shards=3)
+        .shuffle(seed=1, buffer_size=4, buffer_state="replay").with_format("torch").batch(3),
+    }
+
+
+@pytest.mark.parametrize("name", list(_beyond_hf_pipelines()))
+def test_copies_made_mid_iteration_start_afresh_and_carry_a_loaded_state(name):
+    """compat.md: a copy (pickle, deepcopy, copy) made during an iteration starts from scratch and
+    leaves the running iteration alone; a state loaded and not iterated yet travels with it."""
+    import copy
+    import pickle
+
+    build = _beyond_hf_pipelines()[name]
+    full = [_norm(x) for x in build()]
+    for k in range(len(full) + 1):
+        ds = build()
+        it = iter(ds)
+        head = [_norm(next(it)) for _ in range(k)]
+        state = ds.state_dict()
+        for make in (lambda d: pickle.loads(pickle.dumps(d)), copy.deepcopy, copy.copy):
+            assert [_norm(x) for x in make(ds)] == full, f"{name}: a copy at cut {k} is not a fresh pass"
+        assert head + [_norm(x) for x in it] == full, f"{name}: copying disturbed the iteration at cut {k}"
+        loaded = build()
+        loaded.load_state_dict(codec_roundtrip(state))
+        for make in (lambda d: pickle.loads(pickle.dumps(d)), copy.deepcopy):
+            assert head + [_norm(x) for x in make(loaded)] == full, f"{name}: the loaded state at cut {k}"
+        assert head + [_norm(x) for x in loaded] == full
+
+
+@pytest.mark.parametrize("name", list(_beyond_hf_pipelines()))
+def test_every_state_of_the_run_inspects_without_problems(name):
+    from resumable_iterable.cli import inspect_document, render
+
+    build = _beyond_hf_pipelines()[name]
+    for split in (None, (1, 2)):
+        n = sum(1 for _ in (build() if split is None else ri.split_dataset_by_node(build(), *split)))
+        for k in range(n + 1):
+            ds = build() if split is None else ri.split_dataset_by_node(build(), *split)
+            it = iter(ds)
+            for _ in range(k):
+                next(it)
+            report = inspect_document(codec_roundtrip(ds.state_dict()), name)
+            assert report["problems"] == [], (name, split, k, report["problems"])
+            assert render(report)
+
+
+@pytest.mark.parametrize("strategy", ["auto", "examples"])
+@pytest.mark.parametrize("old,new", [(2, 3), (3, 2), (4, 1)])
+def test_rank_states_of_beyond_hf_pipelines_move_to_another_world_size(strategy, old, new):
+    """Dataset states of ranks iterating themselves (no DataLoader), through the state codec, moved
+    to another world size, then checkpointed again part-way: each example once."""
+    from collections import Counter
+
+    pipes = _beyond_hf_pipelines()
+    for name in ("replay_over_in_place_map", "global_over_filter_then_stored_buffer", "pack_numpy_batches"):
+        build = pipes[name]
+
+        def part(r, world):
+            return ri.split_dataset_by_node(build(), r, world, strategy=strategy)
+
+        def keys(x):
+            ids = x["input_ids"] if "pack" in name else [x["input_ids"]]
+            return [int(t) for row in ids for t in row if t >= 0]  # (the maps append -1)
+
+        everything = sorted(t for r in range(old) for x in part(r, old) for t in keys(x))
+        for cut in (1, 3):
+            head, states = [], []
+            for r in range(old):
+                ds = part(r, old)
+                it = iter(ds)
+                for _ in range(cut + r % 2):
+                    x = next(it, None)
+                    head += keys(x) if x is not None else []
+                states.append(codec_roundtrip(ds.state_dict()))
+            tail = []
+            for r, st in enumerate(ri.redistribute_states(states, new)):
+                ds = part(r, new)
+                ds.load_state_dict(st)
+                it = iter(ds)
+                tail += [t for x in (next(it, None),) if x is not None for t in keys(x)]
+                again = part(r, new)
+                again.load_state_dict(codec_roundtrip(ds.state_dict()))
+                tail += [t for x in again for t in keys(x)]
+            got = Counter(head + tail)
+            assert sorted(got.elements()) == everything and max(got.values()) == 1, (name, strategy, old, new, cut)
