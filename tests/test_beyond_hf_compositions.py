@@ -259,3 +259,33 @@ def test_rank_states_of_beyond_hf_pipelines_move_to_another_world_size(strategy,
                 tail += [t for x in again for t in keys(x)]
             got = Counter(head + tail)
             assert sorted(got.elements()) == everything and max(got.values()) == 1, (name, strategy, old, new, cut)
+
+
+def _pop_and_add(batch):
+    """Tokenizer habit: take a column out of the batch, add new ones, return the batch."""
+    text = batch.pop("s")
+    batch["n"] = [len(t) for t in text]
+    return batch
+
+
+def _tag_and_return(batch):
+    batch["y"] = [3 * i for i in batch["id"]]
+    return batch
+
+
+def _new_dict_with_a_removed_column(batch):
+    return {"x": [[0.0]] * len(batch["id"]), "y": batch["id"]}
+
+
+@pytest.mark.parametrize("fmt", [None, "numpy"])
+@pytest.mark.parametrize("function,kw", [(_pop_and_add, {}), (_tag_and_return, {"remove_columns": ["x"]}),
+                                         (_new_dict_with_a_removed_column, {"remove_columns": ["x"]})])
+def test_a_batched_map_keeps_hf_column_order(fmt, function, kw):
+    """A batched map gave the input columns it did not return first and its output after them
+    ({**kept, **out}): a function popping a column from the batch and returning the batch put that
+    column first (HF: {**input columns, **output}, the input's order kept, new columns last), which
+    changes column_names of what is exported and the order of to_pandas / arrow batches."""
+    hf = Dataset.from_dict(_rows(6))
+    ours = list(ri.to_iterable_dataset(hf).with_format(fmt).map(function, batched=True, batch_size=4, **kw))
+    theirs = list(hf.to_iterable_dataset().with_format(fmt).map(function, batched=True, batch_size=4, **kw))
+    assert [list(r) for r in ours] == [list(r) for r in theirs]

@@ -221,7 +221,11 @@ class MapNode(Node):
                 f"rows, so the input "
                 f"columns {sorted(kept)} cannot be kept: add them to remove_columns or return them"
             )
-        return batch_to_rows({**kept, **out}) if (kept or out) else [{} for _ in range(n_out)]
+        if not (kept or out):
+            return [{} for _ in range(n_out)]
+        if not self.replace_input:  # as HF, {**input columns, **out}: the input's columns keep their order
+            out = {**{c: v for c, v in batch.items() if c not in self.remove_columns}, **out}
+        return batch_to_rows(out)
 
     # ------------------------------------------------------------------ capabilities (see ``Node``)
     def describe(self) -> str:
