@@ -289,3 +289,32 @@ def test_a_batched_map_keeps_hf_column_order(fmt, function, kw):
     ours = list(ri.to_iterable_dataset(hf).with_format(fmt).map(function, batched=True, batch_size=4, **kw))
     theirs = list(hf.to_iterable_dataset().with_format(fmt).map(function, batched=True, batch_size=4, **kw))
     assert [list(r) for r in ours] == [list(r) for r in theirs]
+
+
+def _to_bfloat16(ex):
+    ex["x"] = ex["x"].to(torch.bfloat16)
+    return ex
+
+
+@pytest.mark.parametrize("buffer_state", ["examples", "replay"])
+def test_a_map_after_with_format_torch_may_return_bfloat16_tensors(buffer_state):
+    """A map after with_format('torch') returning a bfloat16 tensor (embeddings kept in the model's
+    dtype) raised TypeError ("Got unsupported ScalarType BFloat16"): its output tensors were turned
+    into numpy arrays, and numpy has no bfloat16. Such a tensor is kept as a tensor (states store
+    tensors exactly), as HF yields it; exact at every cut under a shuffle."""
+    hf = Dataset.from_dict(_rows(8))
+    rows = list(ri.to_iterable_dataset(hf).with_format("torch").map(_to_bfloat16))
+    theirs = list(hf.to_iterable_dataset().with_format("torch").map(_to_bfloat16))
+    assert [(r["x"].dtype, r["x"].tolist()) for r in rows] == [(r["x"].dtype, r["x"].tolist()) for r in theirs]
+    assert rows[0]["x"].dtype == torch.bfloat16
+    # batched by the dataset too: stacked as HF stacks them (not through numpy, which has no bfloat16)
+    ours = ri.to_iterable_dataset(hf).with_format("torch").map(_to_bfloat16)
+    for batch in (next(iter(ours.batch(3))), next(ours.iter(batch_size=3))):
+        assert batch["x"].dtype == torch.bfloat16 and batch["x"].tolist() == [r["x"].tolist() for r in rows[:3]]
+
+    def build():
+        return _Plain(ri.to_iterable_dataset(hf, num_shards=2).with_format("torch").map(_to_bfloat16)
+                      .shuffle(seed=0, buffer_size=3, buffer_state=buffer_state))
+
+    full = assert_resumes_exactly(build, roundtrip=codec_roundtrip)
+    assert {r["x"][1] for r in full} == {"torch.bfloat16"}

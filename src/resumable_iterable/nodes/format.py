@@ -104,13 +104,31 @@ def _decoded_columns(features: Any) -> set:
 
 
 def _image_columns(batch: dict) -> set:
-    """The columns of a Python batch whose first value that is not ``None`` is a PIL image."""
+    """The columns of a Python batch whose first value that is not ``None`` is a PIL image, or a torch
+    tensor of a dtype numpy has not (``bfloat16``, which a map may return): formatted from their
+    values, as HF formats them (an Arrow table cannot hold them)."""
     import sys
 
     image = getattr(sys.modules.get("PIL.Image"), "Image", None)
-    if image is None:
+    tensor = getattr(sys.modules.get("torch"), "Tensor", None)
+    if image is None and tensor is None:
         return set()
-    return {k for k, v in batch.items() if type(v) is list and isinstance(next((x for x in v if x is not None), None), image)}
+    kinds = tuple(t for t in (image, tensor) if t is not None)
+    out = set()
+    for k, v in batch.items():
+        first = next((x for x in v if x is not None), None) if type(v) is list else None
+        if isinstance(first, kinds) and (image is not None and isinstance(first, image) or _not_numpy(first)):
+            out.add(k)
+    return out
+
+
+def _not_numpy(t: Any) -> bool:
+    """Whether numpy cannot hold tensor ``t``'s dtype."""
+    try:
+        np.asarray(t.reshape(-1)[:0])
+    except TypeError:
+        return True
+    return False
 
 
 #: numpy dtype kinds of the arrays :func:`_array_columns` takes: bool, signed / unsigned integers, floats

@@ -62,7 +62,10 @@ def _mask(output: Any) -> list:
 def _to_numpy(value: Any) -> Any:
     if isinstance(value, (np.ndarray, np.generic)) or not hasattr(value, "__array__") or isinstance(value, (str, bytes)):
         return value
-    return np.asarray(value)
+    try:
+        return np.asarray(value)
+    except TypeError:  # a tensor of a dtype numpy has not (torch.bfloat16): kept as it is (states store tensors)
+        return value
 
 
 def _same_length(formatted: dict, out: dict, batched: bool) -> bool:
