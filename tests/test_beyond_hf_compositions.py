@@ -318,3 +318,37 @@ def test_a_map_after_with_format_torch_may_return_bfloat16_tensors(buffer_state)
 
     full = assert_resumes_exactly(build, roundtrip=codec_roundtrip)
     assert {r["x"][1] for r in full} == {"torch.bfloat16"}
+
+
+def _tokenize_to_batch_encoding(batch):
+    """What a tokenizer returns: a BatchEncoding, a Mapping that is not a dict."""
+    from transformers import BatchEncoding
+
+    return BatchEncoding({"input_ids": [[len(w) for w in t.split()] for t in batch["s"]]})
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_map_after_with_format_numpy_returning_a_batch_encoding_keeps_hf_types(batched):
+    """After with_format('numpy'), a map returning a tokenizer's BatchEncoding (a UserDict) had the
+    columns it left alone come out as 0-d arrays and Python strings instead of HF's numpy scalars:
+    only a dict output was merged with the formatted input."""
+    pytest.importorskip("transformers")
+    hf = Dataset.from_dict({"id": list(range(5)), "s": ["a bc", "d", "ef g h", "i", "jk l"]})
+    from transformers import BatchEncoding
+
+    if batched:
+        kw, fn = {"batched": True, "batch_size": 2}, _tokenize_to_batch_encoding
+    else:
+        kw = {}
+
+        def fn(ex):
+            return BatchEncoding({"input_ids": [len(w) for w in str(ex["s"]).split()]})
+
+    def typed(rows):
+        return [{k: (type(v).__name__, str(getattr(v, "dtype", "")), v.tolist() if hasattr(v, "tolist") else v)
+                 for k, v in r.items()} for r in rows]
+
+    ours = typed(ri.to_iterable_dataset(hf).with_format("numpy").map(fn, **kw))
+    theirs = typed(hf.to_iterable_dataset().with_format("numpy").map(fn, **kw))
+    assert ours == theirs
+    assert ours[0]["id"][0] == "int64" and ours[0]["s"][0] == "str_"

@@ -21,6 +21,7 @@ worker and rank splits and elastic resume are those of any map.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -221,7 +222,7 @@ class FormattedCall:
                                 f"{self.format_type!r})) returned {type(out).__name__}: return a "
                                 f"{_TABLE_TYPES[self.format_type]} to update the dataset, as HF datasets requires")
             return table.to_pydict()
-        if isinstance(out, dict):
+        if isinstance(out, Mapping):  # a dict, or a tokenizer's BatchEncoding (a UserDict)
             out = {k: _to_numpy(v) for k, v in out.items()}
             if isinstance(formatted, dict) and _same_length(formatted, out, self.batched):
                 out = {**{k: _to_numpy(v) for k, v in formatted.items()}, **out}
