@@ -352,3 +352,31 @@ def test_a_map_after_with_format_numpy_returning_a_batch_encoding_keeps_hf_types
     theirs = typed(hf.to_iterable_dataset().with_format("numpy").map(fn, **kw))
     assert ours == theirs
     assert ours[0]["id"][0] == "int64" and ours[0]["s"][0] == "str_"
+
+
+def _new_column(ex):
+    return {"y": ex["id"] * 2}
+
+
+def _new_columns(batch):
+    return {"y": [2 * i for i in batch["id"]]}
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch"])
+@pytest.mark.parametrize("source", ["arrow", "generator"])
+@pytest.mark.parametrize("batched", [False, True])
+def test_remove_columns_of_a_map_after_with_format_returning_a_new_dict_are_removed(fmt, source, batched):
+    """After with_format('numpy' / 'torch'), map(f, remove_columns=['s']) with f returning a new dict
+    kept 's': the formatted input merged into the output (HF's columns left alone keep their
+    formatted values) still held it, and an output column goes onto the example after the removal.
+    A string column the user removed then reached default_collate. HF removes it."""
+    rows = _rows(6)
+    hf = Dataset.from_dict(rows)
+    fn, kw = (_new_columns, {"batched": True, "batch_size": 4}) if batched else (_new_column, {})
+    if source == "arrow":
+        ours = ri.to_iterable_dataset(hf)
+    else:
+        ours = ri.IterableDataset.from_generator(lambda: ({k: v[i] for k, v in rows.items()} for i in range(6)))
+    got = list(ours.with_format(fmt).map(fn, remove_columns=["s"], **kw))
+    want = list(hf.to_iterable_dataset().with_format(fmt).map(fn, remove_columns=["s"], **kw))
+    assert [list(r) for r in got] == [list(r) for r in want] == [["id", "x", "y"]] * 6

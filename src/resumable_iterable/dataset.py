@@ -174,7 +174,7 @@ class IterableDataset(FileReaders, InMemoryConstructors, ExportMethods, _Base):
         if batched:
             batch_size = as_int(batch_size, "batch_size", lo=None, none_ok=True)
         function, batched, batch_size, replace = self._formatted_call(function, "map", batched, batch_size,
-                                                                      input_columns)
+                                                                      input_columns, remove_columns)
         node = MapNode(self._node.clone(), function, batched=batched, batch_size=batch_size,
                        with_indices=with_indices, input_columns=input_columns, remove_columns=remove_columns,
                        fn_kwargs=fn_kwargs, drop_last_batch=drop_last_batch, replace_input=replace)
@@ -192,7 +192,8 @@ class IterableDataset(FileReaders, InMemoryConstructors, ExportMethods, _Base):
                           with_indices=with_indices, input_columns=input_columns, fn_kwargs=fn_kwargs)
         return self._derive(node, features=self._features)
 
-    def _formatted_call(self, function: Any, kind: str, batched: bool, batch_size: Any, input_columns: Any) -> tuple:
+    def _formatted_call(self, function: Any, kind: str, batched: bool, batch_size: Any, input_columns: Any,
+                        remove_columns: Any = None) -> tuple:
         """``(function, batched, batch_size, replace_input)`` for a map/filter node (after
         ``with_format`` the function receives formatted values: ``nodes/formatted_calls.py``)."""
         if self._format is None or function is None:
@@ -202,7 +203,7 @@ class IterableDataset(FileReaders, InMemoryConstructors, ExportMethods, _Base):
 
         arrow_rows = (self._features or {}) if arrow_rooted(self._node) else None
         return formatted_function(function, self._format, kind, batched, batch_size, input_columns,
-                                  chain_schema(self._node), arrow_rows)
+                                  chain_schema(self._node), arrow_rows, remove_columns)
 
     def _columns(self, op: str, columns: Any) -> IterableDataset:
         node = ColumnsNode(self._node.clone(), op, columns)

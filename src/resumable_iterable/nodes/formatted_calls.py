@@ -77,7 +77,7 @@ def _same_length(formatted: dict, out: dict, batched: bool) -> bool:
 
 
 def formatted_function(function: Any, fmt: tuple, kind: str, batched: bool, batch_size: Any, input_columns: Any,
-                       schema: Any, arrow_rows: Any = None) -> tuple:
+                       schema: Any, arrow_rows: Any = None, remove_columns: Any = None) -> tuple:
     """``(function, batched, batch_size, replace_input)`` for the map/filter node of a dataset
     formatted as ``fmt`` (``(type, kwargs)``): the function wrapped; a table format runs it
     batched (one row at a time when ``batched=False``), a map's output replacing the batch.
@@ -90,7 +90,7 @@ def formatted_function(function: Any, fmt: tuple, kind: str, batched: bool, batc
         raise TypeError(f"{kind}() after with_format({name!r}) takes a plain function, not an async one: "
                         f"call with_format() after {kind}()")
     columns = [input_columns] if isinstance(input_columns, str) else (list(input_columns) if input_columns else None)
-    wrapped = FormattedCall(function, name, kwargs, kind, bool(batched), columns, schema, arrow_rows)
+    wrapped = FormattedCall(function, name, kwargs, kind, bool(batched), columns, schema, arrow_rows, remove_columns)
     if name in TABLE_FORMATS:
         return wrapped, True, batch_size if batched else 1, kind == "map"
     return wrapped, batched, batch_size, False
@@ -112,13 +112,16 @@ class FormattedCall:
         return self.kind == "filter"
 
     def __init__(self, function: Any, format_type: str, format_kwargs: dict, kind: str, batched: bool,
-                 columns: list[str] | None, schema: Any = None, arrow_rows: Any = None):
+                 columns: list[str] | None, schema: Any = None, arrow_rows: Any = None, remove_columns: Any = None):
         self.function = function
         self.format_type = format_type
         self.format_kwargs = dict(format_kwargs)
         self.kind = kind
         self.batched = batched
         self.columns = columns
+        # a map's remove_columns: the formatted input it keeps for the columns a new dict leaves alone
+        # leaves these out (HF removes them from the input before merging the output)
+        self.remove_columns = frozenset([remove_columns] if isinstance(remove_columns, str) else remove_columns or ())
         self.schema = schema
         self.table = format_type in TABLE_FORMATS
         self.arrow_rows = arrow_rows if format_type in ("numpy", "torch") and columns is None else None
@@ -225,7 +228,8 @@ class FormattedCall:
         if isinstance(out, Mapping):  # a dict, or a tokenizer's BatchEncoding (a UserDict)
             out = {k: _to_numpy(v) for k, v in out.items()}
             if isinstance(formatted, dict) and _same_length(formatted, out, self.batched):
-                out = {**{k: _to_numpy(v) for k, v in formatted.items()}, **out}
+                removed = self.remove_columns
+                out = {**{k: _to_numpy(v) for k, v in formatted.items() if k not in removed}, **out}
             return out
         return out
 
