@@ -380,3 +380,21 @@ def test_remove_columns_of_a_map_after_with_format_returning_a_new_dict_are_remo
     got = list(ours.with_format(fmt).map(fn, remove_columns=["s"], **kw))
     want = list(hf.to_iterable_dataset().with_format(fmt).map(fn, remove_columns=["s"], **kw))
     assert [list(r) for r in got] == [list(r) for r in want] == [["id", "x", "y"]] * 6
+
+
+def _pop_s_and_return(ex):
+    ex.pop("s")
+    ex["z"] = 1
+    return ex
+
+
+def test_a_column_popped_by_a_map_after_with_format_comes_back_formatted_as_hf():
+    """A map that pops a column from the formatted example and returns the example gets that column
+    back, as in HF ({**input, **output}); after with_format('numpy') it came back as the Python str
+    of the unformatted row instead of HF's numpy string."""
+    hf = Dataset.from_dict(_rows(4))
+    got = list(ri.to_iterable_dataset(hf).with_format("numpy").map(_pop_s_and_return))
+    want = list(hf.to_iterable_dataset().with_format("numpy").map(_pop_s_and_return))
+    assert [[(k, type(v).__name__) for k, v in r.items()] for r in got] == \
+        [[(k, type(v).__name__) for k, v in r.items()] for r in want]
+    assert type(got[0]["s"]) is np.str_

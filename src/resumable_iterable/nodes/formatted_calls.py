@@ -161,18 +161,21 @@ class FormattedCall:
         else:
             tensorize = self._tensorize_of()
             data = [tensorize(d) for d in data]
+        # a map's formatted example (batch) as given, before the function could pop its columns
+        before = dict(data[0]) if self.kind == "map" and self.columns is None and isinstance(data[0], dict) else None
         out = self.function(*data, *rest, **kwargs)
         if self.kind == "filter":
             return self._filter_output(out)
         if self.columns is None and not self.table:
             given = data[0]  # what the function was given
-            if isinstance(given, dict) and isinstance(args[0], dict) and (out is None or out is given):
+            if before is not None and isinstance(args[0], dict) and (out is None or out is given):
                 # it edited the example (batch) it was given and returned it, or nothing: the map
                 # node then works on its own input dict, which takes the function's edits (so a
                 # column in remove_columns goes, as when a function returns its input in HF, and
-                # edits made in place are kept, as without a format)
+                # edits made in place are kept, as without a format); a column it popped and
+                # returned without comes back formatted, as in HF ({**input, **output})
                 args[0].clear()
-                args[0].update({k: _to_numpy(v) for k, v in given.items()})
+                args[0].update({k: _to_numpy(v) for k, v in (given if out is None else {**before, **given}).items()})
                 return None if out is None else args[0]
             return self._map_output(out, kept or given)
         return self._map_output(out, None)
