@@ -398,3 +398,19 @@ def test_a_column_popped_by_a_map_after_with_format_comes_back_formatted_as_hf()
     assert [[(k, type(v).__name__) for k, v in r.items()] for r in got] == \
         [[(k, type(v).__name__) for k, v in r.items()] for r in want]
     assert type(got[0]["s"]) is np.str_
+
+
+def test_a_state_holding_tensors_loads_without_warnings():
+    """Reading a state whose buffer holds a tensor (a formatted map's bfloat16 output) warned
+    "ComplexHalf support is experimental" in every process (also under resumable-iterable inspect):
+    the table of torch dtypes allocated a tensor of each to learn its size."""
+    import warnings
+
+    from resumable_iterable import state_tensors
+
+    state = {"x": torch.ones(2, dtype=torch.bfloat16)}
+    state_tensors._dtypes.cache_clear()  # as in a new process
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        back = ri.loads_state(ri.dumps_state(state))
+    assert back["x"].dtype == torch.bfloat16 and back["x"].tolist() == [1.0, 1.0]

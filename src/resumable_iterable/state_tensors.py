@@ -64,8 +64,8 @@ def _dtypes(torch: Any) -> dict:
     for d in vars(torch).values():
         name = str(d).removeprefix("torch.") if isinstance(d, torch.dtype) else ""
         if name and not name.startswith("q"):  # qint8...: quantized
-            try:
-                out[name] = (d, torch.empty(0, dtype=d).element_size())
+            try:  # the dtype's own size: allocating a complex32 tensor warns that it is experimental
+                out[name] = (d, d.itemsize if hasattr(d, "itemsize") else torch.empty(0, dtype=d).element_size())
             except (RuntimeError, TypeError):  # pragma: no cover - a dtype torch cannot allocate
                 pass
     return out
