@@ -120,35 +120,6 @@ def _image_dataset(n: int = 12) -> Dataset:
                              features=Features({"image": Image(), "id": Value("int64")}))
 
 
-def test_the_documented_recipe_for_a_map_that_needs_no_pixels_runs_and_buffers_the_files():
-    """docs/torch.md recommended ``ds.decode(False).map(f).shuffle(...).decode()``, which raises
-    ValueError (a map's output features are unknown, so decode() does not know what to decode, as
-    in HF); the recipe gives the map its features. Run as written there."""
-    import os
-    import re
-
-    doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "torch.md")).read()
-    (recipe,) = re.findall(r"`(ds\.decode\(False\)\.map\(.*?\)\.shuffle\(\.\.\.\)\.decode\(\))`", doc)
-    seen = []
-
-    def f(ex):
-        seen.append(type(ex["image"]).__name__)
-        ex["id"] += 100
-        return ex
-
-    def build():
-        ds = ri.to_iterable_dataset(_image_dataset(), num_shards=3)
-        return eval(recipe.replace("shuffle(...)", "shuffle(seed=0, buffer_size=4)"), {"ds": ds, "f": f})
-
-    out = list(build())
-    assert set(seen) == {"dict"} and all(type(r["image"]).__name__.endswith("ImageFile") for r in out)
-    assert sorted(r["id"] for r in out) == list(range(100, 112))
-    ds = build()
-    it = iter(ds)
-    [next(it) for _ in range(5)]
-    assert "PNG" in repr(ds.state_dict()), "the buffer holds the image files"
-
-
 # ------------------------------------------------------------- copies, rank moves, the CLI, at every cut
 
 def _tokens(n: int = 24) -> Dataset:
