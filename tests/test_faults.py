@@ -392,6 +392,127 @@ def test_an_error_above_a_concatenation_of_columns_names_the_row():
             lambda bb: [boom({"j": j}) for r in bb["j"] for j in r] and bb, batched=True, batch_size=2))
     assert "on the batch of examples #0..#1 (source arrow shard 0, rows 0..3)" in _notes(info), _notes(info)
 
+def _where(i: int) -> str:
+    """Where row ``id`` ``i`` of ``_rows()`` is read: 4 shards of 25 rows."""
+    return f"source arrow shard {i // 25}, row {i % 25}"
+
+
+def _rows(offset: int = 0) -> ri.IterableDataset:
+    return ri.to_iterable_dataset(Dataset.from_dict({"id": list(range(offset, offset + 100))}), num_shards=4)
+
+
+def _raising_on(bad: int):
+    def f(ex):
+        if ex["id"] == bad:
+            raise ValueError(f"bad {bad}")
+        return {}
+    return f
+
+
+def test_an_error_above_a_replay_shuffle_names_the_source_row_of_its_example():
+    """``shuffle(...).map(f)``: the note of an error of ``f`` named no row (the shuffle gave no
+    position), although a replay-mode buffer keeps where each example came from. It now names the
+    source shard and row of the example it raised on - in a filter, a batched map (the first and the
+    last row, never as a range: they are no run of rows), over ``batch()``, while the buffer fills,
+    mixes or drains, after a resume, through an interleave, a concatenation or a map with indices
+    below, for data files with the file, and through DataLoader workers."""
+    def replay(ds):
+        return ds.shuffle(seed=0, buffer_size=10, buffer_state="replay")
+
+    order = [ex["id"] for ex in replay(_rows())]
+    for bad in (order[0], order[40], 57, order[-5], order[-1]):  # mixing, draining (the last 10)
+        for name, build in (
+                ("map", lambda ds: ds.map(_raising_on(bad))),
+                ("filter", lambda ds: ds.filter(lambda ex: _raising_on(bad)(ex) or True)),
+                ("below", lambda ds: ds)):
+            ds = replay(_rows()).map(_raising_on(bad)) if name != "below" else replay(
+                _rows().map(lambda ex, i: {}, with_indices=True)).map(_raising_on(bad))
+            if name == "filter":
+                ds = build(replay(_rows()))
+            with pytest.raises(ValueError, match=f"bad {bad}") as info:
+                list(ds)
+            k = order.index(bad)
+            assert f"on example #{k} ({_where(bad)})" in _notes(info), (name, bad, _notes(info))
+    # a batched map and a map over batch(): the ends of the failing batch
+    with pytest.raises(ValueError) as info:
+        list(replay(_rows()).map(lambda b: [_raising_on(57)({"id": i}) for i in b["id"]] and b, batched=True,
+                                 batch_size=4))
+    k = order.index(57) // 4 * 4
+    assert (f"on the batch of examples #{k}..#{k + 3} (first row from {_where(order[k])}, last row from "
+            f"{_where(order[k + 3])})") in _notes(info), _notes(info)
+    with pytest.raises(ValueError) as info:
+        list(replay(_rows()).batch(4).map(lambda b: [_raising_on(57)({"id": i}) for i in b["id"]] and b))
+    assert f"on example #{order.index(57) // 4} ({_where(order[k + 3])})" in _notes(info), _notes(info)
+    # resumed: the state's ``last`` names the example yielded last
+    ds = replay(_rows()).map(_raising_on(-1))
+    it = iter(ds)
+    for _ in range(30):
+        next(it)
+    again = replay(_rows()).map(_raising_on(order[30]))
+    again.load_state_dict(json.loads(json.dumps(ds.state_dict())))
+    with pytest.raises(ValueError) as info:
+        list(again)
+    assert f"on example #30 ({_where(order[30])})" in _notes(info), _notes(info)
+    # through an interleave and a concatenation: the row in the input it came from
+    for mix in (lambda: ri.interleave_datasets([_rows(), _rows(1000)], probabilities=[0.5, 0.5], seed=2),
+                lambda: ri.concatenate_datasets([_rows(1000), _rows()])):
+        with pytest.raises(ValueError) as info:
+            list(replay(mix()).map(_raising_on(57)))
+        assert f"({_where(57)})" in _notes(info), _notes(info)
+    labels = ri.to_iterable_dataset(Dataset.from_dict({"j": list(range(100))}), num_shards=4)
+    with pytest.raises(ValueError) as info:
+        list(replay(ri.concatenate_datasets([_rows(), labels], axis=1)).map(_raising_on(57)))
+    assert f"({_where(57)})" in _notes(info), _notes(info)
+
+
+def test_an_error_above_a_replay_shuffle_of_data_files_names_the_file(tmp_path):
+    paths = []
+    for s in range(3):
+        p = tmp_path / f"p{s}.parquet"
+        pq.write_table(pa.table({"id": list(range(s * 1000, s * 1000 + 10))}), p)
+        paths.append(str(p))
+    with pytest.raises(ValueError) as info:
+        list(ri.IterableDataset.from_parquet(paths).shuffle(seed=1, buffer_size=4, buffer_state="replay")
+             .map(_raising_on(2007)))
+    assert f"(source files shard 2, row 7, file {paths[2]!r})" in _notes(info), _notes(info)
+
+
+@pytest.mark.parametrize("buffer_state", ["examples", "drop"])
+def test_an_error_above_a_shuffle_of_stored_examples_says_why_its_row_is_not_named(buffer_state):
+    """A buffer of stored examples records nothing of where they came from (its loop stays as fast
+    as it is): the note said nothing at all of the row. It now says why, and how to have it named."""
+    for ds in (_rows().shuffle(seed=0, buffer_size=10, buffer_state=buffer_state).map(_raising_on(57)),
+               _rows().shuffle(seed=0, buffer_size=10, buffer_state=buffer_state).map(
+                   lambda b: [_raising_on(57)({"id": i}) for i in b["id"]] and b, batched=True, batch_size=4),
+               _rows().shuffle(seed=0, buffer_size=10, buffer_state=buffer_state).batch(4).map(
+                   lambda b: [_raising_on(57)({"id": i}) for i in b["id"]] and b)):
+        with pytest.raises(ValueError) as info:
+            list(ds)
+        assert ("(source row not known: it came out of a shuffle buffer, which keeps its examples without where "
+                "they were read; shuffle(..., buffer_state='replay') keeps that too") in _notes(info), _notes(info)
+    # the global shuffle knows where each row is read
+    with pytest.raises(ValueError) as info:
+        list(_rows().shuffle(seed=0, buffer_size=None).map(_raising_on(57)))
+    assert f"({_where(57)})" in _notes(info), _notes(info)
+
+
+@TORCH
+@pytest.mark.parametrize("loader", ["torchdata", "ours"])
+def test_an_error_above_a_replay_shuffle_in_a_worker_names_the_row(loader):
+    cls = StatefulDataLoader if loader == "torchdata" else ri.StatefulDataLoader
+    ds = _rows().shuffle(seed=0, buffer_size=10, buffer_state="replay").map(_raising_on(57))
+    it = iter(cls(ds, batch_size=4, num_workers=2, collate_fn=as_lists))
+    try:
+        with pytest.raises(ValueError, match="bad 57") as info:
+            for _ in it:
+                pass
+        text = str(info.value) + _notes(info)
+        del info
+    finally:
+        it._shutdown_workers()
+    assert f"({_where(57)})" in text, text
+
+
 @TORCH
 def test_error_inside_a_worker_reaches_the_trainer_with_its_notes():
     def boom(ex):

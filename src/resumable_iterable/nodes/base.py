@@ -285,6 +285,13 @@ class Node:
         """Where the last example this node yielded came from (source shard and row), if known."""
         return self.children[0].position() if len(self.children) == 1 else None
 
+    def position_of(self, prov: Any) -> dict | None:
+        """:meth:`position` of an example this node yielded at some point, given its (validated)
+        provenance (see :meth:`provenance_reader`): a replay-mode shuffle names with it where the
+        example it yielded last came from, for the note of an error raised on it above. ``None``:
+        unknown. Default: an example passes through unchanged, so its provenance is the input's."""
+        return self.children[0].position_of(prov) if len(self.children) == 1 else None
+
     def walk(self):
         yield self
         for c in self.children:

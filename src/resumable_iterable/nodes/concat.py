@@ -324,6 +324,18 @@ class ConcatNode(Node):
 
         return merged
 
+    def position_of(self, prov) -> dict | None:
+        """axis=0: ``[input, *position in it]``; axis=1: one entry per input (``[]`` or ``[-1]``: exhausted),
+        the first input not exhausted says where the row's part was read, as :meth:`position`."""
+        if self.axis == 0:
+            return self.children[prov[0]].position_of(prov[1:])
+        for child, p in zip(self.children, prov):
+            if p and p != [-1]:
+                pos = child.position_of(p)
+                if pos is not None:
+                    return pos
+        return None
+
     def check_provenance(self, prov, where: str) -> None:
         if self.axis == 0:
             return check_input_provenance(self, prov, where)

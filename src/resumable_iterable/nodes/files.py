@@ -516,3 +516,8 @@ class FileSource(ArchiveReading, RandomFileAccess, SourceNode):
         if pos is not None:
             pos["file"] = self.shard_file(pos["shard"])
         return pos
+
+    def position_of(self, prov: list) -> dict:
+        pos = super().position_of(prov)
+        pos["file"] = self.shard_file(pos["shard"])
+        return pos

@@ -442,6 +442,10 @@ class InterleaveNode(DrawnSeed, Node):
         self._trace = [c.provenance_reader() for c in self.children]
         return lambda: self._state_dict["last_pos"]
 
+    def position_of(self, prov) -> dict | None:
+        """``[input, *position in it]``: where in that input, or at least which input."""
+        return self.children[prov[0]].position_of(prov[1:]) or {"interleave_input": prov[0]}
+
     def check_provenance(self, prov, where: str) -> None:
         check_input_provenance(self, prov, where)
 

@@ -251,6 +251,9 @@ class MapNode(Node):
         st = self._state_dict
         return lambda: [st["index"] - 1, *child()]
 
+    def position_of(self, prov: Any) -> dict | None:
+        return self.children[0].position_of(prov[1:] if self.with_indices else prov)
+
     def check_provenance(self, prov: Any, where: str) -> None:
         if self.with_indices:
             check_list(prov, where)

@@ -118,18 +118,22 @@ def rows_read(first: dict | None, last: dict | None) -> str:
     rows of what failed (``first`` ``None``: one row); ``""`` when unknown. A position with
     ``"first"`` is that of a batch (``batch()``): where its first row came from. Out of an
     ``interleave_datasets``, only the input is known: `` (interleave_datasets input I)``, for a
-    batch `` (first row from interleave_datasets input I, last row from interleave_datasets input J)``."""
+    batch `` (first row from interleave_datasets input I, last row from interleave_datasets input J)``.
+    A position ``{"unknown": why}`` gives `` (why)``; rows taken out of a shuffle buffer (``"shuffled"``) are
+    named as the first and the last, never as a range."""
     if (last and "first" in last) or (first and "first" in first):  # the items are batches
         first = first.get("first") if first else None  # the first row of the first of them
         last = {k: v for k, v in last.items() if k != "first"} if last else last
     if not last:
         return ""
-    if not first:
+    if "unknown" in last:  # why it is not known (out of a shuffle buffer of stored examples)
+        return f" ({last['unknown']})"
+    if first and "unknown" in first:
+        first = None
+    if not first or (first == last and "source" in last):  # (an interleave's input names no row: two rows)
         return f" ({_at(last)})"
-    if "source" not in first or "source" not in last:  # the input of an interleave: no row
+    if "source" not in first or "source" not in last or "shuffled" in last:  # not a run of rows: the two ends
         return f" (first row from {_at(first)}, last row from {_at(last)})"
-    if first == last:
-        return f" ({_at(last)})"
     if (first["source"], first["shard"]) == (last["source"], last["shard"]):
         return f" (source {last['source']} shard {last['shard']}, rows {first['row']}..{last['row']}{_file(last)})"
     return f" (from {_at(first)} to {_at(last)})"

@@ -72,6 +72,9 @@ def _flatten(buffer: list) -> list | None:
 
 
 BUFFER_STATES = ("examples", "drop", "replay")
+#: what an error's note says of where an example out of a buffer of stored examples was read (``position``)
+UNKNOWN_ROW = ("source row not known: it came out of a shuffle buffer, which keeps its examples without where they "
+               "were read; shuffle(..., buffer_state='replay') keeps that too, and the note then names it")
 
 
 def _note_decoding_error(e: Exception, how: str) -> None:
@@ -554,7 +557,18 @@ class ShuffleNode(DrawnSeed, Node):
         return self.children[0].reread([p])[0]
 
     def position(self) -> dict | None:
-        return None
+        """Where the last example yielded came from, for the note of an error raised on it above
+        (``shuffle(...).map(f)``). ``"replay"``: its provenance is in the state (``last``). The other modes
+        record nothing of the kind per slot (their loop stays as it is): ``{"unknown": why}``, which the
+        note gives instead, with how to have the row named. The examples' rows are no run of rows
+        (a batch above takes them in a random order): ``"shuffled"``."""
+        if self.buffer_state == "replay":
+            last = self._state_dict["last"]
+            pos = None if last is None else self.children[0].position_of(last)
+            if pos is not None:
+                pos["shuffled"] = True  # the rows of a batch above are no run of rows (``rows_read``)
+            return pos
+        return {"unknown": UNKNOWN_ROW}
 
     # -- capabilities (see ``Node``): a nested replay-mode shuffle records what it yields
     def describe(self) -> str:

@@ -272,6 +272,10 @@ class SourceNode(Node):
             return None
         return {"source": self.kind, "shard": order[st["shard_pos"]], "row": st["offset"] - 1}
 
+    def position_of(self, prov: list) -> dict:
+        """A provenance here is ``[shard, row]`` (:meth:`provenance_reader`)."""
+        return {"source": self.kind, "shard": prov[0], "row": prov[1]}
+
     # -- capabilities (see ``Node``): replay reads rows back by position, in one call per shard
     def single_source(self) -> Node:
         return self
