@@ -477,19 +477,98 @@ def test_an_error_above_a_replay_shuffle_of_data_files_names_the_file(tmp_path):
     assert f"(source files shard 2, row 7, file {paths[2]!r})" in _notes(info), _notes(info)
 
 
-@pytest.mark.parametrize("buffer_state", ["examples", "drop"])
-def test_an_error_above_a_shuffle_of_stored_examples_says_why_its_row_is_not_named(buffer_state):
-    """A buffer of stored examples records nothing of where they came from (its loop stays as fast
-    as it is): the note said nothing at all of the row. It now says why, and how to have it named."""
-    for ds in (_rows().shuffle(seed=0, buffer_size=10, buffer_state=buffer_state).map(_raising_on(57)),
-               _rows().shuffle(seed=0, buffer_size=10, buffer_state=buffer_state).map(
-                   lambda b: [_raising_on(57)({"id": i}) for i in b["id"]] and b, batched=True, batch_size=4),
-               _rows().shuffle(seed=0, buffer_size=10, buffer_state=buffer_state).batch(4).map(
-                   lambda b: [_raising_on(57)({"id": i}) for i in b["id"]] and b)):
+def _failing_at(k: int):
+    """A function raising ``ValueError("bad <id>")`` on its ``k``-th call (from 0)."""
+    calls = [0]
+
+    def f(ex):
+        calls[0] += 1
+        if calls[0] == k + 1:
+            raise ValueError(f"bad {ex['id']}")
+        return {}
+    return f
+
+
+def _notes_of_failures(build, ks) -> list[tuple[int, str]]:
+    """``(id, notes)`` of the example ``build(f)``'s ``f`` raised on, for ``f`` failing at each of ``ks``."""
+    out = []
+    for k in ks:
         with pytest.raises(ValueError) as info:
-            list(ds)
-        assert ("(source row not known: it came out of a shuffle buffer, which keeps its examples without where "
-                "they were read; shuffle(..., buffer_state='replay') keeps that too") in _notes(info), _notes(info)
+            list(build(_failing_at(k)))
+        out.append((int(str(info.value).split()[-1]), _notes(info)))
+    return out
+
+
+UNKNOWN = ("(source row not known: it came out of a shuffle buffer, which keeps its examples without where they "
+           "were read; shuffle(..., buffer_state='replay') keeps that too")
+
+
+@pytest.mark.parametrize("buffer_state", ["examples", "drop"])
+def test_an_error_above_a_shuffle_of_stored_examples_names_the_row_worked_out_from_its_draws(buffer_state):
+    """A default (or ``"drop"``) buffer stores its examples without where they were read: the note
+    named no row. Nothing is recorded per example now either (the loop is the library's hottest), but
+    the pass keeps its generator's state at each block of draws: the draws tell which slot the
+    example left and since when it was there, hence how many inputs were read after it, and a source
+    (through a per-example ``map``, calls ahead included) counts back that many rows. Checked at every
+    example (filling, mixing, draining), over several blocks of draws and shards, for a batched map and
+    over ``batch()``; where it cannot be worked out (a filter below, an example a loaded state held),
+    the note says why and how to have it named - never another row."""
+    def shuffled(ds, size=10, seed=0):
+        return ds.shuffle(seed=seed, buffer_size=size, buffer_state=buffer_state)
+
+    def where_3000(i):
+        return f"source arrow shard {i // 1000}, row {i % 1000}"
+
+    async def ahead(ex):
+        return {"y": 1}
+
+    cases = [  # (build, cuts, where)
+        (lambda f: shuffled(_rows()).map(f), range(100), _where),
+        (lambda f: shuffled(_rows().map(lambda ex: {"y": 1}), size=7, seed=1).map(f), range(100), _where),
+        (lambda f: shuffled(_rows().map(ahead)).map(f), range(0, 100, 9), _where),  # calls started ahead
+        (lambda f: shuffled(_rows(), size=1).map(f), (0, 1, 50, 99), _where),
+        (lambda f: shuffled(_rows(), size=500).map(f), (0, 1, 50, 99), _where),  # never full
+        # slots last drawn blocks of 1024 draws ago, rows counted back across shards
+        (lambda f: shuffled(ri.to_iterable_dataset(Dataset.from_dict({"id": list(range(3000))}), num_shards=3),
+                            size=700, seed=2).map(f), (*range(0, 3000, 211), 2999), where_3000),
+        (lambda f: shuffled(ri.to_iterable_dataset(Dataset.from_dict({"id": list(range(3000))}), num_shards=3),
+                            size=3, seed=3).map(f), (*range(0, 3000, 307), 2997, 2999), where_3000),
+    ]
+    for build, cuts, where in cases:
+        for i, notes in _notes_of_failures(build, cuts):
+            assert f"({where(i)})" in notes, (i, notes)
+    # a batched map and a map over batch(): the first and last rows of the failing batch
+    order = [ex["id"] for ex in shuffled(_rows())]
+    k = order.index(57) // 4 * 4
+    with pytest.raises(ValueError) as info:
+        list(shuffled(_rows()).map(lambda b: [_raising_on(57)({"id": i}) for i in b["id"]] and b, batched=True,
+                                   batch_size=4))
+    assert (f"on the batch of examples #{k}..#{k + 3} (first row from {_where(order[k])}, last row from "
+            f"{_where(order[k + 3])})") in _notes(info), _notes(info)
+    with pytest.raises(ValueError) as info:
+        list(shuffled(_rows()).batch(4).map(lambda b: [_raising_on(57)({"id": i}) for i in b["id"]] and b))
+    assert f"({_where(order[k + 3])})" in _notes(info), _notes(info)
+    # not known: a filter below (no count of the rows it dropped), a pass a prefetch thread runs on
+    # (its state is no fixed point), examples a loaded state held
+    for build in (lambda f: shuffled(_rows().filter(lambda ex: ex["id"] % 3 > 0)).map(f),
+                  lambda f: shuffled(_rows()).prefetch(4).map(f)):
+        for i, notes in _notes_of_failures(build, (0, 30, 60)):
+            assert UNKNOWN in notes, notes
+
+    def resumed(f):
+        first = shuffled(_rows(), size=20).map(_failing_at(-1))
+        it = iter(first)
+        for _ in range(30):
+            next(it)
+        ds = shuffled(_rows(), size=20).map(f)
+        ds.load_state_dict(json.loads(json.dumps(first.state_dict())))
+        return ds
+    if buffer_state == "drop":  # the buffer is refilled: every row is known again (20 rows were lost)
+        assert all(f"({_where(i)})" in n for i, n in _notes_of_failures(resumed, range(50)))
+    else:  # the slots the state held are known once drawn again
+        notes = _notes_of_failures(resumed, range(70))
+        assert all(f"({_where(i)})" in n or UNKNOWN in n for i, n in notes), notes
+        assert any(UNKNOWN in n for _, n in notes) and f"({_where(notes[-1][0])})" in notes[-1][1]
     # the global shuffle knows where each row is read
     with pytest.raises(ValueError) as info:
         list(_rows().shuffle(seed=0, buffer_size=None).map(_raising_on(57)))
@@ -498,9 +577,10 @@ def test_an_error_above_a_shuffle_of_stored_examples_says_why_its_row_is_not_nam
 
 @TORCH
 @pytest.mark.parametrize("loader", ["torchdata", "ours"])
-def test_an_error_above_a_replay_shuffle_in_a_worker_names_the_row(loader):
+@pytest.mark.parametrize("buffer_state", ["examples", "replay"])
+def test_an_error_above_a_shuffle_in_a_worker_names_the_row(loader, buffer_state):
     cls = StatefulDataLoader if loader == "torchdata" else ri.StatefulDataLoader
-    ds = _rows().shuffle(seed=0, buffer_size=10, buffer_state="replay").map(_raising_on(57))
+    ds = _rows().shuffle(seed=0, buffer_size=10, buffer_state=buffer_state).map(_raising_on(57))
     it = iter(cls(ds, batch_size=4, num_workers=2, collate_fn=as_lists))
     try:
         with pytest.raises(ValueError, match="bad 57") as info:

@@ -285,6 +285,14 @@ class Node:
         """Where the last example this node yielded came from (source shard and row), if known."""
         return self.children[0].position() if len(self.children) == 1 else None
 
+    def position_back(self, back: int) -> dict | None:
+        """:meth:`position` of the example this node yielded ``back`` examples before its last one
+        (``0``: the last one), if it can tell without reading anything: a shuffle buffer of stored
+        examples works out how many inputs it read after the one it yields (``nodes/shuffle.py``)
+        and asks this of its input. Default: ``None`` (unknown); a source reading its shards and a
+        node yielding one example per input example, in order, say it."""
+        return None
+
     def position_of(self, prov: Any) -> dict | None:
         """:meth:`position` of an example this node yielded at some point, given its (validated)
         provenance (see :meth:`provenance_reader`): a replay-mode shuffle names with it where the

@@ -521,3 +521,9 @@ class FileSource(ArchiveReading, RandomFileAccess, SourceNode):
         pos = super().position_of(prov)
         pos["file"] = self.shard_file(pos["shard"])
         return pos
+
+    def position_back(self, back: int) -> dict | None:
+        pos = super().position_back(back)
+        if pos is not None:
+            pos["file"] = self.shard_file(pos["shard"])
+        return pos

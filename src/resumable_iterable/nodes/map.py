@@ -251,6 +251,13 @@ class MapNode(Node):
         st = self._state_dict
         return lambda: [st["index"] - 1, *child()]
 
+    def position_back(self, back: int) -> dict | None:
+        """Per example (not a filter), one output per input, in order: the input's, past the inputs
+        read and not yielded yet (``retry``: calls started ahead, or inputs a state held)."""
+        if self.batched or self.kind != "map":
+            return None
+        return self.children[0].position_back(back + len(self._state_dict["retry"]))
+
     def position_of(self, prov: Any) -> dict | None:
         return self.children[0].position_of(prov[1:] if self.with_indices else prov)
 

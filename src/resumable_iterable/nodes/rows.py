@@ -119,11 +119,12 @@ def rows_read(first: dict | None, last: dict | None) -> str:
     ``"first"`` is that of a batch (``batch()``): where its first row came from. Out of an
     ``interleave_datasets``, only the input is known: `` (interleave_datasets input I)``, for a
     batch `` (first row from interleave_datasets input I, last row from interleave_datasets input J)``.
-    A position ``{"unknown": why}`` gives `` (why)``; rows taken out of a shuffle buffer (``"shuffled"``) are
+    A position ``{"unknown": why}`` gives `` (why)`` (with ``"resolve"``: unless that works it out); rows taken out of a shuffle buffer (``"shuffled"``) are
     named as the first and the last, never as a range."""
     if (last and "first" in last) or (first and "first" in first):  # the items are batches
         first = first.get("first") if first else None  # the first row of the first of them
         last = {k: v for k, v in last.items() if k != "first"} if last else last
+    first, last = _resolved(first), _resolved(last)
     if not last:
         return ""
     if "unknown" in last:  # why it is not known (out of a shuffle buffer of stored examples)
@@ -137,6 +138,19 @@ def rows_read(first: dict | None, last: dict | None) -> str:
     if (first["source"], first["shard"]) == (last["source"], last["shard"]):
         return f" (source {last['source']} shard {last['shard']}, rows {first['row']}..{last['row']}{_file(last)})"
     return f" (from {_at(first)} to {_at(last)})"
+
+
+def _resolved(position: dict | None) -> dict | None:
+    """A position worked out only when a note is written (``"resolve"``, called with ``"at"``: a shuffle
+    buffer of stored examples, ``nodes/shuffle.py``), worked out; its ``"unknown"`` if that fails (it
+    only writes a note)."""
+    if not position or "resolve" not in position:
+        return position
+    try:
+        got = position["resolve"](*position["at"])
+    except Exception:
+        got = None
+    return got or {"unknown": position["unknown"]}
 
 
 def _at(position: dict) -> str:

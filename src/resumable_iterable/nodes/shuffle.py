@@ -42,13 +42,22 @@ State: ``{"node", "seed", "epoch", "rng", "rng_pos", "buffer", "draining", "chil
   holds the example whose decoding raised (a resume decodes it again first); empty otherwise.
   ``None`` in a state saved before this field existed: that pass decodes in the source as then,
   and a buffered example still holding files (data files were not decoded then) as it leaves.
+
+Where an example came from (``position``, for the note of an error raised on it above): in
+``"replay"`` mode, ``last``; in the others nothing is recorded per example, but each pass keeps the
+generator's state at each block of draws (``_Trail``, outside the state), from which a note works
+out which input the example was and asks the input where that one was read (``Node.position_back``).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from itertools import chain
+from threading import get_ident
 from typing import Iterator
 from zlib import crc32
+
+import numpy as np
 
 from ..state import (CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList, PositionList, copy_example,
                      is_position, journaling, position_entry)
@@ -72,9 +81,67 @@ def _flatten(buffer: list) -> list | None:
 
 
 BUFFER_STATES = ("examples", "drop", "replay")
-#: what an error's note says of where an example out of a buffer of stored examples was read (``position``)
+#: what an error's note says of where an example out of a buffer of stored examples was read when it
+#: cannot be worked out (``ShuffleNode.position``)
 UNKNOWN_ROW = ("source row not known: it came out of a shuffle buffer, which keeps its examples without where they "
                "were read; shuffle(..., buffer_state='replay') keeps that too, and the note then names it")
+#: the most block starts a pass keeps for ``position`` (a slot last drawn before them is not traced)
+MAX_TRAIL = 4096
+
+
+class _Trail:
+    """What a pass of a buffer of stored examples leaves for :meth:`ShuffleNode.position` to work
+    out, after the fact, which input the example it yielded last was - kept by the pass, never in
+    the state, and nothing per example: the buffer (``buf``, to know the pass still runs on the
+    node's state), the entries it started with (``n0``), the inputs that filled it (``filled``),
+    the generator state at the start of each block of draws (``blocks``: the first one where the
+    pass started, at draw ``pos0``; at most :data:`MAX_TRAIL` of the last, ``count`` in all) and,
+    once it drains, the draws it made (``steps``), the entries then (``drain_len``) and their
+    permutation (``order``), and the thread running it (``thread``)."""
+
+    __slots__ = ("buf", "n0", "pos0", "filled", "blocks", "count", "steps", "drain_len", "order", "thread")
+
+    def __init__(self, buf, n0: int, rng: dict, pos0: int, size: int):
+        self.buf, self.n0, self.pos0 = buf, n0, pos0
+        self.thread = get_ident()  # the thread running the pass (``prefetch`` runs it in its own)
+        self.filled = 0
+        self.blocks = deque([rng], maxlen=min(MAX_TRAIL, 2 + 32 * size // BLOCK))
+        self.count = 1
+        self.steps = self.drain_len = self.order = None
+
+    def add(self, start: dict) -> None:
+        """A new block of draws, from generator state ``start`` (once per :data:`BLOCK` examples)."""
+        self.blocks.append(start)
+        self.count += 1
+
+    def block_start(self, b: int) -> int:
+        """The draw (counted from the pass's first) at the start of block ``b`` (counted likewise)."""
+        return 0 if b == 0 else BLOCK - self.pos0 + (b - 1) * BLOCK
+
+    def steps_at(self, rng: dict, rng_pos: int) -> int | None:
+        """The draws made, given the state's generator fields (``rng`` is one of ``blocks``)."""
+        for j in range(len(self.blocks) - 1, -1, -1):
+            if self.blocks[j] is rng:
+                b = self.count - len(self.blocks) + j
+                return self.block_start(b) + rng_pos - (self.pos0 if b == 0 else 0)
+        return None
+
+    def last_draw_of(self, slot: int, before: int, size: int) -> int | None | bool:
+        """The last draw before draw ``before`` that picked ``slot``; ``None`` if none did since the
+        pass started, ``False`` if it may have been made before the blocks kept."""
+        first = self.count - len(self.blocks)  # the first block kept
+        b = self.count - 1
+        while b >= first and self.block_start(b) >= before:
+            b -= 1
+        while b >= first:
+            lo = self.block_start(b)
+            offset = self.pos0 if b == 0 else 0
+            draws = rng_from_state(self.blocks[b - first]).integers(0, size, size=BLOCK)[offset:offset + before - lo]
+            hits = np.flatnonzero(draws == slot)
+            if len(hits):
+                return lo + int(hits[-1])
+            before, b = lo, b - 1
+        return None if first == 0 else False
 
 
 def _note_decoding_error(e: Exception, how: str) -> None:
@@ -85,6 +152,7 @@ def _note_decoding_error(e: Exception, how: str) -> None:
 class ShuffleNode(DrawnSeed, Node):
     kind = "shuffle"
     added_fields = frozenset(("received",))  # ``received`` (replay mode): absent from states of earlier releases
+    _trail: _Trail | None = None  # the other modes: what a pass leaves for ``position`` (``_Trail``)
 
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
         return True
@@ -113,6 +181,12 @@ class ShuffleNode(DrawnSeed, Node):
     def params(self) -> dict:
         return {"buffer_size": self.buffer_size, "buffer_state": self.buffer_state}
 
+    def __getstate__(self) -> dict:
+        # the trail belongs to this instance's pass: copies (clone, shard, DataLoader workers) run their own
+        state = dict(self.__dict__)
+        state.pop("_trail", None)
+        return state
+
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
         super().set_epoch(epoch)
@@ -132,6 +206,7 @@ class ShuffleNode(DrawnSeed, Node):
         return st
 
     def _after_reset(self) -> None:
+        self._trail = None  # it holds the buffer replaced: not kept alive until the next pass
         shard_seed = int(rng_from_seed(self.seed, self.epoch, 1).integers(2**63))
         self.children[0].shuffle_shards(shard_seed)
 
@@ -227,6 +302,7 @@ class ShuffleNode(DrawnSeed, Node):
 
     def _load_own(self, state: dict) -> None:
         super()._load_own(state)
+        self._trail = None  # it holds the buffer replaced: not kept alive until the next pass
         st = self._state_dict
         if self.buffer_state == "replay":
             st["buffer"] = PositionList(st["buffer"])
@@ -306,6 +382,7 @@ class ShuffleNode(DrawnSeed, Node):
             block = rng.integers(0, size, size=BLOCK).tolist()
             pos = st["rng_pos"]
             n = len(born)
+            trail = self._trail = _Trail(buf, n, start, pos, size)  # for ``position`` (nothing per example)
             source, provenance = pass_input(self.children[0], buf, reread, record and self._logs_positions(),
                                             (st["rng"], pos, size, BLOCK))
             source = iter(source)
@@ -346,11 +423,13 @@ class ShuffleNode(DrawnSeed, Node):
                     positions.append(w)
                 born.append(buf.gen)
                 n += 1
+            trail.filled = n - trail.n0
             if n >= size:  # the buffer mixes (never more than full: validated)
                 # the step is prepared before the read (calls allowed: nothing is held yet), here for
                 # the first step and at the end of the loop for the next: a ``for`` loop reads faster
                 if pos == BLOCK:  # the state takes the new block's start with its first draw
                     start = rng.bit_generator.state
+                    trail.add(start)
                     block = rng.integers(0, size, size=BLOCK).tolist()
                     pos = 0
                 i = block[pos]
@@ -393,6 +472,7 @@ class ShuffleNode(DrawnSeed, Node):
                     # prepare the next step, as above
                     if pos == BLOCK:
                         start = rng.bit_generator.state
+                        trail.add(start)
                         block = rng.integers(0, size, size=BLOCK).tolist()
                         pos = 0
                     i = block[pos]
@@ -410,6 +490,8 @@ class ShuffleNode(DrawnSeed, Node):
                 positions = stop_deriving(buf)
             flat = [ex for ch in buf for ex in ch]
             order = rng_from_seed(st["seed"], st["epoch"], 2).permutation(len(flat)).tolist()
+            trail.steps = trail.steps_at(st["rng"], st["rng_pos"])
+            trail.drain_len, trail.order = len(flat), order
             flat = [flat[i] for i in order]
             chunks = [flat[k:k + CHUNK] for k in range(0, len(flat), CHUNK)]
             moved = None if positions is None else [positions[i] for i in order]
@@ -559,16 +641,74 @@ class ShuffleNode(DrawnSeed, Node):
     def position(self) -> dict | None:
         """Where the last example yielded came from, for the note of an error raised on it above
         (``shuffle(...).map(f)``). ``"replay"``: its provenance is in the state (``last``). The other modes
-        record nothing of the kind per slot (their loop stays as it is): ``{"unknown": why}``, which the
-        note gives instead, with how to have the row named. The examples' rows are no run of rows
-        (a batch above takes them in a random order): ``"shuffled"``."""
+        record nothing of the kind per slot (their loop stays as it is): where it was read is worked
+        out from the pass's draws (:meth:`_traced_position`) only if a note is written, which
+        ``"resolve"`` does (``rows_read``; ``batch()`` asks this of every batch): until then the position is
+        ``{"unknown": why, "resolve": ..., "at": ...}``, and ``{"unknown": why}`` when it cannot be worked out. The
+        examples' rows are no run of rows (a batch above takes them in a random order): ``"shuffled"``."""
         if self.buffer_state == "replay":
             last = self._state_dict["last"]
             pos = None if last is None else self.children[0].position_of(last)
             if pos is not None:
                 pos["shuffled"] = True  # the rows of a batch above are no run of rows (``rows_read``)
             return pos
-        return {"unknown": UNKNOWN_ROW}
+        st, tr = self._state_dict, self._trail
+        if tr is None or st["buffer"] is not tr.buf:  # loaded, reset or cloned since
+            return {"unknown": UNKNOWN_ROW}
+        # the state's generator fields say which draw yielded it (read as they are: this is asked of every batch)
+        return {"unknown": UNKNOWN_ROW, "resolve": self._traced_position,
+                "at": (tr, st["rng"], st["rng_pos"], st["draining"] and sum(map(len, st["buffer"])))}
+
+    def _traced_position(self, tr: _Trail, rng: dict, rng_pos: int, left: int | bool) -> dict | None:
+        """Where the example a buffer of stored examples yielded was read, given the pass's
+        :class:`_Trail` and what the state said then (its generator fields; ``left``: the entries
+        left in a draining buffer, else ``False``): the draws tell which slot it left and since when
+        that slot held it, so how many inputs the pass had read before it; the input can tell where
+        the example yielded that many before its last one was read (:meth:`Node.position_back`: a
+        source reading its shards, and nodes yielding one example per input, such as ``map``).
+        ``None``: not known (another pass runs, or runs in another thread, the slot held the example
+        since before the pass, or the input cannot tell)."""
+        st = self._state_dict
+        if self._trail is not tr or st["buffer"] is not tr.buf:
+            return None
+        if get_ident() != tr.thread:  # the pass runs on in another thread: its input's state is no fixed point
+            return None
+        size = self.buffer_size
+        if left is False:  # mixing: the last draw made
+            steps = tr.steps_at(rng, rng_pos)
+            if not steps:
+                return None
+            before, slot = steps - 1, None
+        else:  # draining: the entries are popped from the end
+            if tr.drain_len is None or tr.steps is None or left >= tr.drain_len:
+                return None
+            before, slot = tr.steps, tr.order[left]
+        if slot is None:
+            b = tr.count - 1
+            while tr.block_start(b) > before:
+                b -= 1
+            first = tr.count - len(tr.blocks)
+            if b < first:
+                return None
+            offset = tr.pos0 if b == 0 else 0
+            slot = int(rng_from_state(tr.blocks[b - first]).integers(0, size, size=BLOCK)[
+                offset + before - tr.block_start(b)])
+        t = tr.last_draw_of(slot, before, size)
+        if t is False:
+            return None
+        if t is None:  # in the slot since the buffer filled, or from before the pass
+            if slot < tr.n0:
+                return None
+            came = slot - tr.n0
+        else:
+            came = tr.filled + t
+        steps = tr.steps if st["draining"] else tr.steps_at(st["rng"], st["rng_pos"])
+        if steps is None:
+            return None
+        pos = self.children[0].position_back(tr.filled + steps - 1 - came)  # the last input read, counted back
+        if pos is not None:
+            pos["shuffled"] = True
+        return pos
 
     # -- capabilities (see ``Node``): a nested replay-mode shuffle records what it yields
     def describe(self) -> str:

@@ -272,6 +272,27 @@ class SourceNode(Node):
             return None
         return {"source": self.kind, "shard": order[st["shard_pos"]], "row": st["offset"] - 1}
 
+    def position_back(self, back: int) -> dict | None:
+        """Counted back over the rows read: in the shard being read, then in the shards before it in
+        the order read (their lengths known: :meth:`shard_length`; ``None`` past one that is not)."""
+        st = self._state_dict
+        order = self.shard_order()
+        i, back = st["shard_pos"], back + 1 - st["offset"]  # rows to count back from the start of shard i
+        if back <= 0:
+            return {"source": self.kind, "shard": order[i], "row": -back}
+        while i > 0:
+            i -= 1
+            try:
+                n = self.shard_length(order[i])
+            except Exception:  # a file gone since: not known (this only writes an error's note)
+                return None
+            if n is None:
+                return None
+            if back <= n:
+                return {"source": self.kind, "shard": order[i], "row": n - back}
+            back -= n
+        return None
+
     def position_of(self, prov: list) -> dict:
         """A provenance here is ``[shard, row]`` (:meth:`provenance_reader`)."""
         return {"source": self.kind, "shard": prov[0], "row": prov[1]}
