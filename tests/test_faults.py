@@ -526,6 +526,8 @@ def test_an_error_above_a_shuffle_of_stored_examples_names_the_row_worked_out_fr
         (lambda f: shuffled(_rows()).map(f), range(100), _where),
         (lambda f: shuffled(_rows().map(lambda ex: {"y": 1}), size=7, seed=1).map(f), range(100), _where),
         (lambda f: shuffled(_rows().map(ahead)).map(f), range(0, 100, 9), _where),  # calls started ahead
+        (lambda f: shuffled(_rows().map(lambda ex: {"a": 0}).rename_column("a", "b").select_columns(["id", "b"])
+                            .remove_columns(["b"])).map(f), range(0, 100, 7), _where),
         (lambda f: shuffled(_rows(), size=1).map(f), (0, 1, 50, 99), _where),
         (lambda f: shuffled(_rows(), size=500).map(f), (0, 1, 50, 99), _where),  # never full
         # slots last drawn blocks of 1024 draws ago, rows counted back across shards

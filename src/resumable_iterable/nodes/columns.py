@@ -162,6 +162,10 @@ class ColumnsNode(Node):
         return [self.columns.get(n, n) for n in names]
 
     # -- capabilities (see ``Node``): a per-example transform of the columns
+    def position_back(self, back: int) -> dict | None:
+        # one row per input example, in order (an example held in ``retry`` is handed out before its row is made)
+        return self.children[0].position_back(back)
+
     def replay_problem(self) -> str | None:
         return None
 
