@@ -52,6 +52,7 @@ out which input the example was and asks the input where that one was read (``No
 from __future__ import annotations
 
 from collections import deque
+from functools import partial
 from itertools import chain
 from threading import get_ident
 from typing import Iterator
@@ -97,9 +98,10 @@ class _Trail:
     the generator state at the start of each block of draws (``blocks``: the first one where the
     pass started, at draw ``pos0``; at most :data:`MAX_TRAIL` of the last, ``count`` in all) and,
     once it drains, the draws it made (``steps``), the entries then (``drain_len``) and their
-    permutation (``order``), and the thread running it (``thread``)."""
+    permutation (``order``), the thread running it (``thread``) and ``resolve``, the node's
+    ``_traced_position`` for this pass."""
 
-    __slots__ = ("buf", "n0", "pos0", "filled", "blocks", "count", "steps", "drain_len", "order", "thread")
+    __slots__ = ("buf", "n0", "pos0", "filled", "blocks", "count", "steps", "drain_len", "order", "thread", "resolve")
 
     def __init__(self, buf, n0: int, rng: dict, pos0: int, size: int):
         self.buf, self.n0, self.pos0 = buf, n0, pos0
@@ -383,6 +385,7 @@ class ShuffleNode(DrawnSeed, Node):
             pos = st["rng_pos"]
             n = len(born)
             trail = self._trail = _Trail(buf, n, start, pos, size)  # for ``position`` (nothing per example)
+            trail.resolve = partial(self._traced_position, trail)
             source, provenance = pass_input(self.children[0], buf, reread, record and self._logs_positions(),
                                             (st["rng"], pos, size, BLOCK))
             source = iter(source)
@@ -646,18 +649,19 @@ class ShuffleNode(DrawnSeed, Node):
         ``"resolve"`` does (``rows_read``; ``batch()`` asks this of every batch): until then the position is
         ``{"unknown": why, "resolve": ..., "at": ...}``, and ``{"unknown": why}`` when it cannot be worked out. The
         examples' rows are no run of rows (a batch above takes them in a random order): ``"shuffled"``."""
-        if self.buffer_state == "replay":
-            last = self._state_dict["last"]
-            pos = None if last is None else self.children[0].position_of(last)
-            if pos is not None:
-                pos["shuffled"] = True  # the rows of a batch above are no run of rows (``rows_read``)
-            return pos
-        st, tr = self._state_dict, self._trail
-        if tr is None or st["buffer"] is not tr.buf:  # loaded, reset or cloned since
+        tr = self._trail  # (none in replay mode, nor once loaded or reset)
+        if tr is not None:
+            # the state's generator fields say which draw yielded it, read as they are (asked of every batch)
+            st = self._state_dict
+            return {"unknown": UNKNOWN_ROW, "resolve": tr.resolve,
+                    "at": (st["rng"], st["rng_pos"], st["draining"] and sum(map(len, st["buffer"])))}
+        if self.buffer_state != "replay":
             return {"unknown": UNKNOWN_ROW}
-        # the state's generator fields say which draw yielded it (read as they are: this is asked of every batch)
-        return {"unknown": UNKNOWN_ROW, "resolve": self._traced_position,
-                "at": (tr, st["rng"], st["rng_pos"], st["draining"] and sum(map(len, st["buffer"])))}
+        last = self._state_dict["last"]
+        pos = None if last is None else self.children[0].position_of(last)
+        if pos is not None:
+            pos["shuffled"] = True  # the rows of a batch above are no run of rows (``rows_read``)
+        return pos
 
     def _traced_position(self, tr: _Trail, rng: dict, rng_pos: int, left: int | bool) -> dict | None:
         """Where the example a buffer of stored examples yielded was read, given the pass's
