@@ -301,6 +301,11 @@ def test_a_batched_map_error_names_the_rows_of_the_failing_batch():
         list(ri.to_iterable_dataset(hf, num_shards=3).batch(4).map(
             lambda b: boom({"id": [i for r in b["id"] for i in r]}) and b, batched=True, batch_size=2))
     assert "from source arrow shard 0, row 16 to source arrow shard 1, row 6" in _notes(info), _notes(info)
+    # a per-example map over batch(): the one batch that failed, from its first row to its last (it named
+    # the last row alone, though any row of the batch may be the bad one)
+    with pytest.raises(ValueError, match="bad batch") as info:
+        list(ri.to_iterable_dataset(hf, num_shards=3).batch(4).map(boom))
+    assert "on example #5 (source arrow shard 1, rows 3..6)" in _notes(info), _notes(info)
 
 
 def test_an_error_above_an_interleave_names_the_input_its_example_came_from():
@@ -442,7 +447,8 @@ def test_an_error_above_a_replay_shuffle_names_the_source_row_of_its_example():
             f"{_where(order[k + 3])})") in _notes(info), _notes(info)
     with pytest.raises(ValueError) as info:
         list(replay(_rows()).batch(4).map(lambda b: [_raising_on(57)({"id": i}) for i in b["id"]] and b))
-    assert f"on example #{order.index(57) // 4} ({_where(order[k + 3])})" in _notes(info), _notes(info)
+    assert (f"on example #{order.index(57) // 4} (first row from {_where(order[k])}, last row from "
+            f"{_where(order[k + 3])})") in _notes(info), _notes(info)
     # resumed: the state's ``last`` names the example yielded last
     ds = replay(_rows()).map(_raising_on(-1))
     it = iter(ds)
@@ -549,7 +555,7 @@ def test_an_error_above_a_shuffle_of_stored_examples_names_the_row_worked_out_fr
             f"{_where(order[k + 3])})") in _notes(info), _notes(info)
     with pytest.raises(ValueError) as info:
         list(shuffled(_rows()).batch(4).map(lambda b: [_raising_on(57)({"id": i}) for i in b["id"]] and b))
-    assert f"({_where(order[k + 3])})" in _notes(info), _notes(info)
+    assert f"(first row from {_where(order[k])}, last row from {_where(order[k + 3])})" in _notes(info), _notes(info)
     # not known: a filter below (no count of the rows it dropped), a pass a prefetch thread runs on
     # (its state is no fixed point), examples a loaded state held
     for build in (lambda f: shuffled(_rows().filter(lambda ex: ex["id"] % 3 > 0)).map(f),

@@ -116,13 +116,15 @@ def large_list_arrays(column: pa.Array | pa.ChunkedArray) -> list | None:
 def rows_read(first: dict | None, last: dict | None) -> str:
     """`` (source S shard N, row R)`` (``, file F`` added for data files) for the positions (``Node.position()``) of the first and last
     rows of what failed (``first`` ``None``: one row); ``""`` when unknown. A position with
-    ``"first"`` is that of a batch (``batch()``): where its first row came from. Out of an
+    ``"first"`` is that of a batch (``batch()``): where its first row came from (one batch failing:
+    its first and last rows). Out of an
     ``interleave_datasets``, only the input is known: `` (interleave_datasets input I)``, for a
     batch `` (first row from interleave_datasets input I, last row from interleave_datasets input J)``.
     A position ``{"unknown": why}`` gives `` (why)`` (with ``"resolve"``: unless that works it out); rows taken out of a shuffle buffer (``"shuffled"``) are
     named as the first and the last, never as a range."""
     if (last and "first" in last) or (first and "first" in first):  # the items are batches
-        first = first.get("first") if first else None  # the first row of the first of them
+        # the first row of the first of them (of the one batch that failed, when ``first`` is ``None``)
+        first = first.get("first") if first else last.get("first") if last else None
         last = {k: v for k, v in last.items() if k != "first"} if last else last
     first, last = _resolved(first), _resolved(last)
     if not last:
