@@ -45,25 +45,23 @@ State: ``{"node", "seed", "epoch", "rng", "rng_pos", "buffer", "draining", "chil
 
 Where an example came from (``position``, for the note of an error raised on it above): in
 ``"replay"`` mode, ``last``; in the others nothing is recorded per example, but each pass keeps the
-generator's state at each block of draws (``_Trail``, outside the state), from which a note works
+generator's state at each block of draws (``Trail``, ``shuffle_trail.py``; outside the state), from which a note works
 out which input the example was and asks the input where that one was read (``Node.position_back``).
 """
 
 from __future__ import annotations
 
-from collections import deque
 from functools import partial
 from itertools import chain
 from threading import get_ident
 from typing import Iterator
 from zlib import crc32
 
-import numpy as np
-
 from ..state import (CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList, PositionList, copy_example,
                      is_position, journaling, position_entry)
 from .base import Node, add_context
 from .checks import as_int, check_bool, check_epoch, check_examples, check_int, check_rng
+from .shuffle_trail import UNKNOWN_ROW, Trail
 from .seeds import DrawnSeed, resolve_seed, rng_from_seed, rng_from_state, split_seed
 from .replay import DIGEST_MASK, buffer_digest, replay_buffer, require_replay_support, slot_hash
 from .worker_positions import buffer_entries, pass_input, reread_positions, rereadable, stop_deriving
@@ -82,68 +80,6 @@ def _flatten(buffer: list) -> list | None:
 
 
 BUFFER_STATES = ("examples", "drop", "replay")
-#: what an error's note says of where an example out of a buffer of stored examples was read when it
-#: cannot be worked out (``ShuffleNode.position``)
-UNKNOWN_ROW = ("source row not known: it came out of a shuffle buffer, which keeps its examples without where they "
-               "were read; shuffle(..., buffer_state='replay') keeps that too, and the note then names it")
-#: the most block starts a pass keeps for ``position`` (a slot last drawn before them is not traced)
-MAX_TRAIL = 4096
-
-
-class _Trail:
-    """What a pass of a buffer of stored examples leaves for :meth:`ShuffleNode.position` to work
-    out, after the fact, which input the example it yielded last was - kept by the pass, never in
-    the state, and nothing per example: the buffer (``buf``, to know the pass still runs on the
-    node's state), the entries it started with (``n0``), the inputs that filled it (``filled``),
-    the generator state at the start of each block of draws (``blocks``: the first one where the
-    pass started, at draw ``pos0``; at most :data:`MAX_TRAIL` of the last, ``count`` in all) and,
-    once it drains, the draws it made (``steps``), the entries then (``drain_len``) and their
-    permutation (``order``), the thread running it (``thread``) and ``resolve``, the node's
-    ``_traced_position`` for this pass."""
-
-    __slots__ = ("buf", "n0", "pos0", "filled", "blocks", "count", "steps", "drain_len", "order", "thread", "resolve")
-
-    def __init__(self, buf, n0: int, rng: dict, pos0: int, size: int):
-        self.buf, self.n0, self.pos0 = buf, n0, pos0
-        self.thread = get_ident()  # the thread running the pass (``prefetch`` runs it in its own)
-        self.filled = 0
-        self.blocks = deque([rng], maxlen=min(MAX_TRAIL, 2 + 32 * size // BLOCK))
-        self.count = 1
-        self.steps = self.drain_len = self.order = None
-
-    def add(self, start: dict) -> None:
-        """A new block of draws, from generator state ``start`` (once per :data:`BLOCK` examples)."""
-        self.blocks.append(start)
-        self.count += 1
-
-    def block_start(self, b: int) -> int:
-        """The draw (counted from the pass's first) at the start of block ``b`` (counted likewise)."""
-        return 0 if b == 0 else BLOCK - self.pos0 + (b - 1) * BLOCK
-
-    def steps_at(self, rng: dict, rng_pos: int) -> int | None:
-        """The draws made, given the state's generator fields (``rng`` is one of ``blocks``)."""
-        for j in range(len(self.blocks) - 1, -1, -1):
-            if self.blocks[j] is rng:
-                b = self.count - len(self.blocks) + j
-                return self.block_start(b) + rng_pos - (self.pos0 if b == 0 else 0)
-        return None
-
-    def last_draw_of(self, slot: int, before: int, size: int) -> int | None | bool:
-        """The last draw before draw ``before`` that picked ``slot``; ``None`` if none did since the
-        pass started, ``False`` if it may have been made before the blocks kept."""
-        first = self.count - len(self.blocks)  # the first block kept
-        b = self.count - 1
-        while b >= first and self.block_start(b) >= before:
-            b -= 1
-        while b >= first:
-            lo = self.block_start(b)
-            offset = self.pos0 if b == 0 else 0
-            draws = rng_from_state(self.blocks[b - first]).integers(0, size, size=BLOCK)[offset:offset + before - lo]
-            hits = np.flatnonzero(draws == slot)
-            if len(hits):
-                return lo + int(hits[-1])
-            before, b = lo, b - 1
-        return None if first == 0 else False
 
 
 def _note_decoding_error(e: Exception, how: str) -> None:
@@ -154,7 +90,7 @@ def _note_decoding_error(e: Exception, how: str) -> None:
 class ShuffleNode(DrawnSeed, Node):
     kind = "shuffle"
     added_fields = frozenset(("received",))  # ``received`` (replay mode): absent from states of earlier releases
-    _trail: _Trail | None = None  # the other modes: what a pass leaves for ``position`` (``_Trail``)
+    _trail: Trail | None = None  # the other modes: what a pass leaves for ``position`` (``Trail``)
 
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
         return True
@@ -384,7 +320,7 @@ class ShuffleNode(DrawnSeed, Node):
             block = rng.integers(0, size, size=BLOCK).tolist()
             pos = st["rng_pos"]
             n = len(born)
-            trail = self._trail = _Trail(buf, n, start, pos, size)  # for ``position`` (nothing per example)
+            trail = self._trail = Trail(buf, n, start, pos, size, BLOCK)  # for ``position`` (nothing per example)
             trail.resolve = partial(self._traced_position, trail)
             source, provenance = pass_input(self.children[0], buf, reread, record and self._logs_positions(),
                                             (st["rng"], pos, size, BLOCK))
@@ -663,56 +599,14 @@ class ShuffleNode(DrawnSeed, Node):
             pos["shuffled"] = True  # the rows of a batch above are no run of rows (``rows_read``)
         return pos
 
-    def _traced_position(self, tr: _Trail, rng: dict, rng_pos: int, left: int | bool) -> dict | None:
-        """Where the example a buffer of stored examples yielded was read, given the pass's
-        :class:`_Trail` and what the state said then (its generator fields; ``left``: the entries
-        left in a draining buffer, else ``False``): the draws tell which slot it left and since when
-        that slot held it, so how many inputs the pass had read before it; the input can tell where
-        the example yielded that many before its last one was read (:meth:`Node.position_back`: a
-        source reading its shards, and nodes yielding one example per input, such as ``map``).
-        ``None``: not known (another pass runs, or runs in another thread, the slot held the example
-        since before the pass, or the input cannot tell)."""
+    def _traced_position(self, tr: Trail, rng: dict, rng_pos: int, left: int | bool) -> dict | None:
+        """Where the example this pass yielded (the state's generator fields then: ``rng``, ``rng_pos``;
+        ``left``: the entries left in a draining buffer, else ``False``) was read: :meth:`Trail.position`,
+        while ``tr`` is still this node's pass, run on its state in this thread; else ``None``."""
         st = self._state_dict
-        if self._trail is not tr or st["buffer"] is not tr.buf:
-            return None
-        if get_ident() != tr.thread:  # the pass runs on in another thread: its input's state is no fixed point
-            return None
-        size = self.buffer_size
-        if left is False:  # mixing: the last draw made
-            steps = tr.steps_at(rng, rng_pos)
-            if not steps:
-                return None
-            before, slot = steps - 1, None
-        else:  # draining: the entries are popped from the end
-            if tr.drain_len is None or tr.steps is None or left >= tr.drain_len:
-                return None
-            before, slot = tr.steps, tr.order[left]
-        if slot is None:
-            b = tr.count - 1
-            while tr.block_start(b) > before:
-                b -= 1
-            first = tr.count - len(tr.blocks)
-            if b < first:
-                return None
-            offset = tr.pos0 if b == 0 else 0
-            slot = int(rng_from_state(tr.blocks[b - first]).integers(0, size, size=BLOCK)[
-                offset + before - tr.block_start(b)])
-        t = tr.last_draw_of(slot, before, size)
-        if t is False:
-            return None
-        if t is None:  # in the slot since the buffer filled, or from before the pass
-            if slot < tr.n0:
-                return None
-            came = slot - tr.n0
-        else:
-            came = tr.filled + t
-        steps = tr.steps if st["draining"] else tr.steps_at(st["rng"], st["rng_pos"])
-        if steps is None:
-            return None
-        pos = self.children[0].position_back(tr.filled + steps - 1 - came)  # the last input read, counted back
-        if pos is not None:
-            pos["shuffled"] = True
-        return pos
+        if self._trail is not tr or st["buffer"] is not tr.buf or get_ident() != tr.thread:
+            return None  # another pass runs, or runs on in another thread: its input's state is no fixed point
+        return tr.position(st, self.buffer_size, self.children[0], rng, rng_pos, left)
 
     # -- capabilities (see ``Node``): a nested replay-mode shuffle records what it yields
     def describe(self) -> str:
