@@ -702,3 +702,105 @@ def test_a_record_dying_inside_a_locked_section_gives_its_extent_back_without_a_
         "print(sum(len(v) for v in b.arena.free.values()))\n"
     )
     assert run_fresh(code, timeout=30) == "1"  # never sent: free at once
+
+
+# ---------------------------------------------------------------------- the final permutation
+
+
+def stored_big(n_shards=4, n=20, size=8_192):
+    """Large examples made by a ``map`` (so a worker's buffer stores them: no positions)."""
+    ds = ri.IterableDataset.from_generator(big, gen_kwargs={"shards": list(range(n_shards)), "n": n, "size": size})
+    return ds.map(lambda ex: {"id": ex["id"], "x": ex["x"] * 2})
+
+
+@pytest.mark.parametrize("mode", ["examples", "replay"])
+def test_the_final_permutation_moves_what_the_main_process_holds_instead_of_sending_the_buffer_again(monkeypatch, mode):
+    """When the input ends the shuffle permutes its buffer before draining it. The main process
+    already holds every buffered example (or position): the log after the permutation sends the
+    new order and the writes not sent yet, and each example crosses once; it used to send the
+    whole buffer again (every large example copied into shared memory a second time)."""
+    import resumable_iterable.integrations.torch.arena as ri_arena
+    import resumable_iterable.integrations.torch.buffers as ri_torch
+
+    def make():
+        return stored_big(2, 30).shuffle(seed=3, buffer_size=20, buffer_state=mode)
+
+    full = [ex["id"] for ex in make()]
+    packed = []
+    record_of = ri_torch.record_of
+
+    def counting(example):
+        packed.append(example["id"])
+        return record_of(example)
+
+    monkeypatch.setattr(ri_torch, "record_of", counting)
+    monkeypatch.setattr(ri_arena, "arena", ri_arena.Arena())
+    sizes, steps = [], []
+
+    def check(step, state):
+        inner = inline_buffers(state)["state"]
+        shuffle = inner if inner.get("node") == "shuffle" else inner["children"][0]
+        buffer = shuffle["buffer"]
+        if mode == "examples":
+            assert all(np.all(ex["x"] == 2 * ex["id"]) for ex in buffer), step
+        steps.append(step)
+        if step % 3 == 0 or shuffle["draining"]:
+            again = make()
+            again.load_state_dict(ri.loads_state(ri.dumps_state(state)))
+            assert [ex["id"] for ex in again] == full[3 * (step + 1):], step
+            del again, buffer
+            gc.collect()
+
+    as_worker_sends(monkeypatch, make(), 3, check)
+    assert len(steps) == 20
+    if mode == "examples":
+        assert len(packed) > 40 and len(set(packed)) == len(packed)  # each example copied into shared memory once
+    # small rows travel in the message: the one after the permutation is as small as the others
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: _OnlyWorker())
+    ds = (ri.IterableDataset.from_generator(small_rows, gen_kwargs={"shards": [0, 1], "n": 40}).map(lambda ex: ex)
+          .shuffle(seed=3, buffer_size=40, buffer_state=mode))
+    inc = _IncrementalState(ds.state_dict())
+    it = iter(ds)
+    sent = []
+    while [ex for _, ex in zip(range(3), it)]:
+        sent.append(len(ForkingPickler.dumps(inc.generate_delta(ds.state_dict()))))
+    assert len(sent) == 27 and max(sent[2:]) < 1.5 * max(sent[2:13]), sent  # not the 40 rows again
+
+
+def small_rows(shards, n=15):
+    for s in shards:
+        for i in range(n):
+            yield {"id": s * 100 + i, "text": f"row {s}-{i}", "ids": [s, i, True, 2**70]}
+
+
+@pytest.mark.parametrize("kind, mode, size", [("large", "examples", 7), ("small", "examples", 7),
+                                              ("small", "replay", 7), ("small", "examples", 40)])
+def test_loader_resumes_exactly_from_every_state_across_the_final_permutation(kind, mode, size):
+    """Every cut point through ri.StatefulDataLoader with 2 workers, the state through JSON text:
+    the cuts before, at and after each worker's final permutation (with writes not yet sent when
+    it happens, or with no log taken since the buffer began to fill: a buffer larger than a
+    worker's input) all resume exactly."""
+    import json
+
+    def make():
+        if kind == "large":
+            ds = stored_big(4, 10, 4_096)
+        else:
+            ds = ri.IterableDataset.from_generator(small_rows, gen_kwargs={"shards": [0, 1, 2, 3]}).map(lambda ex: ex)
+        ds = ds.shuffle(seed=8, buffer_size=size, buffer_state=mode)
+        return ri.StatefulDataLoader(ds, batch_size=3, num_workers=2, collate_fn=lambda b: [
+            (e["id"], float(e["x"].sum()) if kind == "large" else (e["text"], e["ids"])) for e in b])
+
+    dumps, loads = ((ri.dumps_state, ri.loads_state) if kind == "large" else (json.dumps, json.loads))
+    dl = make()
+    batches, states = [], [dumps(dl.state_dict())]
+    for b in dl:
+        batches.append(b)
+        states.append(dumps(dl.state_dict()))
+    ids = [k[0] for b in batches for k in b]
+    assert len(ids) == 40 if kind == "large" else len(ids) == 60
+    assert len(set(ids)) == len(ids)
+    for cut in range(len(batches) + 1):
+        again = make()
+        again.load_state_dict(loads(states[cut]))
+        assert [k for b in again for k in b] == [k for b in batches[cut:] for k in b], cut

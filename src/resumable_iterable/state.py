@@ -32,8 +32,8 @@ from typing import Any, Iterator
 from .state_buffers import (CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList,  # noqa: F401
                             HeldExamples, PositionList, copy_example, inline_buffers, is_position, position_entry,
                             replay_journal)
-from .state_logs import (BufferLog, buffer_lock, journaling, live_buffer_ids, prefers_positions,  # noqa: F401
-                         set_buffer_packer)
+from .state_logs import (BufferLog, Reorder, buffer_lock, journaling, live_buffer_ids,  # noqa: F401
+                         prefers_positions, set_buffer_packer)
 
 FORMAT = "resumable_iterable.state"
 #: version 2 (0.2): nodes keep what they hold after an error (batch rows, concat row parts,

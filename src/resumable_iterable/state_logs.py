@@ -54,9 +54,10 @@ class BufferLog:
 class BufferTracker:
     """What a worker's buffer has described so far: ``unsent`` holds ``(seq, payload, full)`` for
     each :class:`BufferLog` not yet sent, in order (``payload``: the packer's form of its new
-    writes; ``full``: they are the whole buffer); ``main_seq`` is the ``seq`` of the last log sent
-    (what the main process now holds), and ``chain`` says whether ``unsent`` holds every log taken
-    after that one (so that a later log can be sent as the writes since)."""
+    writes, or a :class:`Reorder` before them; ``full``: they are the whole buffer); ``main_seq``
+    is the ``seq`` of the last log sent (what the main process now holds), and ``chain`` says
+    whether ``unsent`` holds every log taken after that one (so that a later log can be sent as
+    the writes since)."""
 
     __slots__ = ("uid", "packer", "unsent", "main_seq", "chain", "__weakref__")
     #: a buffer whose logs are taken but never sent keeps at most this many of them; the next log
@@ -169,7 +170,7 @@ def prefers_positions(example: Any) -> bool:
 
 #: the slots a buffer kept in a list (``state_buffers.ExampleChunks``, ``PositionList``) declares
 #: for :class:`Logged` (a mixin cannot hold slots beside ``list``'s layout)
-LOG_SLOTS = ("pending", "recording", "refs", "tracker", "last")
+LOG_SLOTS = ("pending", "recording", "refs", "tracker", "last", "perm")
 
 
 class Logged:
@@ -185,11 +186,52 @@ class Logged:
         self.refs: list | None = None
         self.tracker: BufferTracker | None = None
         self.last: BufferLog | None = None
+        self.perm: Reorder | None = None  # set by reordered(), sent by the next log
 
-    def reordered(self) -> None:
-        """The node rewrote the whole buffer (the final permutation): the next log holds every slot."""
-        self.pending.clear()
-        self.refs = None
+    def reordered(self, order: list | None = None) -> None:
+        """The node permuted the buffer (the final permutation before it drains): slot ``k`` now
+        holds what slot ``order[k]`` held. The next log says so as a :class:`Reorder` of what the
+        receiver already holds, plus the writes not logged yet (moved with their slots), instead
+        of every slot again: a buffer of large examples would otherwise cross to the main process
+        a second time at the end of every pass. Without ``order`` (or when a slot's content is not
+        known from the last log) the next log holds every slot."""
+        refs, pending = self.refs, self.pending
+        self.perm = None
+        if order is None or refs is None or not self.recording:
+            pending.clear()
+            self.refs = None
+            return
+        n = len(refs)
+        source: list = []
+        moved: dict = {}
+        for k, i in enumerate(order):
+            if i in pending:
+                moved[k] = pending[i]
+                source.append(-1)
+            elif i < n:
+                source.append(i)
+            else:  # not logged and not recorded: only the whole buffer can say it
+                pending.clear()
+                self.refs = None
+                return
+        pending.clear()  # in place: the node's loop holds this dict
+        pending.update(moved)
+        self.refs = [None if i < 0 else refs[i] for i in source]
+        self.perm = Reorder(source)
+
+
+class Reorder:
+    """A payload of a log after :meth:`Logged.reordered`, sent before its writes: the receiver's
+    slot ``k`` takes what its slot ``source[k]`` held (``-1``: written by the writes after it)."""
+
+    __slots__ = ("source",)
+
+    def __init__(self, source: list):
+        self.source = source
+
+    def apply(self, slots: list) -> list:
+        """``slots`` (the receiver's list, as of the log before) reordered, a new list."""
+        return [None if i < 0 else slots[i] for i in self.source]
 
 
 def take_log(buf: Any, n: int, every: Any) -> BufferLog:
@@ -197,14 +239,15 @@ def take_log(buf: Any, n: int, every: Any) -> BufferLog:
     which records its writes in ``buf.pending`` while ``buf.recording``; ``buf.refs``,
     ``buf.tracker`` and ``buf.last`` are kept on ``buf`` from one log to the next."""
     _journaling[0] = True
-    refs, pending, last = buf.refs, buf.pending, buf.last
+    refs, pending, last, perm = buf.refs, buf.pending, buf.last, buf.perm
+    buf.perm = None
     full = refs is None or not buf.recording
-    if full:  # the first log, after a reorder, or the writes were not recorded: every slot
+    if full:  # the first log, a reorder not followed, or the writes were not recorded: every slot
         refs = buf.refs = [None] * n
         writes = [x for kv in enumerate(every()) for x in kv]
     elif pending:
         writes = [x for kv in pending.items() if kv[0] < n for x in kv]
-    elif last is not None and len(last.refs) == n:
+    elif perm is None and last is not None and len(last.refs) == n:
         return last  # unchanged
     else:
         writes = []
@@ -221,6 +264,8 @@ def take_log(buf: Any, n: int, every: Any) -> BufferLog:
     for i, r in zip(writes[::2], made):
         refs[i] = r
     seq = next(_log_numbers)
+    if perm is not None and not full:
+        tracker.add(seq, perm, False)  # applied before the writes of the same log
     tracker.add(seq, payload, full)
     buf.last = log = BufferLog(tracker, seq, tuple(refs))
     return log

@@ -435,7 +435,7 @@ class ShuffleNode(DrawnSeed, Node):
             chunks = [flat[k:k + CHUNK] for k in range(0, len(flat), CHUNK)]
             moved = None if positions is None else [positions[i] for i in order]
             born[:] = [born[i] for i in order]
-            buf.reordered()
+            buf.reordered(order)
             # the permuted buffer and the flag together (nothing called between: a Ctrl-C in
             # between would permute the buffer twice on resume)
             buf[:] = chunks
@@ -549,7 +549,7 @@ class ShuffleNode(DrawnSeed, Node):
             moved_exs = [exs[i] for i in order]
             moved_hs = [slot_hash(i, p) for i, p in enumerate(moved)]
             digest = sum(moved_hs) & DIGEST_MASK
-            buf.reordered()
+            buf.reordered(order)
             # the permuted buffer and the flag together (nothing called between: a Ctrl-C in
             # between would permute the buffer twice on resume)
             buf[:] = moved

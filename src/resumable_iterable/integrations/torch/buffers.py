@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ...state import BufferLog, live_buffer_ids, set_buffer_packer
+from ...state import BufferLog, Reorder, live_buffer_ids, set_buffer_packer
 from ...state_images import pil_image_class
 from .arena import SEARCHED_LIST, SHARED_MIN_BYTES, Record, dumps, image_nbytes, lock, process_token, record_of
 
@@ -140,7 +140,11 @@ def _wire(payloads: list) -> tuple:
     blocks: dict = {}
     handles: list = []
     parts: list = []
-    for data, records in payloads:
+    for payload in payloads:
+        if type(payload) is Reorder:
+            parts.append(payload)  # the slots' new order: a list of integers
+            continue
+        data, records = payload
         refs = []
         for p, rec in records:
             ext = rec.extent
@@ -225,7 +229,11 @@ def _unwire(handles: list, parts: list) -> list:
             raise RuntimeError("a DataLoader worker's shuffle buffer names a shared-memory block this process "
                                "was never handed (were messages from the worker lost?)") from None
     out = []
-    for data, refs in parts:
+    for part in parts:
+        if type(part) is Reorder:
+            out.append(part)
+            continue
+        data, refs = part
         items = pickle.loads(data)
         for p, payload, k, spans, index in refs:
             _, mem, ledger = blocks[k]
@@ -259,6 +267,10 @@ def _receive_log(sender: tuple, uid: int, base: Any, seq: int, size: int, wire: 
             slots = held[1]  # this process's own list (it hands out copies): changed in place
         n = len(slots)
         for items in parts:
+            if type(items) is Reorder:  # the final permutation: the examples held, moved
+                slots[:] = items.apply(slots)
+                n = len(slots)
+                continue
             for p in range(0, len(items), 2):
                 i = items[p]
                 if i < n:
