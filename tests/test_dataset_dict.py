@@ -113,6 +113,29 @@ def test_every_method_gives_hf_results_split_by_split(files, name):
         assert [plain(x) for x in alone] == [plain(x) for x in a[split]]
 
 
+def tag_with(prefix, example, split, sep="/"):
+    return {"where": f"{prefix}{sep}{split}{sep}{example['id']}"}
+
+
+async def tag_with_async(prefix, example, split, sep="/"):
+    return {"where": f"{prefix}{sep}{split}{sep}{example['id']}"}
+
+
+@pytest.mark.parametrize("fn", [tag_with, tag_with_async])
+def test_map_with_split_calls_a_partial_with_its_arguments_and_keywords(files, fn):
+    """A function given as functools.partial(f, prefix, sep=...) to map(with_split=True) was called
+    as f(example, prefix, split): its keywords dropped and its arguments after the example (as HF's
+    ``bind`` does, wrongly); it is called as the partial would be, with the split after the example."""
+    import functools
+
+    ours, _ = both(files)
+    out = ours.map(functools.partial(fn, "p", sep=":"), with_split=True)
+    for split, n in SPLITS.items():
+        assert [x["where"] for x in out[split]] == [f"p:{split}:{i}" for i in range(n)]
+    again = pickle.loads(pickle.dumps(out["test"]))  # as DataLoader workers under spawn get it
+    assert [x["where"] for x in again] == [f"p:test:{i}" for i in range(SPLITS["test"])]
+
+
 def test_shuffle_shuffles_every_split_as_hf(files):
     """As HF: the same seed (or a generator, copied) for every split. The order of each split is our
     shuffle's (HF's until the buffer drains: ``docs/compat.md``): the same examples as HF, in the

@@ -36,10 +36,16 @@ _PER_SPLIT = ("state_dict", "load_state_dict", "save_state", "load_state", "set_
 class _WithSplit(functools.partial):
     """``function`` called with the split's name after its other positional arguments (HF's
     ``map(with_split=True)``); a ``functools.partial`` so that an async function stays one for
-    ``inspect.iscoroutinefunction``, and picklable for DataLoader workers."""
+    ``inspect.iscoroutinefunction``, and picklable for DataLoader workers.
+
+    The split is the last of ``self.args``: a ``function`` that is itself a ``functools.partial`` is
+    merged into this one by ``functools.partial`` (its function, then its arguments before the
+    split, its keywords in ``self.keywords``), and is called as it would be - its arguments first,
+    its keywords kept. (HF's ``bind`` drops them and puts its arguments after the example.)"""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.func(*args, *self.args, **kwargs)
+        *bound, split = self.args
+        return self.func(*bound, *args, split, **{**self.keywords, **kwargs})
 
 
 class IterableDatasetDict(dict):
