@@ -223,3 +223,25 @@ def test_integer_tensors_are_integers_as_in_hf():
 
     full = assert_resumes_exactly(build)  # the state holds plain ints: through JSON at every cut point
     assert len(full) == 5
+
+
+@pytest.mark.parametrize("kind", ["numpy", "0-d array", "tensor"])
+def test_pack_prefetch_and_buffer_input_shards_take_any_integer(kind):
+    """pack(seq_len, separator=), prefetch(n) and shuffle(max_buffer_input_shards=) refused numpy
+    integers (prefetch, max_buffer_input_shards) and one-element tensors / 0-d arrays (all three),
+    which every other integer argument takes; the state holds plain ints (JSON, every cut point)."""
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    as_kind = {"numpy": np.int64, "0-d array": np.array, "tensor": torch.tensor}[kind]
+
+    def build(n=as_kind):
+        ds = ri.IterableDataset.from_list([{"ids": list(range(i % 3 + 1))} for i in range(12)])
+        ds = ds.pack(n(4), columns=["ids"], separator=n(9)).prefetch(n(2))
+        return ds.shuffle(seed=n(1), buffer_size=n(3), max_buffer_input_shards=n(2))
+
+    full = assert_resumes_exactly(build)
+    assert full == [dict(x) for x in build(int)]
+    for bad in (True, np.bool_(True), 2.0, np.array([1, 2])):
+        with pytest.raises(ValueError, match="must be"):
+            build(lambda v: bad)

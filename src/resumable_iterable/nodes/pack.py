@@ -37,20 +37,18 @@ State: ``{"node", "carry", "docs", "start", "retry", "children"}``
 from __future__ import annotations
 
 import bisect
-import numbers
 from typing import Any, Iterable, Iterator
 
 from ..state import ExampleList
 from .base import Node, check_retry, retry_first
+from .checks import as_int
 
 MODES = ("concat", "greedy")
 
 
 def _integer(name: str, value: Any, lo: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (lo is not None and value < lo):
-        bound = "" if lo is None else f" >= {lo}"
-        raise ValueError(f"pack: {name} must be an integer{bound}, got {value!r} ({type(value).__name__})")
-    return int(value)
+    # any integer a script holds: numpy integers, one-element integer tensors / 0-d arrays
+    return as_int(value, f"pack: {name}", lo=lo)
 
 
 class PackNode(Node):

@@ -32,7 +32,7 @@ from typing import Iterator
 
 from ..state import HeldExamples, copy_example, copy_state
 from .base import Node
-from .checks import check_examples
+from .checks import as_int, check_examples
 
 _OK, _END, _ERR = 0, 1, 2
 _LIVE: weakref.WeakSet = weakref.WeakSet()
@@ -113,8 +113,7 @@ class PrefetchNode(Node):
         return True
 
     def __init__(self, child: Node, size: int):
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"prefetch(n) expects a positive integer, got {size!r}")
+        size = as_int(size, "prefetch(n)", lo=1)  # numpy integers and one-element tensors too
         self.size = size
         super().__init__([child])
 

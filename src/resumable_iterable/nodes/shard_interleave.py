@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from .base import Node
-from .checks import check_bool, check_int
+from .checks import as_int, check_bool, check_int
 from .slicing import SkipNode, TakeNode
 
 
@@ -35,8 +35,8 @@ class ShardInterleaveNode(Node):
         return True
 
     def __init__(self, child: Node, max_input_shards: int):
-        if type(max_input_shards) is not int or max_input_shards < 1:
-            raise ValueError(f"max_buffer_input_shards must be a positive integer, got {max_input_shards!r}")
+        # numpy integers and one-element tensors too
+        max_input_shards = as_int(max_input_shards, "max_buffer_input_shards", lo=1)
         self.template = child
         self.max_input_shards = max_input_shards
         groups = max(1, min(max_input_shards, child.num_shards))
