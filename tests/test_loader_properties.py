@@ -1,13 +1,16 @@
-"""Property test through the DataLoader: random pipelines of the nodes test_properties.py does not
-compose - ``pack``, ``prefetch``, the global shuffle, ``repeat(None)`` - mixed with replay-mode and
-stored shuffle buffers, ``skip``/``take``, nested ``interleave_datasets`` / ``concatenate_datasets``,
-``map`` functions that edit nested values of their input in place, and numpy rows, resumed through
-``resumable_iterable.StatefulDataLoader`` with 2 workers over two epochs (``set_epoch``).
+"""Property test through the DataLoader: random pipelines of ``pack``, ``prefetch``, the global
+shuffle, ``repeat(None)``, mixed with replay-mode and stored shuffle buffers, ``skip``/``take``,
+nested ``interleave_datasets`` / ``concatenate_datasets`` of inputs whose columns (and struct
+fields) come in different orders, ``map`` functions that edit nested values of their input in
+place, numpy rows, and maps returning numpy arrays then ``batch().with_format("numpy" | "torch")``,
+resumed through ``resumable_iterable.StatefulDataLoader`` with 2, 1 or 0 workers over two epochs
+(``set_epoch``).
 
 Each pipeline is checkpointed once at a drawn batch of a drawn epoch; the state goes through a JSON
 round trip (the codec when the buffer holds arrays) and is loaded into a new loader over a freshly
-built dataset: with 2 workers the rest, the next epoch included, must be the uninterrupted run;
-with 3, 1 or 0 workers (elastic) the resumed epoch must hold every example exactly once.
+built dataset: with the same workers the rest, the next epoch included, must be the uninterrupted
+run (examples compared with their column order); with another number of workers (elastic) the
+resumed epoch must hold every example exactly once.
 
 The bounded ``ci`` profile runs 6 pipelines (about 20 s: each run starts worker processes);
 ``HYPOTHESIS_PROFILE=soak`` runs 200.
@@ -42,15 +45,20 @@ STATS: collections.Counter = collections.Counter()
 
 
 @functools.lru_cache(maxsize=None)
-def _hf(n: int, tag: int) -> Dataset:
-    return Dataset.from_dict({"id": [tag * 1000 + i for i in range(n)], "ids": [[i] * (1 + i % 4) for i in range(n)]})
+def _hf(n: int, tag: int, rev: bool = False) -> Dataset:
+    """``id`` then ``ids``, or (``rev``) the other way round with a struct ``s`` whose fields come
+    in the other order too: a combination yields every row in its merged column order."""
+    ids, lists = [tag * 1000 + i for i in range(n)], [[i] * (1 + i % 4) for i in range(n)]
+    if rev:
+        return Dataset.from_dict({"ids": lists, "id": ids, "s": [{"b": f"b{i}", "a": i} for i in range(n)]})
+    return Dataset.from_dict({"id": ids, "ids": lists})
 
 
 def _gen(shards, n, tag):
     for s in shards:
         for i in range(n):
             yield {"id": tag * 1000 + s * 100 + i, "ids": list(range(i % 5 + 1)),
-                   "arr": np.full(2, s * 100 + i, dtype=np.int64)}
+                   "arr": np.full(2, s * 100 + i, dtype=np.int64), "s": {"a": i, "b": f"g{i}"}}
 
 
 def edit_in_place(ex):
@@ -61,8 +69,28 @@ def edit_in_place(ex):
     return ex
 
 
+def to_numpy(ex):
+    """A map returning numpy arrays (normalized pixels, features...): batches of them are stacked."""
+    return {"feat": np.full(3, ex["id"] % 17, dtype=np.float32), "n": np.int64(len(ex["ids"]))}
+
+
+def ordered(x):
+    """``x`` comparable with its column order (dicts as their items), tensors and arrays by dtype,
+    shape and values."""
+    if isinstance(x, dict):
+        return tuple((k, ordered(v)) for k, v in x.items())
+    if isinstance(x, (list, tuple)):
+        return [ordered(v) for v in x]
+    if isinstance(x, torch.Tensor):  # NaN != NaN: compared by its text
+        values = x.tolist()
+        return ("tensor", str(x.dtype), tuple(x.shape), repr(values) if x.is_floating_point() else values)
+    if isinstance(x, np.ndarray) and x.dtype == object:
+        return ("ndarray", "object", x.shape, [ordered(v) for v in x.tolist()])
+    return normalize(x)
+
+
 def _rows(batch):
-    return [normalize(ex) for ex in batch]
+    return [ordered(ex) for ex in batch]
 
 
 # --------------------------------------------------------------------------- recipes
@@ -73,7 +101,8 @@ def recipes(draw, depth=0):
     if depth >= 2 or draw(st.integers(0, 9)) < 5:
         tag = draw(st.integers(0, 9))
         if draw(st.booleans()):
-            node = ("hf", draw(st.integers(3, 24)), draw(st.integers(1, 3)), tag)
+            node = ("hf", draw(st.integers(3, 24)), draw(st.integers(1, 3)), tag, draw(st.booleans()),
+                    draw(st.integers(0, 3)) > 0)  # unmapped: a shuffle right above keeps positions
             if draw(st.integers(0, 2)) == 0:
                 node = ("global", draw(st.integers(0, 99)), draw(st.booleans()), node)
         else:
@@ -107,17 +136,21 @@ def recipes(draw, depth=0):
             node = ("pack", draw(st.integers(1, 8)), draw(st.sampled_from(["concat", "greedy"])), node)
         else:
             node = ("map", node)
+    if depth == 0 and draw(st.integers(0, 2)) == 0:
+        # a map returning numpy arrays, batched and formatted: the loader's items are batches of them
+        node = ("format", draw(st.sampled_from(["numpy", "torch"])), draw(st.integers(1, 4)), node)
     return node
 
 
 def build(r) -> ri.IterableDataset:
     kind = r[0]
     if kind == "hf":
-        _, n, shards, tag = r
-        return ri.to_iterable_dataset(_hf(n, tag), num_shards=min(shards, n)).map(edit_in_place)
+        _, n, shards, tag, rev, mapped = r
+        ds = ri.to_iterable_dataset(_hf(n, tag, rev), num_shards=min(shards, n))
+        return ds.map(edit_in_place) if mapped else ds
     if kind == "global":
-        _, seed, mapped, (_, n, shards, tag) = r
-        ds = ri.to_iterable_dataset(_hf(n, tag), num_shards=min(shards, n))
+        _, seed, mapped, (_, n, shards, tag, rev, _) = r
+        ds = ri.to_iterable_dataset(_hf(n, tag, rev), num_shards=min(shards, n))
         return (ds.map(edit_in_place) if mapped else ds).shuffle(seed=seed, buffer_size=None)
     if kind == "gen":
         _, shards, n, tag = r
@@ -149,6 +182,8 @@ def build(r) -> ri.IterableDataset:
         return child.pack(r[1], mode=r[2], columns=["ids"]).map(lambda ex: {"id": sum(ex["ids"])})
     if kind == "map":
         return child.map(edit_in_place)
+    if kind == "format":
+        return child.map(to_numpy).batch(r[2]).with_format(r[1])
     raise AssertionError(r)
 
 
@@ -177,14 +212,25 @@ def _run(recipe, workers: int, state=None, start: int = 0, stop=None):
     return out, None
 
 
+def _units(item) -> list:
+    """What must come exactly once: the item, or the ids of a formatted batch's rows (a worker-count
+    change regroups the rows of the batches the pipeline makes)."""
+    cols = dict(item)
+    if isinstance(cols.get("feat"), tuple) and cols["feat"][0] in ("tensor", "ndarray"):
+        ids = cols["id"]
+        return [repr(i) for i in (ids[3] if isinstance(ids, tuple) else ids)]
+    return [repr(item)]
+
+
 def _epoch(out, e) -> collections.Counter:
-    return collections.Counter(repr(x) for epoch, batch in out if epoch == e for x in batch)
+    return collections.Counter(u for epoch, batch in out if epoch == e for x in batch for u in _units(x))
 
 
 @settings(max_examples=EXAMPLES)
 @given(recipe=recipes(), data=st.data())
 def _prop(recipe, data):
-    full, _ = _run(recipe, 2)
+    workers = data.draw(st.sampled_from([2, 2, 1, 0]))
+    full, _ = _run(recipe, workers)
     STATS["pipelines"] += 1
     STATS["examples"] += sum(len(b) for _, b in full)
     epochs = [e for e in (0, 1) if any(x == e for x, _ in full)]
@@ -192,13 +238,15 @@ def _prop(recipe, data):
         return
     e = data.draw(st.sampled_from(epochs))
     k = data.draw(st.integers(1, sum(1 for x, _ in full if x == e)))
-    head, state = _run(recipe, 2, stop=(e, k))
-    tail, _ = _run(recipe, 2, state=state, start=e)
-    assert head + tail == full, f"2 workers, resumed after batch {k} of epoch {e}"
-    workers = data.draw(st.sampled_from([3, 1, 0]))
+    head, state = _run(recipe, workers, stop=(e, k))
     tail, _ = _run(recipe, workers, state=state, start=e)
+    assert head + tail == full, f"{workers} workers, resumed after batch {k} of epoch {e}"
+    STATS[f"workers:{workers}"] += 1
+    STATS[f"format:{recipe[1]}" if recipe[0] == "format" else "format:none"] += 1
+    other = data.draw(st.sampled_from([w for w in (3, 2, 1, 0) if w != workers]))
+    tail, _ = _run(recipe, other, state=state, start=e)
     assert _epoch(head, e) + _epoch(tail, e) == _epoch(full, e), (
-        f"2 -> {workers} workers, resumed after batch {k} of epoch {e}: not every example exactly once")
+        f"{workers} -> {other} workers, resumed after batch {k} of epoch {e}: not every example exactly once")
     STATS["cuts"] += 2
 
 
@@ -207,5 +255,5 @@ def test_random_loader_pipelines_resume_exactly(capsys):
     _prop()
     with capsys.disabled():
         print(f"\n[loader properties] {STATS['pipelines']} pipelines, {STATS['examples']} examples, "
-              f"{STATS['cuts']} resumes")
+              f"{STATS['cuts']} resumes; " + ", ".join(f"{k}={v}" for k, v in sorted(STATS.items()) if ":" in k))
     assert STATS["pipelines"] >= min(EXAMPLES, 5)
