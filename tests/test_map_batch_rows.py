@@ -284,3 +284,30 @@ def test_a_worker_sends_the_batch_rows_not_the_buffer(monkeypatch):
     assert large < 2 * small, (small, large)
     one = len(pickle.dumps(next(iter(rows([0])))))
     assert large < 20 * 4 * one  # a few rows' worth per batch of 4, not the 1000 buffered
+
+
+def _one_array_twice(batch):
+    arr = np.zeros(2, dtype=np.int64)
+    return {"arr": [arr, arr], "s": [{"a": 0}] * 2}  # one array (and one dict) in two rows
+
+
+def _bump(ex):
+    ex["arr"] += 1  # edits its input in place, as many user functions do
+    ex["s"]["a"] += 1
+    return ex
+
+
+def test_rows_of_a_batched_output_sharing_a_value_resume_exactly_under_in_place_edits():
+    """A batched map whose rows share one array (or a row repeated), then a map editing its input in
+    place: the second row saw the first row's edit ([2, 2]), but a resume between them recomputed
+    the batch and gave [1, 1]. Each row now has its own copy: the same rows wherever resumed."""
+    import resumable_iterable as ri
+    from harness import assert_resumes_exactly, codec_roundtrip
+
+    def build():
+        return (ri.IterableDataset.from_list([{"id": i} for i in range(3)])
+                .map(_one_array_twice, batched=True, batch_size=1, remove_columns=["id"]).map(_bump))
+
+    full = assert_resumes_exactly(build, roundtrip=codec_roundtrip)
+    assert [x["arr"] for x in full] == [("ndarray", "int64", (2,), [1, 1])] * 6
+    assert [x["s"] for x in full] == [{"a": 1}] * 6

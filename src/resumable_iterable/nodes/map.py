@@ -483,6 +483,7 @@ class MapNode(Node):
                 add_context(e, what)
                 raise
             st["prev"] = snapshot
+            _unaliased(outputs)
             for j in range(skip, len(outputs)):
                 st["skip"] = j + 1
                 yield outputs[j]
@@ -490,6 +491,25 @@ class MapNode(Node):
             st["index"] += len(rows)
             st["prev"], st["skip"] = None, 0
             held.clear()
+
+
+_IMMUTABLE = (str, int, float, bytes, type(None))
+
+
+def _unaliased(outputs: list) -> None:
+    """Give each row of a batched function's output its own copy of a value another row of the batch
+    holds too (``{"mask": [m] * n}``, a row repeated): a later function that edits its input in
+    place would otherwise edit the rows still to come, which a resume recomputes unedited (the
+    run would depend on where it was resumed)."""
+    seen: set = set()
+    for row in outputs:
+        for k, v in row.items():
+            if isinstance(v, _IMMUTABLE):
+                continue
+            if id(v) in seen:
+                row[k] = copy_example(v)
+            else:
+                seen.add(id(v))
 
 
 def _identity(x: Any, *args: Any, **kwargs: Any) -> Any:
