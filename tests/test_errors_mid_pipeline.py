@@ -920,7 +920,10 @@ def test_random_pipelines_with_a_failing_source_resume_exactly(capsys, every_nod
                 ds = build_recipe(recipe)
                 head, raised = run_until_error(ds)
                 state = codec_roundtrip(ds.state_dict())
-            assert raised and head == full[:len(head)]
+            if not raised:  # the pull failed read ahead past the end (an async map's calls): nothing lost
+                assert head == full
+                continue
+            assert head == full[:len(head)]
             resumed = build_recipe(recipe)
             resumed.load_state_dict(state)
             tail = [normalize(x) for x in resumed]
