@@ -223,9 +223,14 @@ class MapNode(Node):
             )
         if not (kept or out):
             return [{} for _ in range(n_out)]
+        # the function's columns that may hold one object in two rows (not only numbers and strings)
+        shared = [c for c, v in out.items() if not (type(v) is list and _FLAT.issuperset(map(type, v)))]
         if not self.replace_input:  # as HF, {**input columns, **out}: the input's columns keep their order
             out = {**{c: v for c, v in batch.items() if c not in self.remove_columns}, **out}
-        return batch_to_rows(out)
+        rows = batch_to_rows(out)
+        if shared and _may_alias(out, shared):
+            _unaliased(rows, shared)
+        return rows
 
     # ------------------------------------------------------------------ capabilities (see ``Node``)
     def describe(self) -> str:
@@ -483,7 +488,6 @@ class MapNode(Node):
                 add_context(e, what)
                 raise
             st["prev"] = snapshot
-            _unaliased(outputs)
             for j in range(skip, len(outputs)):
                 st["skip"] = j + 1
                 yield outputs[j]
@@ -494,16 +498,29 @@ class MapNode(Node):
 
 
 _IMMUTABLE = (str, int, float, bytes, type(None))
+_FLAT = frozenset((str, int, float, bool, bytes, type(None)))  # the exact types of values never unaliased
 
 
-def _unaliased(outputs: list) -> None:
+def _may_alias(batch: dict, columns: list) -> bool:
+    """Whether an object may be in two rows of ``columns`` of ``batch`` (a C-level pass over ids: a
+    tokenizer's lists of ids, one list per row, are told apart without a loop)."""
+    ids: set = set()
+    total = 0
+    for c in columns:
+        ids.update(map(id, batch[c]))
+        total += len(batch[c])
+    return len(ids) != total
+
+
+def _unaliased(outputs: list, columns: list) -> None:
     """Give each row of a batched function's output its own copy of a value another row of the batch
-    holds too (``{"mask": [m] * n}``, a row repeated): a later function that edits its input in
-    place would otherwise edit the rows still to come, which a resume recomputes unedited (the
-    run would depend on where it was resumed)."""
+    holds too (``{"mask": [m] * n}``, a row repeated), in ``columns`` (those that may hold one): a
+    later function that edits its input in place would otherwise edit the rows still to come, which
+    a resume recomputes unedited (the run would depend on where it was resumed)."""
     seen: set = set()
     for row in outputs:
-        for k, v in row.items():
+        for k in columns:
+            v = row[k]
             if isinstance(v, _IMMUTABLE):
                 continue
             if id(v) in seen:
