@@ -318,16 +318,6 @@ def test_an_error_above_an_interleave_names_the_input_its_example_came_from():
         return [ri.to_iterable_dataset(Dataset.from_dict({"id": list(range(base, base + 700))}), num_shards=2)
                 for base in (0, 10_000, 20_000)]
 
-    def boom_at(k):
-        calls = [0]
-
-        def f(ex):
-            calls[0] += 1
-            if calls[0] == k + 1:
-                raise ValueError(f"bad {ex['id']}")
-            return {}
-        return f
-
     def note_and_input(ds):
         with pytest.raises(ValueError) as info:
             list(ds)
@@ -336,31 +326,31 @@ def test_an_error_above_an_interleave_names_the_input_its_example_came_from():
     for probabilities in (None, [0.5, 0.2, 0.3]):
         for k in (0, 1, 2, 7, 1003, 1501):
             ds = ri.interleave_datasets(inputs(), probabilities=probabilities, seed=5,
-                                        stopping_strategy="all_exhausted_without_replacement").map(boom_at(k))
+                                        stopping_strategy="all_exhausted_without_replacement").map(_failing_at(k))
             notes, came_from = note_and_input(ds)
             assert f"on example #{k} (interleave_datasets input {came_from})" in notes, (probabilities, k, notes)
     # a batch of rows from two inputs
-    first = boom_at(0)
+    first = _failing_at(0)
     batched = ri.interleave_datasets(inputs()).map(lambda b: first({"id": b["id"][-1]}), batched=True, batch_size=4)
     with pytest.raises(ValueError) as info:
         list(batched)
     assert ("on the batch of examples #0..#3 (first row from interleave_datasets input 0, last row from "
             "interleave_datasets input 0)") in _notes(info), _notes(info)
-    second = boom_at(1)
+    second = _failing_at(1)
     batches = ri.interleave_datasets(inputs()).batch(2).map(lambda b: second(b) or b, batched=True, batch_size=2)
     with pytest.raises(ValueError) as info:
         list(batches)  # the second batch of batches: rows 4..7, from inputs 1, 2, 0, 1
     assert ("on the batch of examples #2..#3 (first row from interleave_datasets input 1, last row from "
             "interleave_datasets input 1)") in _notes(info), _notes(info)
     # retried from a state, still broken: the state's turn names the input
-    ds = ri.interleave_datasets(inputs(), probabilities=[0.5, 0.2, 0.3], seed=1).map(boom_at(5))
+    ds = ri.interleave_datasets(inputs(), probabilities=[0.5, 0.2, 0.3], seed=1).map(_failing_at(5))
     notes, came_from = note_and_input(ds)
-    again = ri.interleave_datasets(inputs(), probabilities=[0.5, 0.2, 0.3], seed=1).map(boom_at(0))
+    again = ri.interleave_datasets(inputs(), probabilities=[0.5, 0.2, 0.3], seed=1).map(_failing_at(0))
     again.load_state_dict(json.loads(json.dumps(ds.state_dict())))
     notes, _ = note_and_input(again)
     assert f"example #5 (retried from the state) (interleave_datasets input {came_from})" in notes, notes
     # through a DataLoader worker: torch re-raises the worker's traceback, the notes with it
-    loader = StatefulDataLoader(ri.interleave_datasets(inputs(), probabilities=[0.5, 0.2, 0.3], seed=1).map(boom_at(5)),
+    loader = StatefulDataLoader(ri.interleave_datasets(inputs(), probabilities=[0.5, 0.2, 0.3], seed=1).map(_failing_at(5)),
                                 batch_size=2, num_workers=1, collate_fn=as_lists)
     it = iter(loader)
     try:
@@ -370,7 +360,7 @@ def test_an_error_above_an_interleave_names_the_input_its_example_came_from():
         del info
     finally:
         it._shutdown_workers()
-    assert "in map(test_an_error_above_an_interleave" in text and "on example #5 (interleave_datasets input " in text
+    assert "in map(_failing_at.<locals>.f)" in text and "on example #5 (interleave_datasets input " in text
 
 
 
