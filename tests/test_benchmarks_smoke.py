@@ -109,6 +109,7 @@ def test_loader_shuffle_runs(data):
     assert sum(r.met is not None for r in results) == 3  # the three targets are checked
 
 
+@pytest.mark.slow  # its mixture runs with --soak (make soak selects the slow tests)
 def test_pipelines_run(tmp_path, soak):
     pytest.importorskip("torchdata")
     import bench_pipelines
