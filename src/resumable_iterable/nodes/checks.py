@@ -133,6 +133,7 @@ def check_names(state: dict, names: str, where: str) -> None:
     releases) is not ``names``: its positions count rows or files of other files."""
     if "files" in state and state["files"] != names:
         raise ValueError(f"{where}: the data files are not those the state was saved with (other names, or "
-                         f"another order: 'files' is {state['files']!r} in the state, {names!r} here); resuming "
+                         f"another order, or another save_to_disk folder's: 'files' is {state['files']!r} in the state, "
+                         f"{names!r} here); resuming "
                          "would read other rows than the saved run. Pass the same files in the same order "
                          "(load_dataset and folders sort them by path)")

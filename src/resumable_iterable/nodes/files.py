@@ -38,7 +38,9 @@ A file that vanished, or that now has fewer rows than the state says were read, 
 of the files' names in shard order (``files``, see :func:`names_digest`): a state loads only into
 a source over the same names in the same order, since positions count files by their place (a
 list given in another order, as ``glob.glob`` may give it on another machine, would re-read some
-files and skip others).
+files and skip others). ``identity``, when given, is digested with the names: what else tells these
+files' rows apart from those of files of the same names (HF ``save_to_disk`` folders all name their
+files ``data-00000-of-0000N.arrow``; their ``_fingerprint`` is the identity).
 """
 
 from __future__ import annotations
@@ -103,7 +105,8 @@ class FileSource(ArchiveReading, RandomFileAccess, SourceNode):
     batch_rows = 1024
 
     def __init__(self, paths: list[str], format: str, shard_ids: list[int] | None = None,
-                 reader_kwargs: dict | None = None, features: Any = None, schema_from: str | None = None):
+                 reader_kwargs: dict | None = None, features: Any = None, schema_from: str | None = None,
+                 identity: str | None = None):
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
         paths = [os.fspath(p) for p in paths]
@@ -129,6 +132,8 @@ class FileSource(ArchiveReading, RandomFileAccess, SourceNode):
         self.names_digest = names_digest([digest_name(p) for p in paths])  # before the fresh state, which holds it
         if self.members is not None:  # and the members of each archive, in their order
             self.names_digest = digest([self.names_digest, members_digest_names(self.members)])
+        if identity is not None:  # what names the files' rows beyond their names (HF save_to_disk's fingerprint)
+            self.names_digest = digest([self.names_digest, identity])
         #: JSON: where the features given hold HF's ``Json`` (``None``: found in the first file, as HF)
         self.json_paths: list | None = None
         #: another file whose columns these files follow (a zip: its first member), instead of the
