@@ -293,6 +293,9 @@ def check_hub(ns, out):
     assert [ex["text"] for ex in ri_load("json", data_files="corpus.zip", split="train")] == [r["text"] for r in _texts(0, 5)]
     assert [ex["text"] for ex in ri_load("csv", data_files=["extra.zip", "more.csv"], split="train")] == ["zipped", "loose"]
     assert sum(1 for _ in ns["ds"]["train"]) == 2  # photos/a.png and photos/more.zip's b.png
+    assert type(ns["prep"]).__name__ == "IterableDataset" and ns["prep"].num_shards == 4
+    assert [ex["id"] for ex in ns["prep"]] == [i for i in range(100) if i % 3 != 0]
+    assert type(ns["both"]).__name__ == "IterableDatasetDict" and list(ns["both"]) == ["train", "test"]
 
 
 def ri_load(*args, **kwargs):

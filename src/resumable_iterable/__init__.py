@@ -39,6 +39,7 @@ __all__ = [
     "dumps_state",
     "loads_state",
     "load_dataset",
+    "load_from_disk",
     "__version__",
 ]
 
@@ -49,8 +50,8 @@ def __getattr__(name: str):
         from .integrations.torch import StatefulDataLoader
 
         return StatefulDataLoader
-    if name == "load_dataset":
-        from .integrations.hub import load_dataset
+    if name in ("load_dataset", "load_from_disk"):
+        from .integrations import hub
 
-        return load_dataset
+        return getattr(hub, name)
     raise AttributeError(f"module 'resumable_iterable' has no attribute {name!r}")

@@ -19,6 +19,7 @@ from ...nodes.checks import as_int
 from ...nodes.file_formats import FORMATS, format_of, hf_reader_options, unrequested
 from ...features import builder_info
 from .card import card_config_name, card_configs, card_info
+from .disk import STATE as SAVED_STATE
 from .folder import FOLDER_BUILDERS, folder_builder, load_folder
 from .patterns import match_data_files, match_files, normalize_data_files
 from .repo import HubRepo, is_hub_repo_id, local_files, missing_path_message, parse_hf_path
@@ -151,6 +152,9 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, data_dir: str
             ``field`` or pyarrow's options for JSON, and for text files ``sample_by``,
             ``keep_linebreaks``, ``encoding``, ``encoding_errors``, ``chunksize``.
 
+    A folder written by HF's ``Dataset.save_to_disk`` is refused with HF's ``ValueError``: read it with
+    :func:`~resumable_iterable.load_from_disk`.
+
     Returns:
         An :class:`~resumable_iterable.IterableDataset` (one shard per file, in sorted path order)
         or, with ``split=None``, an :class:`~resumable_iterable.IterableDatasetDict` of them keyed by
@@ -166,6 +170,11 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, data_dir: str
     if data_files is not None and isinstance(data_files, (str, list, tuple, dict)) and not data_files:
         raise ValueError(f"data_files={data_files!r} is empty: no data files given (give some, or None, the "
                          "default, as HF requires)")
+    if isinstance(path, (str, os.PathLike)) and os.path.isfile(os.path.join(os.fspath(path), SAVED_STATE)):
+        # HF refuses it too (same error): its state.json and dataset_info.json are no data files
+        raise ValueError(f"You are trying to load a dataset that was saved using `save_to_disk` ({os.fspath(path)!r} "
+                         "holds its state.json). Please use `load_from_disk` instead: "
+                         f"resumable_iterable.load_from_disk({os.fspath(path)!r})")
     _check_mode("download_mode", download_mode)
     _check_mode("verification_mode", verification_mode)
     token = _options_token(path, data_files, token, download_config, storage_options)

@@ -1,0 +1,180 @@
+"""``load_from_disk``: a folder written by HF's ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``,
+streamed as a resumable :class:`~resumable_iterable.IterableDataset` (or an
+:class:`~resumable_iterable.IterableDatasetDict` of them), what HF users get with
+``datasets.load_from_disk(path).to_iterable_dataset(num_shards=...)`` without loading the table.
+
+The folder layout HF writes, read here:
+
+* a ``Dataset`` folder: ``state.json`` (``_data_files``: the Arrow *stream* files in row order;
+  ``_split``; ``_fingerprint``; the saved format ``_format_type`` / ``_format_kwargs`` /
+  ``_format_columns`` / ``_output_all_columns``), ``dataset_info.json`` (HF's ``DatasetInfo``: features,
+  description, splits...) and the ``data-XXXXX-of-NNNNN.arrow`` files. A ``select`` / ``shuffle`` /
+  ``filter`` before ``save_to_disk`` leaves no indices mapping: HF writes the rows in their selected
+  order;
+* a ``DatasetDict`` folder: ``dataset_dict.json`` (``{"splits": [...]}``, in order) and one ``Dataset``
+  folder per split.
+
+Each data file is a shard of a file source (``nodes/files.py``), so ``split_dataset_by_node``,
+DataLoader workers and ``reshard`` behave as for any Arrow files, and a state records the digest of
+the files' names. The digest also takes in the folder's ``_fingerprint``
+(``FileSource(identity=...)``): a state saved over one folder is refused by the pipeline of another
+folder written by ``save_to_disk`` with as many shards (same file names, other rows), or of the same
+folder saved again after other preprocessing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from ...dataset import IterableDataset
+from ...dataset_dict import IterableDatasetDict
+from ...features import file_features
+from ...nodes.files import FileSource
+
+STATE = "state.json"
+INFO = "dataset_info.json"
+DICT = "dataset_dict.json"
+
+
+def load_from_disk(dataset_path: str | os.PathLike, keep_in_memory: bool | None = None,
+                   storage_options: dict | None = None) -> IterableDataset | IterableDatasetDict:
+    """A folder written by HF's ``save_to_disk``, streamed: an :class:`~resumable_iterable.IterableDataset`
+    for a ``Dataset`` folder, an :class:`~resumable_iterable.IterableDatasetDict` (its splits in the saved
+    order) for a ``DatasetDict`` folder. HF's ``datasets.load_from_disk`` arguments, in its order.
+
+    Args:
+        dataset_path: the local folder (``file://`` URLs too). Remote URLs (``s3://``, ``hf://``...) are
+            refused: download the folder first (HF downloads it whole into a temporary folder too).
+        keep_in_memory: accepted; changes nothing: the Arrow files are memory-mapped and read a shard
+            at a time, never loaded whole.
+        storage_options: fsspec options, as HF's. HF gives them to the file system of the path, which
+            for a local folder uses none of them: they change nothing here either (a dict or ``None``).
+
+    Returns:
+        One shard per data file, in the saved order, typed by ``dataset_info.json``'s features (HF's
+        ``Image``, ``ClassLabel``... as saved), named by the saved split, with the saved info; the
+        saved format applied (``with_format``), as HF's ``load_from_disk`` applies it (a format of some
+        columns only, with ``output_all_columns=False``: those columns alone, as HF yields them).
+
+    Raises:
+        FileNotFoundError: the folder does not exist, is not a ``save_to_disk`` folder (naming the
+            files missing), or a data file ``state.json`` lists is missing.
+    """
+    path = _local_path(dataset_path, storage_options)
+    if keep_in_memory is not None and not isinstance(keep_in_memory, bool):
+        raise TypeError(f"keep_in_memory must be a bool or None, got {keep_in_memory!r}")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"Directory {path} not found")
+    if not os.path.isdir(path):
+        raise NotADirectoryError(f"{path!r} is a file, not a folder written by save_to_disk")
+    has = {name: os.path.isfile(os.path.join(path, name)) for name in (STATE, INFO, DICT)}
+    if has[STATE] and has[INFO]:
+        return _dataset(path)
+    if has[DICT]:
+        return _dataset_dict(path)
+    missing = [name for name in (STATE, INFO) if not has[name]]
+    raise FileNotFoundError(
+        f"{path!r} is neither a Dataset folder nor a DatasetDict folder written by save_to_disk: it has no "
+        f"{' nor '.join(repr(m) for m in missing)} (a Dataset folder holds {STATE!r} and {INFO!r}, a DatasetDict "
+        f"folder {DICT!r}). For a folder of data files, use resumable_iterable.load_dataset({path!r})")
+
+
+def _local_path(dataset_path: Any, storage_options: Any) -> str:
+    """The local folder ``dataset_path`` names; refused otherwise (remote file systems are not read)."""
+    if storage_options is not None and not isinstance(storage_options, dict):
+        raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
+    if not isinstance(dataset_path, (str, os.PathLike)):
+        raise TypeError(f"dataset_path must be a path, got {type(dataset_path).__name__}")
+    path = os.fspath(dataset_path)
+    if path.startswith("file://"):
+        path = path[len("file://"):]
+    if "://" in path:  # s3://, gs://, hf://...
+        raise NotImplementedError(
+            f"load_from_disk({path!r}): only local folders are read (HF downloads a remote folder whole before "
+            "reading it); copy it to a local folder first (e.g. fsspec's fs.get(url, local, recursive=True)) and "
+            "pass that folder")
+    return os.path.expanduser(path)
+
+
+def _read_json(path: str, name: str) -> Any:
+    try:
+        with open(os.path.join(path, name), encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{os.path.join(path, name)!r} is not valid JSON ({e}): the save_to_disk folder is "
+                         "damaged") from None
+
+
+def _dataset_dict(path: str) -> IterableDatasetDict:
+    saved = _read_json(path, DICT)
+    splits = saved.get("splits") if isinstance(saved, dict) else None
+    if not isinstance(splits, list) or not all(isinstance(s, str) for s in splits):
+        raise ValueError(f"{os.path.join(path, DICT)!r} has no list of split names under 'splits': the "
+                         "save_to_disk folder is damaged")
+    out = {}
+    for split in splits:
+        sub = os.path.join(path, split)
+        if not (os.path.isfile(os.path.join(sub, STATE)) and os.path.isfile(os.path.join(sub, INFO))):
+            raise FileNotFoundError(f"{path!r}: the DatasetDict's split {split!r} (listed in {DICT!r}) has no "
+                                    f"Dataset folder {sub!r} with {STATE!r} and {INFO!r}")
+        out[split] = _dataset(sub)
+    return IterableDatasetDict(out)
+
+
+def _dataset(path: str) -> IterableDataset:
+    from datasets import DatasetInfo, Split
+
+    state = _read_json(path, STATE)
+    files = state.get("_data_files") if isinstance(state, dict) else None
+    if not isinstance(files, list) or not all(isinstance(f, dict) and isinstance(f.get("filename"), str)
+                                              for f in files):
+        raise ValueError(f"{os.path.join(path, STATE)!r} has no list of data files under '_data_files': the "
+                         "save_to_disk folder is damaged")
+    info = DatasetInfo.from_dict(_read_json(path, INFO))
+    split = None if state.get("_split") is None else Split(state["_split"])  # as HF's load_from_disk names it
+    paths = [os.path.join(path, f["filename"]) for f in files]
+    gone = [p for p in paths if not os.path.isfile(p)]
+    if gone:
+        raise FileNotFoundError(f"{path!r}: data file(s) {[os.path.basename(p) for p in gone]} listed in "
+                                f"{STATE!r} are missing; the save_to_disk folder is incomplete")
+    if not paths:  # an empty dataset: HF writes no data file at all
+        from datasets import Dataset
+
+        return IterableDataset.from_hf(Dataset.from_dict({c: [] for c in info.features}, features=info.features,
+                                                         info=info, split=split))
+    source = FileSource(paths, "arrow", identity=state.get("_fingerprint"))
+    found = _features(file_features(paths[0], "arrow"), info.features, path)
+    source.set_features(found)
+    ds = IterableDataset(source, features=found, split=split, info=info)
+    return _formatted(ds, state, path)
+
+
+def _features(found: Any, saved: Any, path: str) -> Any:
+    """The features of the rows: ``dataset_info.json``'s (in the files' column order), which must type
+    the columns as the data files do, as HF's ``Dataset`` requires; the files' when it has none."""
+    if saved is None:
+        return found
+    try:
+        saved = saved.reorder_fields_as(found)
+    except ValueError:
+        saved = None
+    if saved is None or saved.type != found.type:
+        raise ValueError(f"{path!r}: the features of {INFO!r} do not type the columns as its data files do "
+                         f"({INFO!r}: {saved}, the files: {found}); the save_to_disk folder was changed")
+    return saved
+
+
+def _formatted(ds: IterableDataset, state: dict, path: str) -> IterableDataset:
+    """``ds`` in the format saved in ``state``, as HF's ``load_from_disk`` sets it."""
+    kind, kwargs = state.get("_format_type"), state.get("_format_kwargs") or {}
+    columns = state.get("_format_columns")
+    if columns is not None and set(columns) != set(ds.column_names):
+        if state.get("_output_all_columns"):
+            raise NotImplementedError(
+                f"{path!r} was saved formatted as {kind!r} for the columns {columns} with output_all_columns=True "
+                "(the other columns unformatted); a format here applies to every column. Save it again after "
+                f"dataset.with_format({kind!r}) (every column) or with_format(None)")
+        ds = ds.select_columns([c for c in ds.column_names if c in columns])  # in the table's order, as HF
+    return ds.with_format(kind, **kwargs) if kind is not None else ds
