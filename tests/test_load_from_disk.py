@@ -237,6 +237,12 @@ def test_errors_name_the_problem(folder, tmp_path):
     shutil.rmtree(tmp_path / "dd" / "test")
     with pytest.raises(FileNotFoundError, match="split 'test'"):
         ri.load_from_disk(str(tmp_path / "dd"))
+    # saved by datasets < 1.15 with an indices mapping beside the rows, which HF no longer applies: refused
+    shutil.copytree(folder, tmp_path / "old")
+    state = json.loads((tmp_path / "old" / "state.json").read_text())
+    (tmp_path / "old" / "state.json").write_text(json.dumps({**state, "_indices_data_files": [{"filename": "indices.arrow"}]}))
+    with pytest.raises(ValueError, match="datasets < 1.15 with an indices mapping.*flatten_indices"):
+        ri.load_from_disk(str(tmp_path / "old"))
     # a damaged state.json
     shutil.copytree(folder, tmp_path / "bad")
     (tmp_path / "bad" / "state.json").write_text("{")

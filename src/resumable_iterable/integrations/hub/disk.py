@@ -132,6 +132,11 @@ def _dataset(path: str) -> IterableDataset:
                                               for f in files):
         raise ValueError(f"{os.path.join(path, STATE)!r} has no list of data files under '_data_files': the "
                          "save_to_disk folder is damaged")
+    if state.get("_indices_data_files"):  # datasets < 1.15 saved a select/shuffle's indices mapping beside the rows
+        raise ValueError(f"{path!r} was saved by datasets < 1.15 with an indices mapping "
+                         f"({[f.get('filename') for f in state['_indices_data_files']]}), which HF's load_from_disk now "
+                         "ignores (it gives every row, unselected) and which is not applied here either: load it with "
+                         "that datasets version, call flatten_indices() and save_to_disk again")
     info = DatasetInfo.from_dict(_read_json(path, INFO))
     split = None if state.get("_split") is None else Split(state["_split"])  # as HF's load_from_disk names it
     paths = [os.path.join(path, f["filename"]) for f in files]
