@@ -107,6 +107,10 @@ def test_the_saved_format_is_applied(tmp_path):
         "numpy", columns=["x"], output_all_columns=True).save_to_disk(str(tmp_path / "all"))
     with pytest.raises(NotImplementedError, match="output_all_columns=True"):
         ri.load_from_disk(str(tmp_path / "all"))
+    # ... unless the format is none: every column is then a Python value
+    datasets.Dataset.from_dict({"id": [1, 2], "x": [0.5, 1.5]}).with_format(
+        None, columns=["x"], output_all_columns=True).save_to_disk(str(tmp_path / "python"))
+    assert list(ri.load_from_disk(str(tmp_path / "python"))) == list(datasets.load_from_disk(str(tmp_path / "python")))
 
 
 def test_an_empty_dataset_loads_empty_with_its_features(tmp_path):
@@ -216,6 +220,8 @@ def test_load_dataset_refuses_a_dataset_folder_as_hf(folder):
 def test_errors_name_the_problem(folder, tmp_path):
     with pytest.raises(FileNotFoundError, match="not found"):
         ri.load_from_disk(str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match="is a file"):
+        ri.load_from_disk(os.path.join(folder, "state.json"))
     # a folder of data files
     (tmp_path / "plain").mkdir()
     shutil.copy(os.path.join(folder, "data-00000-of-00004.arrow"), tmp_path / "plain")

@@ -68,7 +68,7 @@ def load_from_disk(dataset_path: str | os.PathLike, keep_in_memory: bool | None 
     if not os.path.exists(path):
         raise FileNotFoundError(f"Directory {path} not found")
     if not os.path.isdir(path):
-        raise NotADirectoryError(f"{path!r} is a file, not a folder written by save_to_disk")
+        raise FileNotFoundError(f"{path!r} is a file, not a folder written by save_to_disk (HF: FileNotFoundError too)")
     has = {name: os.path.isfile(os.path.join(path, name)) for name in (STATE, INFO, DICT)}
     if has[STATE] and has[INFO]:
         return _dataset(path)
@@ -176,7 +176,9 @@ def _formatted(ds: IterableDataset, state: dict, path: str) -> IterableDataset:
     kind, kwargs = state.get("_format_type"), state.get("_format_kwargs") or {}
     columns = state.get("_format_columns")
     if columns is not None and set(columns) != set(ds.column_names):
-        if state.get("_output_all_columns"):
+        if state.get("_output_all_columns"):  # the other columns too, unformatted
+            if kind is None:  # every column as Python values
+                return ds
             raise NotImplementedError(
                 f"{path!r} was saved formatted as {kind!r} for the columns {columns} with output_all_columns=True "
                 "(the other columns unformatted); a format here applies to every column. Save it again after "
