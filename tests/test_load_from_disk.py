@@ -117,6 +117,8 @@ def test_an_empty_dataset_loads_empty_with_its_features(tmp_path):
     _hf().select([]).save_to_disk(str(tmp_path / "empty"))  # HF writes no data file at all
     ds = ri.load_from_disk(str(tmp_path / "empty"))
     assert list(ds) == [] and list(ds.features) == ["id", "text"]
+    _hf().select([]).with_format("numpy").save_to_disk(str(tmp_path / "empty_np"))  # its format kept
+    assert ri.load_from_disk(str(tmp_path / "empty_np")).format["type"] == "numpy"
 
 
 def _every_cut(folder: str, rank: int) -> list:
@@ -249,6 +251,13 @@ def test_errors_name_the_problem(folder, tmp_path):
     (tmp_path / "old" / "state.json").write_text(json.dumps({**state, "_indices_data_files": [{"filename": "indices.arrow"}]}))
     with pytest.raises(ValueError, match="datasets < 1.15 with an indices mapping.*flatten_indices"):
         ri.load_from_disk(str(tmp_path / "old"))
+    # features that do not type the files' columns (dataset_info.json edited)
+    shutil.copytree(folder, tmp_path / "typed")
+    info = json.loads((tmp_path / "typed" / "dataset_info.json").read_text())
+    info["features"]["id"]["dtype"] = "string"
+    (tmp_path / "typed" / "dataset_info.json").write_text(json.dumps(info))
+    with pytest.raises(ValueError, match="do not type the columns as its data files do"):
+        ri.load_from_disk(str(tmp_path / "typed"))
     # a damaged state.json
     shutil.copytree(folder, tmp_path / "bad")
     (tmp_path / "bad" / "state.json").write_text("{")

@@ -61,6 +61,9 @@ def load_from_disk(dataset_path: str | os.PathLike, keep_in_memory: bool | None 
     Raises:
         FileNotFoundError: the folder does not exist, is not a ``save_to_disk`` folder (naming the
             files missing), or a data file ``state.json`` lists is missing.
+        ValueError: a damaged folder (JSON that does not parse, features that do not type the data
+            files' columns), or one saved by ``datasets`` < 1.15 with an indices mapping.
+        NotImplementedError: a remote URL; a format of some columns saved with ``output_all_columns=True``.
     """
     path = _local_path(dataset_path, storage_options)
     if keep_in_memory is not None and not isinstance(keep_in_memory, bool):
@@ -147,8 +150,8 @@ def _dataset(path: str) -> IterableDataset:
     if not paths:  # an empty dataset: HF writes no data file at all
         from datasets import Dataset
 
-        return IterableDataset.from_hf(Dataset.from_dict({c: [] for c in info.features}, features=info.features,
-                                                         info=info, split=split))
+        empty = Dataset.from_dict({c: [] for c in info.features or {}}, features=info.features, info=info, split=split)
+        return _formatted(IterableDataset.from_hf(empty), state, path)
     source = FileSource(paths, "arrow", identity=state.get("_fingerprint"))
     found = _features(file_features(paths[0], "arrow"), info.features, path)
     source.set_features(found)
@@ -162,13 +165,13 @@ def _features(found: Any, saved: Any, path: str) -> Any:
     if saved is None:
         return found
     try:
-        saved = saved.reorder_fields_as(found)
-    except ValueError:
-        saved = None
-    if saved is None or saved.type != found.type:
+        ordered = saved.reorder_fields_as(found)
+    except ValueError:  # other columns
+        ordered = None
+    if ordered is None or ordered.type != found.type:
         raise ValueError(f"{path!r}: the features of {INFO!r} do not type the columns as its data files do "
                          f"({INFO!r}: {saved}, the files: {found}); the save_to_disk folder was changed")
-    return saved
+    return ordered
 
 
 def _formatted(ds: IterableDataset, state: dict, path: str) -> IterableDataset:
