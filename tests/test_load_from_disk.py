@@ -219,6 +219,24 @@ def test_load_dataset_refuses_a_dataset_folder_as_hf(folder):
     assert type(ours.value) is type(hf.value)
 
 
+#: a state saved by the release before load_from_disk, from ``ri.load_dataset(folder, split="train")``
+#: (which read the folder as Arrow files) of the ``folder`` fixture's folder, after 13 rows
+OLD_STATE = {"format": "resumable_iterable.state", "version": 2, "fingerprint": "9a3a00d384e087f0",
+             "pipeline": {"node": "files", "total_shards": 4, "shard_ids": [0, 1, 2, 3], "format": "arrow"},
+             "epoch": 0, "state": {"node": "files", "shard_seed": None, "shard_pos": 1, "offset": 3, "stop": None,
+                                   "files": "88592ae9473f1ff0"},
+             "split": {"base": "9a3a00d384e087f0", "ranks": [], "worker": None}}
+
+
+def test_a_state_of_the_folder_read_by_load_dataset_before_resumes_where_the_error_says(folder):
+    with pytest.raises(ValueError, match="load_from_disk") as e:
+        ri.load_dataset(folder, split="train")
+    assert "load_dataset('arrow', data_dir=" in str(e.value)
+    ds = ri.load_dataset("arrow", data_dir=folder, split="train")  # what the error says
+    ds.load_state_dict(OLD_STATE)
+    assert _ids(ds) == list(range(13, N))
+
+
 def test_errors_name_the_problem(folder, tmp_path):
     with pytest.raises(FileNotFoundError, match="not found"):
         ri.load_from_disk(str(tmp_path / "nowhere"))

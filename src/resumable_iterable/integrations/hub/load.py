@@ -174,7 +174,10 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, data_dir: str
         # HF refuses it too (same error): its state.json and dataset_info.json are no data files
         raise ValueError(f"You are trying to load a dataset that was saved using `save_to_disk` ({os.fspath(path)!r} "
                          "holds its state.json). Please use `load_from_disk` instead: "
-                         f"resumable_iterable.load_from_disk({os.fspath(path)!r})")
+                         f"resumable_iterable.load_from_disk({os.fspath(path)!r}). (Earlier releases read it here as "
+                         "a folder of Arrow files: a state saved from that pipeline resumes over "
+                         f"resumable_iterable.load_dataset('arrow', data_dir={os.fspath(path)!r}, split='train'), "
+                         "which still reads it so)")
     _check_mode("download_mode", download_mode)
     _check_mode("verification_mode", verification_mode)
     token = _options_token(path, data_files, token, download_config, storage_options)
