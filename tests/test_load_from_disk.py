@@ -307,3 +307,37 @@ def test_state_json_is_a_plain_json_document(folder):
     state = _state_after(ri.load_from_disk(folder), 3)
     text = json.dumps(state)
     assert folder not in text
+
+
+def test_a_folder_of_a_hub_repo_is_downloaded_then_read(folder, tmp_path, monkeypatch):
+    """``hf://datasets/user/repo/path``, as HF reads it (downloaded whole first): here into the HF
+    cache, at one commit, read offline from the cache (laid out as huggingface_hub lays it out)."""
+    import huggingface_hub.constants as constants
+    from test_hub import populate_hub_cache
+
+    datasets.DatasetDict(train=_hf(8), test=_hf(3, 50)).save_to_disk(str(tmp_path / "dd"),
+                                                                      num_shards={"train": 2, "test": 1})
+    files = {f"prep/{name}": os.path.join(folder, name) for name in os.listdir(folder)}
+    for split in ("train", "test"):
+        files.update({f"dd/{split}/{n}": str(tmp_path / "dd" / split / n) for n in os.listdir(tmp_path / "dd" / split)})
+    files["dd/dataset_dict.json"] = str(tmp_path / "dd" / "dataset_dict.json")
+    files["other/data.arrow"] = os.path.join(folder, "data-00000-of-00004.arrow")
+    cache = str(tmp_path / "hf-cache")
+    # offline, files come from the cache: only the two folders' are there, so nothing else is asked for
+    populate_hub_cache(cache, "user/prep", "c" * 40, "main", files,
+                       downloaded={f for f in files if not f.startswith("other/")})
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", cache)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    ds = ri.load_from_disk("hf://datasets/user/prep/prep", storage_options={"token": "x"})
+    assert ds.num_shards == 4 and _ids(ds) == list(range(N))
+    state = _state_after(ds, 13)
+    local = ri.load_from_disk(folder)  # the same folder, local: the same files, the same fingerprint
+    local.load_state_dict(state)
+    assert _ids(local) == list(range(13, N))
+    dd = ri.load_from_disk("hf://datasets/user/prep@main/dd")
+    assert list(dd) == ["train", "test"] and _ids(dd["test"]) == [50, 51, 52]
+    with pytest.raises(FileNotFoundError, match="no folder written by save_to_disk there"):
+        ri.load_from_disk("hf://datasets/user/prep/other")
+    with pytest.raises(ValueError, match=r"storage_options \['block_size'\] are not used here"):
+        ri.load_from_disk("hf://datasets/user/prep/prep", storage_options={"block_size": 0})

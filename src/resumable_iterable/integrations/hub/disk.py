@@ -32,6 +32,7 @@ from ...dataset import IterableDataset
 from ...dataset_dict import IterableDatasetDict
 from ...features import file_features
 from ...nodes.files import FileSource
+from .repo import HubRepo, parse_hf_path
 
 STATE = "state.json"
 INFO = "dataset_info.json"
@@ -45,12 +46,15 @@ def load_from_disk(dataset_path: str | os.PathLike, keep_in_memory: bool | None 
     order) for a ``DatasetDict`` folder. HF's ``datasets.load_from_disk`` arguments, in its order.
 
     Args:
-        dataset_path: the local folder (``file://`` URLs too). Remote URLs (``s3://``, ``hf://``...) are
-            refused: download the folder first (HF downloads it whole into a temporary folder too).
+        dataset_path: the local folder (``file://`` URLs too), or a folder of a Hub dataset repo,
+            ``hf://datasets/user/repo[@revision]/path``, downloaded into the Hugging Face cache first (as
+            HF downloads it whole; offline, read from the cache). Other remote URLs (``s3://``...) are
+            refused: download the folder first.
         keep_in_memory: accepted; changes nothing: the Arrow files are memory-mapped and read a shard
             at a time, never loaded whole.
         storage_options: fsspec options, as HF's. HF gives them to the file system of the path, which
             for a local folder uses none of them: they change nothing here either (a dict or ``None``).
+            For a Hub folder, a ``token`` is used; other options are refused (``ValueError``).
 
     Returns:
         One shard per data file, in the saved order, typed by ``dataset_info.json``'s features (HF's
@@ -63,7 +67,7 @@ def load_from_disk(dataset_path: str | os.PathLike, keep_in_memory: bool | None 
             files missing), or a data file ``state.json`` lists is missing.
         ValueError: a damaged folder (JSON that does not parse, features that do not type the data
             files' columns), or one saved by ``datasets`` < 1.15 with an indices mapping.
-        NotImplementedError: a remote URL; a format of some columns saved with ``output_all_columns=True``.
+        NotImplementedError: a remote URL but ``hf://``; a format of some columns saved with ``output_all_columns=True``.
     """
     path = _local_path(dataset_path, storage_options)
     if keep_in_memory is not None and not isinstance(keep_in_memory, bool):
@@ -85,7 +89,8 @@ def load_from_disk(dataset_path: str | os.PathLike, keep_in_memory: bool | None 
 
 
 def _local_path(dataset_path: Any, storage_options: Any) -> str:
-    """The local folder ``dataset_path`` names; refused otherwise (remote file systems are not read)."""
+    """The local folder ``dataset_path`` names: a Hub folder (``hf://``) downloaded into the HF cache
+    first; other remote file systems are refused."""
     if storage_options is not None and not isinstance(storage_options, dict):
         raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
     if not isinstance(dataset_path, (str, os.PathLike)):
@@ -93,12 +98,58 @@ def _local_path(dataset_path: Any, storage_options: Any) -> str:
     path = os.fspath(dataset_path)
     if path.startswith("file://"):
         path = path[len("file://"):]
-    if "://" in path:  # s3://, gs://, hf://...
+    if path.startswith("hf://"):
+        return _hub_folder(path, storage_options)
+    if "://" in path:  # s3://, gs://...
         raise NotImplementedError(
-            f"load_from_disk({path!r}): only local folders are read (HF downloads a remote folder whole before "
-            "reading it); copy it to a local folder first (e.g. fsspec's fs.get(url, local, recursive=True)) and "
-            "pass that folder")
+            f"load_from_disk({path!r}): only local folders and Hub folders (hf://datasets/...) are read (HF "
+            "downloads a remote folder whole before reading it); copy it to a local folder first (e.g. fsspec's "
+            "fs.get(url, local, recursive=True)) and pass that folder")
     return os.path.expanduser(path)
+
+
+def _hub_folder(url: str, storage_options: dict | None) -> str:
+    """The local copy of the ``save_to_disk`` folder at ``url`` (``hf://datasets/user/repo[@revision]/path``):
+    its JSON files, then the data files they list, downloaded into the Hugging Face cache at one commit
+    (read from the cache offline), as HF downloads the folder before reading it. ``storage_options``
+    are those of HF's Hub file system: its ``token`` is used; others, which would be ignored, are refused."""
+    options = dict(storage_options or {})
+    token = options.pop("token", None)
+    from datasets import config
+
+    if options.get("endpoint") == config.HF_ENDPOINT:
+        options.pop("endpoint")
+    if options:
+        raise ValueError(f"storage_options {sorted(options)} are not used here: Hub files are downloaded with "
+                         "huggingface_hub (pass {'token': ...}, set HF_ENDPOINT), not read through fsspec")
+    repo_id, revision, sub = parse_hf_path(url)
+    repo = HubRepo(repo_id, revision, token, None)
+    prefix = f"{sub.strip('/')}/" if sub.strip("/") else ""
+    # the folder's JSON files, and those of the Dataset folders just below it (a DatasetDict's splits)
+    meta = [f for f in repo.files if f.startswith(prefix) and f.rsplit("/", 1)[-1] in (STATE, INFO, DICT)
+            and f.count("/") - prefix.count("/") <= 1]
+    if not meta:
+        raise FileNotFoundError(f"{url!r}: no folder written by save_to_disk there: {repo_id} (commit {repo.commit}) "
+                                f"has no {STATE!r}, {INFO!r} or {DICT!r} in {sub or 'its root'!r}")
+    repo.fetch(meta)
+    root = os.path.join(repo.folder, *prefix.split("/"))
+    folders = [root]
+    if not (os.path.isfile(os.path.join(root, STATE)) and os.path.isfile(os.path.join(root, INFO))) and \
+            os.path.isfile(os.path.join(root, DICT)):
+        saved = _read_json(root, DICT)
+        splits = saved.get("splits") if isinstance(saved, dict) else None  # (damaged: said when read)
+        folders = [os.path.join(root, s) for s in splits or [] if isinstance(s, str)]
+    data = []
+    for folder in folders:
+        state = _read_json(folder, STATE) if os.path.isfile(os.path.join(folder, STATE)) else None
+        files = state.get("_data_files") if isinstance(state, dict) else None
+        rel = os.path.relpath(folder, repo.folder).replace(os.sep, "/")
+        rel = "" if rel == "." else rel + "/"
+        names = [rel + f["filename"] for f in files or [] if isinstance(f, dict) and isinstance(f.get("filename"), str)]
+        data += [n for n in names if n in repo.files]  # (a file missing is named when the folder is read)
+    if data:
+        repo.fetch(data)
+    return root
 
 
 def _read_json(path: str, name: str) -> Any:
