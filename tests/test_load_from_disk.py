@@ -54,6 +54,8 @@ def test_rows_shards_features_split_and_info_as_hf(tmp_path):
     ours = ri.load_from_disk(tmp_path / "prep")  # a PathLike, as HF's
     assert isinstance(ours, ri.IterableDataset)
     assert ours.num_shards == 3 == theirs.to_iterable_dataset(num_shards=3).num_shards
+    # Arrow files are not split further, as HF's reshard() leaves its Arrow shards
+    assert ours.reshard().num_shards == 3 == theirs.to_iterable_dataset(num_shards=3).reshard().num_shards
     assert ours.features == theirs.features == features
     assert ours.split == theirs.split == "train" and type(ours.split) is type(theirs.split)
     assert (ours.info.description, ours.info.license) == ("prepared", "mit")
