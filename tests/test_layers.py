@@ -23,7 +23,7 @@ LAYERS = [
     ("nodes", ["nodes", "nodes."]),
     ("splits", ["distributed"]),
     ("loader", ["loader", "loader."]),
-    ("facade", ["dataset", "dataset_dict", "readers", "constructors", "features", "export"]),
+    ("facade", ["dataset", "dataset_dict", "readers", "constructors", "features", "export", "iteration", "casting", "info"]),
     ("combine", ["combine"]),
     ("integrations", ["integrations", "integrations."]),
     ("cli", ["cli", "cli."]),

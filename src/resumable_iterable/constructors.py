@@ -1,21 +1,38 @@
-"""The in-memory constructors of :class:`~resumable_iterable.dataset.IterableDataset` (a mixin of
-the facade, as ``readers.py`` for data files): a HF map-style ``datasets.Dataset`` (``from_hf``, what
+"""The constructors of :class:`~resumable_iterable.dataset.IterableDataset` from Python objects (a
+mixin of the facade, as ``readers.py`` for data files): a generator function (``from_generator``,
+typed by its features as HF types it), a HF map-style ``datasets.Dataset`` (``from_hf``, what
 ``to_iterable_dataset`` does), a ``pyarrow.Table``, and, through a ``datasets.Dataset`` as HF builds
-them, columns (``from_dict``), rows (``from_list``) and pandas / polars data frames. Each is an Arrow
-source read in ``num_shards`` contiguous shards (``nodes/arrow.py``), typed by its features. They
-build with the class's public constructor and methods only."""
+them, columns (``from_dict``), rows (``from_list``) and pandas / polars data frames. Each of the
+latter is an Arrow source read in ``num_shards`` contiguous shards (``nodes/arrow.py``), typed by its
+features. They build with the class's public constructor and methods only."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Iterator
 
-from .features import features_of_schema
+from .features import builder_info, features_of_schema
 from .nodes.arrow import ArrowSource
 from .nodes.checks import as_int
+from .nodes.generator import GeneratorSource
 
 
 class InMemoryConstructors:
-    """HF's in-memory constructors, as classmethods of :class:`~resumable_iterable.dataset.IterableDataset` (``cls``)."""
+    """HF's constructors from Python objects, as classmethods of :class:`~resumable_iterable.dataset.IterableDataset` (``cls``)."""
+
+    @classmethod
+    def from_generator(cls, generator: Callable[..., Iterator[dict]], features: Any = None,
+                       gen_kwargs: dict | None = None, split: Any = "train") -> Any:
+        """Examples yielded by ``generator(**gen_kwargs)``; list values of ``gen_kwargs`` are shards.
+        The arguments are HF's, in HF's order (``features`` second).
+
+        With ``features`` (HF ``datasets.Features``), each example is typed as HF does: missing
+        columns are filled with ``None``, values are encoded and decoded with the features.
+        ``split`` names the dataset's split (``"train"``, as HF) and its ``info`` is that of HF's
+        ``generator`` builder."""
+        features = _generator_features(features)
+        ds = cls(GeneratorSource(generator, gen_kwargs), features=features, split=split,
+                 info=builder_info("generator"))
+        return ds.cast(features) if features is not None else ds
 
     @classmethod
     def from_hf(cls, dataset: Any, num_shards: int = 1) -> Any:
@@ -78,3 +95,25 @@ class InMemoryConstructors:
 
         return cls.from_hf(Dataset.from_polars(df.collect() if hasattr(df, "collect") else df, features=features,
                                                info=info, split=split))
+
+
+def _generator_features(features: Any) -> Any:
+    """``from_generator``'s ``features``: ``datasets.Features``, or a plain dict of features made one.
+    Anything else is a ``TypeError`` - a dict of ``gen_kwargs`` given second (this library's order
+    before HF's was followed) among them, which would otherwise fail only when iterated."""
+    if features is None:
+        return None
+    from datasets import Features
+
+    if isinstance(features, Features):
+        return features
+    if isinstance(features, dict) and features:
+        try:
+            typed = Features(features)
+            typed.arrow_schema  # noqa: B018 - every value a feature type
+            return typed
+        except Exception:  # noqa: BLE001 - not features: said below
+            pass
+    raise TypeError(f"from_generator(generator, features=None, gen_kwargs=None, split='train'): features must be "
+                    f"datasets.Features, got {type(features).__name__} {features!r:.100}; give gen_kwargs by name "
+                    "(gen_kwargs=...), as HF's order puts features second")

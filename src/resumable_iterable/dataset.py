@@ -3,35 +3,37 @@ nodes, with ``state_dict()`` / ``load_state_dict()`` that resume exactly.
 
 The facade layer: a dataset is a description (its pipeline template, rank split, features and
 format) and builds new ones; code above it builds with the public ``pipeline``, ``rank_splits``
-and ``derive``. Iterating it and its state in this process - DataLoader workers, loaded states,
-epochs shared with workers - belong to its :class:`~resumable_iterable.loader.session.IterationSession`
-(``loader/session.py``), to which ``__iter__``, ``state_dict``, ``load_state_dict`` and
-``set_epoch`` delegate. Its file readers (``from_files``, ``from_parquet``, ``from_json``...) come
-from ``readers.py``, its in-memory constructors (``from_hf``, ``from_dict``, ``from_pandas``...) from
-``constructors.py`` and its exports (``to_list``, ``to_parquet``, ``push_to_hub``...) from ``export.py``."""
+and ``derive``. This module holds that description and the chaining methods (``map``,
+``filter``, the column methods, ``skip``/``take``, ``shuffle``, ``batch``, ``pack``,
+``with_format``, ``shard``...). The rest of the class comes from mixins, one story each:
+iterating it and its state (``__iter__``, ``iter``, ``state_dict``, ``load_state_dict``,
+``set_epoch``...) from ``iteration.py``, which hands them to its
+:class:`~resumable_iterable.loader.session.IterationSession` (``loader/session.py``); its HF
+features (``cast``, ``cast_column``, ``decode``, ``resolve_features``) from ``casting.py``; its
+``info`` and ``split`` from ``info.py``; its file readers (``from_files``, ``from_parquet``,
+``from_json``...) from ``readers.py``, its constructors from Python objects (``from_generator``,
+``from_hf``, ``from_dict``, ``from_pandas``...) from ``constructors.py`` and its exports
+(``to_list``, ``to_parquet``, ``push_to_hub``...) from ``export.py``."""
 
 from __future__ import annotations
 
 import copy
-import os
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-from . import state as _state
+from .casting import CastingMethods
 from .constructors import InMemoryConstructors
 from .distributed import check_rank_splits, check_strategy, rank_shards, ranks_of
 from .export import ExportMethods
-from .features import (batched_features, infer_features, json_as_text, map_feature,
-                       media_only_change, row_features)
+from .features import batched_features, json_as_text
+from .info import InfoProperties
+from .iteration import IterableColumn, IterationMethods
 from .loader import hooks
 from .loader.session import IterationSession
-from .nodes.arrow import ArrowSource
 from .nodes.base import Node
-from .nodes.checks import as_epoch, as_int
-from .nodes.batch import BatchNode, rewinding
+from .nodes.batch import BatchNode
+from .nodes.checks import as_int
 from .nodes.columns import ColumnsNode
-from .nodes.files import FileSource
 from .nodes.filter import FilterNode
-from .nodes.generator import GeneratorSource
 from .nodes.group import GroupNode
 from .nodes.map import MapNode
 from .nodes.pack import PackNode
@@ -43,6 +45,8 @@ from .nodes.slicing import SkipNode, TakeNode
 from .nodes.typed import AddColumn, ApplyFeatures
 from .readers import FileReaders
 
+__all__ = ["IterableColumn", "IterableDataset", "to_iterable_dataset"]  # IterableColumn: from iteration.py, also here
+
 
 class _Base:
     """Plain mixin base: lets ``torch.utils.data.IterableDataset`` be appended to the bases of
@@ -51,7 +55,8 @@ class _Base:
 
 
 
-class IterableDataset(FileReaders, InMemoryConstructors, ExportMethods, _Base):
+class IterableDataset(FileReaders, InMemoryConstructors, ExportMethods, IterationMethods, CastingMethods,
+                      InfoProperties, _Base):
     """A lazy, resumable iterable dataset (see the package docs for the state contract)."""
 
     def __init__(self, node: Node, *, features: Any = None, column_names: list[str] | None = None,
@@ -71,49 +76,12 @@ class IterableDataset(FileReaders, InMemoryConstructors, ExportMethods, _Base):
         self._session = IterationSession(node, self._split, _epoch)
 
     @property
-    def __class__(self) -> type:
-        # ``type(self)``. ``isinstance(ds, C)`` reads it when ``C`` is an ABC such as
-        # ``torch.utils.data.IterableDataset``: a dataset built before torch was imported becomes a
-        # torch dataset there, and gets what DataLoader workers share with the main process (the
-        # epoch slot that ``set_epoch`` uses to reach persistent workers; the record of which
-        # workers took their part of a loaded state) before ``DataLoader`` starts them.
-        # (A comment, not a docstring: this is no part of the API reference.)
-        session = self.__dict__.get("_session")
-        if session is not None:
-            session.prepare_for_workers()
-        return type(self)
-
-    @property
     def _distributed(self) -> Any:
         # The first thing HF's ``datasets.distributed.split_dataset_by_node`` reads of an iterable
         # dataset: given ours, it would fail with an AttributeError on this name. Say which function to call.
         raise TypeError("datasets.distributed.split_dataset_by_node was given a resumable_iterable.IterableDataset: "
                         "use resumable_iterable.split_dataset_by_node (same arguments), which splits it by node "
                         "and keeps it resumable")
-
-    @property
-    def session(self) -> IterationSession:
-        """This dataset's iteration in this process (``loader/session.py``): what ``__iter__``,
-        ``state_dict`` and ``load_state_dict`` use, and what a DataLoader integration prepares."""
-        return self._session
-
-    # ------------------------------------------------------------------ constructors (also ``constructors.py``, ``readers.py``)
-    @classmethod
-    def from_generator(cls, generator: Callable[..., Iterator[dict]], features: Any = None,
-                       gen_kwargs: dict | None = None, split: Any = "train") -> IterableDataset:
-        """Examples yielded by ``generator(**gen_kwargs)``; list values of ``gen_kwargs`` are shards.
-        The arguments are HF's, in HF's order (``features`` second).
-
-        With ``features`` (HF ``datasets.Features``), each example is typed as HF does: missing
-        columns are filled with ``None``, values are encoded and decoded with the features.
-        ``split`` names the dataset's split (``"train"``, as HF) and its ``info`` is that of HF's
-        ``generator`` builder."""
-        from .features import builder_info
-
-        features = _generator_features(features)
-        ds = cls(GeneratorSource(generator, gen_kwargs), features=features, split=split,
-                 info=builder_info("generator"))
-        return ds._typed(features) if features is not None else ds
 
     # ------------------------------------------------------------------ building on the pipeline
     @property
@@ -251,78 +219,6 @@ class IterableDataset(FileReaders, InMemoryConstructors, ExportMethods, _Base):
             typed._column_names = None
         return typed
 
-    def cast(self, features: Any) -> IterableDataset:
-        """Cast to new HF ``features`` (same column names), applied to each example as HF does. Where
-        the columns are unknown (after a ``map``, from a generator), the examples get the features'
-        columns only, in their order (a missing one as ``None``), as in HF."""
-        from datasets import Features
-
-        features = features if isinstance(features, Features) else Features(features)
-        if self._column_names is not None and sorted(features) != sorted(self._column_names):
-            raise ValueError(f"cast: the features' columns {sorted(features)} do not match the dataset's "
-                             f"columns {sorted(self._column_names)}")
-        return self._with_features(features)
-
-    def cast_column(self, column: str, feature: Any) -> IterableDataset:
-        """Cast one column to ``feature`` (e.g. ``Image(decode=False)``, ``ClassLabel(names=...)``)."""
-        from datasets import Features
-
-        if self._features is not None:
-            if column not in self._features:
-                raise ValueError(f"cast_column: column {column!r} not in the dataset (columns: {list(self._features)})")
-            features = Features({**self._features, column: feature})
-        elif self._column_names is not None:
-            raise ValueError(f"cast_column({column!r}) needs the dataset's features, which are unknown here "
-                             "(e.g. after a map): use cast(features) with every column")
-        else:  # columns unknown (e.g. from a generator): the other columns stay as they are
-            return self._typed(Features({column: feature}), keep_other_columns=True)
-        return self._with_features(features)
-
-    def decode(self, enable: bool = True, num_threads: int | None = 0) -> IterableDataset:
-        """Turn decoding of media features (``Image``, ``Audio``, ``Video``) on or off, as HF does.
-
-        ``num_threads=n`` (> 0): the files are read undecoded and decoded by ``n`` threads, ``2 * n``
-        examples at a time (as HF); the examples whose decoding is under way when a state is taken
-        are kept in it, undecoded, and decoded again on resume."""
-        threads = 0 if num_threads is None else as_int(num_threads, "num_threads", lo=0)
-        if self._features is None:  # as HF: nothing says which columns to decode (a silent no-op would
-            # leave images decoded after decode(False))
-            raise ValueError("decode(): the dataset's features are unknown here (e.g. after a map), so which "
-                             "columns to decode is unknown: set them with ds.cast(features) or map(..., features=...) "
-                             "first, or call decode() before the map")
-        from datasets import Features
-        from datasets.features.features import require_decoding
-
-        def with_decode(flag: bool) -> Any:
-            def set_decode(feature: Any) -> Any:
-                if hasattr(feature, "decode") and hasattr(feature, "__dataclass_fields__"):
-                    feature = copy.copy(feature)  # as HF: set on a copy, whether or not `decode` is an __init__ field
-                    feature.decode = flag
-                return feature
-
-            return Features({k: map_feature(v, set_decode) for k, v in self._features.items()})
-
-        features = with_decode(enable)
-        base, node, keep = self, self._node, False
-        if isinstance(node, MapNode) and isinstance(node.function, ApplyFeatures):
-            # the examples below that map are not decoded yet: decode them the new way there (as HF,
-            # which applies its features once), not on top of the old decoding
-            base, keep = self._derive(node.children[0], features=self._features), node.function.keep_other_columns
-        if not (enable and threads) or not any(require_decoding(f) for f in features.values()):
-            return base._with_features(features, keep)  # no threads, or nothing to decode
-        below = base._with_features(with_decode(False), keep)
-        typed = MapNode(below._node.clone(), ApplyFeatures(features, keep_other_columns=keep), threads=threads)
-        return below._derive(typed, features=features, column_names=list(features))
-
-    def _with_features(self, features: Any, keep_other_columns: bool = False) -> IterableDataset:
-        node = self._node
-        if isinstance(node, (ArrowSource, FileSource)) and sorted(features) == sorted(node.features or {}):
-            # a source decodes its own media columns: give it the new features when only
-            # media features change, so no example is decoded and re-encoded
-            if media_only_change(node.features, features):
-                return self._derive(node.with_features(features), features=features, column_names=list(features))
-        return self._typed(features, keep_other_columns)
-
     def add_column(self, name: str, column: Any) -> IterableDataset:
         """Add a column whose value for example ``i`` is ``column[i]`` (as HF: by the map index).
 
@@ -336,14 +232,6 @@ class IterableDataset(FileReaders, InMemoryConstructors, ExportMethods, _Base):
         if self._column_names is not None:
             out._column_names = [*self._column_names, name]
         return out
-
-    def __getitem__(self, column: str) -> IterableColumn:
-        """``ds["text"]`` iterates the values of one column (``ds["meta"]["source"]`` for nested ones)."""
-        if not isinstance(column, str):
-            raise TypeError(f"an IterableDataset is indexed by column name, got {column!r}")
-        if self._column_names is not None and column not in self._column_names:
-            raise KeyError(f"column {column!r} not in the dataset (columns: {self._column_names})")
-        return IterableColumn(self, column)
 
     def skip(self, n: int) -> IterableDataset:
         """Leave out the first ``n`` examples (of this rank's part after ``split_dataset_by_node``;
@@ -471,27 +359,6 @@ class IterableDataset(FileReaders, InMemoryConstructors, ExportMethods, _Base):
         name, kwargs = self._format if self._format is not None else (None, {})
         return {"type": name, "format_kwargs": dict(kwargs)}
 
-    def iter(self, batch_size: int, drop_last_batch: bool = False) -> Iterator[Any]:
-        """Iterate in batches of ``batch_size`` examples, in this dataset's format (HF ``iter``).
-
-        Resumable like ``__iter__``: ``state_dict()`` taken between batches continues right after
-        the last yielded batch, whether the next pass uses ``iter`` with the same ``batch_size`` or
-        plain iteration. Arrow-backed datasets with a tensor or table format build the batches
-        column-wise from Arrow slices, without a Python dict per example.
-        """
-        batch_size = as_int(batch_size, "batch_size", lo=1)
-        node = self._session.pass_node()
-        return self._session.iterating(rewinding(self._present(node, (batch_size, bool(drop_last_batch))), node))
-
-    def _present(self, node: Node, batch: tuple | None = None) -> Iterator[Any]:
-        from .nodes.format import present
-
-        # a pipeline ending in batch() may be wrapped when it is split by rank or resumed elastically:
-        # its items are still batches
-        rows = row_features(self._features) if isinstance(self._node, BatchNode) else self._features
-        return iter(present(node, self._format, batch, template=self._node, features=rows,
-                            resumed=self._session.resumes))
-
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> IterableDataset:
         """The part of this dataset made of shard group ``index`` out of ``num_shards``."""
         num_shards = as_int(num_shards, "num_shards", lo=1)  # index: checked by the sources
@@ -519,38 +386,6 @@ class IterableDataset(FileReaders, InMemoryConstructors, ExportMethods, _Base):
     def features(self) -> Any:
         return self._features
 
-    _info: Any = None  # the datasets.DatasetInfo of a HF dataset source (from_hf), kept by derived datasets
-
-    @property
-    def info(self) -> Any:
-        """A ``datasets.DatasetInfo``, as HF's: a HF dataset source's description, citation, license...
-        (empty otherwise), with this dataset's features."""
-        from datasets import DatasetInfo
-
-        info = self._info.copy() if self._info is not None else DatasetInfo()
-        info.features = self._features
-        return info
-
-    description = property(lambda self: self.info.description, doc="``info.description``")
-    citation = property(lambda self: self.info.citation, doc="``info.citation``")
-    homepage = property(lambda self: self.info.homepage, doc="``info.homepage``")
-    license = property(lambda self: self.info.license, doc="``info.license``")
-    size_in_bytes = property(lambda self: self.info.size_in_bytes, doc="``info.size_in_bytes``")
-    builder_name = property(lambda self: self.info.builder_name, doc="``info.builder_name``")
-    config_name = property(lambda self: self.info.config_name, doc="``info.config_name``")
-    version = property(lambda self: self.info.version, doc="``info.version``")
-    dataset_size = property(lambda self: self.info.dataset_size, doc="``info.dataset_size``")
-    download_size = property(lambda self: self.info.download_size, doc="``info.download_size``")
-    download_checksums = property(lambda self: self.info.download_checksums, doc="``info.download_checksums``")
-    supervised_keys = property(lambda self: self.info.supervised_keys, doc="``info.supervised_keys``")
-
-    _named_split: Any = None  # the split name of a HF dataset source or a from_* constructor, kept by derived datasets
-
-    @property
-    def split(self) -> Any:
-        """The split name (a ``datasets.NamedSplit`` or ``str``) the source was given, if any (as HF)."""
-        return self._named_split
-
     @property
     def num_columns(self) -> int | None:
         """``len(column_names)``; ``None`` where the columns are unknown (e.g. after a ``map``), as HF."""
@@ -560,78 +395,9 @@ class IterableDataset(FileReaders, InMemoryConstructors, ExportMethods, _Base):
     def column_names(self) -> list[str] | None:
         return list(self._column_names) if self._column_names is not None else None
 
-    @property
-    def epoch(self) -> int:
-        return self._session.epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        """Set the epoch: it seeds the shard order and the shuffle buffer of the next fresh pass.
-
-        Any integer type in [0, 2**63 - 1] (epochs seed the random generators and reach DataLoader
-        workers as an ``int64``)."""
-        self._session.set_epoch(as_epoch(epoch), by_user=True)
-
     def __repr__(self) -> str:
         cols = self._column_names
         return f"IterableDataset({{\n    features: {cols if cols is not None else 'Unknown'},\n    num_shards: {self.num_shards}\n}})"
-
-    # ------------------------------------------------------------------ iteration and state
-    def __iter__(self) -> Iterator[Any]:
-        return self._session.iterating(self._present(self._session.pass_node()))
-
-    def state_dict(self) -> dict:
-        """A copy of the state: resume with :meth:`load_state_dict`. Plain dicts and lists, which
-        ``json.dumps`` takes unless buffered examples hold values JSON cannot (numpy arrays, also
-        lists of numbers read as arrays under ``with_format("numpy" | "torch")``; bytes, images):
-        :meth:`save_state` / :func:`resumable_iterable.dumps_state` store those losslessly, and
-        also the values ``json.dumps`` would change silently (tuples, non-string dict keys).
-
-        Take it between examples: asked for while the dataset is producing one (from its own
-        ``map`` function or generator, a signal handler that interrupted it, another thread) it
-        raises ``RuntimeError``, since its nodes are then part-way through a step.
-
-        Besides the node tree, the state records how this process's part was split from the whole
-        dataset (``"split"``: ranks and DataLoader worker), which elastic resume uses. During an
-        epoch resumed elastically (``resumable_iterable.StatefulDataLoader`` with another worker
-        count, or :func:`resumable_iterable.redistribute_states`) the state is an *elastic plan*
-        (see ``loader/plan.py``), which loads the same way.
-        """
-        return self._session.state_dict()
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        """Continue the next iteration right after the last example yielded when ``state_dict`` was taken.
-
-        Accepts what :meth:`state_dict` returns (a plain state or an elastic plan). Raises
-        ``ValueError`` (or ``TypeError``) before anything is changed if the state belongs to
-        another pipeline or another rank / DataLoader worker, has an unknown version or is malformed.
-        """
-        self._session.load_state_dict(state_dict)
-
-    def save_state(self, path: str | os.PathLike) -> None:
-        """Write ``state_dict()`` to a state file, atomically: JSON with a checksum, or a binary state
-        file (JSON + raw checksummed data) when buffered examples hold large arrays or bytes."""
-        _state.save_state(self.state_dict(), path)
-
-    def load_state(self, path: str | os.PathLike) -> None:
-        """Load a state file written by :meth:`save_state`."""
-        self.load_state_dict(_state.load_state(path))
-
-    # ------------------------------------------------------------------ features, as HF datasets knows them
-    def resolve_features(self, n: int = 5) -> IterableDataset:
-        """This dataset with ``features`` (and ``column_names``) known.
-
-        Returns ``self`` when the features are known already; otherwise a dataset over the same
-        pipeline whose features are inferred from its first ``n`` examples, read from a fresh copy
-        of the pipeline (this dataset's iteration and state are untouched). This is what HF
-        ``datasets`` does before ``interleave_datasets`` / ``concatenate_datasets``. If those
-        examples cannot be read or typed in this process, ``self`` is returned unchanged.
-        """
-        if self._features is not None:
-            return self
-        features = infer_features(self._node.clone(), n)
-        if features is None:
-            return self
-        return self._derive(self._node.clone(), features=features)
 
     def _batched_features(self) -> Any:
         """The features of ``batch()``'s output: each column a list of this dataset's values."""
@@ -644,45 +410,6 @@ class IterableDataset(FileReaders, InMemoryConstructors, ExportMethods, _Base):
         new.__dict__.update(self.__dict__)
         new._session = copy.copy(self._session)
         return new
-
-
-class IterableColumn:
-    """The values of one column of an :class:`IterableDataset` (``ds["text"]``), as HF's
-    ``IterableColumn``; index it again for a nested column (``ds["meta"]["source"]``)."""
-
-    def __init__(self, source: Any, column_name: str):
-        self.source = source
-        self.column_name = column_name
-
-    def __iter__(self) -> Iterator[Any]:
-        name = self.column_name
-        for example in self.source:
-            yield example[name]
-
-    def __getitem__(self, column_name: str) -> IterableColumn:
-        return IterableColumn(self, column_name)
-
-
-def _generator_features(features: Any) -> Any:
-    """``from_generator``'s ``features``: ``datasets.Features``, or a plain dict of features made one.
-    Anything else is a ``TypeError`` - a dict of ``gen_kwargs`` given second (this library's order
-    before HF's was followed) among them, which would otherwise fail only when iterated."""
-    if features is None:
-        return None
-    from datasets import Features
-
-    if isinstance(features, Features):
-        return features
-    if isinstance(features, dict) and features:
-        try:
-            typed = Features(features)
-            typed.arrow_schema  # noqa: B018 - every value a feature type
-            return typed
-        except Exception:  # noqa: BLE001 - not features: said below
-            pass
-    raise TypeError(f"from_generator(generator, features=None, gen_kwargs=None, split='train'): features must be "
-                    f"datasets.Features, got {type(features).__name__} {features!r:.100}; give gen_kwargs by name "
-                    "(gen_kwargs=...), as HF's order puts features second")
 
 
 def to_iterable_dataset(dataset: Any, num_shards: int = 1) -> IterableDataset:
