@@ -352,7 +352,7 @@ def test_iter_batch_size_over_a_shuffle_rewinds_exactly_and_copies_only_when_a_m
 
     copies = [0]
     real = state_module.copy_example
-    monkeypatch.setattr("resumable_iterable.nodes.shuffle.copy_example",
+    monkeypatch.setattr("resumable_iterable.nodes.shuffle_examples.copy_example",
                         lambda ex: copies.__setitem__(0, copies[0] + 1) or real(ex))
     boom_at["armed"] = False
     full = [normalize(b) for b in pipeline().iter(5)]

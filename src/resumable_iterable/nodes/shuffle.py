@@ -47,47 +47,35 @@ Where an example came from (``position``, for the note of an error raised on it 
 ``"replay"`` mode, ``last``; in the others nothing is recorded per example, but each pass keeps the
 generator's state at each block of draws (``Trail``, ``shuffle_trail.py``; outside the state), from which a note works
 out which input the example was and asks the input where that one was read (``Node.position_back``).
+
+This module is the node: its parameters, state, validation, loading, shards and capabilities. Its
+passes are mixins, one per kind of buffer: ``shuffle_examples.py`` the hot loop over stored
+examples (``"examples"``, ``"drop"``, with decoding deferred past the buffer), ``shuffle_replay.py``
+the ``"replay"`` loop over positions.
 """
 
 from __future__ import annotations
 
-from functools import partial
-from itertools import chain
 from threading import get_ident
 from typing import Iterator
-from zlib import crc32
 
-from ..state import (CHUNK, CHUNK_BITS, DroppedChunks, ExampleChunks, ExampleList, PositionList, copy_example,
-                     is_position, journaling, position_entry)
-from .base import Node, add_context
+from ..state import CHUNK, DroppedChunks, ExampleChunks, ExampleList, PositionList
+from .base import Node
 from .checks import as_int, check_bool, check_epoch, check_examples, check_int, check_rng
-from .shuffle_trail import UNKNOWN_ROW, Trail
-from .seeds import DrawnSeed, resolve_seed, rng_from_seed, rng_from_state, split_seed
-from .replay import DIGEST_MASK, buffer_digest, replay_buffer, require_replay_support, slot_hash
-from .worker_positions import buffer_entries, pass_input, reread_positions, rereadable, stop_deriving
+from .replay import require_replay_support
+from .seeds import DrawnSeed, resolve_seed, rng_from_seed, split_seed
+from .shuffle_examples import ExampleBuffer, flat_entries
+from .shuffle_replay import ReplayBuffer
+from .shuffle_trail import BLOCK, UNKNOWN_ROW, Trail
+from .worker_positions import buffer_entries
 
-BLOCK = 1024
-
-
-def _flatten(buffer: list) -> list | None:
-    """The entries of a buffer given as chunks (lists) or flat (examples and positions, which are
-    dicts); ``None`` if it mixes them."""
-    if all(isinstance(x, dict) for x in buffer):
-        return list(buffer)
-    if all(isinstance(x, list) for x in buffer):
-        return [ex for ch in buffer for ex in ch]
-    return None
+__all__ = ["BLOCK", "BUFFER_STATES", "ShuffleNode"]  # BLOCK: defined in shuffle_trail.py, also here
 
 
 BUFFER_STATES = ("examples", "drop", "replay")
 
 
-def _note_decoding_error(e: Exception, how: str) -> None:
-    add_context(e, f"in shuffle: decoding a buffered example as it left the buffer{how}; the state keeps it, so "
-                   "a state taken now decodes it again first")
-
-
-class ShuffleNode(DrawnSeed, Node):
+class ShuffleNode(ExampleBuffer, ReplayBuffer, DrawnSeed, Node):
     kind = "shuffle"
     added_fields = frozenset(("received",))  # ``received`` (replay mode): absent from states of earlier releases
     _trail: Trail | None = None  # the other modes: what a pass leaves for ``position`` (``Trail``)
@@ -193,7 +181,7 @@ class ShuffleNode(DrawnSeed, Node):
         check_examples(buffer, where, "buffer")
         if self.buffer_state == "examples":
             # chunks of examples, or (as written before chunking) a flat list of examples
-            entries = _flatten(buffer)
+            entries = flat_entries(buffer)
             if entries is None:
                 raise ValueError(f"{where}: 'buffer' must be a list of examples or of chunks (lists of examples)")
             n = len(entries)
@@ -208,36 +196,6 @@ class ShuffleNode(DrawnSeed, Node):
         elif self.buffer_state == "drop" and not all(isinstance(ex, dict) for ex in state["buffer"]):
             raise ValueError(f"{where}: every buffered example must be an object")
 
-    def _validate_entries(self, entries: list, where: str) -> None:
-        """Buffered examples (objects) and, where this pipeline can re-read them, positions."""
-        check = self.children[0].check_provenance
-        can_reread = None
-        for k, ex in enumerate(entries):
-            if is_position(ex):
-                if can_reread is None:
-                    can_reread = self._rereadable()
-                if not can_reread:
-                    raise ValueError(f"{where}: buffer entry {k} is a position, but this pipeline cannot re-read its "
-                                     "examples from their positions (only examples can be loaded here)")
-                check(ex["at"], f"{where}.buffer[{k}].at")
-            elif not isinstance(ex, dict):
-                raise ValueError(f"{where}: every buffered example must be an object")
-
-    def _validate_replay(self, state: dict, where: str) -> None:
-        check_int(state, "digest", where, hi=2**64 - 1)
-        if "received" in state:
-            check_bool(state, "received", where)
-            if state["received"] and state["draining"]:
-                raise ValueError(f"{where}: 'received' is set while the buffer drains (nothing is received then)")
-        check = self.children[0].check_provenance
-        for i, prov in enumerate(state["buffer"]):
-            check(prov, f"{where}.buffer[{i}]")
-        if state["last"] is not None:
-            check(state["last"], f"{where}.last")
-        if buffer_digest(state["buffer"]) != state["digest"]:
-            raise ValueError(f"{where}: the buffered positions do not match their digest: the state was edited "
-                             "or damaged")
-
     def _load_own(self, state: dict) -> None:
         super()._load_own(state)
         self._trail = None  # it holds the buffer replaced: not kept alive until the next pass
@@ -247,7 +205,7 @@ class ShuffleNode(DrawnSeed, Node):
             st["received"] = state.get("received", False)  # absent from states of earlier releases
         else:
             cls = ExampleChunks if self.buffer_state == "examples" else DroppedChunks
-            flat = _flatten(buffer_entries(st["buffer"], self.buffer_size, BLOCK, "state"))
+            flat = flat_entries(buffer_entries(st["buffer"], self.buffer_size, BLOCK, "state"))
             st["buffer"] = cls(flat[k:k + CHUNK] for k in range(0, len(flat), CHUNK))
             st["buffer"].owned[:] = b"\x01" * len(st["buffer"])  # fresh chunks
             # its examples count as shared with the loaded state (``born`` starts at -1)
@@ -263,319 +221,6 @@ class ShuffleNode(DrawnSeed, Node):
             return self._iter_examples()
         self.children[0].defer_decoding(self._state_dict["retry"] is not None)
         return self._iter_decoded()
-
-    def _iter_decoded(self) -> Iterator[dict]:
-        """``_iter_examples`` over undecoded examples, each decoded as it leaves the buffer. If
-        decoding raises (or a Ctrl-C lands in it), the example stays in ``retry``: a state taken then
-        decodes it again first. The decoder leaves decoded examples as they are: after loading a state
-        saved before decoding was deferred (``retry`` ``None``), the source decodes and the buffer may
-        hold both kinds."""
-        st = self._state_dict
-        decode = self.children[0].deferrable_decoder()
-        if st["retry"]:
-            empty = ExampleList()
-            try:
-                out = decode(copy_example(st["retry"][0]))  # a state copy may share the stored one
-            except BaseException as e:
-                _note_decoding_error(e, " (retried from the state)")
-                raise
-            st["retry"] = empty
-            yield out
-        for ex in self._iter_examples():
-            try:
-                out = decode(ex)
-            except BaseException as e:
-                st["retry"] = ExampleList([ex])
-                _note_decoding_error(e, "")
-                raise
-            yield out
-
-    def _iter_examples(self) -> Iterator[dict]:
-        """The buffer of examples (``"examples"`` and ``"drop"``), held in chunks: example ``i`` is
-        ``buf[i >> CHUNK_BITS][i & mask]``; a chunk shared with a state copy is copied before it is
-        written (see ``ExampleChunks``). Once full, each incoming example replaces the one at a
-        random index, which is yielded; when the input ends, the rest is permuted once and popped.
-        An example that entered before the last state copy may be shared with that state: it is
-        yielded as a copy (``copy_example``), so that editing it in place cannot change the state.
-
-        A Ctrl-C (``KeyboardInterrupt``) is raised as the next call returns, wherever the loop is: so
-        the loop prepares each step before it reads (the draw, the chunk to write, the copy of the
-        example leaving) and calls nothing between receiving an example (a ``for`` loop's, which has
-        no check point) and storing it, nor between storing it and yielding the one it replaces.
-
-        In a DataLoader worker, a pass may log its examples as positions (``worker_positions.py``):
-        ``positions`` then holds each slot's position and the logs record those."""
-        st = self._state_dict
-        buf = st["buffer"]
-        owned = buf.owned
-        born = buf.start()
-        record = buf.recording = journaling()  # a DataLoader worker: record writes for logs
-        pending = buf.pending
-        size = self.buffer_size
-        mask = CHUNK - 1
-        reread = reread_positions(self.children[0], buf)
-        if not st["draining"]:
-            start = st["rng"]
-            rng = rng_from_state(start)
-            block = rng.integers(0, size, size=BLOCK).tolist()
-            pos = st["rng_pos"]
-            n = len(born)
-            trail = self._trail = Trail(buf, n, start, pos, size, BLOCK)  # for ``position`` (nothing per example)
-            trail.resolve = partial(self._traced_position, trail)
-            source, provenance = pass_input(self.children[0], buf, reread, record and self._logs_positions(),
-                                            (st["rng"], pos, size, BLOCK))
-            source = iter(source)
-            positions = buf.positions
-            drv = buf.derived
-            if drv is not None:
-                record = buf.recording = False  # no log to take while the buffer is derived
-            w = None
-            while n < size:  # the buffer fills
-                # prepare the step (calls allowed: nothing is held yet)
-                tail = buf[-1] if buf and len(buf[-1]) < CHUNK else None  # the chunk to append to
-                if tail is not None and not owned[-1]:
-                    tail = buf[-1] = tail.copy()
-                    owned[-1] = 1
-                for ex in source:
-                    break
-                else:
-                    break  # the input ended
-                if provenance is not None:  # a DataLoader worker's pass (it takes no Ctrl-C)
-                    p = provenance()  # read at once: the nodes below still describe this example
-                    if drv is not None:
-                        if drv.inputs >= drv.limit:
-                            drv.rebase(st["rng"], st["rng_pos"])
-                        if drv.add(p):
-                            p = None  # counted: nothing to log for its slot
-                        else:  # not a position that runs on: log the slots from now on
-                            positions, record = stop_deriving(buf), True
-                            drv = None
-                    w = None if p is None else position_entry(p)  # unknown: logged by value
-                if tail is not None:
-                    tail.append(ex)  # stored: a Ctrl-C as append returns loses nothing
-                else:
-                    buf.append([ex])
-                    owned.append(1)
-                if record:
-                    pending[n] = ex if w is None else w
-                if positions is not None:
-                    positions.append(w)
-                born.append(buf.gen)
-                n += 1
-            trail.filled = n - trail.n0
-            if n >= size:  # the buffer mixes (never more than full: validated)
-                # the step is prepared before the read (calls allowed: nothing is held yet), here for
-                # the first step and at the end of the loop for the next: a ``for`` loop reads faster
-                if pos == BLOCK:  # the state takes the new block's start with its first draw
-                    start = rng.bit_generator.state
-                    trail.add(start)
-                    block = rng.integers(0, size, size=BLOCK).tolist()
-                    pos = 0
-                i = block[pos]
-                c = i >> CHUNK_BITS
-                ch = buf[c]
-                if not owned[c]:
-                    ch = buf[c] = ch.copy()
-                    owned[c] = 1
-                j = i & mask
-                out = ch[j]
-                gen = buf.gen
-                if born[i] != gen:
-                    out = copy_example(out)
-                logged = record or provenance is not None  # a DataLoader worker (it takes no Ctrl-C)
-                for ex in source:
-                    if logged:
-                        if provenance is not None:
-                            p = provenance()  # read at once: the nodes below still describe this example
-                            if drv is not None:
-                                if drv.inputs >= drv.limit:
-                                    drv.rebase(st["rng"], st["rng_pos"])
-                                if drv.add(p):
-                                    p = None  # counted: nothing to log for its slot
-                                else:  # not a position that runs on: log the slots from now on
-                                    positions, record = stop_deriving(buf), True
-                                    drv = None
-                            w = None if p is None else position_entry(p)  # unknown: logged by value
-                        # from the first store to the yield nothing is called (no check point for a Ctrl-C)
-                        if record:
-                            pending[i] = ex if w is None else w
-                        if positions is not None:
-                            positions[i] = w
-                    ch[j] = ex
-                    pos += 1
-                    if pos == 1:  # the first draw of a block: the state takes the block's start with it
-                        st["rng"] = start
-                    st["rng_pos"] = pos
-                    born[i] = gen
-                    yield out
-                    # prepare the next step, as above
-                    if pos == BLOCK:
-                        start = rng.bit_generator.state
-                        trail.add(start)
-                        block = rng.integers(0, size, size=BLOCK).tolist()
-                        pos = 0
-                    i = block[pos]
-                    c = i >> CHUNK_BITS
-                    ch = buf[c]
-                    if not owned[c]:
-                        ch = buf[c] = ch.copy()
-                        owned[c] = 1
-                    j = i & mask
-                    out = ch[j]
-                    gen = buf.gen
-                    if born[i] != gen:
-                        out = copy_example(out)
-            if drv is not None:  # the buffer drains: its slots are logged from now on
-                positions = stop_deriving(buf)
-            flat = [ex for ch in buf for ex in ch]
-            order = rng_from_seed(st["seed"], st["epoch"], 2).permutation(len(flat)).tolist()
-            trail.steps = trail.steps_at(st["rng"], st["rng_pos"])
-            trail.drain_len, trail.order = len(flat), order
-            flat = [flat[i] for i in order]
-            chunks = [flat[k:k + CHUNK] for k in range(0, len(flat), CHUNK)]
-            moved = None if positions is None else [positions[i] for i in order]
-            born[:] = [born[i] for i in order]
-            buf.reordered(order)
-            # the permuted buffer and the flag together (nothing called between: a Ctrl-C in
-            # between would permute the buffer twice on resume)
-            buf[:] = chunks
-            st["draining"] = True
-            if moved is not None:
-                positions[:] = moved
-            owned[:] = b"\x01" * len(buf)
-        else:
-            buf.positions = reread if record and self._logs_positions() else None
-        positions = buf.positions
-        while buf:
-            k = len(buf) - 1
-            ch = buf[k]
-            if not owned[k]:
-                ch = buf[k] = ch.copy()
-                owned[k] = 1
-            ex = ch[-1]
-            if born[-1] != buf.gen:
-                ex = copy_example(ex)
-            # from taking it out to the yield nothing is called (no check point for a Ctrl-C)
-            del ch[-1]
-            if not ch:
-                del buf[-1]
-                del owned[-1]
-            if positions is not None:
-                del positions[-1]
-            del born[-1]
-            yield ex
-
-    # -- examples logged as positions in DataLoader workers (see ``worker_positions.py``)
-    def _rereadable(self) -> bool:
-        return self.buffer_state == "examples" and rereadable(self.children[0])
-
-    def _logs_positions(self) -> bool:
-        return self.worker_positions and self._rereadable()
-
-    def _live_buffer(self) -> tuple[list, list, list]:
-        """The examples of a replay-mode buffer, re-read from the sources after a load."""
-        buf = self._state_dict["buffer"]
-        live = self._live
-        if live is None or live[0] is not buf:  # loaded, reset or cloned since: re-read
-            examples = replay_buffer(self.children[0], buf) if buf else []
-            live = self._live = (buf, examples, [slot_hash(i, p) for i, p in enumerate(buf)])
-        return live
-
-    def _iter_replay(self) -> Iterator[dict]:
-        """``_iter_examples`` keeping the examples beside the state and their positions in it.
-        ``last`` (in the state) is where the last example yielded came from, since a node above
-        may still hold that example when a state is taken (a map retrying it after an error).
-
-        A Ctrl-C (``KeyboardInterrupt``, raised as the next call returns) can land between receiving
-        an example and storing where it came from, which takes calls (``provenance()``, its hash):
-        ``received`` is set right as the example is received (a ``for`` loop's, no check point) and
-        cleared together with its store, with nothing called from there to the ``yield``. A state
-        whose ``received`` is set resumes by re-reading that example first: the nodes below still
-        describe it (nothing was read after it), so its provenance is read from their states."""
-        st = self._state_dict
-        buf, exs, hs = self._live_buffer()
-        size = self.buffer_size
-        record = buf.recording = journaling()  # a DataLoader worker: record writes for logs
-        pending = buf.pending
-        if not st["draining"]:
-            provenance = self.children[0].provenance_reader()
-            start = st["rng"]
-            rng = rng_from_state(start)
-            block = rng.integers(0, size, size=BLOCK).tolist()
-            pos = st["rng_pos"]
-            digest = st["digest"]
-            n = len(buf)
-            source = self.children[0]
-            if st["received"]:  # received before a Ctrl-C, not stored: read again, placed first
-                source = chain((self._reread_received(provenance),), source)
-            for ex in source:
-                st["received"] = True  # nothing called since it was received
-                p = provenance()  # read at once: the nodes below still describe this example
-                if n < size:
-                    h = slot_hash(n, p)
-                    new = (digest + h) & DIGEST_MASK
-                    # from here to the store of ``received`` nothing is called (no check point for a Ctrl-C)
-                    buf[n:] = (p,)
-                    exs[n:] = (ex,)
-                    hs[n:] = (h,)
-                    if record:
-                        pending[n] = p
-                    st["digest"] = digest = new
-                    st["received"] = False
-                    n += 1
-                    continue
-                if pos == BLOCK:  # the state takes the new block's start with its first draw
-                    start = rng.bit_generator.state
-                    block = rng.integers(0, size, size=BLOCK).tolist()
-                    pos = 0
-                i = block[pos]
-                out = exs[i]
-                h = crc32(repr(p).encode(), i & 0xFFFFFFFF)  # = slot_hash(i, p), inlined
-                new = (digest - hs[i] + h) & DIGEST_MASK
-                # from here to the yield nothing is called (no check point for a Ctrl-C)
-                st["last"] = buf[i]
-                buf[i] = p
-                if record:
-                    pending[i] = p
-                exs[i] = ex
-                hs[i] = h
-                pos += 1
-                st["rng"], st["rng_pos"] = start, pos
-                st["digest"] = digest = new
-                st["received"] = False
-                yield out
-            order = rng_from_seed(st["seed"], st["epoch"], 2).permutation(len(buf)).tolist()
-            moved = [buf[i] for i in order]
-            moved_exs = [exs[i] for i in order]
-            moved_hs = [slot_hash(i, p) for i, p in enumerate(moved)]
-            digest = sum(moved_hs) & DIGEST_MASK
-            buf.reordered(order)
-            # the permuted buffer and the flag together (nothing called between: a Ctrl-C in
-            # between would permute the buffer twice on resume)
-            buf[:] = moved
-            exs[:] = moved_exs
-            hs[:] = moved_hs
-            st["digest"] = digest
-            st["draining"] = True
-        while buf:
-            k = len(buf) - 1
-            out = exs[k]
-            last = buf[k]
-            digest = (st["digest"] - hs[k]) & DIGEST_MASK
-            # from taking it out to the yield nothing is called (no check point for a Ctrl-C)
-            del buf[k]
-            del exs[k]
-            del hs[k]
-            st["last"] = last
-            st["digest"] = digest
-            yield out
-
-    def _reread_received(self, provenance) -> dict:
-        """The example a Ctrl-C left ``received`` (not stored), read again at the position the
-        nodes below still describe."""
-        p = provenance()
-        self.children[0].check_provenance(p, "state (shuffle).received")
-        return self.children[0].reread([p])[0]
 
     def position(self) -> dict | None:
         """Where the last example yielded came from, for the note of an error raised on it above

@@ -20,6 +20,9 @@ from .seeds import rng_from_state
 #: cannot be worked out (``ShuffleNode.position``)
 UNKNOWN_ROW = ("source row not known: it came out of a shuffle buffer, which keeps its examples without where they "
                "were read; shuffle(..., buffer_state='replay') keeps that too, and the note then names it")
+#: random indices are drawn in blocks of this many (a state's ``rng_pos`` counts the draws used of the
+#: block that starts at its ``rng``); also ``nodes.shuffle.BLOCK``
+BLOCK = 1024
 #: the most block starts a pass keeps for ``position`` (a slot last drawn before them is not traced)
 MAX_TRAIL = 4096
 
