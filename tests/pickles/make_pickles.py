@@ -34,23 +34,37 @@ def cases():
     yield "drop shuffle", base.shuffle(seed=2, buffer_size=5, buffer_state="drop").select_columns(["id"])
     yield "info+format", ri.IterableDataset.from_hf(Dataset.from_dict(cols, info=info, split="train")).with_format("numpy")
     yield "decode+columns", base.rename_column("t", "text").decode(False).shuffle(seed=1, buffer_size=4).take(20)
+    # an elastic plan loaded (2 ranks -> 3): the dataset holds the node that runs its segments
+    sharded = ri.IterableDataset.from_dict(cols, num_shards=4).shuffle(seed=1, buffer_size=3)
+    states = []
+    for r in range(2):
+        part = ri.split_dataset_by_node(sharded, r, 2)
+        it = iter(part)
+        for _ in range(4):
+            next(it)
+        states.append(json.loads(json.dumps(part.state_dict())))
+    planned = ri.split_dataset_by_node(sharded, 0, 3)
+    planned.load_state_dict(ri.redistribute_states(states, 3)[0])
+    yield "elastic plan loaded", planned
 
 
 def main(commit):
     out = []
     for name, ds in cases():
-        full = [plain(x) for x in ds]
+        blob = pickle.dumps(ds)  # before it is iterated
+        full = [plain(x) for x in pickle.loads(blob)]
         cut = len(full) // 3
-        it = iter(ds)
+        part = pickle.loads(blob)
+        it = iter(part)
         for _ in range(cut):
             next(it)
-        state = json.loads(json.dumps(ds.state_dict()))
-        loaded = pickle.loads(pickle.dumps(ds))
+        state = json.loads(json.dumps(part.state_dict()))
+        loaded = pickle.loads(blob)
         loaded.load_state_dict(state)  # a dataset pickled with a loaded state
-        resumed = pickle.loads(pickle.dumps(ds))
+        resumed = pickle.loads(blob)
         resumed.load_state_dict(state)
         tail = [plain(x) for x in resumed]  # the rest of full, except where the state drops the buffer
-        out.append({"name": name, "dataset": pickle.dumps(ds), "loaded": pickle.dumps(loaded), "full": full,
+        out.append({"name": name, "dataset": blob, "loaded": pickle.dumps(loaded), "full": full,
                     "state": state, "tail": tail})
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"datasets_{commit}.pkl")
     with open(path, "wb") as f:

@@ -16,9 +16,10 @@ from .. import state as _state
 from ..distributed import deal_of, effective_worker, ranks_of, split_deal, split_for_process
 from ..nodes.base import Node
 from . import hooks
-from .elastic import build_plan_node, deal
+from .elastic import deal
 from .loader_state import DATASET_STATE, SNAPSHOT, WORKER_SNAPSHOTS, loader_num_workers, worker_key
 from .plan import describe_split, is_plan, make_plan, state_segments
+from .segments import build_plan_node
 
 
 def drawn_seeds(template: Node) -> list[list[int]]:

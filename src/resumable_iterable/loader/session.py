@@ -30,7 +30,7 @@ from .. import state as _state
 from ..distributed import current_worker
 from ..nodes.base import Node
 from . import hooks
-from .elastic import SegmentsNode, plan_state
+from .segments import SegmentsNode, plan_state
 from .resume import (drawn_seeds, fresh_node, load_node, seeds_to_adopt, split_description, validate_loader_state,
                      worker_part)
 
