@@ -6,17 +6,21 @@ Checks of the setting (``check_dispatch``, ``warn_if_not_ours``), the options it
 loader before its workers start (``save_worker_rng``, which also wraps a collator with a generator of its
 own, ``inline_small_tensors``, ``drop_iterator``),
 the main process's random generators without workers (``MainRng``) and the epoch numbering after a
-resume (``shift_epochs``)."""
+resume (``shift_epochs``); on resume, putting the loader where a checkpoint's data state says
+(``load_data_state``; another worker count re-dealt by ``fit_workers``)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from ..loader.loader_state import DATASET_STATE, SNAPSHOT, WORKER_SNAPSHOTS, loader_num_workers, worker_key
+from ..loader.loader_state import (DATASET_STATE, ITERATOR_FINISHED, SNAPSHOT, WORKER_SNAPSHOTS, loader_num_workers,
+                                   worker_key)
 from ..loader.session import IterationSession
+from ..state import find_documents
 from .torch.transport import InlineSmallTensors
-from .torch.worker_rng import decode_rng_state, decode_worker_rng, rng_state, set_rng_state, wrap_collator
+from .torch.worker_rng import (decode_collator_entry, decode_rng_state, decode_worker_rng, rng_state, set_rng_state,
+                               wrap_collator)
 
 logger = logging.getLogger("resumable_iterable")
 
@@ -239,3 +243,75 @@ def shift_epochs(loader: Any, first_epoch: int) -> None:
             loader.iteration = epoch
 
     loader.set_epoch = set_epoch
+
+
+def load_data_state(loader: Any, payload: dict, name: str, main_rng: MainRng | None) -> bool:
+    """Put the Trainer's training ``loader`` where the checkpoint's data state ``payload`` (read
+    from the file ``name``: ``trainer_checkpoint.read_payload``) says: its loader state (re-dealt
+    for another worker count: :func:`fit_workers`), or, for a pass that had ended, a fresh iterator;
+    the generators saved with ``save_worker_rng`` (``main_rng``: the callback's :class:`MainRng`,
+    without workers); the seeds a seedless pipeline drew; the epoch numbering. Everything is
+    checked before anything is loaded. Returns whether the saved pass had ended."""
+    loader_state = payload["loader_state"]
+    finished = bool(isinstance(loader_state, dict) and loader_state.get(ITERATOR_FINISHED))
+    saved_rng = None
+    if payload.get("main_rng") is not None and main_rng is not None and not finished:
+        saved_rng = decode_rng_state(payload["main_rng"], f"{name}: 'main_rng'")  # checked before anything is loaded
+    epochs = [env["epoch"] for _, env in find_documents(loader_state) if type(env.get("epoch")) is int]
+    session = getattr(getattr(base_loader(loader), "dataset", None), "session", None)
+    # without workers, the collator's own generator when the checkpoint was saved: after the
+    # batch accelerate read ahead (collated with the one in the data state) and any evaluation
+    # that collated with it; with persistent workers and a pass that had ended (not loaded),
+    # each worker's generators. All checked before anything loads.
+    at_save = worker_rng = None
+    if (payload.get("collator_rng") is not None and isinstance(session, IterationSession)
+            and session.collator_rng is not None and getattr(base_loader(loader), "num_workers", None) == 0):
+        at_save = decode_collator_entry(payload["collator_rng"], f"{name}: 'collator_rng'")
+    if finished and isinstance(session, IterationSession):
+        worker_rng = ended_pass_worker_rng(loader, loader_state, name)
+    # a pipeline built without a seed draws its later epochs from the saved run's seeds (the
+    # workers of those epochs start from this process's pipeline, which loads no state itself)
+    seeds = session.saved_seeds(loader_state) if isinstance(session, IterationSession) else []
+    if not finished:
+        loader.load_state_dict(fit_workers(loader, loader_state))
+    else:
+        # a pass that had ended needs no state: the next pass starts from the beginning, with
+        # the next epoch. Drop the iterator accelerate created when it built the loader (it
+        # would start its pass with the epoch of that moment).
+        drop_iterator(loader)
+    if saved_rng is not None:
+        main_rng.splice(saved_rng)
+    if at_save is not None:
+        if main_rng is not None and not finished:  # accelerate collates that batch again first
+            session.collator_rng.after_next_batch(at_save)
+        else:  # nothing read ahead (a loader of the user's own, or the pass had ended)
+            session.collator_rng.before_next_batch(payload["collator_rng"], at_save)
+    if worker_rng:
+        session.set_next_pass_rng(worker_rng, base_loader(loader).num_workers)
+    if seeds:
+        session.adopt_seeds(seeds)
+    if epochs and callable(getattr(loader, "set_epoch", None)):
+        shift_epochs(loader, max(epochs) + (1 if finished else 0))
+    return finished
+
+
+def fit_workers(loader: Any, loader_state: Any) -> Any:
+    """A loader state saved with another ``dataloader_num_workers``, re-dealt for this loader
+    (elastic resume: the rest of the epoch is still read exactly once; see ``loader/elastic.py``)."""
+    want = getattr(base_loader(loader), "num_workers", None)
+    if not isinstance(want, int) or not isinstance(loader_state, dict):
+        return loader_state
+    from ..loader.elastic import remap_loader_state
+
+    try:
+        saved = loader_num_workers(loader_state)
+    except (TypeError, ValueError):
+        return loader_state  # not a torchdata state: the loader judges it
+    if saved == want:
+        return loader_state
+    logger.info("ResumableDataCallback: the checkpoint was written with %d DataLoader workers, this run "
+                "has %d: the rest of the epoch is re-dealt among them (elastic resume)", saved, want)
+    remapped = remap_loader_state(loader_state, want)
+    if ITERATOR_FINISHED in loader_state:
+        remapped.setdefault(ITERATOR_FINISHED, loader_state[ITERATOR_FINISHED])
+    return remapped

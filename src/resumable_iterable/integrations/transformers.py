@@ -45,6 +45,11 @@ Another ``dataloader_num_workers`` at resume than at save is handled by elastic 
 Epochs: for a dataset without ``__len__`` the Trainer restarts its epoch counter at 0 when it
 resumes. The callback maps the Trainer's epoch numbers back onto the dataset's, so each new pass
 after a resume is shuffled with the same ``(seed, epoch)`` as in the uninterrupted run.
+
+Where the parts live: this module is the callback (the Trainer's events, capturing and writing
+the state); ``trainer_checkpoint.py`` the data-state file (its name per process, its format, and how
+a resume finds it and matches it with ``trainer_state.json``); ``trainer_loader.py`` what the
+callback does to the Trainer's loader (its options, and putting it where a data state says).
 """
 
 from __future__ import annotations
@@ -54,25 +59,17 @@ import os
 from typing import Any, Iterator
 
 from transformers.trainer_callback import ExportableState, TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..loader.loader_state import ITERATOR_FINISHED, loader_num_workers
 from ..loader.session import IterationSession
-from ..state import TRAINER_FORMAT, find_documents
-from ..state_files import EncodedState, encode_state, load_state, read_state_file, state_file_digest
-from . import trainer_loader
+from ..state import find_documents
+from ..state_files import EncodedState, encode_state
+from . import trainer_checkpoint, trainer_loader
 from .torch.transport import INLINE_MAX_BYTES, check_inline_bytes
-from .torch.worker_rng import decode_collator_entry, decode_rng_state
+# the data-state file (its name, format and where a resume finds it: trainer_checkpoint.py)
+from .trainer_checkpoint import FORMAT, STATE_FILE, TRAINER_STATE_FILE, VERSION
 
 logger = logging.getLogger("resumable_iterable")
 
-#: name of the data-state file written into each checkpoint folder (process 0)
-STATE_FILE = "resumable_iterable_state.json"
-#: ``format`` entry of that file
-FORMAT = TRAINER_FORMAT
-VERSION = 1
-#: the Trainer's own state file in a checkpoint folder (written after the data state)
-TRAINER_STATE_FILE = "trainer_state.json"
 #: attribute by which the first callback of ours to start a train() marks the Trainer's state
 _MARK = "_resumable_iterable_callback"
 
@@ -155,10 +152,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
 
     def file_name(self, process_index: int = 0) -> str:
         """The data-state file name for a process."""
-        if process_index == 0:
-            return self.filename
-        stem, ext = os.path.splitext(self.filename)
-        return f"{stem}.rank{process_index}{ext}"
+        return trainer_checkpoint.state_file_name(self.filename, process_index)
 
     # ------------------------------------------------------------------ ExportableState
     def state(self) -> dict:
@@ -178,7 +172,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
             else:
                 self._collator_since_capture(step)
             self.data_state_sha256 = self._pending[1].digest
-            folder = self._folder(self._args, step)
+            folder = trainer_checkpoint.checkpoint_folder(self._args, step)
             # Only into a checkpoint being written: its folder exists (not under a hyperparameter
             # search: on_save says so) and its trainer_state.json does not yet. The Trainer also
             # asks when a new train() starts, and after a train() that raised the callback still
@@ -287,7 +281,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         if self._written == state.global_step:  # by state(), before trainer_state.json
             self._pending = None
             return
-        folder = self._folder(args, state.global_step)
+        folder = trainer_checkpoint.checkpoint_folder(args, state.global_step)
         if not os.path.isdir(folder):
             raise RuntimeError(
                 f"ResumableDataCallback: the checkpoint folder {folder!r} does not exist; the data state cannot "
@@ -314,11 +308,6 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         self._captured = None
 
     # ------------------------------------------------------------------ internals
-    @staticmethod
-    def _folder(args: Any, step: int) -> str:
-        """The folder of the checkpoint of ``step``."""
-        return os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}")
-
     def _capture(self, global_step: int, process: int, processes: int) -> EncodedState:
         """The loader's state, fully encoded (nothing written yet); raises if it cannot be saved."""
         base = trainer_loader.base_loader(self._loader)
@@ -364,53 +353,12 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         session = getattr(getattr(trainer_loader.base_loader(self._loader), "dataset", None), "session", None)
         return session.collator_rng if isinstance(session, IterationSession) else None
 
-    def _candidates(self, args, state) -> list[str]:
-        out = []
-        hint = getattr(args, "resume_from_checkpoint", None)
-        if isinstance(hint, str) and hint:
-            out.append(hint)
-        out.append(self._folder(args, state.global_step))
-        if len(out) == 2 and os.path.normpath(out[0]) == os.path.normpath(out[1]):
-            del out[1]  # the same folder: looked at once
-        return out
-
-    def _expected_digest(self, state) -> str | None:
-        entry = (state.stateful_callbacks or {}).get(type(self).__name__)
-        if isinstance(entry, list):
-            entry = entry[0] if entry else None
-        if not isinstance(entry, dict):
-            raise ValueError(
-                f"ResumableDataCallback: the checkpoint of step {state.global_step} was written without this "
-                "callback, so it holds no data state. Resume it without the callback (and with "
-                "ignore_data_skip=False, to let the Trainer skip the consumed batches), or restart training."
-            )
-        digest = (entry.get("attributes") or {}).get("data_state_sha256")
-        if digest is None:
-            raise ValueError(
-                f"ResumableDataCallback: the checkpoint of step {state.global_step} records no data state "
-                "(the callback saw no training DataLoader when it was written)"
-            )
-        return digest
-
     def _restore(self, args, state, loader) -> None:
         process = args.process_index
-        expected = self._expected_digest(state) if process == 0 else None
+        expected = trainer_checkpoint.expected_digest(state, type(self).__name__) if process == 0 else None
         name = self.file_name(process)
-        looked, found = [], None
-        for folder in self._candidates(args, state):
-            path = os.path.join(folder, name)
-            if not os.path.isfile(path):
-                looked.append(f"{path} (missing)")
-                continue
-            try:
-                digest = state_file_digest(path)
-            except ValueError:
-                digest = None  # damaged: load_state below says how, if the digest is not checked
-            if expected is not None and digest != expected:
-                looked.append(f"{path} ({_mismatch(path, state.global_step)})")
-                continue
-            found = path
-            break
+        found, looked = trainer_checkpoint.find_state_file(trainer_checkpoint.candidate_folders(args, state), name,
+                                                           expected, state.global_step)
         if found is None and process > 0 and type(loader).__name__ == "DataLoaderDispatcher":
             # accelerate feeds every process from process 0's loader (see trainer_loader.check_dispatch): this
             # process's loader is never read, its file holds no position. Missing - the checkpoint
@@ -425,87 +373,7 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
                 f"{state.global_step}); looked at: {'; '.join(looked)}. If the checkpoint is outside output_dir, "
                 "also set TrainingArguments(resume_from_checkpoint=<that folder>)."
             )
-        payload = load_state(found)
-        if not isinstance(payload, dict) or payload.get("format") != FORMAT or payload.get("version") != VERSION:
-            raise ValueError(f"ResumableDataCallback: {name} is not a data state of format {FORMAT} v{VERSION}")
-        if payload.get("global_step") != state.global_step:
-            raise ValueError(f"ResumableDataCallback: {name} was written at step {payload.get('global_step')}, "
-                             f"but the checkpoint is at step {state.global_step}")
-        loader_state = payload["loader_state"]
-        finished = bool(isinstance(loader_state, dict) and loader_state.get(ITERATOR_FINISHED))
-        main_rng = None
-        if payload.get("main_rng") is not None and self._main_rng is not None and not finished:
-            main_rng = decode_rng_state(payload["main_rng"], f"{name}: 'main_rng'")  # checked before anything is loaded
-        epochs = [env["epoch"] for _, env in find_envelopes(loader_state) if type(env.get("epoch")) is int]
-        session = getattr(getattr(trainer_loader.base_loader(loader), "dataset", None), "session", None)
-        # without workers, the collator's own generator when the checkpoint was saved: after the
-        # batch accelerate read ahead (collated with the one in the data state) and any evaluation
-        # that collated with it; with persistent workers and a pass that had ended (not loaded),
-        # each worker's generators. All checked before anything loads.
-        at_save = worker_rng = None
-        if (payload.get("collator_rng") is not None and isinstance(session, IterationSession)
-                and session.collator_rng is not None and getattr(trainer_loader.base_loader(loader), "num_workers", None) == 0):
-            at_save = decode_collator_entry(payload["collator_rng"], f"{name}: 'collator_rng'")
-        if finished and isinstance(session, IterationSession):
-            worker_rng = trainer_loader.ended_pass_worker_rng(loader, loader_state, name)
-        # a pipeline built without a seed draws its later epochs from the saved run's seeds (the
-        # workers of those epochs start from this process's pipeline, which loads no state itself)
-        seeds = session.saved_seeds(loader_state) if isinstance(session, IterationSession) else []
-        if not finished:
-            loader.load_state_dict(self._fit_workers(loader, loader_state))
-        else:
-            # a pass that had ended needs no state: the next pass starts from the beginning, with
-            # the next epoch. Drop the iterator accelerate created when it built the loader (it
-            # would start its pass with the epoch of that moment).
-            trainer_loader.drop_iterator(loader)
-        if main_rng is not None:
-            self._main_rng.splice(main_rng)
-        if at_save is not None:
-            if self._main_rng is not None and not finished:  # accelerate collates that batch again first
-                session.collator_rng.after_next_batch(at_save)
-            else:  # nothing read ahead (a loader of the user's own, or the pass had ended)
-                session.collator_rng.before_next_batch(payload["collator_rng"], at_save)
-        if worker_rng:
-            session.set_next_pass_rng(worker_rng, trainer_loader.base_loader(loader).num_workers)
-        if seeds:
-            session.adopt_seeds(seeds)
-        if epochs and callable(getattr(loader, "set_epoch", None)):
-            trainer_loader.shift_epochs(loader, max(epochs) + (1 if finished else 0))
+        payload = trainer_checkpoint.read_payload(found, name, state.global_step)
+        finished = trainer_loader.load_data_state(loader, payload, name, self._main_rng)
         logger.info("ResumableDataCallback: restored the data state of step %d%s", state.global_step,
                     " (the pass had ended; the next one starts)" if finished else "")
-
-
-    @staticmethod
-    def _fit_workers(loader: Any, loader_state: Any) -> Any:
-        """A loader state saved with another ``dataloader_num_workers``, re-dealt for this loader
-        (elastic resume: the rest of the epoch is still read exactly once; see ``loader/elastic.py``)."""
-        want = getattr(trainer_loader.base_loader(loader), "num_workers", None)
-        if not isinstance(want, int) or not isinstance(loader_state, dict):
-            return loader_state
-        from ..loader.elastic import remap_loader_state
-
-        try:
-            saved = loader_num_workers(loader_state)
-        except (TypeError, ValueError):
-            return loader_state  # not a torchdata state: the loader judges it
-        if saved == want:
-            return loader_state
-        logger.info("ResumableDataCallback: the checkpoint was written with %d DataLoader workers, this run "
-                    "has %d: the rest of the epoch is re-dealt among them (elastic resume)", saved, want)
-        remapped = remap_loader_state(loader_state, want)
-        if ITERATOR_FINISHED in loader_state:
-            remapped.setdefault(ITERATOR_FINISHED, loader_state[ITERATOR_FINISHED])
-        return remapped
-
-
-def _mismatch(path: str, step: int) -> str:
-    """Why the data-state file at ``path``, whose digest is not the one ``trainer_state.json``
-    records for the checkpoint of ``step``, is not that checkpoint's: damaged, or another's."""
-    try:
-        payload = read_state_file(path)
-    except ValueError as e:
-        return f"damaged: {e}"
-    saved = payload.get("global_step") if isinstance(payload, dict) else None
-    if type(saved) is int and saved != step:
-        return f"written at step {saved}: it belongs to another checkpoint"
-    return "not the file trainer_state.json records: another run's, or edited"
