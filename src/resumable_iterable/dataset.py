@@ -9,11 +9,12 @@ and ``derive``. This module holds that description and the chaining methods (``m
 iterating it and its state (``__iter__``, ``iter``, ``state_dict``, ``load_state_dict``,
 ``set_epoch``...) from ``iteration.py``, which hands them to its
 :class:`~resumable_iterable.loader.session.IterationSession` (``loader/session.py``); its HF
-features (``cast``, ``cast_column``, ``decode``, ``resolve_features``) from ``casting.py``; its
-``info`` and ``split`` from ``info.py``; its file readers (``from_files``, ``from_parquet``,
-``from_json``...) from ``readers.py``, its constructors from Python objects (``from_generator``,
-``from_hf``, ``from_dict``, ``from_pandas``...) from ``constructors.py`` and its exports
-(``to_list``, ``to_parquet``, ``push_to_hub``...) from ``export.py``."""
+features (``cast``, ``cast_column``, ``decode``, ``resolve_features``) from ``casting.py``; what
+it says about itself (``features``, ``column_names``, ``num_shards``, ``info``, ``split``) from
+``info.py``; its file readers (``from_files``, ``from_parquet``, ``from_json``...) from
+``readers.py``, its constructors from Python objects (``from_generator``, ``from_hf``,
+``from_dict``, ``from_pandas``...) from ``constructors.py`` and its exports (``to_list``,
+``to_parquet``, ``push_to_hub``...) from ``export.py``."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from typing import Any, Callable
 
 from .casting import CastingMethods
 from .constructors import InMemoryConstructors
-from .distributed import check_rank_splits, check_strategy, rank_shards, ranks_of
+from .distributed import check_rank_splits, check_strategy, ranks_of
 from .export import ExportMethods
 from .features import batched_features, json_as_text
 from .info import InfoProperties
@@ -371,33 +372,6 @@ class IterableDataset(FileReaders, InMemoryConstructors, ExportMethods, Iteratio
         ``reshard``: Parquet files read one row group per shard, so that more DataLoader workers and
         ranks than files all read. Other sources keep their shards. Call it before ``shuffle``."""
         return self._derive(self._node.resharded(), features=self._features)
-
-    # ------------------------------------------------------------------ properties
-    @property
-    def num_shards(self) -> int:
-        """The shards this dataset reads; after ``split_dataset_by_node`` the rank's (as HF)."""
-        return rank_shards(self._node.num_shards, ranks_of(self._split))
-
-    @property
-    def n_shards(self) -> int:
-        return self.num_shards
-
-    @property
-    def features(self) -> Any:
-        return self._features
-
-    @property
-    def num_columns(self) -> int | None:
-        """``len(column_names)``; ``None`` where the columns are unknown (e.g. after a ``map``), as HF."""
-        return len(self._column_names) if self._column_names is not None else None
-
-    @property
-    def column_names(self) -> list[str] | None:
-        return list(self._column_names) if self._column_names is not None else None
-
-    def __repr__(self) -> str:
-        cols = self._column_names
-        return f"IterableDataset({{\n    features: {cols if cols is not None else 'Unknown'},\n    num_shards: {self.num_shards}\n}})"
 
     def _batched_features(self) -> Any:
         """The features of ``batch()``'s output: each column a list of this dataset's values."""

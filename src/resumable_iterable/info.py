@@ -1,17 +1,47 @@
-"""What a dataset says about itself, as HF's ``DatasetInfoMixin``: its ``info`` (a
-``datasets.DatasetInfo``: a HF dataset source's description, citation, license..., with the
-dataset's features), the shortcuts to its fields (``description``, ``citation``, ``builder_name``...)
-and its ``split`` name. A mixin of :class:`~resumable_iterable.dataset.IterableDataset`: the facade
-keeps ``_info`` and ``_named_split`` from its sources and gives them to the datasets it derives;
-nothing here builds, iterates or holds state."""
+"""What a dataset says about itself: its ``features``, ``column_names`` / ``num_columns``,
+``num_shards`` (the rank's, after ``split_dataset_by_node``), its ``repr``, and, as HF's
+``DatasetInfoMixin``, its ``info`` (a ``datasets.DatasetInfo``: a HF dataset source's description,
+citation, license..., with the dataset's features), the shortcuts to its fields (``description``,
+``citation``, ``builder_name``...) and its ``split`` name. A mixin of
+:class:`~resumable_iterable.dataset.IterableDataset`: the facade keeps what these read (its
+features, column names, pipeline and rank splits; ``_info`` and ``_named_split`` from its sources,
+given to the datasets it derives); nothing here builds, iterates or holds state."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from .distributed import rank_shards, ranks_of
+
 
 class InfoProperties:
-    """``info``, its fields and ``split``, as properties of :class:`~resumable_iterable.dataset.IterableDataset`."""
+    """What :class:`~resumable_iterable.dataset.IterableDataset` says about itself, as properties."""
+
+    @property
+    def num_shards(self) -> int:
+        """The shards this dataset reads; after ``split_dataset_by_node`` the rank's (as HF)."""
+        return rank_shards(self._node.num_shards, ranks_of(self._split))
+
+    @property
+    def n_shards(self) -> int:
+        return self.num_shards
+
+    @property
+    def features(self) -> Any:
+        return self._features
+
+    @property
+    def num_columns(self) -> int | None:
+        """``len(column_names)``; ``None`` where the columns are unknown (e.g. after a ``map``), as HF."""
+        return len(self._column_names) if self._column_names is not None else None
+
+    @property
+    def column_names(self) -> list[str] | None:
+        return list(self._column_names) if self._column_names is not None else None
+
+    def __repr__(self) -> str:
+        cols = self._column_names
+        return f"IterableDataset({{\n    features: {cols if cols is not None else 'Unknown'},\n    num_shards: {self.num_shards}\n}})"
 
     _info: Any = None  # the datasets.DatasetInfo of a HF dataset source (from_hf), kept by derived datasets
 
