@@ -126,7 +126,7 @@ class ShuffleNode(ExampleBuffer, ReplayBuffer, DrawnSeed, Node):
         if self.buffer_state == "replay":
             st["digest"] = 0
             st["last"] = None  # where the last example yielded came from: a node above may still hold it
-            st["received"] = False  # an example received and not stored yet (a Ctrl-C): see _iter_replay
+            st["received"] = False  # an example received and not stored yet (a Ctrl-C): see shuffle_replay.py
         elif self.children[0].deferrable_decoder() is not None:
             st["retry"] = ExampleList()  # decoding deferred past the buffer (see the module doc)
         return st
