@@ -170,8 +170,10 @@ def test_json_and_csv_options_are_checked_when_the_dataset_is_built(tmp_path):
     assert list(tuned) == plain  # HF's options that only tune reading
     with pytest.raises(TypeError, match=r"json files take no reader option \['colums'\]"):
         ri.load_dataset("json", data_files=str(jsonl), split="train", colums=["a"])
-    with pytest.raises(ValueError, match="encoding='latin-1'"):
-        ri.load_dataset("json", data_files=str(jsonl), split="train", encoding="latin-1")
+    with pytest.raises(ValueError, match="encoding='latin-42' is not an encoding Python knows"):
+        ri.load_dataset("json", data_files=str(jsonl), split="train", encoding="latin-42")
+    with pytest.raises(ValueError, match="encoding_errors='lenient' is not an error handler"):
+        ri.load_dataset("json", data_files=str(jsonl), split="train", encoding_errors="lenient")
     csv = tmp_path / "rows.csv"
     csv.write_text("a,b\n1,2\n")
     with pytest.raises(TypeError, match=r"csv files take no reader option \['seperator'\]"):

@@ -37,8 +37,6 @@ pytestmark = pytest.mark.compat
 
 # ---------------------------------------------------------------------------- cause groups
 # Every xfail names one of these (docs/compat.md lists them with the cases).
-JSON_ENCODING = ("deliberate difference (documented in docs/hub.md): JSON files are read as UTF-8 (a byte order mark "
-                 "skipped); another encoding is refused naming it")
 READ_ERROR_LOG = ("deliberate difference: a file that cannot be parsed raises a ValueError naming the file and shard "
                   "(HF's message follows); HF logs 'Failed to read file ...' at ERROR and re-raises pandas' error")
 
@@ -472,8 +470,7 @@ EXPECTED_MESSAGES = {"messages": [_messages]}
         ("json_file", {}, EXPECTED_ONE),
         ("jsonl_file", {}, EXPECTED_THREE),
         ("ndjson_file", {}, EXPECTED_THREE),
-        pytest.param("jsonl_file_utf16_encoded", {"encoding": "utf-16"}, EXPECTED_THREE, marks=xfail(JSON_ENCODING),
-                     id="jsonl_file_utf16_encoded"),
+        ("jsonl_file_utf16_encoded", {"encoding": "utf-16"}, EXPECTED_THREE),
         ("json_file_with_list_of_dicts", {}, EXPECTED_THREE),
         ("json_file_with_list_of_dicts_field", {"field": "field3"}, EXPECTED_THREE),
         ("json_file_with_list_of_strings", {}, EXPECTED_LIST_OF_STRINGS),

@@ -9,6 +9,7 @@ archive (``zip://<member>::<archive>``, see ``archives.py``), opened by ``open_b
 
 from __future__ import annotations
 
+import codecs
 import os
 from typing import Any, Iterator
 
@@ -159,6 +160,48 @@ def open_lines(path: str) -> Any:
         return io.BytesIO(f.read())
 
 
+def is_utf8(encoding: str | None, errors: str | None = None) -> bool:
+    """Whether a file of this ``encoding`` (and ``errors``, how its undecodable bytes are handled) is
+    read as its bytes are: UTF-8 (with or without a byte order mark, which readers skip), strict."""
+    return (encoding is None or codecs.lookup(encoding).name in ("utf-8", "utf-8-sig")) and errors in (None, "strict")
+
+
+class Utf8Stream:
+    """A file of another encoding read as UTF-8 bytes: ``read(n)`` (``n`` characters, encoded) and
+    ``readline()``, line breaks as written (``\r\n`` kept). JSON parsers read UTF-8 only: HF decodes
+    each chunk of a JSON file given ``encoding=`` and encodes it again as UTF-8, as this does, but
+    a character at a time (a UTF-16 line break is two bytes: cut at its first, HF's chunks go wrong)."""
+
+    def __init__(self, raw: Any, encoding: str, errors: str | None):
+        import io
+
+        self._text = io.TextIOWrapper(raw, encoding=encoding, errors=errors or "strict", newline="")
+
+    def read(self, size: int | None = -1) -> bytes:
+        return self._text.read(-1 if size is None else size).encode("utf-8")
+
+    def readline(self) -> bytes:
+        return self._text.readline().encode("utf-8")
+
+    def close(self) -> None:
+        self._text.close()
+
+    def __enter__(self) -> "Utf8Stream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def open_utf8(path: str, encoding: str | None = None, errors: str | None = None) -> Any:
+    """A file opened for reading UTF-8 bytes a line at a time (``read``, ``readline``), decompressed:
+    the file's own bytes when it is UTF-8 (the fast path, :func:`open_lines`), else its text in
+    ``encoding`` (undecodable bytes handled as ``errors`` says, as ``open`` does) encoded as UTF-8."""
+    if is_utf8(encoding, errors):
+        return open_lines(path)
+    return Utf8Stream(open_binary(path), encoding or "utf-8", errors)
+
+
 def open_text(path: str, encoding: str = "utf-8", errors: str | None = None) -> Any:
     """A file opened for reading text (universal newlines), decompressed as its extension says."""
     if is_plain_file(path):
@@ -174,11 +217,13 @@ JSON_SCHEMA_BYTES = 10 << 20
 
 
 def file_schema(path: str, format: str, chunksize: int | None = None,
-                json_paths: list | None = None) -> pa.Schema | None:
+                json_paths: list | None = None, encoding: str | None = None,
+                encoding_errors: str | None = None) -> pa.Schema | None:
     """The columns and types every file of a source follows, as HF takes its features from the first
     file (``path``): a Parquet or Arrow file's schema; for a JSON Lines file, the columns pyarrow reads
     in its first chunk (``chunksize``, 10 MB by default, and the rest of the line), with HF 5.2's
-    ``Json`` columns (``json_lines.py``; at ``json_paths`` when features with some are given).
+    ``Json`` columns (``json_lines.py``; at ``json_paths`` when features with some are given), its
+    text in ``encoding`` (UTF-8 by default).
     ``None`` for CSV and text files (HF does not align them), a JSON document, or a JSON file without
     rows. Raises ``OSError`` or ``pyarrow.ArrowException``."""
     if format == "parquet":
@@ -198,12 +243,13 @@ def file_schema(path: str, format: str, chunksize: int | None = None,
 
     if hf_json() is not None:  # HF 5.2: its Json columns found as HF finds them
         try:
-            return first_chunk_schema(open_lines(path), chunksize or JSON_SCHEMA_BYTES, json_paths)
+            return first_chunk_schema(open_utf8(path, encoding, encoding_errors), chunksize or JSON_SCHEMA_BYTES,
+                                      json_paths)
         except (pa.ArrowInvalid, ValueError):  # a JSON document, or a bad line (reading the file names it)
             return None
     import pyarrow.json as pj
 
-    with open_binary(path) as f:
+    with open_utf8(path, encoding, encoding_errors) as f:
         head = f.read(JSON_SCHEMA_BYTES + 1)
     if len(head) > JSON_SCHEMA_BYTES:
         head = head[: head.rfind(b"\n", 0, JSON_SCHEMA_BYTES) + 1]  # whole lines only

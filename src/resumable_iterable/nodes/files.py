@@ -275,13 +275,14 @@ class FileSource(ArchiveReading, RandomFileAccess, SourceNode):
     def _first_schema(self) -> pa.Schema | None:
         """The columns every file's rows follow: the first file's (``file_schema``), as in HF; ``None``
         for CSV, text, JSON documents and JSON read with pyarrow options given (each file as read)."""
-        if self.format == "json" and set(self.reader_kwargs) - {"chunksize"}:
+        if self.format == "json" and set(self.reader_kwargs) - {"chunksize", "encoding", "encoding_errors"}:
             return None
         if "schema" not in self._first:  # read once per process, whatever the passes and clones
             first = self.schema_file()
             try:
-                schema = None if first is None else file_schema(first, self.format, self.reader_kwargs.get("chunksize"),
-                                                                 self.json_paths)
+                schema = None if first is None else file_schema(
+                    first, self.format, self.reader_kwargs.get("chunksize"), self.json_paths,
+                    self.reader_kwargs.get("encoding"), self.reader_kwargs.get("encoding_errors"))
             except DAMAGED as e:  # a member of the first archive
                 raise self._open_error(0, OSError(f"the archive is damaged ({e})"), first) from None
             except (OSError, pa.ArrowException) as e:

@@ -1,9 +1,11 @@
 """JSON files as HF's json builder reads them: its reader options (checked when the dataset is
 built), JSON Lines (a chunk at a time with HF 5.2's ``Json`` columns, ``json_lines.py``; or by
 pyarrow's reader when its options are given), one JSON document (a list of objects read as JSON
-Lines, as HF 5.2 does; other documents and ``field=`` by pandas), and, for a file that is neither,
-an error naming its first line that is no JSON object. Opening files (compressed, in zip archives)
-is ``file_formats.py``."""
+Lines, as HF 5.2 does; other documents and ``field=`` by pandas; ``json_documents.py``), and, for
+a file that is neither, an error naming its first line that is no JSON object. Files of another
+``encoding`` than UTF-8 are read as their text encoded as UTF-8 (``file_formats.open_utf8``), as HF
+reads them; the rows, and the offsets that count them, are the same. Opening files (compressed, in
+zip archives) is ``file_formats.py``."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from .file_formats import JSON_SCHEMA_BYTES, is_plain_file, open_binary, open_lines, open_text
+from .file_formats import JSON_SCHEMA_BYTES, is_plain_file, is_utf8, open_text, open_utf8
 
 
 #: options of HF's JSON builder that tune reading only: accepted and left out, but ``chunksize``
@@ -24,15 +26,30 @@ JSON_OPTIONS = frozenset(("field", "read_options", "parse_options", "encoding", 
 def json_options(kwargs: dict) -> dict:
     """The reader options of JSON files, checked when the dataset is built: ``field``, pyarrow's
     ``read_options`` / ``parse_options``, and HF's options (those that only tune reading are left
-    out; an encoding other than UTF-8 is refused by name)."""
+    out). ``encoding`` (a codec Python knows) and ``encoding_errors`` (``"strict"``, ``"replace"``,
+    ``"ignore"``...) are kept only when the files are not read as their bytes are (UTF-8, a byte
+    order mark skipped: the fast path, see ``file_formats.open_utf8``)."""
+    import codecs
+
     unknown = sorted(set(kwargs) - JSON_OPTIONS)
     if unknown:
         raise TypeError(f"json files take no reader option {unknown}; their options are {sorted(JSON_OPTIONS)}")
-    encoding = str(kwargs.get("encoding") or "utf-8").lower().replace("_", "-")
-    if encoding not in ("utf-8", "utf8", "utf-8-sig", "utf8-sig"):  # a UTF-8 byte order mark is skipped as read
-        raise ValueError(f"encoding={kwargs['encoding']!r}: JSON files are read as UTF-8 here; convert the file "
-                         "to UTF-8 (e.g. iconv) first")
+    encoding, errors = kwargs.get("encoding"), kwargs.get("encoding_errors")
+    try:
+        encoding = None if encoding is None else codecs.lookup(encoding).name
+    except (LookupError, TypeError):
+        raise ValueError(f"encoding={kwargs['encoding']!r} is not an encoding Python knows (utf-8, utf-16, "
+                         "latin-1, cp1252...)") from None
+    try:
+        errors is None or codecs.lookup_error(errors)
+    except (LookupError, TypeError):
+        raise ValueError(f"encoding_errors={errors!r} is not an error handler Python knows (strict, replace, "
+                         "ignore, backslashreplace...)") from None
     options = {k: v for k, v in kwargs.items() if k not in JSON_TUNING_OPTIONS and k not in ("encoding", "encoding_errors")}
+    if not is_utf8(encoding, errors):
+        options["encoding"] = encoding or "utf-8"
+        if errors is not None:
+            options["encoding_errors"] = errors
     chunksize = kwargs.get("block_size") or kwargs.get("chunksize")  # HF: block_size, if given, wins
     if chunksize is not None:
         if not isinstance(chunksize, int) or chunksize < 1:
@@ -43,6 +60,21 @@ def json_options(kwargs: dict) -> dict:
 
 def json_table(path: str, reader_kwargs: dict, schema: pa.Schema | None = None, align: Any = None,
                carried: list | None = None) -> pa.Table:
+    """A JSON file as HF's json builder reads it (:func:`_json_table`), its text checked to be valid
+    UTF-8: pyarrow's JSON reader does not check it, and a string of a stray byte (a latin-1 file
+    read as UTF-8) failed only when yielded, as in HF, or went on to the consumer undecodable."""
+    table = _json_table(path, reader_kwargs, schema, align, carried)
+    try:
+        table.validate(full=True)
+    except pa.ArrowInvalid as e:
+        raise ValueError(f"its text is not valid {reader_kwargs.get('encoding') or 'UTF-8'} ({e}): pass the file's "
+                         "encoding= (latin-1, cp1252, utf-16...), or encoding_errors='replace' to read the bytes "
+                         "that do not decode as U+FFFD") from None
+    return table
+
+
+def _json_table(path: str, reader_kwargs: dict, schema: pa.Schema | None = None, align: Any = None,
+                carried: list | None = None) -> pa.Table:
     """A JSON file as HF's json builder reads it: JSON Lines (a chunk at a time, with HF 5.2's
     ``Json`` columns: those of ``schema``, the first file's, and each chunk ``align``-ed to it), or
     one document (a list of objects, or the list under ``field``); with pyarrow's options, JSON Lines
@@ -58,53 +90,58 @@ def json_table(path: str, reader_kwargs: dict, schema: pa.Schema | None = None, 
     kwargs = dict(reader_kwargs)
     field = kwargs.pop("field", None)
     chunksize = kwargs.pop("chunksize", None) or JSON_SCHEMA_BYTES
+    encoding, errors = kwargs.pop("encoding", None), kwargs.pop("encoding_errors", None)
     if field is not None:
-        return json_document(path, field)
+        return json_document(path, field, encoding, errors)
     if kwargs:  # pyarrow options given: JSON Lines it is
-        with open_binary(path) as f:
-            return pj.read_json(f, **kwargs)
+        with open_utf8(path, encoding, errors) as f:
+            return pj.read_json(pa.BufferReader(f.read()) if encoding else f, **kwargs)
     try:
         if hf_json() is None:
-            return json_lines(path)
+            return json_lines(path, encoding, errors)
         if carried is None and schema is None:  # features unknown (the first file is a document): as HF,
             carried = []  # each file's first chunk shows its own Json columns, varying keys included
+        lines = open_utf8(path, encoding, errors)
         if carried is not None:
-            return json_lines_table(open_lines(path), carried, chunksize, align or (lambda table: table), carried)
-        return json_lines_table(open_lines(path), json_paths(schema), chunksize, align or (lambda table: table))
+            return json_lines_table(lines, carried, chunksize, align or (lambda table: table), carried)
+        return json_lines_table(lines, json_paths(schema), chunksize, align or (lambda table: table))
     except pa.ArrowInvalid as e:
         lines_error = e
     # one JSON document: HF 5.2 reads a list of objects as JSON Lines (pyarrow's types, Json columns
     # where they mix types or keys, not pandas's, which fails on a column of strings and numbers,
     # fills keys with None and makes a 'modified' column of integers dates); other documents by pandas
-    table = None if hf_json() is None else _hf_document(path, carried if carried is not None else json_paths(schema))
+    table = None if hf_json() is None else _hf_document(path, carried if carried is not None else json_paths(schema),
+                                                         encoding, errors)
     if table is not None:
         return table
     try:
-        return json_document(path, None)
+        return json_document(path, None, encoding, errors)
     except (ValueError, pa.ArrowTypeError):
         # neither: name the line that is no JSON object (pyarrow's "row" counts from the start of
         # its block, not of the file)
-        raise ValueError(json_lines_problem(path, lines_error) or str(lines_error)) from None
+        raise ValueError(json_lines_problem(path, lines_error, encoding, errors) or str(lines_error)) from None
 
 
-def _hf_document(path: str, carried: list | None = None) -> pa.Table | None:
-    from .json_lines import document_table
+def _hf_document(path: str, carried: list | None, encoding: str | None, errors: str | None) -> pa.Table | None:
+    """A JSON document that is a list of objects (``json_documents.py``), ``None`` for another."""
+    from .json_documents import read_list_of_objects
 
     try:
-        return document_table(open_lines(path), carried)
+        return read_list_of_objects(path if encoding is None and is_plain_file(path) else
+                                    open_utf8(path, encoding, errors), carried)
     except (ValueError, pa.ArrowInvalid):  # not JSON: the line is named
         return None
 
 
-def json_lines(path: str) -> pa.Table:
+def json_lines(path: str, encoding: str | None = None, errors: str | None = None) -> pa.Table:
     """A JSON Lines file read by pyarrow, as HF reads it: an empty file has no rows, and a line longer
     than pyarrow's block is read with a larger block (HF doubles it too)."""
     import pyarrow.json as pj
 
-    if is_plain_file(path):
+    if is_plain_file(path) and encoding is None:
         size, source = os.path.getsize(path), lambda: path
     else:
-        with open_binary(path) as f:
+        with open_utf8(path, encoding, errors) as f:
             data = pa.py_buffer(f.read())
         size, source = data.size, lambda: pa.BufferReader(data)
     block = 1 << 20
@@ -120,7 +157,8 @@ def json_lines(path: str) -> pa.Table:
             raise
 
 
-def json_lines_problem(path: str, error: Exception) -> str | None:
+def json_lines_problem(path: str, error: Exception, encoding: str | None = None,
+                       errors: str | None = None) -> str | None:
     """Where a JSON Lines file that pyarrow refused (``error``) goes wrong, as a message naming the line:
     the first line that is not a JSON object, or where the column pyarrow names changes type."""
     import json
@@ -130,7 +168,8 @@ def json_lines_problem(path: str, error: Exception) -> str | None:
     keys = [k for k in m.group(1).split("/") if k] if m else None
     first = None  # (kind, line) of the column's first non-null value
     first_line = True
-    with open_text(path, errors="replace") as f:
+    encoding = encoding or "utf-8-sig"
+    with open_text(path, encoding, errors or "replace") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -139,7 +178,7 @@ def json_lines_problem(path: str, error: Exception) -> str | None:
             except ValueError as e:
                 if first_line:  # maybe one document spanning lines (``[`` or ``{`` alone on line 1)
                     try:
-                        with open_text(path, errors="replace") as doc:
+                        with open_text(path, encoding, errors or "replace") as doc:
                             json.load(doc)
                     except ValueError as doc_error:
                         return f"not valid JSON (neither JSON Lines nor one JSON document): {doc_error}"
@@ -167,24 +206,39 @@ def _json_kind(value: Any) -> str:
     return {str: "string", list: "list", dict: "object"}[type(value)]
 
 
-def json_document(path: str, field: str | None) -> pa.Table:
-    """A JSON file holding one document, as HF's json builder reads it: the rows of a list of
-    objects (or of a dict of columns), or of the document's ``field``."""
+def json_document(path: str, field: str | None, encoding: str | None = None, errors: str | None = None) -> pa.Table:
+    """A JSON file holding one document, as HF's json builder reads it (pandas' ``read_json``): the
+    rows of a list of objects (or of a dict of columns), or of the document's ``field``, whose text
+    is cut out of the file (``json_documents.field_value``) rather than the whole document parsed and
+    the field written again, as HF does; its text in ``encoding`` (UTF-8 by default, a byte order
+    mark skipped)."""
     import io
-    import json
 
     import pandas as pd
 
-    with open_text(path, "utf-8-sig") as f:  # UTF-8, and a byte order mark skipped as JSON Lines files skip it
-        if field is None:
+    if field is None:
+        with open_text(path, encoding or "utf-8-sig", errors) as f:
             df = pd.read_json(f, dtype_backend="pyarrow")
-        else:
-            doc = json.load(f)
-    if field is not None:
-        if not isinstance(doc, dict) or field not in doc:
-            keys = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
-            raise ValueError(f"field {field!r} is not in the JSON document (its keys: {keys})")
-        df = pd.read_json(io.StringIO(json.dumps(doc[field])), dtype_backend="pyarrow")
+    else:
+        df = pd.read_json(io.StringIO(_field_text(path, field, encoding, errors)), dtype_backend="pyarrow")
     if df.columns.tolist() == [0]:
         df.columns = ["text"]  # a list of plain values, as HF names it
     return pa.Table.from_pandas(df, preserve_index=False)
+
+
+def _field_text(path: str, field: str, encoding: str | None, errors: str | None) -> str:
+    """The JSON text of the value of key ``field`` of the document that file ``path`` holds."""
+    import codecs
+    import json
+
+    from .json_documents import field_value, read_bytes
+
+    buf = read_bytes(path if encoding is None and is_plain_file(path) else open_utf8(path, encoding, errors))
+    span = field_value(buf, field)
+    if span is not None:
+        return codecs.decode(memoryview(buf)[span[0]:span[1]], "utf-8")
+    doc = json.loads(buf.tobytes())  # the error names what is wrong
+    if not isinstance(doc, dict) or field not in doc:
+        keys = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
+        raise ValueError(f"field {field!r} is not in the JSON document (its keys: {keys})")
+    return json.dumps(doc[field])

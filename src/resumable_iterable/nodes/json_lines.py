@@ -160,17 +160,3 @@ def json_lines_table(f: BinaryIO, paths: list[list], chunksize: int, align: Call
     if not tables:
         return pa.table({})
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="default")
-
-
-def document_table(f: BinaryIO, carried: list | None = None) -> pa.Table | None:
-    """A JSON document that is a list of objects (a file open for reading bytes) as HF's json builder
-    reads one whose columns pandas cannot type: as JSON Lines, its ``Json`` columns found, their
-    values left as JSON text (HF's features of a document are unknown when streaming, so HF does
-    not decode them either). ``None`` for another document."""
-    hf = hf_json()
-    with f:
-        doc = hf.ujson_loads(f.read().lstrip(codecs.BOM_UTF8))
-    if not isinstance(doc, list) or not doc or not all(isinstance(x, dict) for x in doc):
-        return None
-    paths = carried if carried is not None else []  # ``carried``: see ``json_lines_table``
-    return read_chunk("\n".join(hf.ujson_dumps(x) for x in doc).encode(), paths, detect=True, examples=doc)

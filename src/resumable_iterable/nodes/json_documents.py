@@ -1,0 +1,267 @@
+"""JSON documents (a file holding one JSON value, not JSON Lines) read without building a Python
+object per value: the document's bytes are scanned for its structure (strings, nesting depth) with
+numpy, a block at a time, so that
+
+* a list of objects becomes JSON Lines in place (its top-level commas line breaks, its brackets
+  and the line breaks between tokens spaces: the same bytes, one object a line), which pyarrow
+  parses, as HF 5.2 reads such a list (as JSON Lines, by pyarrow);
+* the value of one key of an object (HF's ``field=``) is cut out of the file's bytes for pandas,
+  which HF hands it to, instead of the whole document parsed and the field written again.
+
+The file is held once (its bytes, changed in place) beside what is read from it. HF's reader
+parses the document into Python objects (several times the file's size) and writes each object
+again. Whatever the scan cannot vouch for (not a list of objects, a column HF would find of
+varying keys and store as JSON text, a document that is not valid JSON) is left to the exact
+readers (``json_lines.read_chunk``, pandas), so rows and types are HF's either way (but for the
+float precision HF loses, see :func:`read_list_of_objects`)."""
+
+from __future__ import annotations
+
+from typing import Any, BinaryIO, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+#: bytes scanned at a time (a few times as much in temporary masks)
+BLOCK = 1 << 22
+_QUOTE, _BACKSLASH, _COMMA, _COLON = 34, 92, 44, 58
+_OPEN, _CLOSE = (91, 123), (93, 125)  # [ {   ] }
+_WHITESPACE = (32, 9, 10, 13)
+
+
+def read_bytes(source: str | BinaryIO) -> np.ndarray:
+    """A file (a path: a plain file, read straight into the array; or a file open for reading
+    bytes), read whole into a writable array, a byte order mark made spaces."""
+    if isinstance(source, str):
+        buf = np.fromfile(source, dtype=np.uint8)
+    else:
+        with source as f:
+            data = f.read()
+        buf = np.frombuffer(data, dtype=np.uint8).copy()
+        del data
+    if buf[:3].tobytes() == b"\xef\xbb\xbf":
+        buf[:3] = 32
+    return buf
+
+
+def _escaped(buf: np.ndarray, quotes: np.ndarray) -> np.ndarray:
+    """The quotes (positions in ``buf``) that a backslash escapes: an odd run of backslashes before them."""
+    cand = quotes[(quotes > 0) & (buf[np.maximum(quotes - 1, 0)] == _BACKSLASH)]
+    if not cand.size:
+        return cand
+    run = np.ones(cand.size, dtype=np.int64)
+    live = np.arange(cand.size)
+    k = 2
+    while live.size:
+        pos = cand[live] - k
+        ok = pos >= 0
+        ok[ok] = buf[pos[ok]] == _BACKSLASH
+        live = live[ok]
+        run[live] += 1
+        k += 1
+    return cand[run % 2 == 1]
+
+
+#: what each byte is to the scan: 0 nothing (most bytes), else one of these
+_Q, _BS, _OPENS, _CLOSES, _COMMAS, _COLONS, _BREAKS = 1, 2, 3, 4, 5, 6, 7
+_CLASS = np.zeros(256, dtype=np.uint8)
+_CLASS[_QUOTE], _CLASS[_BACKSLASH], _CLASS[_COMMA], _CLASS[_COLON] = _Q, _BS, _COMMAS, _COLONS
+_CLASS[list(_OPEN)], _CLASS[list(_CLOSE)], _CLASS[[10, 13]] = _OPENS, _CLOSES, _BREAKS
+
+
+def _structure(buf: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """``(start, positions, kinds, outside, depth)`` for each block of ``buf`` (from ``start``): the
+    positions in the block of its quotes (unescaped), brackets, commas, colons and line breaks, what
+    each is (``_Q``...), whether it is outside strings, and the nesting depth after it. Only these
+    bytes are looked at one by one: the scan costs a few passes over the file. Returns
+    (``StopIteration.value``) ``(ended outside strings, final depth, lowest depth)``."""
+    in_string, depth, lowest = 0, 0, 0
+    for s in range(0, buf.size, BLOCK):
+        a = buf[s:s + BLOCK]
+        kinds = np.take(_CLASS, a)
+        pos = np.flatnonzero(kinds)
+        kinds = kinds[pos]
+        quotes = kinds == _Q
+        if quotes.any():
+            escaped = _escaped(buf, pos[quotes] + s)
+            if escaped.size:
+                kinds[np.searchsorted(pos, escaped - s)] = 0
+                quotes = kinds == _Q
+        inside = np.cumsum(quotes, dtype=np.int8)  # parity only: wrapping keeps it
+        inside += in_string
+        inside &= 1
+        if inside.size:
+            in_string = int(inside[-1])
+        outside = inside == 0
+        step = ((kinds == _OPENS) & outside).astype(np.int32)
+        step -= (kinds == _CLOSES) & outside
+        d = np.cumsum(step, dtype=np.int32)
+        d += depth
+        if d.size:
+            depth = int(d[-1])
+            lowest = min(lowest, int(d.min()))
+        yield s, pos, kinds, outside, d
+    return in_string == 0, depth, lowest
+
+
+def _space(a: np.ndarray) -> np.ndarray:
+    return (a == _WHITESPACE[0]) | (a == _WHITESPACE[1]) | (a == _WHITESPACE[2]) | (a == _WHITESPACE[3])
+
+
+def _last_byte(buf: np.ndarray) -> int:
+    """The position of the last byte of ``buf`` that is not white space (-1: none)."""
+    for s in range(buf.size, 0, -4096):
+        tail = np.flatnonzero(~_space(buf[max(0, s - 4096):s]))
+        if tail.size:
+            return max(0, s - 4096) + int(tail[-1])
+    return -1
+
+
+def _first_byte(buf: np.ndarray) -> int | None:
+    """The first byte of ``buf`` that is not white space (``None``: none in the first 4 KB)."""
+    lead = np.flatnonzero(~_space(buf[:4096]))
+    return int(buf[lead[0]]) if lead.size else None
+
+
+def list_as_lines(buf: np.ndarray) -> int | None:
+    """Turn ``buf``, a JSON document that is a list, into JSON Lines in place, one item a line;
+    the number of items (negative when some are no objects), or ``None`` (``buf`` then partly changed) when it is no list (or not valid
+    JSON as far as its structure shows)."""
+    if _first_byte(buf) != _OPEN[0]:
+        return None
+    last = _last_byte(buf)  # before the list's closing bracket is made a space
+    items, objects, opened, closes, end = 1, 0, 0, 0, -1
+    scan = _structure(buf)
+    while True:
+        try:
+            s, pos, kinds, outside, d = next(scan)
+        except StopIteration as stop:
+            ended, depth, lowest = stop.value
+            break
+        structural = outside & ((kinds == _OPENS) | (kinds == _CLOSES))
+        outer = structural & (((kinds == _OPENS) & (d == 1)) | ((kinds == _CLOSES) & (d == 0)))
+        n = int(np.count_nonzero(outer))
+        if n:
+            opened += int(np.count_nonzero(outer & (kinds == _OPENS)))
+            found = np.flatnonzero(outer & (kinds == _CLOSES))
+            closes += found.size
+            if found.size:
+                end = s + int(pos[found[-1]])
+        a = buf[s:s + BLOCK]
+        starts = pos[outside & (kinds == _OPENS) & (d == 2)]  # where the items that are objects or lists start
+        objects += int(np.count_nonzero(a[starts] == _OPEN[1]))
+        a[pos[outside & (kinds == _BREAKS)]] = 32  # line breaks between tokens
+        commas = pos[outside & (kinds == _COMMAS) & (d == 1)]
+        items += commas.size
+        a[commas] = 10
+        a[pos[outer]] = 32
+    if not ended or depth != 0 or lowest < 0 or opened != 1 or closes != 1 or last != end:
+        return None
+    return items if objects == items else -items
+
+
+def read_list_of_objects(source: str | BinaryIO, carried: list | None = None) -> pa.Table | None:
+    """A JSON document that is a list of objects (``source``: see :func:`read_bytes`) read as HF 5.2
+    reads it: as JSON Lines, by pyarrow, its ``Json`` columns found as in the first chunk of a JSON
+    Lines file (``json_lines.read_chunk``; ``carried``: paths already found, grown in place, see
+    ``json_files.json_table``). ``None`` for another document (a list of other values, an object).
+
+    When HF's search would find no ``Json`` column (no struct of which an object lacks a field or
+    which is empty: :func:`_same_keys`; no column of mixed types, which pyarrow refuses), the lines
+    are read by pyarrow with no Python object built; else by ``read_chunk``. The values are those
+    written: HF writes each object again with pandas' ``ujson_dumps`` first, which keeps 10
+    significant digits of a float (``docs/compat.md``)."""
+    import pyarrow.json as pj
+
+    from .json_lines import read_chunk
+
+    buf = read_bytes(source)
+    items = list_as_lines(buf)
+    if items is None or items < 0:
+        return None
+    data = pa.py_buffer(buf)
+    if not carried:
+        block = data.size if data.size // 8 > 1 << 20 else 1 << 20  # as HF: one block for a large document
+        while True:
+            try:
+                table = pj.read_json(pa.BufferReader(data), read_options=pj.ReadOptions(block_size=max(block, 1)))
+                break
+            except pa.ArrowException as e:
+                if ("straddling" in str(e) or "JSON conversion to" in str(e)) and block < data.size:
+                    block *= 2
+                    continue
+                table = None  # mixed types, or not JSON: read_chunk says
+                break
+        if table is not None and table.num_rows == items and all(_same_keys(c) for c in table.columns):
+            return table
+    del data
+    return read_chunk(buf.tobytes(), carried if carried is not None else [], detect=True)
+
+
+def _same_keys(array: Any) -> bool:
+    """Whether every object in ``array`` (a column, or the values of a list) has every field of its
+    struct type, recursively, and none is empty: then HF's search for objects of varying keys
+    (``find_mixed_struct_types_field_paths``) finds none. A null value counts as a missing field
+    (it may be one: pyarrow reads both as null), which sends the document to the exact reader."""
+    t = array.type
+    if pa.types.is_struct(t):
+        if t.num_fields == 0:
+            return False
+        chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
+        for chunk in chunks:
+            valid = chunk.is_valid()
+            for k in range(t.num_fields):
+                child = chunk.field(k)
+                if child.null_count and pa.compute.any(pa.compute.and_(valid, child.is_null())).as_py():
+                    return False
+                if not _same_keys(child):
+                    return False
+        return True
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
+        return all(_same_keys(chunk.flatten()) for chunk in chunks)
+    return True
+
+
+def field_value(buf: np.ndarray, field: str) -> tuple[int, int] | None:
+    """Where the value of key ``field`` of the object that ``buf`` holds lies (``buf[start:end]``;
+    the last of keys written twice, as ``json.load`` keeps it); ``None`` when ``buf`` is no object
+    with that key (or not valid JSON as far as its structure shows)."""
+    import json
+
+    if _first_byte(buf) != _OPEN[1]:
+        return None
+    marks: list[np.ndarray] = []  # the quotes, colons and commas of the object's own level
+    kinds_: list[np.ndarray] = []
+    end, closes = -1, 0
+    scan = _structure(buf)
+    while True:
+        try:
+            s, pos, kinds, outside, d = next(scan)
+        except StopIteration as stop:
+            ended, depth, lowest = stop.value
+            break
+        found = np.flatnonzero(outside & (kinds == _CLOSES) & (d == 0))
+        closes += found.size
+        if found.size:
+            end = s + int(pos[found[-1]])
+        level = (d == 1) & ((kinds == _Q) | (outside & ((kinds == _COLONS) | (kinds == _COMMAS))))
+        marks.append(pos[level] + s)
+        kinds_.append(kinds[level])
+    if not ended or depth != 0 or lowest < 0 or closes != 1 or _last_byte(buf) != end:
+        return None
+    order = np.concatenate(marks).tolist()
+    kind = np.concatenate(kinds_).tolist()
+    found_at = None
+    for i, k in enumerate(kind):
+        # a key: two quotes right before a colon
+        if k == _COLONS and i >= 2 and kind[i - 1] == kind[i - 2] == _Q:
+            text = buf[order[i - 2]:order[i - 1] + 1].tobytes()
+            try:
+                key = json.loads(text) if b"\\" in text else text[1:-1].decode("utf-8")
+            except ValueError:
+                return None
+            if key == field:
+                nxt = next((order[j] for j in range(i + 1, len(order)) if kind[j] == _COMMAS), end)
+                found_at = (order[i] + 1, nxt)
+    return found_at

@@ -1,0 +1,200 @@
+"""JSON files as HF reads them: other encodings than UTF-8 (``encoding=``, ``encoding_errors=``)
+and JSON documents (a list of objects, ``field=``) read from their bytes (``nodes/json_documents.py``),
+beside HF ``datasets`` and resuming exactly at every cut point (alone and through the loader)."""
+
+from __future__ import annotations
+
+import json
+
+import datasets
+import pytest
+
+import resumable_iterable as ri
+from harness import assert_loader_resumes_exactly, assert_resumes_exactly
+
+datasets.disable_progress_bars()
+
+ROWS = [{"a": i, "t": f"é€ñ {i}", "l": [i, i + 1], "s": {"x": i, "y": f"y{i}"}} for i in range(23)]
+
+
+def _lines(rows):
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+
+
+def _hf(path, **kw):
+    return list(datasets.load_dataset("json", data_files=str(path), split="train", streaming=True, **kw))
+
+
+def _ours(path, **kw):
+    return ri.load_dataset("json", data_files=str(path), split="train", **kw)
+
+
+# ---------------------------------------------------------------------------------------------- encodings
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32", "latin-1", "cp1252"])
+def test_json_files_of_another_encoding_are_read_as_hf_reads_them(tmp_path, encoding):
+    """``encoding=`` was refused for anything but UTF-8 ("convert the file first"); HF decodes the
+    file. JSON Lines, a list document and ``field=`` give HF's rows."""
+    rows = ROWS if encoding.startswith("utf") else [{**r, "t": f"café {r['a']}"} for r in ROWS]
+    files = {"rows.jsonl": (_lines(rows), {}), "doc.json": (json.dumps(rows, ensure_ascii=False), {}),
+             "field.json": (json.dumps({"v": 1, "data": rows}, ensure_ascii=False), {"field": "data"})}
+    for name, (text, kw) in files.items():
+        path = tmp_path / name
+        path.write_text(text, encoding=encoding)
+        ours = list(_ours(path, encoding=encoding, **kw))
+        assert ours == rows, name
+        if not (name == "doc.json" and not encoding.startswith("utf")):  # HF parses its bytes as UTF-8 (below)
+            assert ours == _hf(path, encoding=encoding, **kw), name
+
+
+def test_json_documents_of_another_encoding_that_hf_misreads(tmp_path):
+    """HF reads a list document's bytes as UTF-8 before decoding them (``batch.startswith(b"[")``):
+    latin-1 gives an error, cp1252 mojibake or an error, UTF-16 without a byte order mark an error.
+    Ours decodes first."""
+    for encoding in ("latin-1", "cp1252", "utf-16-le"):
+        path = tmp_path / f"doc-{encoding}.json"
+        path.write_text(json.dumps(ROWS[:3], ensure_ascii=False).replace("é€ñ", "é"), encoding=encoding)
+        assert [r["t"] for r in _ours(path, encoding=encoding)] == ["é 0", "é 1", "é 2"]
+
+
+def test_utf16_json_lines_resume_exactly_across_chunks(tmp_path):
+    """Chunks of a few characters (a UTF-16 line break is two bytes: HF's chunks of bytes cut it in
+    two) over two files; the offsets count rows, so a resume lands on the next row (0 and 2 loader
+    workers)."""
+    paths = []
+    for k in range(2):
+        path = tmp_path / f"rows{k}.jsonl"
+        path.write_text(_lines(ROWS[k::2]), encoding="utf-16")
+        paths.append(str(path))
+
+    def build():
+        return ri.load_dataset("json", data_files=paths, split="train", encoding="utf-16", chunksize=50)
+
+    full = assert_resumes_exactly(build)
+    assert sorted(full, key=lambda r: r["a"]) == ROWS
+    for workers in (0, 2):
+        assert_loader_resumes_exactly(build, workers=workers, batch_size=3, item=lambda b: b["a"].tolist(),
+                                      cuts=lambda n: range(1, n))
+
+
+def test_encoding_errors_are_handled_as_asked(tmp_path):
+    """``encoding_errors="replace"`` (or ``"ignore"``) reads a UTF-8 file with a stray byte instead of
+    failing (HF ignores it for JSON Lines in UTF-8, and fails); without it the error names the file."""
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"a": "caf\xe9"}\n{"a": "x"}\n')
+    assert list(_ours(path, encoding_errors="replace")) == [{"a": "caf\ufffd"}, {"a": "x"}]
+    assert list(_ours(path, encoding="utf-8", encoding_errors="ignore")) == [{"a": "caf"}, {"a": "x"}]
+    assert list(_ours(path, encoding="latin-1")) == [{"a": "café"}, {"a": "x"}] == _hf(path, encoding="latin-1")
+    with pytest.raises(ValueError, match="rows.jsonl"):
+        list(_ours(path))
+
+
+# ---------------------------------------------------------------------------------------------- documents
+DOCUMENTS = {
+    "nested": ROWS,
+    "pretty": ROWS[:5],  # written with indent=2: line breaks between tokens
+    "tricky strings": [{"t": s, "n": i} for i, s in enumerate(
+        ['a "quoted" word', "back\\slash", "ends with backslash \\", '\\"', "[{,:}]", "line\nbreak", "tab\t",
+         "ünïcödé ✓", "\\\\\"x", ""])],
+    "nulls": [{"a": 1, "s": {"x": 1}}, {"a": None, "s": None}, {"a": 3, "s": {"x": None}}],
+    "varying keys": [{"c": {"a": 0}}, {"c": {"b": 0}}, {"c": {"a": 1, "b": 2}}],
+    "lists of varying dicts": [{"m": [{"role": "user", "content": "hi"}, {"role": "tool", "name": "x"}]},
+                               {"m": [{"role": "assistant", "content": "yo"}]}],
+    "mixed types": [{"v": 1}, {"v": "one"}, {"v": [1]}],
+    "empty object": [{"e": {}}, {"e": {}}],
+    "strings": ["First text.", "Second text."],
+    "numbers": [1, 2, 3],
+    "empty list": [],
+}
+
+
+@pytest.mark.parametrize("name", list(DOCUMENTS))
+def test_json_documents_read_from_their_bytes_give_hf_rows(tmp_path, name):
+    doc = DOCUMENTS[name]
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps(doc, indent=2 if name == "pretty" else None))
+    ours = list(_ours(path))
+    assert ours == _hf(path)
+    if name in ("nested", "pretty", "tricky strings", "nulls"):  # (with Json columns, HF yields a document's
+        lines = tmp_path / "doc.jsonl"  # JSON text: its features are unknown) the same objects as JSON Lines
+        lines.write_text("".join(json.dumps(r) + "\n" for r in doc))
+        assert ours == list(_ours(lines))
+
+
+def test_json_documents_keep_the_floats_written(tmp_path):
+    """HF writes each object of a list document again with pandas' ``ujson_dumps`` before reading it,
+    which keeps 10 significant digits: 0.12345678901234 read as 0.123456789. Ours reads the values
+    written, as a JSON Lines file of the same objects is read (by HF too)."""
+    rows = [{"x": 0.12345678901234, "y": 1 / 3}, {"x": 2.5, "y": 1e-12}]
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps(rows))
+    assert list(_ours(path)) == rows
+    assert _hf(path)[0]["x"] == 0.123456789  # the difference, in docs/compat.md
+
+
+def test_json_documents_are_read_without_python_objects(tmp_path, monkeypatch):
+    """A list of objects, and ``field=``'s value, are cut from the file's bytes: no Python object per
+    value is built (HF parses the whole document, then writes it again), so that a document of
+    gigabytes is held once, not several times over, and reads several times faster."""
+    import datasets.utils.json as hf_json
+
+    rows = [{"a": i, "s": {"x": f"{i}"}, "l": [i]} for i in range(50)]
+    doc, field = tmp_path / "doc.json", tmp_path / "field.json"
+    doc.write_text(json.dumps(rows))
+    field.write_text(json.dumps({"version": "1", "data": rows, "more": {"data": 0}}))
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a JSON document was parsed into Python objects")
+
+    monkeypatch.setattr(hf_json, "ujson_loads", refused)
+    monkeypatch.setattr(json, "load", refused)
+    monkeypatch.setattr(json, "loads", refused)
+    assert list(_ours(doc)) == rows
+    assert list(_ours(field, field="data")) == rows
+
+
+FIELD_DOCUMENTS = {
+    "nested key of the same name": ({"meta": {"data": [1]}, "data": [{"q": "a"}, {"q": "b"}]}, "data"),
+    "key written twice": ('{"data": [{"q": "old"}], "data": [{"q": "new"}]}', "data"),
+    "escaped key": ({'da"ta': [{"q": "x"}], "data": [{"q": "y"}]}, 'da"ta'),
+    "last key": ({"v": "1", "data": [{"q": "x"}]}, "data"),
+    "dict of lists": ({"data": {"q": ["a", "b"], "n": [1, 2]}}, "data"),
+    "strings": ({"data": ["a", "b"]}, "data"),
+    "pretty": ('{\n  "v": 1,\n  "data": [\n    {"q": "x"},\n    {"q": "y"}\n  ]\n}\n', "data"),
+}
+
+
+@pytest.mark.parametrize("name", list(FIELD_DOCUMENTS))
+def test_json_fields_cut_from_their_bytes_give_hf_rows(tmp_path, name):
+    doc, field = FIELD_DOCUMENTS[name]
+    path = tmp_path / "doc.json"
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    assert list(_ours(path, field=field)) == _hf(path, field=field)
+
+
+def test_a_missing_field_or_a_broken_document_is_named(tmp_path):
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps({"meta": {"data": [1]}, "rows": []}))
+    with pytest.raises(ValueError, match=r"field 'data' is not in the JSON document \(its keys: \['meta', 'rows'\]\)"):
+        list(_ours(path, field="data"))
+    for broken in ('[{"a": 1},]', '[{"a": 1}] [{"a": 2}]', '[{"a": 1}', '[{"a": 1},,{"a": 2}]'):
+        path.write_text(broken)
+        with pytest.raises(ValueError, match="doc.json"):
+            list(_ours(path))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_json_documents_resume_exactly(tmp_path, workers):
+    """Every cut point, JSON round-trip of the state, over a list document, a ``field=`` document and
+    one that needs ``Json`` columns (read by the exact reader), through the loader."""
+    doc, field, varying = tmp_path / "doc.json", tmp_path / "field.json", tmp_path / "varying.json"
+    doc.write_text(json.dumps(ROWS))
+    field.write_text(json.dumps({"v": 1, "data": ROWS}))
+    varying.write_text(json.dumps([{"a": i, "c": {f"k{i % 3}": i}} for i in range(13)]))
+    for path, kw in ((doc, {}), (field, {"field": "data"}), (varying, {})):
+        def build(path=path, kw=kw):
+            return ri.IterableDataset.from_files([str(path), str(path)], "json", **kw)
+
+        if workers == 0:
+            assert_resumes_exactly(build)
+        assert_loader_resumes_exactly(build, workers=workers, batch_size=4, item=lambda b: b["a"].tolist(),
+                                      cuts=lambda n: range(1, n))
