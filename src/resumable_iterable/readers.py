@@ -61,12 +61,12 @@ class FileReaders:
         found = file_features(source.schema_file() if schema_from is not None else paths[0], format)
         if format == "json":  # the first file's first chunk, HF 5.2's Json columns found there (or given)
             found = source.json_features(features)
-        if found is not None and source.columns is not None:  # only those columns, in that order
+        if found is not None and source.columns is not None:  # only those columns, in the file's order (HF's)
             missing = [c for c in source.columns if c not in found]
             if missing:
                 raise ValueError(f"columns={source.columns}: data file {paths[0]!r} has no column(s) {missing} "
                                  f"(its columns: {list(found)})")
-            found = type(found)({c: found[c] for c in source.columns})
+            found = type(found)({c: t for c, t in found.items() if c in set(source.columns)})
         if features is not None and source.columns is not None and set(source.columns) != set(features):
             # HF's Parquet builder: features of more columns than read are narrowed to those columns
             missing = [c for c in source.columns if c not in features]

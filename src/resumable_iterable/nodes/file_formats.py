@@ -321,12 +321,14 @@ def parquet_options(format: str, kwargs: dict) -> tuple[list[str] | None, Any, l
 
 
 def select_schema(schema: pa.Schema, columns: list[str], path: str) -> pa.Schema:
-    """``schema`` with only ``columns``, in that order; a column the file lacks is named."""
+    """``schema`` with only ``columns``, in the file's order (as HF's Parquet builder yields them:
+    ``columns=["b", "a"]`` gives ``a`` first); a column the file lacks is named."""
     missing = [c for c in columns if schema.get_field_index(c) < 0]
     if missing:
         raise ValueError(f"columns={columns}: data file {path!r} has no column(s) {missing} (its columns: "
                          f"{schema.names})")
-    return pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
+    wanted = set(columns)
+    return pa.schema([field for field in schema if field.name in wanted], metadata=schema.metadata)
 
 
 # ---------------------------------------------------------------------- text files, as HF's text builder

@@ -388,15 +388,18 @@ class FileSource(ArchiveReading, RandomFileAccess, SourceNode):
         return list(dict.fromkeys([*self.columns, *self._filter_columns]))
 
     def _kept(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Record batches as read, with the rows the filters keep and the columns asked for."""
+        """Record batches as read, with the rows the filters keep and the columns asked for (in the
+        first file's order, which ``_aligned`` gives every file)."""
+        schema = self._first_schema() if self.columns is not None else None
+        names = schema.names if schema is not None else None if self.columns is None else list(self.columns)
         for batch in batches:
             if self.filters is not None:
                 batch = pa.Table.from_batches([batch]).filter(self.filters).combine_chunks()
                 batch = batch.to_batches()[0] if batch.num_rows else None
                 if batch is None:
                     continue
-            if self.columns is not None and batch.schema.names != list(self.columns):
-                batch = batch.select(self.columns)
+            if self.columns is not None and batch.schema.names != names:
+                batch = batch.select(names)
             yield batch
 
     def _batches(self, shard_id: int, offset: int) -> Iterator[pa.RecordBatch]:
