@@ -198,3 +198,38 @@ def test_json_documents_resume_exactly(tmp_path, workers):
             assert_resumes_exactly(build)
         assert_loader_resumes_exactly(build, workers=workers, batch_size=4, item=lambda b: b["a"].tolist(),
                                       cuts=lambda n: range(1, n))
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 7])
+def test_the_scan_of_a_document_in_blocks_of_any_size_gives_the_same_rows(tmp_path, monkeypatch, step):
+    """The scan reads a document a block at a time (1 MB): strings, escapes (a backslash at the end
+    of a block, the quote it escapes in the next) and nesting carried across blocks of a few bytes."""
+    from resumable_iterable.nodes import json_documents
+
+    path = tmp_path / "doc.json"
+    expected = {}
+    for name in ("nested", "pretty", "tricky strings", "nulls", "varying keys"):
+        path.write_text(json.dumps(DOCUMENTS[name], indent=2 if name == "pretty" else None))
+        expected[name] = list(_ours(path))
+    for name, (doc, field) in FIELD_DOCUMENTS.items():
+        path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+        expected["field " + name] = list(_ours(path, field=field))
+    monkeypatch.setattr(json_documents, "STEP", step)
+    for name in ("nested", "pretty", "tricky strings", "nulls", "varying keys"):
+        path.write_text(json.dumps(DOCUMENTS[name], indent=2 if name == "pretty" else None))
+        assert list(_ours(path)) == expected[name], name
+    for name, (doc, field) in FIELD_DOCUMENTS.items():
+        path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+        assert list(_ours(path, field=field)) == expected["field " + name], name
+    # and the scan itself, not a fallback, gave them: one item a line, the field's value cut exactly
+    for name in ("nested", "pretty", "tricky strings", "nulls", "varying keys"):
+        path.write_text(json.dumps(DOCUMENTS[name], indent=2 if name == "pretty" else None))
+        buf = json_documents.read_bytes(str(path))
+        assert json_documents.list_as_lines(buf) == len(DOCUMENTS[name]), name
+        assert [json.loads(line) for line in buf.tobytes().decode().splitlines() if line.strip()] == DOCUMENTS[name]
+    for name, (doc, field) in FIELD_DOCUMENTS.items():
+        path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+        buf = json_documents.read_bytes(str(path))
+        start, end = json_documents.field_value(buf, field)
+        parsed = json.loads(path.read_text())
+        assert json.loads(buf[start:end].tobytes()) == parsed[field], name

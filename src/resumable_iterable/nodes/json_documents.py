@@ -22,8 +22,6 @@ from typing import Any, BinaryIO, Iterator
 import numpy as np
 import pyarrow as pa
 
-#: bytes scanned at a time (a few times as much in temporary masks)
-BLOCK = 1 << 22
 _QUOTE, _BACKSLASH, _COMMA, _COLON = 34, 92, 44, 58
 _OPEN, _CLOSE = (91, 123), (93, 125)  # [ {   ] }
 _WHITESPACE = (32, 9, 10, 13)
@@ -44,11 +42,9 @@ def read_bytes(source: str | BinaryIO) -> np.ndarray:
     return buf
 
 
-def _escaped(buf: np.ndarray, quotes: np.ndarray) -> np.ndarray:
-    """The quotes (positions in ``buf``) that a backslash escapes: an odd run of backslashes before them."""
-    cand = quotes[(quotes > 0) & (buf[np.maximum(quotes - 1, 0)] == _BACKSLASH)]
-    if not cand.size:
-        return cand
+def _escaped(buf: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """Of quotes right after a backslash (positions in ``buf``), those it escapes: after an odd run
+    of backslashes."""
     run = np.ones(cand.size, dtype=np.int64)
     live = np.arange(cand.size)
     k = 2
@@ -63,44 +59,50 @@ def _escaped(buf: np.ndarray, quotes: np.ndarray) -> np.ndarray:
 
 
 #: what each byte is to the scan: 0 nothing (most bytes), else one of these
-_Q, _BS, _OPENS, _CLOSES, _COMMAS, _COLONS, _BREAKS = 1, 2, 3, 4, 5, 6, 7
+_Q, _OPENS, _CLOSES, _COMMAS, _COLONS, _BREAKS = 1, 3, 4, 5, 6, 7
 _CLASS = np.zeros(256, dtype=np.uint8)
-_CLASS[_QUOTE], _CLASS[_BACKSLASH], _CLASS[_COMMA], _CLASS[_COLON] = _Q, _BS, _COMMAS, _COLONS
-_CLASS[list(_OPEN)], _CLASS[list(_CLOSE)], _CLASS[[10, 13]] = _OPENS, _CLOSES, _BREAKS
+_CLASS[_COMMA], _CLASS[list(_OPEN)], _CLASS[list(_CLOSE)], _CLASS[[10, 13]] = _COMMAS, _OPENS, _CLOSES, _BREAKS
+_CLASS_COLONS = _CLASS.copy()
+_CLASS_COLONS[_COLON] = _COLONS
+#: bytes scanned at a time: a block and its masks stay in the processor's caches
+STEP = 1 << 20
 
 
-def _structure(buf: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    """``(start, positions, kinds, outside, depth)`` for each block of ``buf`` (from ``start``): the
-    positions in the block of its quotes (unescaped), brackets, commas, colons and line breaks, what
-    each is (``_Q``...), whether it is outside strings, and the nesting depth after it. Only these
-    bytes are looked at one by one: the scan costs a few passes over the file. Returns
-    (``StopIteration.value``) ``(ended outside strings, final depth, lowest depth)``."""
+def _structure(buf: np.ndarray, colons: bool = False) -> Iterator[tuple]:
+    """``(start, positions, kinds, outside, depth, quotes, depth before)`` for each block of ``buf``
+    (from ``start``): the positions in the block of its brackets, commas, line breaks (and colons),
+    what each is (``_OPENS``...), whether it is outside strings, and the nesting depth after it; the
+    block's unescaped quotes (a mask) and the depth at its start. Strings are told by the parity of
+    the quotes before a byte (a running sum over the block), so only the few structural bytes are
+    looked at one by one. Returns (``StopIteration.value``) ``(ended outside strings, final depth,
+    lowest depth)``."""
+    table = _CLASS_COLONS if colons else _CLASS
     in_string, depth, lowest = 0, 0, 0
-    for s in range(0, buf.size, BLOCK):
-        a = buf[s:s + BLOCK]
-        kinds = np.take(_CLASS, a)
-        pos = np.flatnonzero(kinds)
-        kinds = kinds[pos]
-        quotes = kinds == _Q
-        if quotes.any():
-            escaped = _escaped(buf, pos[quotes] + s)
-            if escaped.size:
-                kinds[np.searchsorted(pos, escaped - s)] = 0
-                quotes = kinds == _Q
+    for s in range(0, buf.size, STEP):
+        a = buf[s:s + STEP]
+        quotes = a == _QUOTE
+        cand = np.flatnonzero(quotes[1:] & (a[:-1] == _BACKSLASH)) + 1  # quotes after a backslash
+        if s and quotes[0] and buf[s - 1] == _BACKSLASH:
+            cand = np.concatenate([[0], cand])
+        if cand.size:
+            quotes[_escaped(buf, cand + s) - s] = False
         inside = np.cumsum(quotes, dtype=np.int8)  # parity only: wrapping keeps it
         inside += in_string
         inside &= 1
-        if inside.size:
-            in_string = int(inside[-1])
-        outside = inside == 0
+        in_string = int(inside[-1])
+        kinds = table[a]
+        pos = np.flatnonzero(kinds)
+        kinds = kinds[pos]
+        outside = inside[pos] == 0
         step = ((kinds == _OPENS) & outside).astype(np.int32)
         step -= (kinds == _CLOSES) & outside
         d = np.cumsum(step, dtype=np.int32)
         d += depth
+        before = depth
         if d.size:
             depth = int(d[-1])
             lowest = min(lowest, int(d.min()))
-        yield s, pos, kinds, outside, d
+        yield s, pos, kinds, outside, d, quotes, before
     return in_string == 0, depth, lowest
 
 
@@ -134,7 +136,7 @@ def list_as_lines(buf: np.ndarray) -> int | None:
     scan = _structure(buf)
     while True:
         try:
-            s, pos, kinds, outside, d = next(scan)
+            s, pos, kinds, outside, d, _, _ = next(scan)
         except StopIteration as stop:
             ended, depth, lowest = stop.value
             break
@@ -147,7 +149,7 @@ def list_as_lines(buf: np.ndarray) -> int | None:
             closes += found.size
             if found.size:
                 end = s + int(pos[found[-1]])
-        a = buf[s:s + BLOCK]
+        a = buf[s:s + STEP]
         starts = pos[outside & (kinds == _OPENS) & (d == 2)]  # where the items that are objects or lists start
         objects += int(np.count_nonzero(a[starts] == _OPEN[1]))
         a[pos[outside & (kinds == _BREAKS)]] = 32  # line breaks between tokens
@@ -209,11 +211,17 @@ def _same_keys(array: Any) -> bool:
             return False
         chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
         for chunk in chunks:
-            valid = chunk.is_valid()
+            valid = None
             for k in range(t.num_fields):
                 child = chunk.field(k)
-                if child.null_count and pa.compute.any(pa.compute.and_(valid, child.is_null())).as_py():
-                    return False
+                if child.null_count:
+                    if not chunk.null_count:
+                        return False
+                    import pyarrow.compute as pc
+
+                    valid = chunk.is_valid() if valid is None else valid
+                    if pc.any(pc.and_(valid, child.is_null())).as_py():
+                        return False
                 if not _same_keys(child):
                     return False
         return True
@@ -234,10 +242,10 @@ def field_value(buf: np.ndarray, field: str) -> tuple[int, int] | None:
     marks: list[np.ndarray] = []  # the quotes, colons and commas of the object's own level
     kinds_: list[np.ndarray] = []
     end, closes = -1, 0
-    scan = _structure(buf)
+    scan = _structure(buf, colons=True)
     while True:
         try:
-            s, pos, kinds, outside, d = next(scan)
+            s, pos, kinds, outside, d, quotes, before = next(scan)
         except StopIteration as stop:
             ended, depth, lowest = stop.value
             break
@@ -245,13 +253,18 @@ def field_value(buf: np.ndarray, field: str) -> tuple[int, int] | None:
         closes += found.size
         if found.size:
             end = s + int(pos[found[-1]])
-        level = (d == 1) & ((kinds == _Q) | (outside & ((kinds == _COLONS) | (kinds == _COMMAS))))
-        marks.append(pos[level] + s)
-        kinds_.append(kinds[level])
+        level = (d == 1) & outside & ((kinds == _COLONS) | (kinds == _COMMAS))
+        q = np.flatnonzero(quotes)
+        at = np.searchsorted(pos, q) - 1  # the structural byte before each quote: its depth
+        q_depth = np.where(at >= 0, d[np.maximum(at, 0)] if d.size else before, before)
+        q = q[q_depth == 1]
+        marks += [pos[level] + s, q + s]
+        kinds_ += [kinds[level], np.full(q.size, _Q, np.uint8)]
     if not ended or depth != 0 or lowest < 0 or closes != 1 or _last_byte(buf) != end:
         return None
-    order = np.concatenate(marks).tolist()
-    kind = np.concatenate(kinds_).tolist()
+    order = np.concatenate(marks)
+    sort = np.argsort(order, kind="stable")
+    order, kind = order[sort].tolist(), np.concatenate(kinds_)[sort].tolist()
     found_at = None
     for i, k in enumerate(kind):
         # a key: two quotes right before a colon
