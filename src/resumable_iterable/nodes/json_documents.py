@@ -169,7 +169,7 @@ def read_list_of_objects(source: str | BinaryIO, carried: list | None = None) ->
     ``json_files.json_table``). ``None`` for another document (a list of other values, an object).
 
     When HF's search would find no ``Json`` column (no struct of which an object lacks a field or
-    which is empty: :func:`_same_keys`; no column of mixed types, which pyarrow refuses), the lines
+    which is empty: :func:`same_keys`; no column of mixed types, which pyarrow refuses), the lines
     are read by pyarrow with no Python object built; else by ``read_chunk``. The values are those
     written: HF writes each object again with pandas' ``ujson_dumps`` first, which keeps 10
     significant digits of a float (``docs/compat.md``)."""
@@ -194,13 +194,13 @@ def read_list_of_objects(source: str | BinaryIO, carried: list | None = None) ->
                     continue
                 table = None  # mixed types, or not JSON: read_chunk says
                 break
-        if table is not None and table.num_rows == items and all(_same_keys(c) for c in table.columns):
+        if table is not None and table.num_rows == items and all(same_keys(c) for c in table.columns):
             return table
     del data
     return read_chunk(buf.tobytes(), carried if carried is not None else [], detect=True)
 
 
-def _same_keys(array: Any) -> bool:
+def same_keys(array: Any) -> bool:
     """Whether every object in ``array`` (a column, or the values of a list) has every field of its
     struct type, recursively, and none is empty: then HF's search for objects of varying keys
     (``find_mixed_struct_types_field_paths``) finds none. A null value counts as a missing field
@@ -222,12 +222,12 @@ def _same_keys(array: Any) -> bool:
                     valid = chunk.is_valid() if valid is None else valid
                     if pc.any(pc.and_(valid, child.is_null())).as_py():
                         return False
-                if not _same_keys(child):
+                if not same_keys(child):
                     return False
         return True
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
-        return all(_same_keys(chunk.flatten()) for chunk in chunks)
+        return all(same_keys(chunk.flatten()) for chunk in chunks)
     return True
 
 
