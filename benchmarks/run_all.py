@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_arrow_lists  # noqa: E402
 import bench_dataloader  # noqa: E402
 import bench_formatted  # noqa: E402
+import bench_json_documents  # noqa: E402
 import bench_loader_shuffle  # noqa: E402
 import bench_memory  # noqa: E402
 import bench_pack  # noqa: E402
@@ -61,6 +62,9 @@ def run_all(quick: bool = False, loader: bool = True, memory: bool = True) -> li
         section("realistic pipelines from files (JSON Lines LLM packing, imagefolder, Parquet mixture), "
                 "one process and StatefulDataLoader (2 workers)",
                 bench_pipelines.run(quick=quick, repeats=1))
+    section(f"JSON documents (a list of objects, field=\"data\"): {2_000 if quick else bench_json_documents.N_ROWS} rows",
+            bench_json_documents.run(2_000 if quick else bench_json_documents.N_ROWS, repeats=1 if quick else 3,
+                                     memory=memory and not quick))
     section("packing into 2048-token chunks", bench_pack.run(500 if quick else 20_000, repeats=1 if quick else 5))
     section("lists of numbers from Arrow sources, numpy / torch format (informative)",
             bench_arrow_lists.run(n_rows=40 if quick else bench_arrow_lists.N_ROWS,

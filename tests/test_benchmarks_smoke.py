@@ -172,3 +172,11 @@ def test_arrow_lists_runs():
     import bench_arrow_lists
 
     _check(bench_arrow_lists.run(n_rows=20, width=512, repeats=1, token_rows=40, tokens=512))
+
+
+def test_json_documents_runs(tmp_path):
+    import bench_json_documents
+
+    results = bench_json_documents.run(300, repeats=1, folder=str(tmp_path), memory=False)
+    _check(results)
+    assert any(r.met is not None for r in results)  # the targets against HF's reader are checked

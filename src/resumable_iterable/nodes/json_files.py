@@ -212,18 +212,31 @@ def json_document(path: str, field: str | None, encoding: str | None = None, err
     is cut out of the file (``json_documents.field_value``) rather than the whole document parsed and
     the field written again, as HF does; its text in ``encoding`` (UTF-8 by default, a byte order
     mark skipped)."""
-    import io
-
     import pandas as pd
 
     if field is None:
         with open_text(path, encoding or "utf-8-sig", errors) as f:
             df = pd.read_json(f, dtype_backend="pyarrow")
     else:
-        df = pd.read_json(io.StringIO(_field_text(path, field, encoding, errors)), dtype_backend="pyarrow")
+        df = pd.read_json(_TextOnce(_field_text(path, field, encoding, errors)), dtype_backend="pyarrow")
     if df.columns.tolist() == [0]:
         df.columns = ["text"]  # a list of plain values, as HF names it
     return pa.Table.from_pandas(df, preserve_index=False)
+
+
+class _TextOnce:
+    """A text handed to pandas' ``read_json`` as a file, read once and let go: ``io.StringIO`` would
+    hold a copy of 4 bytes a character beside it (``read_json`` reads a file whole)."""
+
+    def __init__(self, text: str):
+        self._text = text
+
+    def read(self, size: int = -1) -> str:
+        text, self._text = self._text, ""
+        return text
+
+    def __iter__(self) -> Any:  # a file for pandas has both
+        return iter(())
 
 
 def _field_text(path: str, field: str, encoding: str | None, errors: str | None) -> str:
