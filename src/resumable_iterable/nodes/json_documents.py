@@ -17,7 +17,7 @@ float precision HF loses, see :func:`read_list_of_objects`)."""
 
 from __future__ import annotations
 
-from typing import Any, BinaryIO, Iterator
+from typing import BinaryIO, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -169,13 +169,13 @@ def read_list_of_objects(source: str | BinaryIO, carried: list | None = None) ->
     ``json_files.json_table``). ``None`` for another document (a list of other values, an object).
 
     When HF's search would find no ``Json`` column (no struct of which an object lacks a field or
-    which is empty: :func:`same_keys`; no column of mixed types, which pyarrow refuses), the lines
+    which is empty: ``json_lines.same_keys``; no column of mixed types, which pyarrow refuses), the lines
     are read by pyarrow with no Python object built; else by ``read_chunk``. The values are those
     written: HF writes each object again with pandas' ``ujson_dumps`` first, which keeps 10
     significant digits of a float (``docs/compat.md``)."""
     import pyarrow.json as pj
 
-    from .json_lines import read_chunk
+    from .json_lines import read_chunk, same_keys
 
     buf = read_bytes(source)
     items = list_as_lines(buf)
@@ -198,37 +198,6 @@ def read_list_of_objects(source: str | BinaryIO, carried: list | None = None) ->
             return table
     del data
     return read_chunk(buf.tobytes(), carried if carried is not None else [], detect=True)
-
-
-def same_keys(array: Any) -> bool:
-    """Whether every object in ``array`` (a column, or the values of a list) has every field of its
-    struct type, recursively, and none is empty: then HF's search for objects of varying keys
-    (``find_mixed_struct_types_field_paths``) finds none. A null value counts as a missing field
-    (it may be one: pyarrow reads both as null), which sends the document to the exact reader."""
-    t = array.type
-    if pa.types.is_struct(t):
-        if t.num_fields == 0:
-            return False
-        chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
-        for chunk in chunks:
-            valid = None
-            for k in range(t.num_fields):
-                child = chunk.field(k)
-                if child.null_count:
-                    if not chunk.null_count:
-                        return False
-                    import pyarrow.compute as pc
-
-                    valid = chunk.is_valid() if valid is None else valid
-                    if pc.any(pc.and_(valid, child.is_null())).as_py():
-                        return False
-                if not same_keys(child):
-                    return False
-        return True
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
-        return all(same_keys(chunk.flatten()) for chunk in chunks)
-    return True
 
 
 def field_value(buf: np.ndarray, field: str) -> tuple[int, int] | None:

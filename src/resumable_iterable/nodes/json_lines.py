@@ -63,8 +63,6 @@ def read_chunk(chunk: bytes, paths: list[list], detect: bool = False, mixed: lis
     errors that found them appended to ``mixed``."""
     import pyarrow.json as pj
 
-    from .json_documents import same_keys
-
     hf = hf_json()
     if detect and not paths and examples is None:
         # HF parses the chunk's lines into Python objects to look for objects of varying keys (and
@@ -107,6 +105,37 @@ def read_chunk(chunk: bytes, paths: list[list], detect: bool = False, mixed: lis
             else:
                 raise
     return with_json_types(table, paths)
+
+
+def same_keys(array: Any) -> bool:
+    """Whether every object in ``array`` (a column, or the values of a list) has every field of its
+    struct type, recursively, and none is empty: then HF's search for objects of varying keys
+    (``find_mixed_struct_types_field_paths``) finds none. A null value counts as a missing field
+    (it may be one: pyarrow reads both as null), which sends the document to the exact reader."""
+    t = array.type
+    if pa.types.is_struct(t):
+        if t.num_fields == 0:
+            return False
+        chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
+        for chunk in chunks:
+            valid = None
+            for k in range(t.num_fields):
+                child = chunk.field(k)
+                if child.null_count:
+                    if not chunk.null_count:
+                        return False
+                    import pyarrow.compute as pc
+
+                    valid = chunk.is_valid() if valid is None else valid
+                    if pc.any(pc.and_(valid, child.is_null())).as_py():
+                        return False
+                if not same_keys(child):
+                    return False
+        return True
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
+        return all(same_keys(chunk.flatten()) for chunk in chunks)
+    return True
 
 
 def _plain(chunk: bytes) -> pa.Table | None:
