@@ -10,6 +10,7 @@ from typing import Any
 from .dataset import IterableDataset
 from .distributed import split_dataset_by_node
 from .nodes.seeds import resolve_seed
+from .nodes.column_types import FirstRowCheck, aligned_features
 from .nodes.concat import ConcatNode
 from .nodes.interleave import InterleaveNode
 from .nodes.map import MapNode
@@ -19,6 +20,10 @@ def _check(datasets: list, what: str) -> list[IterableDataset]:
     if isinstance(datasets, dict):  # an IterableDatasetDict: its keys would be read as the datasets
         raise TypeError(f"{what} takes a list of datasets, got a dict of the splits {list(datasets)}: pass "
                         f"list(ds.values()) or [ds[split], ...]")
+    if isinstance(datasets, IterableDataset):  # list() would read every example of it
+        raise TypeError(f"{what} takes a list of datasets, got one IterableDataset: pass [ds, ...]")
+    if datasets is None or isinstance(datasets, (str, bytes)) or not hasattr(datasets, "__iter__"):
+        raise TypeError(f"{what} takes a list of datasets, got {type(datasets).__name__} {datasets!r:.60}")
     datasets = list(datasets)
     if not datasets:
         raise ValueError(f"{what} needs at least one dataset")
@@ -34,44 +39,23 @@ def _check(datasets: list, what: str) -> list[IterableDataset]:
     return datasets
 
 
-def _is_null_feature(feature: Any) -> bool:
-    """A feature that holds nothing yet: ``Value("null")``, or a list of it (a column of empty lists),
-    which another dataset's type of the column replaces, as in HF."""
-    from datasets import LargeList, Sequence, Value
-
-    if isinstance(feature, Value):
-        return feature.dtype == "null"
-    if isinstance(feature, (Sequence, LargeList)):
-        return _is_null_feature(feature.feature)
-    return False
-
-
-def _aligned_features(features: list, what: str, path: str = "") -> dict:
-    """The union of ``features`` (dicts of features), in order of appearance: a column's type is the
-    first one that is not null (HF's alignment); nested structs are merged field by field. Two other
-    types of one column raise ``ValueError``, as HF's: the rows of one dataset would be yielded under
-    the other's type (a float under ``int64``, truncated by every export)."""
-    merged: dict = {}
-    first: dict = {}  # column -> the dataset its merged type comes from
-    for i, f in enumerate(features):
-        for k, v in f.items():
-            if k not in merged or _is_null_feature(merged[k]):
-                merged[k], first[k] = v, i
-            elif isinstance(v, dict) and isinstance(merged[k], dict):
-                merged[k] = _aligned_features([merged[k], v], what, f"{path}{k}.")
-            elif not _is_null_feature(v) and v != merged[k]:
-                raise ValueError(f"{what}: the features can't be aligned: column {path + k!r} is {v} in dataset {i} "
-                                 f"and {merged[k]} in dataset {first[k]} (as HF, the types must match, or one be "
-                                 "Value('null')); cast one of them first (cast_column)")
-    return merged
-
-
 def _merged_features(features: list, what: str) -> Any:
-    """The aligned union of the datasets' features (:func:`_aligned_features`), or ``None`` if any is
-    unknown."""
-    if any(f is None for f in features):
+    """The aligned union of the datasets' features (``aligned_features``), or ``None`` if any is
+    unknown; the known ones are aligned then too (two of them that cannot be are refused at once)."""
+    known = [(i, f) for i, f in enumerate(features) if f is not None]
+    merged = aligned_features([f for _, f in known], what, inputs=[i for i, _ in known])
+    if len(known) < len(features):
         return None
-    return type(features[0])(_aligned_features(features, what))
+    return type(features[0])(merged)
+
+
+def _first_row_check(datasets: list[IterableDataset], what: str) -> FirstRowCheck | None:
+    """The check of the first rows of the inputs whose features are unknown (``nodes/column_types.py``),
+    if any input's are and there is another input to compare them with."""
+    features = [d.features for d in datasets]
+    if len(features) < 2 or all(f is not None for f in features):
+        return None
+    return FirstRowCheck(what, features)
 
 
 def _common_column_names(datasets: list[IterableDataset]) -> list[str] | None:
@@ -191,7 +175,7 @@ def interleave_datasets(datasets: list[IterableDataset], probabilities: list[flo
     merged = _merged_features([d.features for d in datasets], "interleave_datasets")
     nodes, shapes = _aligned_nodes(datasets, merged)
     node = InterleaveNode(nodes, probabilities=probabilities, seed=seed, stopping_strategy=stopping_strategy,
-                          column_shapes=shapes)
+                          column_shapes=shapes, first_rows=_first_row_check(datasets, "interleave_datasets"))
     combined = IterableDataset(node, features=merged, info=_merged_info(datasets, info), split=split,
                                column_names=None if merged is not None else _common_column_names(datasets))
     return _split_like(combined, datasets[0])
@@ -218,7 +202,8 @@ def concatenate_datasets(dsets: list[IterableDataset], info: Any = None, split: 
     names = None
     if axis == 0:
         nodes, shapes = _aligned_nodes(datasets, merged)
-        node = ConcatNode(nodes, axis=0, column_shapes=shapes)
+        node = ConcatNode(nodes, axis=0, column_shapes=shapes,
+                          first_rows=_first_row_check(datasets, "concatenate_datasets"))
         names = None if merged is not None else _common_column_names(datasets)
     else:
         if all(d.column_names is not None for d in datasets):

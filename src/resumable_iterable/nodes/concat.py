@@ -43,6 +43,7 @@ from ..state import ExampleList, copy_example
 from .base import HELD, Node
 from .checks import check_examples, check_int
 from .column_order import any_template, in_nested, in_shape, put_in_order, templates
+from .column_types import FirstRowCheck
 from .seeds import rng_from_seed
 from .replay import check_input_provenance, check_list, reread_by_input
 
@@ -74,16 +75,22 @@ class ConcatNode(Node):
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
         return True
 
-    def __init__(self, children: list[Node], axis: int = 0, column_shapes: list | None = None):
+    #: (``axis=0``) the check of the first rows of inputs whose features are unknown (``nodes/column_types.py``)
+    first_rows: FirstRowCheck | None = None
+
+    def __init__(self, children: list[Node], axis: int = 0, column_shapes: list | None = None,
+                 first_rows: FirstRowCheck | None = None):
         """``column_shapes`` (``axis=0``): per input, ``None`` or the shape (column order, struct fields)
-        its rows are put in (``nodes/column_order.py``); not part of :meth:`params`, so not of the
-        fingerprint."""
+        its rows are put in (``nodes/column_order.py``); ``first_rows`` (``axis=0``): the check of the
+        first example of each input whose features are unknown (``nodes/column_types.py``). Neither
+        is part of :meth:`params`, so of the fingerprint."""
         if not children:
             raise ValueError("concatenate_datasets needs at least one dataset")
         if axis not in (0, 1):
             raise ValueError(f"axis must be 0 or 1, got {axis!r}")
         self.axis = axis
         self.templates = templates(column_shapes, len(children)) if axis == 0 else None
+        self.first_rows = first_rows if axis == 0 else None
         super().__init__(children)
 
     def params(self) -> dict:
@@ -137,6 +144,8 @@ class ConcatNode(Node):
             new.templates = [self.templates[i] for i, _, _ in pieces]
             if all(t is None for t in new.templates):
                 new.templates = None
+        if self.first_rows is not None:
+            new.first_rows = self.first_rows.picked([i for i, _, _ in pieces])
         new._state_dict = new._fresh_state()
         return new
 
@@ -206,6 +215,11 @@ class ConcatNode(Node):
 
     def __iter__(self) -> Iterator[dict]:
         held = self._state_dict.get(HELD)
+        if held and self.first_rows is not None and self._state_dict["index"] < len(self.children):
+            i, seen = self.current_input(), {}  # a first example that failed the check is held: again
+            if self.first_rows.unchecked()[i]:
+                for ex in held:
+                    self.first_rows.check(i, ex, seen)
         if held and self.templates is not None:  # handed back in the input's order, or by an earlier release
             put_in_order(held, any_template(self.templates))
         return super().__iter__()
@@ -216,14 +230,28 @@ class ConcatNode(Node):
             order = self.order()
             temps = self.templates
             box = ExampleList([None])  # the row a Ctrl-C landing in its reordering hands back
+            unchecked, seen = (None, None) if self.first_rows is None else (self.first_rows.unchecked(), {})
             while st["index"] < len(order):
                 i = order[st["index"]]
                 compiled = None if temps is None else temps[i]
+                it = iter(self.children[i])
+                if unchecked is not None and unchecked[i]:  # its first example (unknown features)
+                    unchecked[i] = False
+                    for ex in it:
+                        try:
+                            self.first_rows.check(i, ex, seen)
+                            out = ex if compiled is None else in_shape(compiled, ex)
+                        except BaseException:  # the input's state counts ex: held, to fail (or go on) again
+                            box[0] = ex
+                            st[HELD] = box
+                            raise
+                        yield out
+                        break
                 if compiled is None:
-                    yield from self.children[i]
+                    yield from it
                 else:
                     template, nested = compiled
-                    for ex in self.children[i]:
+                    for ex in it:
                         try:
                             out = template.copy()  # in_shape(compiled, ex), inlined
                             out.update(ex)

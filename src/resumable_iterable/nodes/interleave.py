@@ -54,6 +54,7 @@ from ..state import HeldExamples, copy_example
 from .base import HELD, Node
 from .checks import check_examples, check_int, check_rng
 from .column_order import any_template, in_nested, in_shape, put_in_order, templates
+from .column_types import FirstRowCheck
 from .seeds import DrawnSeed, resolve_seed, rng_from_seed, rng_from_state, split_seed
 from .replay import check_input_provenance, reread_by_input, same_example
 
@@ -69,19 +70,30 @@ class InterleaveNode(DrawnSeed, Node):
     #: below a replay-mode shuffle, the provenance readers of the inputs (set by
     #: :meth:`provenance_reader`); ``None`` elsewhere. Not copied by ``clone``/``shard``/pickle.
     _trace: list | None = None
+    #: the check of the first rows of inputs whose features are unknown (``nodes/column_types.py``)
+    first_rows: FirstRowCheck | None = None
     #: ``(rng, block)``: the block of draws a state's ``rng`` starts, as the loop (or :meth:`position`) last drew it
     _drawn: tuple | None = None
 
     def __init__(self, children: list[Node], probabilities: list[float] | None = None, seed: int | None = None,
-                 stopping_strategy: str = "first_exhausted", column_shapes: list | None = None):
+                 stopping_strategy: str = "first_exhausted", column_shapes: list | None = None,
+                 first_rows: FirstRowCheck | None = None):
         """``column_shapes``: per input, ``None`` or the shape (column order, struct fields) its rows
-        are put in (``nodes/column_order.py``); not part of :meth:`params`, so not of the fingerprint."""
+        are put in (``nodes/column_order.py``); ``first_rows``: the check of the first example of
+        each input whose features are unknown (``nodes/column_types.py``). Neither is part of
+        :meth:`params`, so of the fingerprint."""
         if not children:
             raise ValueError("interleave_datasets needs at least one dataset")
         if stopping_strategy not in STRATEGIES:
             raise ValueError(f"unknown stopping_strategy {stopping_strategy!r}; expected one of {STRATEGIES}")
         if probabilities is not None:
-            probabilities = [float(p) for p in probabilities]
+            try:
+                if isinstance(probabilities, (str, bytes, dict)):
+                    raise TypeError
+                probabilities = [float(p) for p in probabilities]
+            except (TypeError, ValueError):
+                raise ValueError(f"probabilities must be a list of numbers, one per dataset, got "
+                                 f"{probabilities!r:.100}") from None
             if len(probabilities) != len(children):
                 raise ValueError(f"got {len(probabilities)} probabilities for {len(children)} datasets")
             if any(p < 0 or not math.isfinite(p) for p in probabilities) or not math.isclose(sum(probabilities), 1.0, rel_tol=1e-6):
@@ -102,6 +114,7 @@ class InterleaveNode(DrawnSeed, Node):
         self.stopping_strategy = stopping_strategy
         self.epoch = 0
         self.templates = templates(column_shapes, len(children))
+        self.first_rows = first_rows
         super().__init__(children)
 
     def params(self) -> dict:
@@ -235,6 +248,7 @@ class InterleaveNode(DrawnSeed, Node):
         replace = self.stopping_strategy != "all_exhausted_without_replacement"
         its = [iter(c) for c in kids]
         temps = self.templates
+        unchecked, seen = self._first_rows_to_check()
         # the turns are drawn here as in ``_draws`` (inlined: a generator's resume and a tuple a turn
         # cost), and ``stop`` is asked again only once an input was found exhausted
         n = len(kids)
@@ -289,6 +303,9 @@ class InterleaveNode(DrawnSeed, Node):
                     continue
                 peeked[i] = ex  # kept while this turn reads ahead (the turn is not recorded yet)
                 owned[i] = 1  # read now: no state copy has seen it
+                if unchecked is not None and unchecked[i]:  # an input's first example (unknown features)
+                    self.first_rows.check(i, ex, seen)  # raises with the turn unrecorded, ex kept in peeked
+                    unchecked[i] = False
             elif not owned[i]:  # a state copy may share it: yield a copy (peeked[i] keeps the original)
                 ex = copy_example(ex)
             if temps is not None:  # put in the merged column order (peeked[i] keeps the input's)
@@ -344,6 +361,7 @@ class InterleaveNode(DrawnSeed, Node):
         replace = self.stopping_strategy != "all_exhausted_without_replacement"
         its = [iter(c) for c in kids]
         temps = self.templates
+        unchecked, seen = self._first_rows_to_check()
         for i, rng, after in self._draws(st):
             if stop(exhausted):
                 return
@@ -372,6 +390,9 @@ class InterleaveNode(DrawnSeed, Node):
                 peeked[i] = ex  # kept while this turn reads ahead (the turn is not recorded yet)
                 owned[i] = 1
                 ppos[i] = None
+                if unchecked is not None and unchecked[i]:
+                    self.first_rows.check(i, ex, seen)
+                    unchecked[i] = False
             elif not owned[i]:
                 ex = copy_example(ex)
             if temps is not None and temps[i] is not None:
@@ -399,6 +420,18 @@ class InterleaveNode(DrawnSeed, Node):
             yield ex
             if peeked[i] is not None and ppos[i] is None:
                 ppos[i] = provs[i]()  # recorded for the states taken from the next step on
+
+    def _first_rows_to_check(self) -> tuple[list | None, dict]:
+        """A pass's ``(unchecked, seen)`` for :class:`FirstRowCheck` (``None``: nothing to check);
+        the examples a loaded state peeked are checked first (they come first from their input)."""
+        if self.first_rows is None:
+            return None, {}
+        unchecked, seen = self.first_rows.unchecked(), {}
+        for i, pk in enumerate(self._state_dict["peeked"]):
+            if pk is not None and unchecked[i]:
+                self.first_rows.check(i, pk, seen)
+                unchecked[i] = False
+        return unchecked, seen
 
     def _block(self, rng):
         """The next :data:`BLOCK` inputs drawn from ``rng`` (with ``probabilities``), an array."""
