@@ -293,6 +293,14 @@ class Node:
         node yielding one example per input example, in order, say it."""
         return None
 
+    def examples_yielded(self) -> int | None:
+        """How many examples this node yielded since its start (as its state says), if it can tell
+        without reading anything: what a node counting back over its inputs (:meth:`position_back` of
+        a concatenation, a ``skip``, a ``repeat``) needs to know where one input's examples end.
+        Default: ``None`` (unknown); a source reading shards of known length and the nodes yielding
+        one example per input example say it."""
+        return None
+
     def position_of(self, prov: Any) -> dict | None:
         """:meth:`position` of an example this node yielded at some point, given its (validated)
         provenance (see :meth:`provenance_reader`): a replay-mode shuffle names with it where the

@@ -166,6 +166,9 @@ class ColumnsNode(Node):
         # one row per input example, in order (an example held in ``retry`` is handed out before its row is made)
         return self.children[0].position_back(back)
 
+    def examples_yielded(self) -> int | None:
+        return self.children[0].examples_yielded()
+
     def replay_problem(self) -> str | None:
         return None
 

@@ -352,6 +352,39 @@ class ConcatNode(Node):
 
         return merged
 
+    def position_back(self, back: int) -> dict | None:
+        """axis=0: counted back in the input being read, then in the inputs before it in the order read
+        (each says how many examples it yielded: :meth:`Node.examples_yielded`); ``None`` past one that
+        cannot tell, and for ``axis=1``, or while rows handed back are held (``held``: yielded again)."""
+        st = self._state_dict
+        if self.axis == 1 or HELD in st:
+            return None
+        order = self.order()
+        k = min(st["index"], len(order) - 1)
+        while k >= 0:
+            child = self.children[order[k]]
+            n = child.examples_yielded()
+            if n is None:
+                return None
+            if back < n:
+                return child.position_back(back)
+            back -= n
+            k -= 1
+        return None
+
+    def examples_yielded(self) -> int | None:
+        st = self._state_dict
+        if self.axis == 1 or HELD in st:
+            return None
+        order = self.order()
+        total = 0
+        for k in range(min(st["index"] + 1, len(order))):
+            n = self.children[order[k]].examples_yielded()
+            if n is None:
+                return None
+            total += n
+        return total
+
     def position_of(self, prov) -> dict | None:
         """axis=0: ``[input, *position in it]``; axis=1: one entry per input (``[]`` or ``[-1]``: exhausted),
         the first input not exhausted says where the row's part was read, as :meth:`position`."""

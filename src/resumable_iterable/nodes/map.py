@@ -263,6 +263,13 @@ class MapNode(Node):
             return None
         return self.children[0].position_back(back + len(self._state_dict["retry"]))
 
+    def examples_yielded(self) -> int | None:
+        """Per example (not a filter): the inputs read, but those not yielded yet (``retry``)."""
+        if self.batched or self.kind != "map":
+            return None
+        n = self.children[0].examples_yielded()
+        return None if n is None else n - len(self._state_dict["retry"])
+
     def position_of(self, prov: Any) -> dict | None:
         return self.children[0].position_of(prov[1:] if self.with_indices else prov)
 

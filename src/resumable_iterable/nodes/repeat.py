@@ -53,6 +53,12 @@ class RepeatNode(Node):
             fresh = True
 
     # -- capabilities (see ``Node``): examples pass through unchanged
+    def position_back(self, back: int) -> dict | None:
+        """The input's, in the round being read (the input counts the examples of this round only);
+        ``None`` in an earlier round (the input was reset since)."""
+        n = self.children[0].examples_yielded()
+        return None if n is None or back >= n else self.children[0].position_back(back)
+
     def replay_problem(self) -> str | None:
         return None
 

@@ -82,6 +82,12 @@ class CountNode(Node):
     def replay_problem(self) -> str | None:
         return None  # the examples pass through unchanged (capabilities: see ``Node``)
 
+    def position_back(self, back: int) -> dict | None:
+        """The input's: the examples pass through in order; ``None`` past the first one yielded (a
+        ``skip`` does not yield what it skipped; a node above counts on into what came before)."""
+        n = self.examples_yielded()
+        return None if n is None or back >= n else self.children[0].position_back(back)
+
 
 class SkipNode(CountNode):
     kind = "skip"
@@ -94,6 +100,10 @@ class SkipNode(CountNode):
 
     def _validate_own(self, state: dict, where: str) -> None:
         check_int(state, "skipped", where, hi=self.n)
+
+    def examples_yielded(self) -> int | None:
+        n = self.children[0].examples_yielded()
+        return None if n is None else max(0, n - self._state_dict["skipped"])
 
     def row_local_problem(self) -> str | None:
         return ("a skip node: skipping depends on the order; select rows on the HF Dataset (Dataset.select) "
@@ -123,6 +133,9 @@ class TakeNode(CountNode):
 
     def _validate_own(self, state: dict, where: str) -> None:
         check_int(state, "taken", where, hi=self.n)
+
+    def examples_yielded(self) -> int:
+        return self._state_dict["taken"]
 
     def row_local_problem(self) -> str | None:
         return ("a take node: taking depends on the order; select rows on the HF Dataset (Dataset.select) "

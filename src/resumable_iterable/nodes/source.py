@@ -293,6 +293,21 @@ class SourceNode(Node):
             back -= n
         return None
 
+    def examples_yielded(self) -> int | None:
+        """The rows read: of the shards before the one being read (their lengths known), and of it."""
+        st = self._state_dict
+        order = self.shard_order()
+        total = st["offset"]
+        for i in range(min(st["shard_pos"], len(order))):
+            try:
+                n = self.shard_length(order[i])
+            except Exception:  # a file gone since: not known (this only writes an error's note)
+                return None
+            if n is None:
+                return None
+            total += n
+        return total
+
     def position_of(self, prov: list) -> dict:
         """A provenance here is ``[shard, row]`` (:meth:`provenance_reader`)."""
         return {"source": self.kind, "shard": prov[0], "row": prov[1]}
