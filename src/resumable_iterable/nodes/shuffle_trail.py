@@ -84,24 +84,34 @@ class Trail:
             before, b = lo, b - 1
         return None if first == 0 else False
 
-    def position(self, st: dict, size: int, child: Any, rng: dict, rng_pos: int, left: int | bool) -> dict | None:
+    def position(self, st: dict, size: int, child: Any, rng: dict, rng_pos: int, left: int | bool,
+                 back: int = 0) -> dict | None:
         """Where the example the pass yielded was read, given the node's state ``st`` (of this pass),
         its buffer ``size``, its input ``child`` and what the state said then (its generator fields;
-        ``left``: the entries left in a draining buffer, else ``False``): the draws tell which slot
-        it left and since when that slot held it, so how many inputs the pass had read before it; the
-        input can tell where the example yielded that many before its last one was read
-        (:meth:`Node.position_back`: a source reading its shards, and nodes yielding one example per
-        input, such as ``map``).
+        ``left``: the entries left in a draining buffer, else ``False``) - or the example it yielded
+        ``back`` examples before that one (a shuffle above asks this: :meth:`Node.position_back`): the
+        draws tell which slot it left and since when that slot held it, so how many inputs the pass
+        had read before it; the input can tell where the example yielded that many before its last
+        one was read (:meth:`Node.position_back`: a source reading its shards, and nodes yielding one
+        example per input, such as ``map``).
         ``None``: not known (the slot held the example since before the pass, or the input cannot tell)."""
-        if left is False:  # mixing: the last draw made
-            steps = self.steps_at(rng, rng_pos)
-            if not steps:
-                return None
-            before, slot = steps - 1, None
-        else:  # draining: the entries are popped from the end
+        if left is not False:  # draining: the entries are popped from the end
             if self.drain_len is None or self.steps is None or left >= self.drain_len:
                 return None
-            before, slot = self.steps, self.order[left]
+            drained = self.drain_len - left  # popped so far, the example yielded last included
+            if back < drained:
+                before, slot = self.steps, self.order[left + back]
+            else:  # yielded while the buffer mixed, by one of its last draws
+                back -= drained
+                left, steps = False, self.steps
+        else:
+            steps = self.steps_at(rng, rng_pos)
+            if steps is None:
+                return None
+        if left is False:  # mixing: the draw ``back`` before the last one made
+            if steps - back <= 0:
+                return None  # yielded before this pass
+            before, slot = steps - 1 - back, None
         if slot is None:
             b = self.count - 1
             while self.block_start(b) > before:
