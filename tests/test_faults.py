@@ -581,10 +581,10 @@ def _where_mod(i: int) -> str:
 @pytest.mark.parametrize("buffer_state", ["examples", "drop"])
 def test_a_shuffle_of_stored_examples_counts_back_through_concatenations_skip_take_repeat_and_shuffles(buffer_state):
     """The note of an error above a default (or ``"drop"``) buffer said 'source row not known' when the
-    buffer's input went through a concatenation, a skip / take or a repeat: they
+    buffer's input went through a concatenation, a skip / take, a repeat or another such shuffle: they
     could not count back over the examples they yielded. A concatenation counts back in the input
     being read and on in the inputs before it, skip / take and repeat (in its round) pass the count
-    on. Brute force: a failure injected at
+    on, and a shuffle below works it out from its own draws. Brute force: a failure injected at
     every example (every few in the longer runs), the row named is the true one; unknown only where
     it cannot be known (a repeat's earlier round, before the pass)."""
     def shuffled(ds, size=10, seed=0):
@@ -601,6 +601,9 @@ def test_a_shuffle_of_stored_examples_counts_back_through_concatenations_skip_ta
         (lambda f: shuffled(_rows().skip(13)).map(f), range(0, 87, 6)),
         (lambda f: shuffled(_rows().take(61), size=5).map(f), range(0, 61, 5)),
         (lambda f: shuffled(concat(_rows().skip(30), _rows(100).take(40)).skip(3), seed=4).map(f), range(0, 107, 4)),
+        (lambda f: shuffled(shuffled(_rows(), size=7, seed=1), size=5, seed=2).map(f), range(0, 100, 3)),
+        (lambda f: shuffled(shuffled(concat(_rows(), _rows(100)), size=30, seed=3)).map(f), range(0, 200, 9)),
+        (lambda f: shuffled(shuffled(_rows(), size=150, seed=3), size=4).map(f), range(0, 100, 7)),  # never mixes
         # a concatenation shuffled by a shuffle above: its inputs in a drawn order, their shards dealt
         (lambda f: shuffled(concat(_rows(), _rows(100))).map(f), range(0, 200, 17)),
     ]

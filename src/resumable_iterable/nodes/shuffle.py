@@ -244,14 +244,20 @@ class ShuffleNode(ExampleBuffer, ReplayBuffer, DrawnSeed, Node):
             pos["shuffled"] = True  # the rows of a batch above are no run of rows (``rows_read``)
         return pos
 
-    def _traced_position(self, tr: Trail, rng: dict, rng_pos: int, left: int | bool) -> dict | None:
+    def position_back(self, back: int) -> dict | None:
+        """Worked out from this pass's draws (a shuffle above asks it): :meth:`_traced_position`."""
+        tr, st = self._trail, self._state_dict
+        return None if tr is None else self._traced_position(
+            tr, st["rng"], st["rng_pos"], st["draining"] and sum(map(len, st["buffer"])), back)
+
+    def _traced_position(self, tr: Trail, rng: dict, rng_pos: int, left: int | bool, back: int = 0) -> dict | None:
         """Where the example this pass yielded (the state's generator fields then: ``rng``, ``rng_pos``;
         ``left``: the entries left in a draining buffer, else ``False``) was read: :meth:`Trail.position`,
         while ``tr`` is still this node's pass, run on its state in this thread; else ``None``."""
         st = self._state_dict
         if self._trail is not tr or st["buffer"] is not tr.buf or get_ident() != tr.thread:
             return None  # another pass runs, or runs on in another thread: its input's state is no fixed point
-        return tr.position(st, self.buffer_size, self.children[0], rng, rng_pos, left)
+        return tr.position(st, self.buffer_size, self.children[0], rng, rng_pos, left, back)
 
     # -- capabilities (see ``Node``): a nested replay-mode shuffle records what it yields
     def describe(self) -> str:
