@@ -298,10 +298,11 @@ class ConcatNode(Node):
                     if columns[i] is None:
                         cols = list(ex)
                         clash = [c for c in cols if any(c in (columns[j] or ()) for j in range(n) if j != i)]
-                        if clash:
-                            row[i] = None
+                        if clash:  # ex stays in the row (``pending``): a state taken now raises this again
+                            others = sorted({j for j in range(n) if j != i for c in clash if c in (columns[j] or ())})
                             raise ValueError(f"concatenate_datasets(axis=1): columns {clash} are duplicated: they "
-                                             "appear in several datasets")
+                                             f"appear in several datasets (dataset {i}, and dataset(s) {others}); "
+                                             "remove or rename them first")
                         columns[i] = cols
                     got = True
                     merged |= ex
