@@ -454,6 +454,34 @@ class InterleaveNode(DrawnSeed, Node):
             drawn = self._drawn = (st["rng"], self._block(rng_from_state(st["rng"])).tolist())
         return {"interleave_input": drawn[1][st["rng_pos"] - 1]}
 
+    def position_back(self, back: int) -> dict | None:
+        """Where the example yielded ``back`` before the last one was read (a shuffle buffer above asks
+        it, ``nodes/shuffle_trail.py``), with ``first_exhausted`` (every turn yields an example: the
+        other strategies skip or restart inputs): the last ``back + 1`` turns (the cycle, or the draws
+        of the current block) tell its input and how many examples that input yielded after it; the
+        input counts back that many, and one more for the example it peeked since. ``None``
+        otherwise, or past the current block of draws."""
+        st = self._state_dict
+        if self.stopping_strategy != "first_exhausted" or HELD in st:
+            return None
+        n, k = len(self.children), back + 1
+        if self.probabilities is None:
+            turns = [(st["cycle"] - k + m) % n for m in range(k)]
+        else:
+            pos = st["rng_pos"]
+            if k > pos:
+                return None
+            drawn = self._drawn
+            if drawn is None or drawn[0] is not st["rng"]:
+                drawn = self._drawn = (st["rng"], self._block(rng_from_state(st["rng"])).tolist())
+            turns = drawn[1][pos - k:pos]
+        j = turns[0]
+        after = turns.count(j) - 1 + (st["peeked"][j] is not None)
+        pos = self.children[j].position_back(after)
+        if pos is not None:
+            pos["interleave_input"] = j
+        return pos
+
     # ------------------------------------------------------------------ capabilities (see ``Node``)
     def describe(self) -> str:
         return f"interleave_datasets(stopping_strategy={self.stopping_strategy!r})"
