@@ -213,3 +213,20 @@ def test_a_duplicated_column_found_when_iterating_axis_1_leaves_a_state_that_rai
         list(resumed)
     with pytest.raises(ValueError, match="can't have duplicated columns"):
         datasets.concatenate_datasets([gen(datasets, [{"a": 1}]), gen(datasets, [{"a": 100}])], axis=1)
+
+
+@pytest.mark.parametrize("name", ["interleave", "concatenate"])
+def test_the_check_runs_in_dataloader_workers_and_resumes_exactly(name):
+    """The check travels to the workers with the pipeline (pickled): inputs that fit resume exactly
+    at every cut point; a clash raises in the worker, named."""
+    from harness import assert_loader_resumes_exactly
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def build():
+        return COMBINE[name](ri, [known(ri, INTS), gen(ri, [{"a": 10 + i} for i in range(4)])])
+
+    full = assert_loader_resumes_exactly(build, workers=2, batch_size=None, item=repr, cuts=lambda n: range(1, n + 1))
+    assert full
+    bad = COMBINE[name](ri, [known(ri, INTS), gen(ri, STRS)])
+    with pytest.raises(ValueError, match="column 'a' holds a string in the first example of dataset 1"):
+        list(StatefulDataLoader(bad, batch_size=None, num_workers=2))
