@@ -230,3 +230,46 @@ def test_the_check_runs_in_dataloader_workers_and_resumes_exactly(name):
     bad = COMBINE[name](ri, [known(ri, INTS), gen(ri, STRS)])
     with pytest.raises(ValueError, match="column 'a' holds a string in the first example of dataset 1"):
         list(StatefulDataLoader(bad, batch_size=None, num_workers=2))
+
+
+MIXED = [{"a": 1}, {"a": 2}, {"a": "x"}, {"a": 4}, {"a": [5]}]  # the first example fits; later ones do not
+
+
+def _mixed():
+    yield from MIXED
+
+
+@pytest.mark.parametrize("name", sorted(COMBINE))
+def test_a_resumed_pass_checks_the_same_examples_as_the_uninterrupted_run(name):
+    """Only each input's first example is checked: a resumed pass checked the first example it read of
+    each input (an interleave's peeked one, the rest of a concatenation's current input), a later
+    one, and raised where the uninterrupted run yielded it. Every cut point resumes exactly; the
+    kinds of an input read before the cut still count (a later input clashing with them raises as
+    in the uninterrupted run)."""
+    # one shard: the generator counts its examples; five (one per row): it cannot, which the
+    # interleave does not need (it knows which inputs it read), but a concatenation does
+    for mixed in [lambda: ri.IterableDataset.from_generator(_mixed)] + (
+            [lambda: gen(ri, MIXED)] if name != "concatenate" else []):
+        rows = assert_resumes_exactly(lambda: COMBINE[name](ri, [known(ri, INTS), mixed()]))
+        assert {"a": "x"} in rows
+        rows = assert_resumes_exactly(lambda: COMBINE[name](ri, [mixed(), known(ri, INTS)]))
+        assert {"a": "x"} in rows
+
+
+@pytest.mark.parametrize("name", ["interleave", "interleave_all_exhausted"])
+def test_a_resumed_interleave_still_compares_with_the_inputs_read_before(name):
+    def build():
+        return COMBINE[name](ri, [gen(ri, INTS), gen(ri, STRS)])
+
+    says = "column 'a' holds a string in the first example of dataset 1 .*, and is a number in the first example of dataset 0"
+    full = []
+    with pytest.raises(ValueError, match=says):
+        for r in build():
+            full.append(r)
+    assert full == [{"a": 0}]
+    ds = build()
+    next(iter(ds))
+    resumed = build()
+    resumed.load_state_dict(json.loads(json.dumps(ds.state_dict())))
+    with pytest.raises(ValueError, match=says):
+        next(iter(resumed))

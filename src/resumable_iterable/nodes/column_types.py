@@ -19,6 +19,17 @@ Once per input and pass, never per row; nothing is kept in the state (the kinds 
 a local of the pass). The node raises before recording anything for the example, and keeps it
 (an interleave's ``peeked``, a concatenation's ``held``): a state taken after the error yields the
 same example next, so it raises the same error again, and nothing yielded is lost or repeated.
+A pass resumed from a state checks the examples the uninterrupted run would: only first examples.
+An input the state read already is not checked again: its next example is only noted
+(:meth:`FirstRowCheck.note`), so that the inputs read next are compared with it - but the example
+an input holds is checked if it is that input's first (the check failed on it), which the input
+tells where it counts its examples (``Node.examples_yielded``: sources of shards of known length
+or read in their first shard, per-example maps, column operations, skip / take, concatenations).
+Where an input cannot count them (a generator past its first shard, a filter, a batch), an
+interleave does not check it again (a state taken after this error on such an input resumes past
+the example), and a concatenation checks the next example of the input it was reading (a later
+example of a different kind raises where the uninterrupted run yielded it). A state taken before
+the error raises it again, as the uninterrupted run does.
 """
 
 from __future__ import annotations
@@ -198,6 +209,13 @@ class FirstRowCheck:
                     if found:
                         self._raise(i, found, f"{describe_kind(found[2])} in the first example of dataset {j}")
         seen[i] = kinds
+
+    def note(self, i: int, example: Any, seen: dict) -> None:
+        """Add the kinds of ``example``, one input ``i`` yields after its first one, to ``seen``
+        unchecked: a pass resumed after that input's first example compares the others with it, as
+        the pass that read the first one did."""
+        if isinstance(example, dict) and i not in seen:
+            seen[i] = {c: value_kind(v) for c, v in example.items()}
 
     def _raise(self, i: int, found: tuple, other: str) -> None:
         path, kind, _ = found

@@ -216,10 +216,9 @@ class ConcatNode(Node):
     def __iter__(self) -> Iterator[dict]:
         held = self._state_dict.get(HELD)
         if held and self.first_rows is not None and self._state_dict["index"] < len(self.children):
-            i, seen = self.current_input(), {}  # a first example that failed the check is held: again
-            if self.first_rows.unchecked()[i]:
-                for ex in held:
-                    self.first_rows.check(i, ex, seen)
+            i = self.current_input()  # a first example that failed the check is held: checked again
+            if self.first_rows.unchecked()[i] and self.children[i].examples_yielded() in (1, None):
+                self.first_rows.check(i, held[0], {})
         if held and self.templates is not None:  # handed back in the input's order, or by an earlier release
             put_in_order(held, any_template(self.templates))
         return super().__iter__()
@@ -231,15 +230,22 @@ class ConcatNode(Node):
             temps = self.templates
             box = ExampleList([None])  # the row a Ctrl-C landing in its reordering hands back
             unchecked, seen = (None, None) if self.first_rows is None else (self.first_rows.unchecked(), {})
+            # the input being read when the pass starts: read before the state was taken if it yielded
+            # examples already (or holds one: checked above); ``None`` (it cannot count them): checked
+            start = order[st["index"]] if unchecked is not None and st["index"] < len(order) else None
+            resumed = start is not None and (HELD in st or self.children[start].examples_yielded() not in (0, None))
             while st["index"] < len(order):
                 i = order[st["index"]]
                 compiled = None if temps is None else temps[i]
                 it = iter(self.children[i])
                 if unchecked is not None and unchecked[i]:  # its first example (unknown features)
                     unchecked[i] = False
+                    # an input read before the state was taken: its next example's kinds only (checked
+                    # above if held; its first one was checked then)
+                    test = self.first_rows.note if resumed and i == start else self.first_rows.check
                     for ex in it:
                         try:
-                            self.first_rows.check(i, ex, seen)
+                            test(i, ex, seen)
                             out = ex if compiled is None else in_shape(compiled, ex)
                         except BaseException:  # the input's state counts ex: held, to fail (or go on) again
                             box[0] = ex

@@ -422,15 +422,27 @@ class InterleaveNode(DrawnSeed, Node):
                 ppos[i] = provs[i]()  # recorded for the states taken from the next step on
 
     def _first_rows_to_check(self) -> tuple[list | None, dict]:
-        """A pass's ``(unchecked, seen)`` for :class:`FirstRowCheck` (``None``: nothing to check);
-        the examples a loaded state peeked are checked first (they come first from their input)."""
+        """A pass's ``(unchecked, seen)`` for :class:`FirstRowCheck` (``None``: nothing to check). An
+        input a loaded state read already is not checked again: the example it peeked is checked if
+        it is that input's first (the check failed on it, or a Ctrl-C cut its turn short; known where
+        the input counts its examples: ``Node.examples_yielded``), else only noted; an input not read
+        yet is checked at its first read, as in the uninterrupted run."""
         if self.first_rows is None:
             return None, {}
         unchecked, seen = self.first_rows.unchecked(), {}
-        for i, pk in enumerate(self._state_dict["peeked"]):
-            if pk is not None and unchecked[i]:
-                self.first_rows.check(i, pk, seen)
+        st = self._state_dict
+        first = []
+        for i, pk in enumerate(st["peeked"]):
+            if unchecked[i] and (pk is not None or st["exhausted"][i]):  # read before: checked then
                 unchecked[i] = False
+                if pk is None:
+                    continue
+                if self.children[i].examples_yielded() == 1:  # its first (the check failed on it)
+                    first.append(i)
+                else:  # a later one: its kinds only, for the inputs read next
+                    self.first_rows.note(i, pk, seen)
+        for i in first:
+            self.first_rows.check(i, st["peeked"][i], seen)
         return unchecked, seen
 
     def _block(self, rng):
