@@ -23,12 +23,18 @@ target is taken in torchdata's loader, as the issue set it; in ours both sides a
 the gap between them narrower (the per-example dicts' cost was mostly the loader's).
 
 The loader takes every worker's ``state_dict()`` after every batch, so state capture is timed too.
+On Linux the script also prints where torchdata's loader spends its time: the CPU per batch of the
+main process and of the workers (from ``/proc``) for the numpy batches, the ready-made batches and the
+per-example dicts, and what one more numpy array per batch costs (benchmarks/README.md reads them).
 The rows are ``{"id": int64, "label": int64, "x": 16 float32}`` (a small feature vector).
 
     python benchmarks/bench_formatted.py [--rows N] [--repeats R] [--quick]
 """
 
 from __future__ import annotations
+
+import os
+import time
 
 from common import NUM_SHARDS, Result, arg_parser, loader_class, print_section, time_iteration
 
@@ -85,24 +91,52 @@ def ready_batches(n_batches: int, arrays: bool = False):
     return Ready()
 
 
-def loader_rate(make_ds, batch_size: int | None, limit: int, repeats: int = 1, loader: str = "torchdata") -> tuple[float, int]:
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, all threads) a process has used so far, from ``/proc`` (Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def loader_rate(make_ds, batch_size: int | None, limit: int, repeats: int = 1, loader: str = "torchdata",
+                cpu: dict | None = None) -> tuple[float, int]:
     """Examples per second through a ``StatefulDataLoader`` (torchdata's, or ours with ``loader="ri"``;
     best of ``repeats``), counting the examples of up to ``limit // BATCH_SIZE`` batches;
-    ``batch_size=None`` when the dataset yields batches."""
+    ``batch_size=None`` when the dataset yields batches. With ``cpu`` (a dict, Linux), also the CPU
+    time per batch of the main process (``cpu["main"]``) and of the workers together
+    (``cpu["workers"]``), in µs, from the first batch to the last of the best run."""
     make_loader = loader_class(loader)
     batches = max(1, limit // BATCH_SIZE)
     best, examples = float("inf"), 0
+    track = cpu is not None and os.path.exists(f"/proc/{os.getpid()}/stat")
     for _ in range(repeats):
-        counted = [0]
+        counted, used = [0], {}
 
         def stream():
-            for b in make_loader(make_ds(), batch_size=batch_size, num_workers=WORKERS):
+            it = iter(make_loader(make_ds(), batch_size=batch_size, num_workers=WORKERS))
+            pids = [w.pid for w in getattr(it, "_workers", ())] if track else []
+            n, start = 0, None
+            for b in it:
                 counted[0] += len(b["id"])
+                n += 1
+                if pids and (n == 1 or n == batches):
+                    try:
+                        now = (time.process_time(), sum(_cpu_seconds(p) for p in pids))
+                    except OSError:  # a worker that finished its shards may be gone: no figure
+                        pids, now = [], None
+                    if now is not None and start is None:
+                        start = now
+                    elif now is not None and n > 1:
+                        used.update(main=(now[0] - start[0]) / (n - 1) * 1e6,
+                                    workers=(now[1] - start[1]) / (n - 1) * 1e6)
                 yield b
 
         dt, _ = time_iteration(stream, limit=batches, repeats=1)
         if dt < best:
             best, examples = dt, counted[0]
+            if track:
+                cpu.clear()
+                cpu.update(used)
     return examples / best, examples
 
 
@@ -115,18 +149,19 @@ def run(n_rows: int = N_ROWS, repeats: int = 1, scale: float = 1.0, hf_ds=None) 
     shards = min(NUM_SHARDS, len(hf))
     limit = {k: max(BATCH_SIZE, min(len(hf), int(v * scale))) for k, v in LIMITS.items()}
 
+    cpu = {k: {} for k in ("ready", "ready-np", "col", "rows")}  # CPU per batch, main process and workers
     ceiling, n_ready = loader_rate(lambda: ready_batches(limit["column-wise"] // BATCH_SIZE), None,
-                                   limit["column-wise"], repeats)
+                                   limit["column-wise"], repeats, cpu=cpu["ready"])
     ceiling_np, _ = loader_rate(lambda: ready_batches(limit["column-wise"] // BATCH_SIZE, arrays=True), None,
-                                limit["column-wise"], repeats)
+                                limit["column-wise"], repeats, cpu=cpu["ready-np"])
     col, n_col = loader_rate(lambda: ri.to_iterable_dataset(hf, num_shards=shards).with_format("numpy").batch(BATCH_SIZE),
-                             None, limit["column-wise"], repeats)
+                             None, limit["column-wise"], repeats, cpu=cpu["col"])
     col_t, n_col_t = loader_rate(lambda: ri.to_iterable_dataset(hf, num_shards=shards).with_format("torch")
                                  .batch(BATCH_SIZE), None, limit["column-wise"], repeats)
     hf_torch, n_hft = loader_rate(lambda: hf.to_iterable_dataset(num_shards=shards).with_format("torch")
                                   .batch(BATCH_SIZE), None, limit["hf-torch"], repeats)
     rows, n_rows_ = loader_rate(lambda: ri.to_iterable_dataset(hf, num_shards=shards), BATCH_SIZE,
-                                limit["per-example"], repeats)
+                                limit["per-example"], repeats, cpu=cpu["rows"])
     hf_rows, n_hf = loader_rate(lambda: hf.to_iterable_dataset(num_shards=shards).with_format("numpy"), BATCH_SIZE,
                                 limit["hf-rows"], repeats)
     hf_batch, n_hfb = loader_rate(lambda: hf.to_iterable_dataset(num_shards=shards).with_format("numpy").batch(BATCH_SIZE),
@@ -180,6 +215,36 @@ def run(n_rows: int = N_ROWS, repeats: int = 1, scale: float = 1.0, hf_ds=None) 
                note=f"HF: {n_hfb} examples, loader batch_size=None"),
         Result("per-example dicts + collate vs HF with_format('numpy') + collate", rows, hf_rows, "ex/s"),
         *in_process,
+        *cpu_results(cpu),
+    ]
+
+
+def cpu_results(cpu: dict) -> list[Result]:
+    """Where the time of torchdata's loader goes: CPU per batch of the main process and of the two
+    workers together, for numpy batches beside ready-made ones, the per-example dicts, and the cost
+    of one more numpy array per batch (three arrays against the same three tensors in one storage).
+    Empty where it was not measured (not Linux, or too few batches)."""
+    if not all(c.keys() == {"main", "workers"} for c in cpu.values()):
+        return []
+
+    def total(c: dict) -> float:
+        return c["main"] + c["workers"]
+
+    def split(c: dict) -> str:
+        return f"main process {c['main']:.0f} µs + workers {c['workers']:.0f} µs"
+
+    ready, ready_np, col, rows = cpu["ready"], cpu["ready-np"], cpu["col"], cpu["rows"]
+    per_array = {k: max(0.0, (ready_np[k] - ready[k]) / 2) for k in ("main", "workers")}
+    return [
+        Result("CPU per batch, torchdata's loader: column-wise numpy batches", total(col), total(ready_np), "µs",
+               ref_label="ready-made numpy batches", note=f"{split(col)}; ready-made: {split(ready_np)}"),
+        Result("CPU per batch, torchdata's loader: ready-made tensor batches, one storage", total(ready), None, "µs",
+               note=split(ready)),
+        Result("CPU per numpy array per batch, torchdata's loader", total(per_array), None, "µs",
+               note=f"(three arrays - one storage) / 2: {split(per_array)}: a shared-memory segment, "
+                    f"its fd handed over a new authenticated socket connection"),
+        Result("CPU per batch, torchdata's loader: per-example dicts + collate (18 tensors)", total(rows), None, "µs",
+               note=split(rows)),
     ]
 
 
