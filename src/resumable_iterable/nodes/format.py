@@ -23,7 +23,9 @@ Like HF, the input decides the path:
   (:class:`ArrowRowValues`: numpy scalars, ``np.str_``, float32 lists) rather than those of
   ``recursive_tensorize`` (0-d arrays, ``str``, float64 lists);
 * batches made by the dataset's own ``batch()`` hold their strings in object arrays, as HF's
-  (whose ``batch()`` is a batched map); ``iter(batch_size)`` over Arrow gives ``'<U'`` arrays;
+  (whose ``batch()`` is a batched map); ``iter(batch_size)`` over Arrow gives ``'<U'`` arrays; a
+  column of such a batch that no Arrow column holds (complex or datetime arrays, object arrays,
+  tensors in some rows and arrays in others...) is formatted from its values, as HF formats it;
 * lists of numbers: under numpy / torch, where the rows of Arrow-backed sources reach the format
   on HF's Arrow path, the sources read lists of 1 KB or more per row as numpy arrays
   (``Node.read_lists_as_arrays``, ``rows.large_list_arrays``), of which the formatter makes HF's
@@ -151,6 +153,24 @@ def _array_columns(batch: dict, schema: pa.Schema | None, skip: set) -> set:
             if type(x) is not np.ndarray or x.ndim == 0 or x.dtype.kind not in _NUMBER_KINDS:
                 break
         else:
+            out.add(k)
+    return out
+
+
+#: what building an Arrow table of Python values raises when a value has no Arrow type
+_NOT_ARROW = (pa.ArrowException, TypeError, ValueError, OverflowError)
+
+
+def _unfit_columns(batch: dict, skip: set, to_table: Any) -> set:
+    """The columns of a Python batch (other than ``skip``) that ``to_table`` cannot make an Arrow
+    column of, each tried alone (only after the whole batch failed)."""
+    out = set()
+    for k, v in batch.items():
+        if k in skip:
+            continue
+        try:
+            to_table({k: v})
+        except _NOT_ARROW:
             out.add(k)
     return out
 
@@ -346,7 +366,17 @@ class FormatNode(Node):
                     arrays = _array_columns(b, self.schema, media)
                     if arrays:
                         media = media | arrays
-                table = self._to_table({k: v for k, v in b.items() if k not in media} if media else b)
+                try:
+                    table = self._to_table({k: v for k, v in b.items() if k not in media} if media else b)
+                except _NOT_ARROW:
+                    if decoded is None:
+                        raise
+                    # values no Arrow column holds (complex or datetime arrays, object arrays, numpy
+                    # scalars mixed with 0-d arrays, tensors with arrays): formatted from the values,
+                    # as HF's formatter formats every Python batch
+                    unfit = _unfit_columns(b, media, self._to_table)
+                    media, arrays = media | unfit, (arrays or set()) | unfit
+                    table = self._to_table({k: v for k, v in b.items() if k not in media})
             batch = fast_tensor_batch(table, name, kwargs) if fast else None
             batch = fmt(table) if batch is None else batch
             if media:
