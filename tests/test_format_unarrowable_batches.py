@@ -103,3 +103,42 @@ def test_such_batches_through_the_loader_with_workers():
         lambda: ri.IterableDataset.from_generator(_ids, gen_kwargs={"shards": [0, 1, 2, 3]})
         .map(_row("scalar or 0-d")).batch(2).with_format("torch"),
         workers=2, batch_size=None, item=item, cuts=lambda n: range(1, n))
+
+
+# ---------------------------------------------------------------------------- images in lists / structs
+
+PIL = pytest.importorskip("PIL.Image")
+
+
+def _crops(ex):
+    """A multi-crop augmentation's output: a list of images, and a struct holding one."""
+    i = ex["i"]
+    return {"i": i, "crops": [PIL.new("RGB", (3, 2), (i, 0, 0)), PIL.new("RGB", (3, 2), (0, i, 0))],
+            "view": {"img": PIL.new("L", (2, 2), i), "n": i}}
+
+
+@pytest.mark.parametrize("order", ["batch, format", "format, batch"])
+@pytest.mark.parametrize("fmt", ["numpy", "torch"])
+def test_images_in_a_list_or_struct_are_formatted_as_hf_not_encoded(fmt, order):
+    """They came out as {'path': None, 'bytes': b'\\x89PNG...'} dicts: the Arrow table encoded them."""
+    def build_(cls):
+        ds = cls.from_generator(_ids, gen_kwargs={"shards": [0, 1]}).map(_crops)
+        return ds.batch(3).with_format(fmt) if order == "batch, format" else ds.with_format(fmt).batch(3)
+
+    ours = [plain(b) for b in build_(ri.IterableDataset)]
+    assert "bytes" not in str(ours)
+    assert ours == [plain(b) for b in build_(HFIterable)]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_images_in_a_list_resume_exactly_at_every_cut(workers):
+    def build_():
+        return (ri.IterableDataset.from_generator(_ids, gen_kwargs={"shards": [0, 1, 2, 3]}).map(_crops)
+                .shuffle(seed=2, buffer_size=3).batch(2).with_format("torch"))
+
+    if workers == 0:
+        assert_resumes_exactly(lambda: Plain(build_()), roundtrip=codec_roundtrip)
+    else:
+        from harness import assert_loader_resumes_exactly
+
+        assert_loader_resumes_exactly(build_, workers=2, batch_size=None, item=plain, cuts=lambda n: range(1, n))

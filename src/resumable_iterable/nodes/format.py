@@ -25,7 +25,8 @@ Like HF, the input decides the path:
 * batches made by the dataset's own ``batch()`` hold their strings in object arrays, as HF's
   (whose ``batch()`` is a batched map); ``iter(batch_size)`` over Arrow gives ``'<U'`` arrays; a
   column of such a batch that no Arrow column holds (complex or datetime arrays, object arrays,
-  tensors in some rows and arrays in others...) is formatted from its values, as HF formats it;
+  tensors in some rows and arrays in others...), or that holds PIL images in lists or structs (a
+  map's crops), is formatted from its values, as HF formats it (a table would encode the images);
 * lists of numbers: under numpy / torch, where the rows of Arrow-backed sources reach the format
   on HF's Arrow path, the sources read lists of 1 KB or more per row as numpy arrays
   (``Node.read_lists_as_arrays``, ``rows.large_list_arrays``), of which the formatter makes HF's
@@ -121,7 +122,24 @@ def _image_columns(batch: dict) -> set:
         first = next((x for x in v if x is not None), None) if type(v) is list else None
         if isinstance(first, kinds) and (image is not None and isinstance(first, image) or _not_numpy(first)):
             out.add(k)
+        elif image is not None and type(first) in (list, tuple, dict) and _holds_image(first, image):
+            out.add(k)  # images in a list or struct (a map's crops or frames): an Arrow table encodes them
     return out
+
+
+def _holds_image(value: Any, image: type, depth: int = 4) -> bool:
+    """Whether ``value``, a list or dict, holds a PIL image (a list's first value not ``None``, any
+    value of a dict, nested up to ``depth`` levels)."""
+    if isinstance(value, image):
+        return True
+    if depth == 0:
+        return False
+    if type(value) in (list, tuple):
+        first = next((x for x in value if x is not None), None)
+        return first is not None and _holds_image(first, image, depth - 1)
+    if type(value) is dict:
+        return any(_holds_image(x, image, depth - 1) for x in value.values() if x is not None)
+    return False
 
 
 def _not_numpy(t: Any) -> bool:
