@@ -136,6 +136,28 @@ def test_map_with_split_calls_a_partial_with_its_arguments_and_keywords(files, f
     assert [x["where"] for x in again] == [f"p:test:{i}" for i in range(SPLITS["test"])]
 
 
+def _fails_on_4(example, split, marker="!"):
+    if example["id"] == 4:
+        raise ValueError("bad example")
+    return {"where": f"{split}{marker}{example['id']}"}
+
+
+def test_an_error_in_a_with_split_function_names_the_function(files):
+    """The note of an error raised in a map(with_split=True) function named the wrapper and its
+    address ("in map(_WithSplit(<function f at 0x7f...>, 'train')) on example #4"), and inspect
+    showed map(_WithSplit): both name the user's function, through a partial and a pickle too."""
+    import functools
+
+    ours, _ = both(files)
+    for fn in (_fails_on_4, functools.partial(_fails_on_4, marker="?")):
+        ds = pickle.loads(pickle.dumps(ours.map(fn, with_split=True)["train"]))
+        with pytest.raises(ValueError, match="bad example") as info:
+            list(ds)
+        note = " ".join(getattr(info.value, "__notes__", []))
+        assert note.startswith("in map(_fails_on_4) on example #4 (source files shard 0, row 4"), note
+        assert "_WithSplit" not in ds._node.describe() and "_fails_on_4" in ds._node.describe()
+
+
 def test_shuffle_shuffles_every_split_as_hf(files):
     """As HF: the same seed (or a generator, copied) for every split. The order of each split is our
     shuffle's (HF's until the buffer drains: ``docs/compat.md``): the same examples as HF, in the

@@ -41,7 +41,15 @@ class _WithSplit(functools.partial):
     The split is the last of ``self.args``: a ``function`` that is itself a ``functools.partial`` is
     merged into this one by ``functools.partial`` (its function, then its arguments before the
     split, its keywords in ``self.keywords``), and is called as it would be - its arguments first,
-    its keywords kept. (HF's ``bind`` drops them and puts its arguments after the example.)"""
+    its keywords kept. (HF's ``bind`` drops them and puts its arguments after the example.)
+
+    It answers to the function's ``__qualname__``, so that an error's note and ``inspect`` name
+    the user's function (``map(tokenize)``), not this wrapper and its address."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> _WithSplit:
+        self = super().__new__(cls, *args, **kwargs)
+        self.__qualname__ = getattr(self.func, "__qualname__", type(self.func).__name__)
+        return self
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         *bound, split = self.args
