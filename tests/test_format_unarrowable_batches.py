@@ -142,3 +142,34 @@ def test_images_in_a_list_resume_exactly_at_every_cut(workers):
         from harness import assert_loader_resumes_exactly
 
         assert_loader_resumes_exactly(build_, workers=2, batch_size=None, item=plain, cuts=lambda n: range(1, n))
+
+
+# ---------------------------------------------------------------------------- numpy scalars
+
+SCALARS = [np.float64, np.float16, np.int32, np.int16, np.uint8, np.bool_]
+
+
+def _scores(ex):
+    i = ex["i"]
+    return {"i": i, **{t.__name__: t(i % 3) for t in SCALARS}}
+
+
+@pytest.mark.parametrize("order", ["batch, format", "format, batch"])
+def test_numpy_scalars_of_a_map_keep_hfs_dtypes_in_numpy_batches(order):
+    """batch().with_format("numpy") of a map's np.float64 score or np.int32 label gave float32 /
+    int64 columns (through an Arrow table) where HF keeps the scalar's dtype (and with_format before
+    batch() formats them again, as HF: float32 / int64)."""
+    def build_(cls):
+        ds = cls.from_generator(_ids, gen_kwargs={"shards": [0, 1]}).map(_scores)
+        return ds.batch(3).with_format("numpy") if order == "batch, format" else ds.with_format("numpy").batch(3)
+
+    ours = [plain(b) for b in build_(ri.IterableDataset)]
+    assert ours == [plain(b) for b in build_(HFIterable)]
+    if order == "batch, format":
+        assert ours[0]["float64"][1] == "float64" and ours[0]["int32"][1] == "int32"
+
+
+def test_numpy_scalar_batches_resume_exactly_at_every_cut():
+    assert_resumes_exactly(lambda: Plain(ri.IterableDataset.from_generator(_ids, gen_kwargs={"shards": [0, 1, 2]})
+                                         .map(_scores).shuffle(seed=3, buffer_size=4)
+                                         .batch(3).with_format("numpy")), roundtrip=codec_roundtrip)

@@ -193,6 +193,24 @@ def _unfit_columns(batch: dict, skip: set, to_table: Any) -> set:
     return out
 
 
+def _scalar_columns(batch: dict, schema: pa.Schema | None, skip: set) -> set:
+    """The columns of a Python batch whose values are all numpy scalars of numbers (a map's
+    ``np.float64(score)`` or ``np.int32(label)``) and whose Arrow type no ``schema`` declares: HF's
+    formatter keeps their dtype (a float64 score stays float64 in a numpy batch), which an Arrow
+    table would make the dtype it gives any number (float32, int64)."""
+    names = schema.names if schema is not None else ()
+    out = set()
+    for k, v in batch.items():
+        if k in skip or k in names or type(v) is not list or not v:
+            continue
+        for x in v:
+            if not isinstance(x, np.generic) or x.dtype.kind not in _NUMBER_KINDS:
+                break
+        else:
+            out.add(k)
+    return out
+
+
 def _formatter(name: str, format_kwargs: dict, features: Any = None):
     from datasets.formatting import get_formatter
 
@@ -384,6 +402,8 @@ class FormatNode(Node):
                     arrays = _array_columns(b, self.schema, media)
                     if arrays:
                         media = media | arrays
+                    if name == "numpy":  # (torch casts them as the table's path does)
+                        media = media | _scalar_columns(b, self.schema, media)
                 try:
                     table = self._to_table({k: v for k, v in b.items() if k not in media} if media else b)
                 except _NOT_ARROW:
