@@ -173,9 +173,11 @@ def fast_tensor_rows(table: pa.Table, format_type: str, format_kwargs: dict) -> 
     return [dict(zip(names, row)) for row in zip(*columns)] if columns else [{} for _ in range(table.num_rows)]
 
 
-def object_strings(batch: Any, table: pa.Table | None = None) -> Any:
+def object_strings(batch: Any, table: pa.Table | None = None, scalars: bool = False) -> Any:
     """A copy of ``batch`` with its ``'<U'`` arrays as object arrays of ``str``, as in the batches of
-    HF's ``batch()`` (a batched map, whose string cells reach the formatter as lists), and its
+    HF's ``batch()`` (a batched map, whose string cells reach the formatter as lists) - of
+    ``np.str_`` with ``scalars`` (the batch a batched map or filter after ``with_format`` gets from
+    HF: the rows of a formatted batch, formatted again as a batch) -, and its
     ``'S'`` arrays of the binary columns of ``table`` (the batch's) as object arrays of the
     ``bytes`` read from it: numpy's fixed-width bytes drop trailing NUL bytes (``b"ab\\0"`` read as
     ``b"ab"``), which HF's ``batch()`` keeps."""
@@ -185,7 +187,12 @@ def object_strings(batch: Any, table: pa.Table | None = None) -> Any:
     for name, v in batch.items():
         if isinstance(v, np.ndarray) and v.ndim == 1:
             if v.dtype.kind == "U":
-                v = v.astype(object)
+                if scalars:
+                    cells = np.empty(len(v), dtype=object)
+                    cells[:] = list(v)
+                    v = cells
+                else:
+                    v = v.astype(object)
             elif (v.dtype.kind == "S" and table is not None and name in table.column_names
                   and (pa.types.is_binary(table.schema.field(name).type)
                        or pa.types.is_large_binary(table.schema.field(name).type))):

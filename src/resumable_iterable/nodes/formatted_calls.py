@@ -6,11 +6,15 @@ that it sees what HF gives it, and turns what it returns back into what the map 
 takes. It runs through an ordinary ``map``/``filter`` node, so exactness at every cut point,
 worker and rank splits and elastic resume are those of any map.
 
-* **Tensor formats** (``numpy``, ``torch``, ``jax``, ``tensorflow``): the example or batch (or
-  the ``input_columns`` values) goes through the formatter's ``recursive_tensorize``, as HF does
-  (``format_rows.list_tensorize``: the same values, lists of numbers converted at once).
-  Tensors returned by a map become numpy arrays (a batch's columns are then split into rows by
-  the node); a filter's answer is read with ``bool``.
+* **Tensor formats** (``numpy``, ``torch``, ``jax``, ``tensorflow``): the example or batch goes
+  through the formatter's ``recursive_tensorize``, as HF does (``format_rows.list_tensorize``:
+  the same values, lists of numbers converted at once); with ``input_columns`` too, the function
+  then getting those columns' values (the node gives this call the whole example:
+  ``takes_whole_input``). HF formats Python rows, then the batch it builds of them once more: a
+  numpy batch of Python rows is made so (float32 arrays), and a batch of Arrow-backed rows holds
+  its strings as ``np.str_`` objects. A map's columns the function leaves alone keep the
+  formatted values it was given, as in HF. Tensors returned by a map become numpy arrays (a
+  batch's columns are then split into rows by the node); a filter's answer is read with ``bool``.
 * **Table formats** (``arrow``, ``pandas``, ``polars``): the function gets a table of the batch
   (one row when not batched) in that format, or the batch's ``input_columns`` as pyarrow arrays,
   and a map returns a table of the same kind, which replaces the batch (HF does not merge it with
@@ -106,6 +110,13 @@ class FormattedCall:
     for an example, a table for a batch), as iterating them would."""
 
     @property
+    def takes_whole_input(self) -> bool:
+        """With ``input_columns`` and a tensor format, the map or filter node gives this call the whole
+        example (batch), as without them: HF formats all of it and gives the function the input
+        columns' values from it, and a map's other columns keep their formatted values."""
+        return self.columns is not None and not self.table
+
+    @property
     def keeps_arrow_rows(self) -> bool:
         """A filter passes Arrow-backed rows on as HF's does (``arrow_batches.arrow_rooted``); a map's
         rows carry the formatted values it was given, and HF formats what it adds as Python values."""
@@ -124,7 +135,7 @@ class FormattedCall:
         self.remove_columns = frozenset([remove_columns] if isinstance(remove_columns, str) else remove_columns or ())
         self.schema = schema
         self.table = format_type in TABLE_FORMATS
-        self.arrow_rows = arrow_rows if format_type in ("numpy", "torch") and columns is None else None
+        self.arrow_rows = arrow_rows if format_type in ("numpy", "torch") else None
         self.__qualname__ = getattr(function, "__qualname__", type(function).__name__)
         self._formatter = None
         self._tensorize = None  # the formatter's recursive_tensorize, lists converted at once
@@ -148,7 +159,8 @@ class FormattedCall:
         return self._tensorize
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        n = len(self.columns) if self.columns is not None else 1
+        whole = self.takes_whole_input
+        n = len(self.columns) if self.columns is not None and not whole else 1
         data, rest = list(args[:n]), list(args[n:])
         kept = None  # the formatted values a map's untouched columns keep, when not those given
         if self.table:
@@ -157,15 +169,22 @@ class FormattedCall:
                 rest[0] = rest[0][0]  # run one row at a time: HF passes that row's index
         elif self.arrow_rows is not None:
             kept = self._arrow_data(data[0])
-            data = [object_strings(kept) if self.batched else kept]
+            data = [object_strings(kept, scalars=True) if self.batched else kept]
+        elif self.batched and self.format_type == "numpy" and isinstance(data[0], dict):
+            data = [self._rows_then_batch(data[0])]
         else:
             tensorize = self._tensorize_of()
             data = [tensorize(d) for d in data]
+        if whole:  # HF formats the whole example (batch), then passes the input columns' values
+            kept = kept if kept is not None else data[0]
+            data = [data[0][c] for c in self.columns]
         # a map's formatted example (batch) as given, before the function could pop its columns
         before = dict(data[0]) if self.kind == "map" and self.columns is None and isinstance(data[0], dict) else None
         out = self.function(*data, *rest, **kwargs)
         if self.kind == "filter":
             return self._filter_output(out)
+        if whole:
+            return self._map_output(out, kept)
         if self.columns is None and not self.table:
             given = data[0]  # what the function was given
             if before is not None and isinstance(args[0], dict) and (out is None or out is given):
@@ -179,6 +198,29 @@ class FormattedCall:
                 return None if out is None else args[0]
             return self._map_output(out, kept or given)
         return self._map_output(out, None)
+
+    def _rows_then_batch(self, batch: dict) -> dict:
+        """A batch of Python rows formatted as HF's numpy formatter gives it to a batched map or
+        filter: each row formatted (HF formats the examples before the map), then the batch of
+        them formatted again (HF formats the batch it builds), so float arrays are float32 (a
+        Python float list of a row is float64, then its array float32) and int arrays int64."""
+        tensorize = self._tensorize_of()
+        kwargs = self._format().np_array_kwargs
+        out = {}
+        for name, column in batch.items():
+            cells = [tensorize(v) for v in column]
+            first = cells[0] if cells else None
+            if (type(first) is np.ndarray and first.dtype.kind in "iufb"
+                    and all(type(c) is np.ndarray and c.shape == first.shape and c.dtype == first.dtype
+                            for c in cells)):
+                # what HF's second pass makes, at once: each array to int64 / float32 (or the
+                # format's dtype), then stacked
+                kind = first.dtype.kind
+                default = {"dtype": np.int64} if kind in "iu" else {"dtype": np.float32} if kind == "f" else {}
+                out[name] = np.asarray(np.stack(cells), **{**default, **kwargs})
+            else:
+                out[name] = tensorize(cells)
+        return out
 
     def _row_values(self, batch_rows: bool) -> Any:
         row = self._rows.get(batch_rows)

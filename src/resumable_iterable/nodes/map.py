@@ -89,6 +89,9 @@ class MapNode(Node):
             list(input_columns) if input_columns else None)
         self.remove_columns = [remove_columns] if isinstance(remove_columns, str) else list(remove_columns or [])
         self.fn_kwargs = dict(fn_kwargs or {})
+        #: the function gets the input columns' values (else the whole example or batch: a function
+        #: that picks them itself, after formatting the whole, as ``formatted_calls.py``'s do)
+        self.pick_columns = self.input_columns is not None and not getattr(function, "takes_whole_input", False)
         self.drop_last_batch = bool(drop_last_batch)
         self.is_async = is_async_function(function)
         self._runner: AsyncRunner | None = None  # set while an async function is being iterated
@@ -152,7 +155,7 @@ class MapNode(Node):
         return f"in {self.kind}({name}) on {what}{where}"
 
     def _args(self, arg: Any, index: Any) -> list:
-        args = [arg[c] for c in self.input_columns] if self.input_columns is not None else [arg]
+        args = [arg[c] for c in self.input_columns] if self.pick_columns else [arg]
         if self.with_indices:
             args.append(index)
         return args

@@ -1,0 +1,195 @@
+"""``map`` / ``filter`` after ``with_format``: what the function receives and what comes out, side
+by side with HF ``datasets`` 5.2, and every-cut-point exactness of such pipelines (JSON round
+trip), alone and through a ``StatefulDataLoader`` with 0 and 2 workers.
+
+* with ``input_columns``, HF formats the whole example (batch) and gives the function the input
+  columns' values from it; the columns the function leaves alone keep their formatted values;
+* a batched function on Python rows (a generator source) gets HF's batch: each row formatted,
+  then the batch of them formatted again (numpy: float32 arrays);
+* a batched function on Arrow-backed rows gets string columns as object arrays of ``np.str_``.
+"""
+
+from __future__ import annotations
+
+import datasets as hf
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import resumable_iterable as ri
+from harness import assert_resumes_exactly, codec_roundtrip, json_roundtrip
+from test_format import same, to_py
+
+torch = pytest.importorskip("torch")
+
+N = 7
+
+
+def rows():
+    for i in range(N):
+        yield {"a": i, "b": [float(i), i + 0.5], "s": f"t{i}", "f": i * 1.5}
+
+
+TABLE = pa.table({"a": list(range(N)), "b": [[float(i), i + 0.5] for i in range(N)],
+                  "s": [f"t{i}" for i in range(N)], "f": [i * 1.5 for i in range(N)]})
+
+
+def source(lib, kind):
+    if kind == "generator":
+        return lib.IterableDataset.from_generator(rows)
+    if lib is hf:
+        return hf.Dataset(TABLE).to_iterable_dataset(num_shards=1)
+    return ri.IterableDataset.from_arrow_table(TABLE)
+
+
+def side_by_side(kind, fmt, function, method="map", **kwargs):
+    """(what the function got, what came out) for HF's pipeline and ours."""
+    out = []
+    for lib in (hf, ri):
+        seen = []
+
+        def recording(*args, **kw):
+            seen.append(args)
+            return function(*args, **kw)
+
+        ds = getattr(source(lib, kind).with_format(fmt), method)(recording, **kwargs)
+        out.append((seen, list(ds)))
+    return out
+
+
+def new_column(*args, **kwargs):
+    return {"n": args[0]}
+
+
+CASES = [dict(), dict(remove_columns=["f"]), dict(remove_columns=["a"]), dict(with_indices=True),
+         dict(fn_kwargs={"z": 1}), dict(with_indices=True, fn_kwargs={"z": 1}, remove_columns=["b"])]
+
+
+@pytest.mark.parametrize("kind", ["generator", "arrow"])
+@pytest.mark.parametrize("fmt", ["numpy", "torch"])
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize("columns", [["a"], ["a", "s"]])
+def test_map_with_input_columns_after_a_tensor_format_equals_hf(kind, fmt, batched, columns):
+    """The columns the function leaves alone were Python values formatted at the end (float64, 0-d
+    arrays where HF gives float32, numpy scalars); the input columns were formatted alone."""
+    for case in CASES:
+        (hf_seen, hf_out), (seen, out) = side_by_side(kind, fmt, new_column, batched=batched, batch_size=3,
+                                                      input_columns=columns, **case)
+        same(seen, hf_seen, f"{case}: the function's arguments")
+        same(out, hf_out, f"{case}: the output")
+
+
+def _first_values(*args, **kwargs):
+    return {"n": args[0]["b"] if isinstance(args[0], dict) else args[0]}
+
+
+def _every_other(*args, **kwargs):
+    n = len(args[0]["a"] if isinstance(args[0], dict) else args[0])
+    return [i % 2 == 0 for i in range(n)]
+
+
+@pytest.mark.parametrize("method", ["map", "filter"])
+@pytest.mark.parametrize("columns", [None, ["b", "s"]])
+def test_batched_function_after_numpy_format_on_python_rows_gets_hf_batch(method, columns):
+    """HF formats the rows of a generator, then the batch it builds of them: float arrays are
+    float32 (ours gave the float64 arrays of the Python lists formatted once). A map's output
+    keeps them; a filter passes its rows on unformatted (docs/compat.md)."""
+    function = _first_values if method == "map" else _every_other
+    for case in ([dict(), dict(remove_columns=["a"])] if method == "map" else [dict(), dict(with_indices=True)]):
+        (hf_seen, hf_out), (seen, out) = side_by_side("generator", "numpy", function, method, batched=True,
+                                                      batch_size=3, input_columns=columns, **case)
+        same(seen, hf_seen, f"{method} {case}: the function's arguments")
+        if method == "map":
+            same(out, hf_out, f"{method} {case}: the output")
+        b = seen[0][0]["b"] if columns is None else seen[0][0]
+        assert b.dtype == np.float32
+
+
+@pytest.mark.parametrize("method", ["map", "filter"])
+def test_batched_function_after_numpy_format_on_arrow_rows_gets_np_str_cells(method):
+    """HF gives a batched function an object array of ``np.str_`` for a string column of Arrow-backed
+    rows (its map formats the rows of a formatted batch again); ours gave ``str`` cells."""
+    function = (lambda b: {"n": b["s"]}) if method == "map" else (lambda b: [len(x) > 1 for x in b["s"]])
+    (hf_seen, hf_out), (seen, out) = side_by_side("arrow", "numpy", function, method, batched=True, batch_size=3)
+    assert type(seen[0][0]["s"][0]) is np.str_
+    same(seen, hf_seen, "the function's arguments")
+    if method == "map":
+        same(out, hf_out, "the output")
+
+
+# ---------------------------------------------------------------------- exactness
+
+
+def pipeline(fmt="numpy"):
+    ds = ri.IterableDataset.from_generator(rows, gen_kwargs={}).shuffle(seed=3, buffer_size=3)
+    ds = ds.with_format(fmt)
+    ds = ds.map(lambda a, s, i: {"n": a * 2, "t": [x + "!" for x in s]}, input_columns=["a", "s"],
+                with_indices=True, batched=True, batch_size=3, remove_columns=["f"])
+    ds = ds.filter(lambda b: [x % 4 != 2 for x in b.tolist()], input_columns=["n"], batched=True, batch_size=2)
+    return ds.map(lambda a: {"m": a + 1}, input_columns=["a"])
+
+
+def _shards_rows(shards):
+    for shard in shards:
+        for i in range(3):
+            yield {"a": i + 100 * shard, "b": [float(i), i + 0.5], "s": f"t{i}", "f": i * 1.5}
+
+
+def sharded_pipeline():
+    ds = ri.IterableDataset.from_generator(_shards_rows, gen_kwargs={"shards": [0, 1, 2, 3]})
+    ds = ds.with_format("numpy").map(_loader_fn, input_columns=["a", "s"], batched=True, batch_size=3)
+    return ds.map(_loader_fn_one, input_columns=["a"])
+
+
+def _loader_fn(a, s):
+    return {"n": a * 2, "t": [x + "!" for x in s]}
+
+
+def _loader_fn_one(a):
+    return {"m": a + 1}
+
+
+def test_formatted_maps_with_input_columns_resume_exactly_at_every_cut_point():
+    full = assert_resumes_exactly(lambda: _Presented(sharded_pipeline()))
+    assert full and full[0]["b"][1] == "float32"  # the formatted value the maps kept
+    # under a shuffle, batches keep their (formatted) rows in the state: saved through ri.dumps_state
+    full = assert_resumes_exactly(lambda: _Presented(pipeline()), roundtrip=codec_roundtrip)
+    assert len(full) == 4 and full[0]["b"][1] == "float32"
+
+
+class _Presented:
+    def __init__(self, ds):
+        self.ds = ds
+
+    def __iter__(self):
+        return (to_py(x) for x in self.ds)
+
+    def state_dict(self):
+        return self.ds.state_dict()
+
+    def load_state_dict(self, state):
+        self.ds.load_state_dict(state)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_formatted_maps_with_input_columns_resume_exactly_through_a_loader(workers):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def run(state=None, stop=None):
+        dl = StatefulDataLoader(sharded_pipeline(), batch_size=None, num_workers=workers)
+        if state is not None:
+            dl.load_state_dict(state)
+        out = []
+        for b in dl:
+            out.append(to_py(b))
+            if len(out) == stop:
+                return out, json_roundtrip(dl.state_dict())
+        return out, None
+
+    full, _ = run()
+    assert len(full) == 12
+    assert full[0]["b"] == ("tensor", "torch.float32", [0.0, 0.5])  # the formatted value the maps kept
+    for k in range(1, len(full)):
+        head, state = run(stop=k)
+        tail, _ = run(state=state)
+        assert head + tail == full, f"cut after {k} of {len(full)} ({workers} workers)"
