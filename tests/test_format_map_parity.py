@@ -193,3 +193,25 @@ def test_formatted_maps_with_input_columns_resume_exactly_through_a_loader(worke
         head, state = run(stop=k)
         tail, _ = run(state=state)
         assert head + tail == full, f"cut after {k} of {len(full)} ({workers} workers)"
+
+
+STRUCTS = hf.Dataset.from_list([{"a": i, "d": {"x": i, "y": [0.5, i], "z": 1.5, "w": [[1.0]], "q": [1, 2]}}
+                                for i in range(5)])
+
+
+@pytest.mark.parametrize("op", ["take", "map", "batched map"])
+def test_struct_lists_of_arrow_rows_after_numpy_format_equal_hf(op):
+    """A struct's float lists are float32 arrays in HF's numpy rows of Arrow-backed sources (its
+    formatter gets them from Arrow as arrays), and the floats of a batched map's structs float32
+    (its batch is formatted once more); ours gave float64."""
+    out = []
+    for ds in (STRUCTS.to_iterable_dataset(), ri.to_iterable_dataset(STRUCTS)):
+        seen = []
+        if op == "take":
+            rows_out = list(ds.take(3).with_format("numpy"))
+        else:
+            rows_out = list(ds.with_format("numpy").map(lambda x: seen.append(x) or {"n": x["a"]},
+                                                       batched=op == "batched map", batch_size=2))
+        out.append((seen, rows_out))
+    same(out[1], out[0])
+    assert out[1][1][0]["d"]["y"].dtype == np.float32

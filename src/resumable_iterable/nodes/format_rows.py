@@ -135,8 +135,25 @@ class ArrowRowValues:
                 scalar = self.scalars.get(name, np.float32)  # (in a row of a batch: float32, as HF's)
                 value = scalar("nan") if issubclass(scalar, np.floating) else np.float64("nan")
                 out[name] = self.tensorize(value) if self.torch else value
+            elif t is dict and not self.torch:
+                out[name] = self._struct(v)
             else:
                 out[name] = self.tensorize(v)
+        return out
+
+    def _struct(self, value: dict) -> dict:
+        """A struct's values as HF's numpy formatter gives them from Arrow: its lists come as numpy
+        arrays (float64 for floats), which the formatter makes float32; its numbers are Python
+        values (0-d arrays, float64 for a float)."""
+        out = {}
+        for k, v in value.items():
+            if type(v) is dict:
+                out[k] = self._struct(v)
+                continue
+            v = self.tensorize(v)
+            if type(v) is np.ndarray and v.ndim and v.size and v.dtype.kind == "f" and "dtype" not in self.kwargs:
+                v = v.astype(np.float32)
+            out[k] = v
         return out
 
 

@@ -244,6 +244,9 @@ class FormattedCall:
                             self.format_kwargs,
                             functools.partial(format_table, self._format()))
         if batch is not None:
+            if self.format_type == "numpy":  # HF's map formats the rows of its formatted batch once more:
+                recursive = self._format().recursive_tensorize  # (structs: their floats float32)
+                batch = {k: recursive(v) if type(v) is np.ndarray and v.dtype == object else v for k, v in batch.items()}
             return batch  # (the function gets its strings as objects, as from HF: see __call__)
         n = len(next(iter(data.values()), ()))
         rows = [{k: v[i] for k, v in data.items()} for i in range(n)]
