@@ -215,3 +215,66 @@ def test_struct_lists_of_arrow_rows_after_numpy_format_equal_hf(op):
         out.append((seen, rows_out))
     same(out[1], out[0])
     assert out[1][1][0]["d"]["y"].dtype == np.float32
+
+
+# ---------------------------------------------------------------------- filters after a table format
+
+
+def _even_scalar(t):  # one row at a time: a pyarrow BooleanScalar, which HF takes
+    import pyarrow.compute as pc
+
+    return pc.equal(pc.bit_wise_and(t["a"][0], 1), 0)
+
+
+def test_unbatched_filter_after_arrow_format_may_answer_a_boolean_scalar_as_hf():
+    """HF takes a ``pyarrow.BooleanScalar`` as a table filter's answer; ours raised TypeError
+    ('BooleanScalar' object is not iterable)."""
+    (hf_seen, hf_out), (seen, out) = side_by_side("arrow", "arrow", _even_scalar, "filter")
+    same(seen, hf_seen, "the function's arguments")
+    assert [t["a"].to_pylist() for t in out] == [t["a"].to_pylist() for t in hf_out] == [[0], [2], [4], [6]]
+
+
+def _table_filter_pipeline():
+    ds = ri.IterableDataset.from_generator(_shards_rows, gen_kwargs={"shards": [0, 1, 2, 3]})
+    return ds.with_format("arrow").filter(_even_scalar)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_filter_answering_boolean_scalars_resumes_exactly(workers):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    full = assert_resumes_exactly(lambda: _Presented(_table_filter_pipeline()))
+    assert [t[2]["a"] for t in full] == [[0], [2], [100], [102], [200], [202], [300], [302]]  # one-row tables
+
+    def run(state=None, stop=None):
+        dl = StatefulDataLoader(_table_filter_pipeline().with_format(None), batch_size=None, num_workers=workers)
+        if state is not None:
+            dl.load_state_dict(state)
+        out = []
+        for b in dl:
+            out.append(int(b["a"]))
+            if len(out) == stop:
+                return out, json_roundtrip(dl.state_dict())
+        return out, None
+
+    loaded, _ = run()
+    assert sorted(loaded) == [0, 2, 100, 102, 200, 202, 300, 302]
+    for k in range(1, len(loaded)):
+        head, state = run(stop=k)
+        tail, _ = run(state=state)
+        assert head + tail == loaded, f"cut after {k} ({workers} workers)"
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "arrow", "pandas"])
+def test_batched_filter_after_a_format_answering_no_list_is_a_clear_error(fmt):
+    """A formatted batched filter that answers an int raised "'int' object is not iterable"; the
+    error now says what is expected, and its note names the function, the shard and the rows."""
+    ds = source(ri, "generator").with_format(fmt).filter(_answer_five, batched=True, batch_size=2)
+    with pytest.raises(TypeError, match=r"filter function applied to .* must return .*list .* of booleans.*got int") as e:
+        list(ds)
+    assert e.value.__notes__ == ["in filter(_answer_five) on the batch of examples #0..#1 "
+                                 "(source generator shard 0, rows 0..1)"]
+
+
+def _answer_five(batch):
+    return 5

@@ -282,8 +282,17 @@ class FormattedCall:
         return out
 
     def _filter_output(self, out: Any) -> Any:
+        if self.table and isinstance(out, (bool, np.bool_, pa.BooleanScalar)):
+            # one answer, as HF takes it for a table (one row at a time; a batch of more rows
+            # then fails the node's count of answers)
+            return [bool(out.as_py() if isinstance(out, pa.BooleanScalar) else out)]
         if self.table or self.batched:
-            if not self.batched and isinstance(out, (bool, np.bool_)):
-                return [bool(out)]  # one row at a time
-            return [bool(v) for v in _mask(out)]
+            try:
+                return [bool(v) for v in _mask(out)]
+            except TypeError:
+                given = (f"a {_TABLE_TYPES[self.format_type]} (with_format({self.format_type!r}))" if self.table
+                         else f"a batch (with_format({self.format_type!r}))")
+                raise TypeError(f"filter function applied to {given} must return "
+                                f"{'a boolean or ' if self.table else ''}a list (or array) of booleans, one per row, "
+                                f"got {type(out).__name__}") from None
         return bool(out)
