@@ -49,7 +49,7 @@ from .batch import BatchNode
 from .format_rows import ArrowRowValues, list_tensorize, lists_back
 from .format_values import (fast_tensor_batch, fast_tensor_rows, format_table, json_text_encoder, object_strings,
                             python_batch_to_table, table_batch)
-from .rows import rows_to_batch
+from .rows import rows_read, rows_to_batch
 
 
 def check_format(type: str | None, format_kwargs: dict) -> str | None:
@@ -346,6 +346,15 @@ class FormatNode(Node):
                 inferred = pa.Table.from_pylist(rows)
                 try:  # HF casts the table to the features: a ClassLabel's name becomes its id
                     return cast_table_to_features(inferred, self.features)
+                except pa.ArrowInvalid as e:
+                    if sorted(inferred.column_names) != sorted(self.features):
+                        return inferred  # features of other columns (not known to hold for these rows)
+                    # the values of the declared features' columns do not fit them (a map(features=)
+                    # whose function returns other types): HF's cast raises this, as here
+                    where = rows_read(None, child.position()) if len(rows) == 1 else ""
+                    e.add_note(f"with_format({self.format_type!r}): the values of the example{where} do not fit "
+                               f"the declared features {dict(self.features)}")
+                    raise
                 except (pa.ArrowException, TypeError, ValueError, KeyError):
                     return inferred
 
