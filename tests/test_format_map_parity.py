@@ -315,3 +315,30 @@ def test_map_features_that_the_values_do_not_fit_raise_in_a_table_format_as_hf(f
         again = ri.IterableDataset.from_generator(_plain_rows).map(lambda x: {"n": value}, features=DECLARED)
         again.load_state_dict(state)
         assert [x["a"] for x in again] == [0, 1, 2]
+
+
+# ---------------------------------------------------------------------- batched length errors
+
+
+def _more_rows(batch):
+    return {"n": [1, 2, 3]}
+
+
+def _uneven(batch):
+    return {"n": [1, 2, 3], "m": [1]}
+
+
+@pytest.mark.parametrize("fmt", [None, "numpy", "torch"])
+@pytest.mark.parametrize("function", [_more_rows, _uneven])
+def test_batched_length_errors_start_with_hf_message(fmt, function):
+    """Code matching HF's whole "Column lengths mismatch: columns [...] have length [...] while ..."
+    message keeps working: ours starts with it (it only shared the first three words)."""
+    messages = []
+    for lib in (hf, ri):
+        ds = source(lib, "generator")
+        ds = (ds.with_format(fmt) if fmt else ds).map(function, batched=True, batch_size=2)
+        with pytest.raises(ValueError) as e:
+            list(ds)
+        messages.append(str(e.value))
+    assert messages[1].startswith(messages[0]), messages
+    assert messages[0].startswith("Column lengths mismatch: columns [")

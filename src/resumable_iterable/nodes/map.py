@@ -214,15 +214,21 @@ class MapNode(Node):
         kept = {} if self.replace_input else {
             c: v for c, v in batch.items() if c not in self.remove_columns and c not in out}
         lengths = {c: len(v) for c, v in out.items()}
+        # HF's messages first (code matching them keeps working), then ours
         if len(set(lengths.values())) > 1:
-            raise ValueError(f"Column lengths mismatch: batched {self.kind} function returned columns of different "
-                             f"lengths: {lengths}")  # HF's words first: code matching HF's message keeps working
+            first, n = next(iter(lengths.items()))
+            bad = [c for c, k in lengths.items() if k != n]
+            raise ValueError(f"Column lengths mismatch: columns {bad} have length {[lengths[c] for c in bad]} while "
+                             f"{first} has length {n}. (The batched {self.kind} function returned columns of "
+                             f"different lengths: {lengths}.)")
         n_out = next(iter(lengths.values())) if lengths else len(rows)
         if n_out != len(rows) and kept:
             raise ValueError(
-                f"Column lengths mismatch: batched {self.kind} function returned {n_out} rows for {len(rows)} input "
-                f"rows, so the input "
-                f"columns {sorted(kept)} cannot be kept: add them to remove_columns or return them"
+                f"Column lengths mismatch: columns {list(kept)} have length {[len(v) for v in kept.values()]} while "
+                f"{next(iter(out))} has length {n_out}. Make sure the mapped function returns all columns at the "
+                f"same length, or drop the offending input columns with `remove_columns`. (The batched {self.kind} "
+                f"function returned {n_out} rows for {len(rows)} input rows, so the input columns it did not "
+                f"return cannot be kept: add them to remove_columns or return them.)"
             )
         if not (kept or out):
             return [{} for _ in range(n_out)]
