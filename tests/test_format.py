@@ -832,12 +832,15 @@ def test_formatted_functions_through_dataloader_workers():
     assert got == [(i, 2 * i) for i in range(len(ROWS))]
 
 
-def test_an_async_function_after_with_format_is_refused():
+@pytest.mark.parametrize("fmt", ["arrow", "pandas"])
+def test_an_async_function_after_a_table_format_is_refused(fmt):
+    """HF cannot await it either (its table map takes the coroutine for the output); after a tensor
+    format it is awaited, as in HF (``test_format_map_parity.py``)."""
     async def fn(ex):
         return ex
 
     with pytest.raises(TypeError, match="not an async one"):
-        ri.to_iterable_dataset(HF).with_format("numpy").map(fn)
+        ri.to_iterable_dataset(HF).with_format(fmt).map(fn)
 
 
 def test_a_table_map_must_return_a_table():

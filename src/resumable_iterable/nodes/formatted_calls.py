@@ -90,11 +90,13 @@ def formatted_function(function: Any, fmt: tuple, kind: str, batched: bool, batc
     from .calls import is_async_function
 
     name, kwargs = fmt
-    if is_async_function(function):
-        raise TypeError(f"{kind}() after with_format({name!r}) takes a plain function, not an async one: "
-                        f"call with_format() after {kind}()")
+    is_async = is_async_function(function)
+    if is_async and name in TABLE_FORMATS:
+        raise TypeError(f"{kind}() after with_format({name!r}) takes a plain function, not an async one (HF "
+                        f"datasets cannot await it either): call with_format() after {kind}()")
     columns = [input_columns] if isinstance(input_columns, str) else (list(input_columns) if input_columns else None)
-    wrapped = FormattedCall(function, name, kwargs, kind, bool(batched), columns, schema, arrow_rows, remove_columns)
+    wrapped = (AsyncFormattedCall if is_async else FormattedCall)(function, name, kwargs, kind, bool(batched), columns,
+                                                                 schema, arrow_rows, remove_columns)
     if name in TABLE_FORMATS:
         return wrapped, True, batch_size if batched else 1, kind == "map"
     return wrapped, batched, batch_size, False
@@ -159,6 +161,12 @@ class FormattedCall:
         return self._tensorize
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        data, rest, call = self._inputs(args)
+        return self._output(self.function(*data, *rest, **kwargs), args, data, call)
+
+    def _inputs(self, args: tuple) -> tuple:
+        """``(data, rest, call)``: the formatted data arguments and the others for the function, and
+        what :meth:`_output` needs of this call (``(whole, kept, before)``)."""
         whole = self.takes_whole_input
         n = len(self.columns) if self.columns is not None and not whole else 1
         data, rest = list(args[:n]), list(args[n:])
@@ -180,7 +188,11 @@ class FormattedCall:
             data = [data[0][c] for c in self.columns]
         # a map's formatted example (batch) as given, before the function could pop its columns
         before = dict(data[0]) if self.kind == "map" and self.columns is None and isinstance(data[0], dict) else None
-        out = self.function(*data, *rest, **kwargs)
+        return data, rest, (whole, kept, before)
+
+    def _output(self, out: Any, args: tuple, data: list, call: tuple) -> Any:
+        """What the node takes of the function's answer ``out`` to a call of :meth:`_inputs`."""
+        whole, kept, before = call
         if self.kind == "filter":
             return self._filter_output(out)
         if whole:
@@ -296,3 +308,12 @@ class FormattedCall:
                                 f"{'a boolean or ' if self.table else ''}a list (or array) of booleans, one per row, "
                                 f"got {type(out).__name__}") from None
         return bool(out)
+
+
+class AsyncFormattedCall(FormattedCall):
+    """:class:`FormattedCall` of an ``async def`` function (tensor formats, as HF awaits them there):
+    an ``async`` callable, which the map or filter node awaits as it awaits the function alone."""
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        data, rest, call = self._inputs(args)
+        return self._output(await self.function(*data, *rest, **kwargs), args, data, call)
