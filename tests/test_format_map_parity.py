@@ -409,3 +409,62 @@ def test_async_functions_after_a_format_resume_exactly_through_a_loader(workers)
         head, state = run(stop=k)
         tail, _ = run(state=state)
         assert head + tail == full, f"cut after {k} of {len(full)} ({workers} workers)"
+
+
+# ---------------------------------------------------------------------- a batched map leaving no column
+
+
+def _nothing(batch):
+    return {}
+
+
+def _numbers(n):
+    for i in range(n):
+        yield {"a": i, "b": -i}
+
+
+def test_a_batched_map_leaving_no_column_yields_no_row_as_hf():
+    """A batched map returning ``{}`` with every input column removed (a function run for its
+    side effects) yielded one empty row per input row; HF's IterableDataset (and its Dataset.map)
+    yield none."""
+    got = []
+    for lib in (hf, ri):
+        ds = lib.IterableDataset.from_generator(_numbers, gen_kwargs={"n": 5})
+        got.append(list(ds.map(_nothing, batched=True, batch_size=2, remove_columns=["a", "b"])))
+    assert got[1] == got[0] == []
+    # with a column left, the rows stay; a resume anywhere continues exactly (JSON round trip)
+    def build():
+        ds = ri.IterableDataset.from_generator(_numbers, gen_kwargs={"n": 7})
+        ds = ds.map(_nothing, batched=True, batch_size=2, remove_columns=["a", "b"])
+        return ri.concatenate_datasets([ds, ri.IterableDataset.from_generator(_numbers, gen_kwargs={"n": 3})])
+    full = assert_resumes_exactly(build)
+    assert full == [{"a": 0, "b": 0}, {"a": 1, "b": -1}, {"a": 2, "b": -2}]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_batched_map_leaving_no_column_resumes_exactly_through_a_loader(workers):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def build():
+        ds = ri.IterableDataset.from_generator(_shards_rows, gen_kwargs={"shards": [0, 1, 2, 3]})
+        empty = ds.map(_nothing, batched=True, batch_size=2, remove_columns=["a", "b", "s", "f"])
+        kept = ds.map(_nothing, batched=True, batch_size=2, remove_columns=["b", "s", "f"])
+        return ri.concatenate_datasets([empty, kept])
+
+    def run(state=None, stop=None):
+        dl = StatefulDataLoader(build(), batch_size=None, num_workers=workers)
+        if state is not None:
+            dl.load_state_dict(state)
+        out = []
+        for b in dl:
+            out.append(int(b["a"]))
+            if len(out) == stop:
+                return out, json_roundtrip(dl.state_dict())
+        return out, None
+
+    full, _ = run()
+    assert sorted(full) == sorted(a + 100 * s for s in range(4) for a in range(3))
+    for k in range(1, len(full)):
+        head, state = run(stop=k)
+        tail, _ = run(state=state)
+        assert head + tail == full, f"cut after {k} of {len(full)} ({workers} workers)"

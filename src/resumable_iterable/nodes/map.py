@@ -231,7 +231,8 @@ class MapNode(Node):
                 f"return cannot be kept: add them to remove_columns or return them.)"
             )
         if not (kept or out):
-            return [{} for _ in range(n_out)]
+            # no column at all: no row, as in HF (a table a function returned keeps its rows' count)
+            return [{} for _ in range(n_out)] if self.replace_input else []
         # the function's columns that may hold one object in two rows (not only numbers and strings)
         shared = [c for c, v in out.items() if not (type(v) is list and _FLAT.issuperset(map(type, v)))]
         if not self.replace_input:  # as HF, {**input columns, **out}: the input's columns keep their order
