@@ -468,3 +468,18 @@ def test_a_batched_map_leaving_no_column_resumes_exactly_through_a_loader(worker
         head, state = run(stop=k)
         tail, _ = run(state=state)
         assert head + tail == full, f"cut after {k} of {len(full)} ({workers} workers)"
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "pandas"])
+def test_an_error_of_an_unbatched_table_map_names_its_example(fmt):
+    """A map after with_format("arrow" | "pandas") runs one row at a time (a one-row table): its
+    error note said "on the batch of examples #2..#2" for a map the user did not batch."""
+    def fails_on_2(t):
+        if len(t) and int(t["a"][0].as_py() if fmt == "arrow" else t["a"].iloc[0]) == 2:
+            raise RuntimeError("boom")
+        return t
+
+    ds = source(ri, "generator").with_format(fmt).map(fails_on_2)
+    with pytest.raises(RuntimeError) as e:
+        list(ds)
+    assert e.value.__notes__ == [f"in map({fails_on_2.__qualname__}) on example #2 (source generator shard 0, row 2)"]

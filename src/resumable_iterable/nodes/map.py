@@ -499,7 +499,8 @@ class MapNode(Node):
             try:
                 outputs = self._apply_batch(rows, st["index"])
             except BaseException as e:
-                what = self._describe(f"the batch of examples #{st['index']}..#{st['index'] + len(rows) - 1}", first)
+                what = self._describe(f"example #{st['index']}" if len(rows) == 1 else
+                                      f"the batch of examples #{st['index']}..#{st['index'] + len(rows) - 1}", first)
                 if snapshot is not None:
                     child.load(snapshot)  # the batch is not consumed: a state taken now retries it
                 add_context(e, what)
