@@ -220,6 +220,14 @@ class FormattedCall:
         kwargs = self._format().np_array_kwargs
         out = {}
         for name, column in batch.items():
+            kind = type(column[0]) if column else None
+            if (kind is int or kind is float or kind is bool) and all(type(v) is kind for v in column):
+                # a column of Python numbers: the same as below (each a 0-d array, stacked), at once
+                values = np.asarray(column)
+                if values.dtype.kind in "iufb" and (kind is not int or values.dtype == np.int64):
+                    default = {"dtype": np.int64} if kind is int else {"dtype": np.float32} if kind is float else {}
+                    out[name] = np.asarray(values, **{**default, **kwargs})
+                    continue
             cells = [tensorize(v) for v in column]
             first = cells[0] if cells else None
             if (type(first) is np.ndarray and first.dtype.kind in "iufb"
