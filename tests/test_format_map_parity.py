@@ -483,3 +483,37 @@ def test_an_error_of_an_unbatched_table_map_names_its_example(fmt):
     with pytest.raises(RuntimeError) as e:
         list(ds)
     assert e.value.__notes__ == [f"in map({fails_on_2.__qualname__}) on example #2 (source generator shard 0, row 2)"]
+
+
+# ---------------------------------------------------------------------- declared types given to table functions
+
+TYPED_TABLE = pa.table({"a": pa.array(range(5), pa.int32()), "b": pa.array([[1.0]] * 5, pa.list_(pa.float32())),
+                        "s": ["x"] * 5})
+
+
+def _arguments_of_table_function(lib, fmt, columns, shuffled, batched):
+    ds = hf.Dataset(TYPED_TABLE).to_iterable_dataset() if lib is hf else ri.to_iterable_dataset(hf.Dataset(TYPED_TABLE))
+    if shuffled:
+        ds = ds.shuffle(seed=1, buffer_size=2)
+    seen = []
+
+    def function(*args):
+        seen.append(args[0].schema if hasattr(args[0], "schema") else
+                    [a.type for a in args] if columns else dict(args[0].dtypes))
+        return args[0] if columns is None else pa.table({"n": args[0]})
+
+    list(ds.with_format(fmt).map(function, input_columns=columns, batched=batched, batch_size=2))
+    return seen
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "pandas"])
+@pytest.mark.parametrize("columns", [None, ["a"], ["a", "b"]])
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_table_functions_get_the_declared_types_as_hf(fmt, columns, shuffled):
+    """HF gives a table-format function the Arrow types of its rows (``int32``, ``list<float>``),
+    also as the ``input_columns`` arrays and after a shuffle; ours gave the types inferred from
+    Python values there (``int64``, ``list<double>``)."""
+    for batched in (False, True):
+        theirs = _arguments_of_table_function(hf, fmt, columns, shuffled, batched)
+        ours = _arguments_of_table_function(ri, fmt, columns, shuffled, batched)
+        assert [str(x) for x in ours] == [str(x) for x in theirs]

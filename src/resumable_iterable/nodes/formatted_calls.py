@@ -138,6 +138,13 @@ class FormattedCall:
         self.schema = schema
         self.table = format_type in TABLE_FORMATS
         self.arrow_rows = arrow_rows if format_type in ("numpy", "torch") else None
+        if self.table and schema is None and arrow_rows:
+            # rows HF keeps on its Arrow path (a shuffle, take... of Arrow sources): its tables have
+            # the features' types
+            try:
+                self.schema = arrow_rows.arrow_schema
+            except Exception:  # noqa: BLE001 - features with no Arrow type: the values' types
+                pass
         self.__qualname__ = getattr(function, "__qualname__", type(function).__name__)
         self._formatter = None
         self._tensorize = None  # the formatter's recursive_tensorize, lists converted at once
@@ -276,8 +283,12 @@ class FormattedCall:
     def _tables(self, data: list) -> list:
         from .format_values import format_table, python_batch_to_table
 
-        if self.columns is not None:  # HF passes the input columns as pyarrow arrays
-            table = python_batch_to_table(dict(zip(self.columns, data)), self.schema)
+        if self.columns is not None:  # HF passes the input columns as pyarrow arrays (of the columns' types)
+            schema = self.schema
+            if schema is not None:
+                names = set(schema.names)
+                schema = pa.schema([schema.field(c) for c in self.columns]) if names.issuperset(self.columns) else None
+            table = python_batch_to_table(dict(zip(self.columns, data)), schema)
             return [table[c] for c in self.columns]
         return [format_table(self._format(), python_batch_to_table(data[0], self.schema))]
 
