@@ -815,8 +815,8 @@ FORMATTED_PIPELINES = {
 
 @pytest.mark.parametrize("name", list(FORMATTED_PIPELINES))
 def test_formatted_functions_resume_exactly(name):
-    def build():
-        return FORMATTED_PIPELINES[name]().with_format(None)
+    def build():  # (a torch map's tensors stay tensors without the format, as in HF: compared as data)
+        return Presented(FORMATTED_PIPELINES[name]().with_format(None))
 
     assert assert_resumes_exactly(build, roundtrip=codec_roundtrip)  # JSON text (numpy values tagged)
 

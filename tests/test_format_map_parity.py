@@ -517,3 +517,63 @@ def test_table_functions_get_the_declared_types_as_hf(fmt, columns, shuffled):
         theirs = _arguments_of_table_function(hf, fmt, columns, shuffled, batched)
         ours = _arguments_of_table_function(ri, fmt, columns, shuffled, batched)
         assert [str(x) for x in ours] == [str(x) for x in theirs]
+
+
+# ---------------------------------------------------------------------- tensors a torch map returns
+
+
+def _half_features(ex):
+    return {"h": torch.ones(2, dtype=torch.float16) * ex["a"], "k": torch.tensor(7, dtype=torch.int32)}
+
+
+def _half_features_batch(batch):
+    n = len(batch["a"])
+    return {"h": torch.ones((n, 2), dtype=torch.float16), "k": torch.arange(n, dtype=torch.int32)}
+
+
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize("then", ["torch", None])
+def test_tensors_a_torch_map_returns_keep_their_dtype_as_hf(batched, then):
+    """HF keeps the tensors a map after with_format("torch") returns (float16, int32), also when the
+    format is then removed; ours made numpy arrays of them, formatted again as float32 / int64
+    tensors (or yielded as numpy arrays after with_format(None))."""
+    function = _half_features_batch if batched else _half_features
+    out = []
+    for lib in (hf, ri):
+        ds = source(lib, "arrow").with_format("torch").map(function, batched=batched, batch_size=3)
+        out.append(list(ds.with_format(then) if then is None else ds))
+    same(out[1], out[0])
+    assert out[1][0]["h"].dtype == torch.float16 and out[1][0]["k"].dtype == torch.int32
+
+
+def _torch_map_pipeline():
+    ds = ri.IterableDataset.from_generator(_shards_rows, gen_kwargs={"shards": [0, 1, 2, 3]})
+    return ds.with_format("torch").map(_half_features_batch, batched=True, batch_size=2).map(_half_features)
+
+
+def test_tensors_a_torch_map_returns_resume_exactly():
+    full = assert_resumes_exactly(lambda: _Presented(_torch_map_pipeline()))
+    assert full[0]["h"][:2] == ("tensor", "torch.float16")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_tensors_a_torch_map_returns_resume_exactly_through_a_loader(workers):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def run(state=None, stop=None):
+        dl = StatefulDataLoader(_torch_map_pipeline(), batch_size=None, num_workers=workers)
+        if state is not None:
+            dl.load_state_dict(state)
+        out = []
+        for b in dl:
+            out.append(to_py(b))
+            if len(out) == stop:
+                return out, json_roundtrip(dl.state_dict())
+        return out, None
+
+    full, _ = run()
+    assert len(full) == 12 and full[0]["k"][:2] == ("tensor", "torch.int32")
+    for k in range(1, len(full)):
+        head, state = run(stop=k)
+        tail, _ = run(state=state)
+        assert head + tail == full, f"cut after {k} of {len(full)} ({workers} workers)"

@@ -321,10 +321,18 @@ def list_tensorize(formatter: Any) -> Callable[[Any], Any] | None:
                 raise OverflowError  # beyond int64, each number gets a dtype of its own
             return np.asarray(out, **kwargs) if kwargs else out
 
+    tensor_type = None
+    if name == "TorchFormatter" and not kwargs:
+        import torch
+
+        tensor_type = torch.Tensor
+
     def one(v: Any) -> Any:
         if type(v) is not list or not v:
             if type(v) is np.ndarray and v.dtype == object and v.ndim == 0:
                 return v  # formatted already (a value HF's formatter cannot iterate: a time, a 0-d object)
+            if tensor_type is not None and isinstance(v, tensor_type):
+                return v.detach().clone()  # what HF's torch.tensor(v) makes, without its copy warning
             return recursive(v)
         first = type(v[0])
         if first is list:

@@ -14,7 +14,8 @@ worker and rank splits and elastic resume are those of any map.
   numpy batch of Python rows is made so (float32 arrays), and a batch of Arrow-backed rows holds
   its strings as ``np.str_`` objects. A map's columns the function leaves alone keep the
   formatted values it was given, as in HF. Tensors returned by a map become numpy arrays (a
-  batch's columns are then split into rows by the node); a filter's answer is read with ``bool``.
+  batch's columns are then split into rows by the node), except after ``with_format("torch")``,
+  where they stay tensors of their dtype, as in HF; a filter's answer is read with ``bool``.
 * **Table formats** (``arrow``, ``pandas``, ``polars``): the function gets a table of the batch
   (one row when not batched) in that format, or the batch's ``input_columns`` as pyarrow arrays,
   and a map returns a table of the same kind, which replaces the batch (HF does not merge it with
@@ -213,7 +214,8 @@ class FormattedCall:
                 # edits made in place are kept, as without a format); a column it popped and
                 # returned without comes back formatted, as in HF ({**input, **output})
                 args[0].clear()
-                args[0].update({k: _to_numpy(v) for k, v in (given if out is None else {**before, **given}).items()})
+                keep = self._kept_value
+                args[0].update({k: keep(v) for k, v in (given if out is None else {**before, **given}).items()})
                 return None if out is None else args[0]
             return self._map_output(out, kept or given)
         return self._map_output(out, None)
@@ -305,12 +307,21 @@ class FormattedCall:
                                 f"{_TABLE_TYPES[self.format_type]} to update the dataset, as HF datasets requires")
             return table.to_pydict()
         if isinstance(out, Mapping):  # a dict, or a tokenizer's BatchEncoding (a UserDict)
-            out = {k: _to_numpy(v) for k, v in out.items()}
+            keep = self._kept_value
+            out = {k: keep(v) for k, v in out.items()}
             if isinstance(formatted, dict) and _same_length(formatted, out, self.batched):
                 removed = self.remove_columns
-                out = {**{k: _to_numpy(v) for k, v in formatted.items() if k not in removed}, **out}
+                out = {**{k: keep(v) for k, v in formatted.items() if k not in removed}, **out}
             return out
         return out
+
+    def _kept_value(self, value: Any) -> Any:
+        """A value a map returned (or left), as the rows keep it: numpy arrays for tensors, except the
+        tensors of a torch format, kept with their dtype (HF keeps them: an int32 or float16 tensor
+        stays one, where numpy values would be made int64 / float32 tensors again)."""
+        if self.format_type == "torch" and type(value).__module__.startswith("torch") and hasattr(value, "dtype"):
+            return value
+        return _to_numpy(value)
 
     def _filter_output(self, out: Any) -> Any:
         if self.table and isinstance(out, (bool, np.bool_, pa.BooleanScalar)):
