@@ -151,28 +151,50 @@ def _not_numpy(t: Any) -> bool:
     return False
 
 
-#: numpy dtype kinds of the arrays :func:`_array_columns` takes: bool, signed / unsigned integers, floats
+#: numpy dtype kinds of the arrays :func:`_array_columns` takes: bool, signed / unsigned integers,
+#: floats, and fixed-width strings and bytes (``'<U2'``, ``'|S2'``: HF stacks those too)
+_ARRAY_KINDS = frozenset("biufUS")
+#: numpy dtype kinds of the scalars :func:`_scalar_columns` takes: bool, signed / unsigned integers, floats
 _NUMBER_KINDS = frozenset("biuf")
 
 
-def _array_columns(batch: dict, schema: pa.Schema | None, skip: set) -> set:
-    """The columns of a Python batch whose values are all numpy arrays of numbers (a map's pixel or
-    feature arrays, ``ndim >= 1``) and whose Arrow type no ``schema`` declares: HF's formatter makes
-    them one array or tensor (or a list of them where the shapes differ) straight from the arrays,
-    with the dtypes it gives any number. Through an Arrow table they were turned into nested Python
-    lists, then read back number row by number row - the same values, 5-20 times slower than
-    decoding a small JPEG (``benchmarks/bench_pipelines.py``, vision)."""
+def _array_columns(batch: dict, schema: pa.Schema | None, skip: set) -> tuple[set, set]:
+    """The columns of a Python batch holding numpy arrays (``ndim >= 1``) of numbers or fixed-width
+    strings (a map's pixel or feature arrays) whose Arrow type no ``schema`` declares, as two sets:
+
+    * all values such arrays: HF's formatter makes them one array or tensor (or a list of them
+      where the shapes or dtypes differ) straight from the arrays, with the dtypes it gives any
+      number; string arrays stay ``'<U'`` / ``'S'``. Through an Arrow table they were turned into
+      nested Python lists, then read back number row by number row - 5-20 times slower than
+      decoding a small JPEG (``benchmarks/bench_pipelines.py``, vision) - and strings came back
+      as object arrays;
+    * such arrays next to other values (Python lists, PIL images; ``None`` aside): formatted from
+      the values too, as HF's formatter does - a table would make the arrays lists of the same
+      type as the lists and stack them all (HF stacks them only where each value's own array
+      has the same dtype and shape: Python floats are float64, a numpy formatter's arrays
+      float32)."""
     names = schema.names if schema is not None else ()
-    out = set()
+    arrays, mixed = set(), set()
+    kinds = _ARRAY_KINDS
     for k, v in batch.items():
         if k in skip or k in names or type(v) is not list or not v:
             continue
+        array = other = none = False
         for x in v:
-            if type(x) is not np.ndarray or x.ndim == 0 or x.dtype.kind not in _NUMBER_KINDS:
-                break
-        else:
-            out.add(k)
-    return out
+            if type(x) is np.ndarray and x.ndim and x.dtype.kind in kinds:
+                array = True
+            elif x is None:
+                none = True
+            else:
+                other = True
+                if array:
+                    break
+        if array:
+            if other:
+                mixed.add(k)
+            elif not none:
+                arrays.add(k)
+    return arrays, mixed
 
 
 #: what building an Arrow table of Python values raises when a value has no Arrow type
@@ -408,9 +430,9 @@ class FormatNode(Node):
                     b = back(b)
                 if decoded is not None:
                     media = decoded | _image_columns(b)
-                    arrays = _array_columns(b, self.schema, media)
-                    if arrays:
-                        media = media | arrays
+                    arrays, mixed = _array_columns(b, self.schema, media)
+                    if arrays or mixed:
+                        media = media | arrays | mixed
                     if name == "numpy":  # (torch casts them as the table's path does)
                         media = media | _scalar_columns(b, self.schema, media)
                 try:
