@@ -48,6 +48,9 @@ class ArrowRowValues:
         self.nested: dict = {}  # column -> (dtype, depth, shape) of lists of lists of numbers (``Array2D``...)
         self.times: dict = {}  # column -> numpy datetime64 / timedelta64 dtype of a temporal ``Value`` (or list of)
         self.time_lists: dict = {}
+        #: column -> the features of a struct holding lists of numbers (at any depth of structs): its
+        #: empty lists are typed by them, as in HF's Arrow column (a list has no values to tell its type)
+        self.structs: dict = {}
         #: the columns of HF 5.2's ``Json`` features: HF decodes their JSON text to Python values, which
         #: its formatter tensorizes (0-d arrays, ``str``), whatever the Arrow path
         self.json = frozenset(name for name, feature in (features or {}).items() if type(feature).__name__ == "Json")
@@ -61,6 +64,8 @@ class ArrowRowValues:
             if time is not None and type(feature).__name__ in ("List", "Sequence", "LargeList"):
                 self.time_lists[name] = time
                 continue
+            if isinstance(feature, dict) and _holds_number_lists(feature):
+                self.structs[name] = feature
             if dtype is not None and dtype.kind in "iuf":
                 self.numbers.add(name)
                 if not batch_rows:
@@ -135,8 +140,11 @@ class ArrowRowValues:
                 scalar = self.scalars.get(name, np.float32)  # (in a row of a batch: float32, as HF's)
                 value = scalar("nan") if issubclass(scalar, np.floating) else np.float64("nan")
                 out[name] = self.tensorize(value) if self.torch else value
-            elif t is dict and not self.torch:
-                out[name] = self._struct(v)
+            elif t is dict:
+                struct = self.structs.get(name)
+                if struct is not None:
+                    v = _typed_empty_lists(v, struct)
+                out[name] = self.tensorize(v) if self.torch else self._struct(v)
             else:
                 out[name] = self.tensorize(v)
         return out
@@ -170,6 +178,42 @@ class _JsonRowValues(ArrowRowValues):
     def _json(self, value: Any) -> Any:
         out = self.tensorize(value)
         return out[()] if self.batch_rows and type(out) is np.ndarray and out.ndim == 0 else out
+
+
+def _holds_number_lists(struct: dict) -> bool:
+    """Whether the features of a struct hold a list of numbers, or a struct that does."""
+    for f in struct.values():
+        d = _list_dtype(f)
+        if d is not None and d.kind in "biuf" or isinstance(f, dict) and _holds_number_lists(f):
+            return True
+    return False
+
+
+def _typed_empty_lists(value: dict, struct: dict) -> dict:
+    """The struct ``value`` with its empty lists of numbers (by its features ``struct``, structs in
+    it included) as empty numpy arrays of their type, which the formatter makes int64 / float32
+    arrays and tensors, as HF's Arrow path gives them (``[]`` alone is an object array, or a list)."""
+    out = value
+    for k, v in value.items():
+        f = struct.get(k)
+        if type(v) is list:
+            if v:
+                continue
+            d = _list_dtype(f)
+            if d is None or d.kind not in "biuf":
+                continue
+            v = np.empty(0, dtype=d)
+        elif type(v) is dict and isinstance(f, dict):
+            new = _typed_empty_lists(v, f)
+            if new is v:
+                continue
+            v = new
+        else:
+            continue
+        if out is value:
+            out = dict(value)
+        out[k] = v
+    return out
 
 
 def _list_dtype(feature: Any) -> np.dtype | None:
