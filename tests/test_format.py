@@ -25,7 +25,9 @@ from resumable_iterable.nodes.arrow import ArrowSource
 from resumable_iterable.nodes.arrow_batches import ArrowBatchesNode
 from resumable_iterable.nodes.columns import ColumnsNode
 from resumable_iterable.nodes import format as format_module
-from resumable_iterable.nodes.format import FormatNode, present
+from resumable_iterable.nodes import format_plan
+from resumable_iterable.nodes.format import FormatNode
+from resumable_iterable.nodes.format_plan import present
 from resumable_iterable.nodes.format_values import fast_tensor_batch, fast_tensor_rows
 
 torch = pytest.importorskip("torch")
@@ -630,7 +632,7 @@ def test_fast_batches_equal_hf_for_every_column_type(fmt):
 
 @pytest.mark.parametrize("fmt", ["numpy", "torch"])
 def test_fast_rows_equal_hf_for_every_column_type(fmt, monkeypatch):
-    monkeypatch.setattr(format_module, "ROW_CHUNK", 4)  # chunks that end inside shards too
+    monkeypatch.setattr(format_plan, "ROW_CHUNK", 4)  # chunks that end inside shards too
     table, fallback = typed_dataset()
     for t in [table] + [table.append_column(name, col) for name, col in fallback.items()]:
         hf = Dataset(t)
@@ -640,7 +642,7 @@ def test_fast_rows_equal_hf_for_every_column_type(fmt, monkeypatch):
 
 @pytest.mark.parametrize("fmt", ["numpy", "torch", "pandas"])
 def test_formatted_rows_resume_exactly_across_chunks(fmt, monkeypatch):
-    monkeypatch.setattr(format_module, "ROW_CHUNK", 3)
+    monkeypatch.setattr(format_plan, "ROW_CHUNK", 3)
     table, _ = typed_dataset()
     assert_resumes_exactly(lambda: Presented(ri.to_iterable_dataset(Dataset(table), num_shards=2).with_format(fmt)))
 

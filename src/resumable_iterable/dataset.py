@@ -342,7 +342,7 @@ class IterableDataset(FileReaders, InMemoryConstructors, ExportMethods, Iteratio
         A format does not change the pipeline: fingerprints are the same in every format, and a
         state resumes in any format. The examples between nodes stay Python dicts; under numpy or
         torch, where only the format sees the rows of Arrow-backed sources, their lists of numbers
-        of 1 KB or more are read as numpy arrays, which a state then holds (``nodes/format.py``;
+        of 1 KB or more are read as numpy arrays, which a state then holds (``nodes/format_plan.py``;
         save such states with ``save_state``). As in HF, functions
         given to ``map``/``filter`` after ``with_format`` receive formatted values
         (``nodes/formatted_calls.py``).

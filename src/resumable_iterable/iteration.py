@@ -3,7 +3,7 @@
 ``set_epoch``. A mixin of :class:`~resumable_iterable.dataset.IterableDataset` that hands each of
 them to the dataset's :class:`~resumable_iterable.loader.session.IterationSession`
 (``loader/session.py``: the tree being iterated in this process, a loaded state, the DataLoader
-worker, the epoch), and presents the examples in the dataset's format (``nodes/format.py``).
+worker, the epoch), and presents the examples in the dataset's format (``nodes/format_plan.py``).
 The facade above it only builds and chains; nothing here builds a pipeline."""
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class IterationMethods:
         return self._session.iterating(rewinding(self._present(node, (batch_size, bool(drop_last_batch))), node))
 
     def _present(self, node: Node, batch: tuple | None = None) -> Iterator[Any]:
-        from .nodes.format import present
+        from .nodes.format_plan import present
 
         # a pipeline ending in batch() may be wrapped when it is split by rank or resumed elastically:
         # its items are still batches

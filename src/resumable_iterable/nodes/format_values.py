@@ -2,7 +2,7 @@
 numpy / torch formatters give, computed directly from Arrow columns (column-wise batches and the
 rows of an Arrow chunk), with HF's dtypes, copies and types; and the batch-level helpers around
 HF's formatters (tables of Python batches, null-led list columns, object strings). Python rows
-are formatted in ``format_rows.py``; ``format.py`` (the format node) decides which applies where;
+are formatted in ``format_rows.py``; ``format_plan.py`` decides which applies where;
 anything not covered here goes to HF's formatters.
 """
 
