@@ -41,29 +41,32 @@ caller already runs a loop; see ``calls.py``). Per example, as in HF, up to ``ah
 once: that many inputs are read, their calls started together and waited for, and the outputs
 yielded in order; the inputs stay in ``retry`` until their output is yielded, so the state stays
 exact (a resumed pass calls the function again on those not yielded).
+
+This module holds the node: its parameters, state, validation, calling the function and
+re-deriving an example; its passes are mixins, per example in ``map_examples.py`` (the hot loop,
+retries, calls ahead) and by batches in ``map_batches.py``.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping
 from typing import Any, Callable, Iterator
 
-from ..state import SNAPSHOT, ExampleList, copy_example
-from .base import Node, add_context
+from ..state import ExampleList
+from .base import Node
 from .checks import check_int
-from .calls import AsyncRunner, CallsAhead, is_async_function
+from .calls import AsyncRunner, is_async_function
+from .map_batches import BatchPass
+from .map_examples import ExamplePasses
 from .replay import MAX_INT, check_list
-from .rows import batch_to_rows, rows_read, rows_to_batch
+from .rows import rows_read
 
 
-#: where an input held in a loaded state was read: not known
-_HELD = object()
 #: per-example calls of an ``async`` function run at once (HF's ``max_num_running_async_map_functions_in_parallel``)
 ASYNC_AHEAD = 1000
 
 
-class MapNode(Node):
+class MapNode(ExamplePasses, BatchPass, Node):
     kind = "map"
 
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): ``cast``, a filter after ``with_format``
@@ -199,49 +202,6 @@ class MapNode(Node):
             base.update(out)
         return base
 
-    def _apply_batch(self, rows: list[dict], index: int) -> list[dict]:
-        batch = rows_to_batch(rows)
-        arg = dict(batch)
-        out = self._call(arg, list(range(index, index + len(rows))))
-        if out is None:
-            out = arg
-        elif not isinstance(out, Mapping):
-            raise TypeError(f"batched {self.kind} function must return a dict of lists or None, "
-                            f"got {type(out).__name__}")
-        if (out is arg or self.replace_input) and self.remove_columns:
-            # it edited and returned its input, or its output replaces the batch: removed columns go (as in HF)
-            out = {c: v for c, v in out.items() if c not in self.remove_columns}
-        kept = {} if self.replace_input else {
-            c: v for c, v in batch.items() if c not in self.remove_columns and c not in out}
-        lengths = {c: len(v) for c, v in out.items()}
-        # HF's messages first (code matching them keeps working), then ours
-        if len(set(lengths.values())) > 1:
-            first, n = next(iter(lengths.items()))
-            bad = [c for c, k in lengths.items() if k != n]
-            raise ValueError(f"Column lengths mismatch: columns {bad} have length {[lengths[c] for c in bad]} while "
-                             f"{first} has length {n}. (The batched {self.kind} function returned columns of "
-                             f"different lengths: {lengths}.)")
-        n_out = next(iter(lengths.values())) if lengths else len(rows)
-        if n_out != len(rows) and kept:
-            raise ValueError(
-                f"Column lengths mismatch: columns {list(kept)} have length {[len(v) for v in kept.values()]} while "
-                f"{next(iter(out))} has length {n_out}. Make sure the mapped function returns all columns at the "
-                f"same length, or drop the offending input columns with `remove_columns`. (The batched {self.kind} "
-                f"function returned {n_out} rows for {len(rows)} input rows, so the input columns it did not "
-                f"return cannot be kept: add them to remove_columns or return them.)"
-            )
-        if not (kept or out):
-            # no column at all: no row, as in HF (a table a function returned keeps its rows' count)
-            return [{} for _ in range(n_out)] if self.replace_input else []
-        # the function's columns that may hold one object in two rows (not only numbers and strings)
-        shared = [c for c, v in out.items() if not (type(v) is list and _FLAT.issuperset(map(type, v)))]
-        if not self.replace_input:  # as HF, {**input columns, **out}: the input's columns keep their order
-            out = {**{c: v for c, v in batch.items() if c not in self.remove_columns}, **out}
-        rows = batch_to_rows(out)
-        if shared and _may_alias(out, shared):
-            _unaliased(rows, shared)
-        return rows
-
     # ------------------------------------------------------------------ capabilities (see ``Node``)
     def describe(self) -> str:
         name = getattr(self.function, "__qualname__", type(self.function).__name__)
@@ -341,210 +301,6 @@ class MapNode(Node):
         finally:
             self._runner = None
             runner.close()
-
-    def _iter_examples(self) -> Iterator[dict]:
-        if self.ahead > 1:
-            return self._iter_ahead()
-        general = self.input_columns is not None or self.with_indices or self.fn_kwargs or self.is_async
-        loop = self._iter_examples_general if general else self._iter_examples_plain
-        if self._state_dict["retry"]:
-            return itertools.chain(self._iter_retry(), loop())
-        return loop()
-
-    def _failed(self, e: Exception, ex: dict, index: int) -> None:
-        """The function raised on ``ex``: keep it in the state, so that a state taken now retries
-        it (rather than skipping it) when it is loaded, and name where it came from."""
-        st = self._state_dict
-        st["index"] = index
-        st["retry"] = ExampleList([ex])
-        add_context(e, self._describe(f"example #{index}"))
-
-    def _iter_retry(self) -> Iterator[dict]:
-        """First, the examples read and not processed when the loaded state was taken."""
-        st = self._state_dict
-        retry = st["retry"]
-        while retry:
-            ex, index = copy_example(retry[0]), st["index"]  # a state copy may share the stored one
-            try:
-                out = self._apply_one(ex, index)
-            except BaseException as e:
-                # one example held: the child's state is right after it (else: where it is, unknown)
-                add_context(e, self._describe(f"example #{index} (retried from the state)",
-                                              at="child" if len(retry) == 1 else None))
-                raise
-            del retry[0]
-            st["index"] = index + 1
-            if out is not None:
-                yield out
-
-    def _iter_ahead(self) -> Iterator[dict]:
-        """Per example, ``ahead`` calls at once: read that many inputs (after those held in the
-        state), start their calls, wait for them all, yield the outputs in order. The inputs stay
-        in ``retry`` until their output is yielded; a call that raised leaves its input first there,
-        after the outputs of the inputs before it were yielded. An input that raises while read
-        comes after the outputs of the inputs read before it."""
-        st = self._state_dict
-        held = st["retry"]
-        child = self.children[0]
-        it = iter(child)
-        calls = CallsAhead(self._apply_one_async if self.is_async else self._apply_one, self.threads, self._runner)
-        more, failure = True, None
-        try:
-            while True:
-                where = [_HELD] * len(held)  # where each input was read (unknown for those from a state)
-                while more and len(held) < self.ahead:
-                    try:
-                        ex = next(it)
-                    except StopIteration:
-                        more = False
-                    except BaseException as e:  # raised after the outputs of the inputs read before it
-                        more, failure = False, e
-                    else:
-                        held.append(ex)
-                        where.append(child.position())
-                if not held:
-                    if failure is not None:
-                        raise failure
-                    return
-                base = st["index"]
-                results = calls.run([(copy_example(ex), base + j) for j, ex in enumerate(held)])  # a state may share ex
-                for j, (out, error) in enumerate(results):
-                    if error is not None:
-                        held_in_state = where[j] is _HELD
-                        what = f"example #{st['index']}" + (" (retried from the state)" if held_in_state else "")
-                        add_context(error, self._describe(what, at=None if held_in_state else where[j]))
-                        raise error
-                    del held[0]
-                    st["index"] += 1
-                    if out is not None:
-                        yield out
-        finally:
-            calls.close()
-
-    def _iter_examples_general(self) -> Iterator[dict]:
-        st = self._state_dict
-        apply = self._apply_one
-        for ex in self.children[0]:
-            index = st["index"]
-            st["index"] = index + 1
-            try:
-                out = apply(ex, index)
-            except BaseException as e:  # KeyboardInterrupt too: a state saved then keeps the example
-                self._failed(e, ex, index)
-                raise
-            if out is not None:
-                yield out
-
-    def _iter_examples_plain(self) -> Iterator[dict]:
-        """The hot path: ``function(example)`` with no extra arguments, inlined (same result as
-        :meth:`_apply_one`)."""
-        st = self._state_dict
-        fn = self.function
-        remove = self.remove_columns
-        for ex in self.children[0]:
-            index = st["index"]
-            st["index"] = index + 1
-            try:
-                inp = dict(ex)  # in the try: a Ctrl-C raised as this call returns keeps the example too
-                out = fn(inp)
-                if out is not None and out is not inp and type(out) is not dict and not isinstance(out, Mapping):
-                    raise TypeError(f"{self.kind} function must return a dict or None, got {type(out).__name__}")
-                # as HF, the output goes onto the example as it came, {**example, **out} (_finish, inlined);
-                # in the try too: a Ctrl-C landing in _finish keeps the example, already counted
-                res = self._finish(ex, inp, out) if remove else inp if out is None else {**ex, **out}
-            except BaseException as e:
-                self._failed(e, ex, index)
-                raise
-            yield res
-
-    def _iter_batched(self) -> Iterator[dict]:
-        st = self._state_dict
-        child = self.children[0]
-        skip = st["skip"]
-        if st["prev"] is not None:
-            child.load(st["prev"])
-        held = st["retry"]  # the rows of the batch in progress, when kept by value (see the module doc)
-        it = iter(child)
-        size = self.batch_size
-        while True:
-            # a batch keeps its rows when the copy of its input's state would hold as many examples
-            # or more (a buffer of stored examples below): that copy would travel with every state
-            # taken during the batch, and be copied deeply by each. Otherwise it keeps the copy (in a
-            # DataLoader worker, a buffer the worker describes by arithmetic stays a few integers in it)
-            keep_rows = bool(held) or (not skip and size is not None and child.examples_held_by_value() >= size)
-            snapshot = None if keep_rows else child.state_dict(SNAPSHOT)
-            first = None  # for an error's note: where the batch's first row was read
-            try:
-                if keep_rows:
-                    rows = [copy_example(ex) for ex in held]  # the function may edit its input in place
-                    if not skip:  # a batch cut short by an error, or not yet computed: read the rest
-                        for ex in itertools.islice(it, size - len(rows)):
-                            if not held:
-                                first = child.position()
-                            held.append(copy_example(ex))
-                            rows.append(ex)
-                else:
-                    rows = list(itertools.islice(it, 1))
-                    first = child.position() if rows else None
-                    if rows and size != 1:
-                        rows.extend(itertools.islice(it, size - 1) if size else it)
-            except BaseException:
-                if snapshot is not None:
-                    child.load(snapshot)  # the input raised part-way: a state taken now re-reads the whole batch
-                raise  # (or: the rows read are kept, and the rest is read on resume)
-            if not rows or (self.drop_last_batch and size and len(rows) < size):
-                st["prev"], st["skip"] = None, 0
-                held.clear()
-                return
-            try:
-                outputs = self._apply_batch(rows, st["index"])
-            except BaseException as e:
-                what = self._describe(f"example #{st['index']}" if len(rows) == 1 else
-                                      f"the batch of examples #{st['index']}..#{st['index'] + len(rows) - 1}", first)
-                if snapshot is not None:
-                    child.load(snapshot)  # the batch is not consumed: a state taken now retries it
-                add_context(e, what)
-                raise
-            st["prev"] = snapshot
-            for j in range(skip, len(outputs)):
-                st["skip"] = j + 1
-                yield outputs[j]
-            skip = 0
-            st["index"] += len(rows)
-            st["prev"], st["skip"] = None, 0
-            held.clear()
-
-
-_IMMUTABLE = (str, int, float, bytes, type(None))
-_FLAT = frozenset((str, int, float, bool, bytes, type(None)))  # the exact types of values never unaliased
-
-
-def _may_alias(batch: dict, columns: list) -> bool:
-    """Whether an object may be in two rows of ``columns`` of ``batch`` (a C-level pass over ids: a
-    tokenizer's lists of ids, one list per row, are told apart without a loop)."""
-    ids: set = set()
-    total = 0
-    for c in columns:
-        ids.update(map(id, batch[c]))
-        total += len(batch[c])
-    return len(ids) != total
-
-
-def _unaliased(outputs: list, columns: list) -> None:
-    """Give each row of a batched function's output its own copy of a value another row of the batch
-    holds too (``{"mask": [m] * n}``, a row repeated), in ``columns`` (those that may hold one): a
-    later function that edits its input in place would otherwise edit the rows still to come, which
-    a resume recomputes unedited (the run would depend on where it was resumed)."""
-    seen: set = set()
-    for row in outputs:
-        for k in columns:
-            v = row[k]
-            if isinstance(v, _IMMUTABLE):
-                continue
-            if id(v) in seen:
-                row[k] = copy_example(v)
-            else:
-                seen.add(id(v))
 
 
 def _identity(x: Any, *args: Any, **kwargs: Any) -> Any:
