@@ -25,8 +25,10 @@ A malformed JSON Lines file names its first bad line. Parquet, Arrow and JSON Li
 the first file's columns (``_aligned``), as HF casts every file to the first one's features (JSON:
 ``schema_from``, the first file of the first split, for the files of every split). How
 each format is opened and parsed is ``file_formats.py`` (JSON files: ``json_files.py``); this module
-is the source node: shards, offsets, alignment, resumption. Reading Parquet and Arrow files at
-random positions, for the global shuffle, is ``file_access.py``.
+is the source node: its parameters, shards, state and the names it digests, naming a shard's file.
+Its mixins: reading a shard from an offset (and given rows of it) is ``file_reading.py``, the
+columns every file follows ``file_columns.py``, the members of zip archives ``archives.py``,
+reading Parquet and Arrow files at random positions, for the global shuffle, ``file_access.py``.
 
 ``reshard()`` (:meth:`FileSource.resharded`) makes each row group of Parquet files a shard of its
 own, as HF's ``IterableDataset.reshard``: more DataLoader workers and ranks than files then all
@@ -45,19 +47,16 @@ files ``data-00000-of-0000N.arrow``; their ``_fingerprint`` is the identity).
 
 from __future__ import annotations
 
-import bisect
 import os
-from typing import Any, Iterator
+from typing import Any
 
-import pyarrow as pa
-
-from .file_formats import (FORMATS, TEXT_SCHEMA, arrow_ipc_table, csv_file_table, csv_options, file_schema,
-                           open_text, parquet_options, select_schema, text_options, text_rows)
-from .json_files import json_options, json_table
+from .file_formats import FORMATS, csv_options, parquet_options, text_options
+from .json_files import json_options
 from ..state import fingerprint as digest
 from .file_access import RandomFileAccess
-from .archives import (DAMAGED, ArchiveReading, archive_kind, archive_members, digest_name, member_path,
-                       members_digest_names, split_member, zip_members)
+from .file_columns import FirstFileColumns
+from .file_reading import ShardReading
+from .archives import ArchiveReading, archive_members, digest_name, members_digest_names, split_member
 from .checks import check_names
 from .base import Node
 from .source import SourceNode
@@ -80,23 +79,7 @@ def names_digest(paths: list[str]) -> str:
     return digest([os.path.relpath(p, root).replace(os.sep, "/") for p in full])
 
 
-def dropped_field(source: pa.DataType, target: pa.DataType, path: str = "") -> str | None:
-    """The first field of a struct in ``source`` that ``target`` lacks (a cast would drop it
-    silently: ``{"b": 1}`` read as ``{"a": None}``), as a dotted path; HF refuses such a cast."""
-    if pa.types.is_struct(source) and pa.types.is_struct(target):
-        for field in source:
-            i = target.get_field_index(field.name)
-            found = f"{path}.{field.name}" if i < 0 else dropped_field(field.type, target.field(i).type,
-                                                                        f"{path}.{field.name}")
-            if found:
-                return found
-    elif pa.types.is_list(source) or pa.types.is_large_list(source):
-        if pa.types.is_list(target) or pa.types.is_large_list(target):
-            return dropped_field(source.value_type, target.value_type, path + "[]")
-    return None
-
-
-class FileSource(ArchiveReading, RandomFileAccess, SourceNode):
+class FileSource(FirstFileColumns, ShardReading, ArchiveReading, RandomFileAccess, SourceNode):
     kind = "files"
     added_fields = frozenset(("files",))  # ``files``: absent from states of earlier releases
 
@@ -183,7 +166,7 @@ class FileSource(ArchiveReading, RandomFileAccess, SourceNode):
         new._state_dict = new._fresh_state()
         return new
 
-    # ------------------------------------------------------------------ reading
+    # ------------------------------------------------------------------ naming a shard's file
     def shard_file(self, shard_id: int) -> str:
         """The data file shard ``shard_id`` reads (error notes name it)."""
         return self.paths[shard_id if self.pieces is None else self.pieces[shard_id][0]]
@@ -199,320 +182,6 @@ class FileSource(ArchiveReading, RandomFileAccess, SourceNode):
 
     def _open_error(self, shard_id: int, e: Exception, member: str | None = None) -> ValueError:
         return ValueError(f"cannot read {self._where(shard_id, member)}: {e}")
-
-    def _parquet(self, shard_id: int) -> Any:
-        import pyarrow.parquet as pq
-
-        try:
-            return pq.ParquetFile(self.shard_file(shard_id))
-        except (OSError, pa.ArrowException) as e:
-            raise self._open_error(shard_id, e) from None
-
-    def _row_groups(self, shard_id: int, md: Any) -> tuple[list[int], list[int]]:
-        """The row groups of a Parquet shard and the first row of each in the shard (plus the end),
-        checked against the file's metadata (``md``)."""
-        if self.pieces is None:
-            groups = list(range(md.num_row_groups))
-        else:
-            _, g, rows = self.pieces[shard_id]
-            if g >= md.num_row_groups or md.row_group(g).num_rows != rows:
-                raise ValueError(f"{self._where(shard_id)} no longer has the row group of {rows} rows it had when the "
-                                 "dataset was built: the file changed")
-            groups = [g]
-        starts = [0]
-        for g in groups:
-            starts.append(starts[-1] + md.row_group(g).num_rows)
-        return groups, starts
-
-    def shard_length(self, shard_id: int) -> int | None:
-        if self.filters is not None:
-            return None  # the rows kept are known once read
-        if self.pieces is not None:
-            return self.pieces[shard_id][2]
-        if shard_id in self._lengths:
-            return self._lengths[shard_id]
-        if self.format == "parquet":
-            n = self._parquet(shard_id).metadata.num_rows
-            self._lengths[shard_id] = n
-            return n
-        return None
-
-    def _table(self, shard_id: int, member: str | None = None, carried: list | None = None) -> pa.Table:
-        """A whole file as read (``member``: that member of an archive's shard; ``carried``: the JSON
-        paths the archive's members before it found, see ``json_table``)."""
-        path = member or self.shard_file(shard_id)
-        if self.format == "text":
-            return pa.Table.from_batches(list(self._text_batches(shard_id, 0)), schema=TEXT_SCHEMA)
-        if self.format == "arrow":
-            return self._arrow_table(shard_id, path)
-        try:
-            if self.format == "json":
-                return json_table(path, self.reader_kwargs, self._first_schema(),
-                                  lambda table: self._aligned(shard_id, table, member), carried)
-            return csv_file_table(path, self.reader_kwargs)
-        except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: a JSON document pandas cannot read
-            if self._where(shard_id, member) in str(e):  # already names the file (``_aligned``, a JSON chunk)
-                raise
-            raise self._open_error(shard_id, e, member) from None
-
-    def _arrow_table(self, shard_id: int, path: str) -> pa.Table:
-        """An Arrow IPC file (file or stream format), memory-mapped. Its data are checked once per process,
-        as HF checks each record batch: offsets a damaged file holds would read past its buffers (a
-        ``SystemError`` or worse). The error is pyarrow's ``ArrowInvalid`` (a ``ValueError``), as HF's."""
-        try:
-            table = arrow_ipc_table(path)
-        except (OSError, pa.ArrowException) as e:
-            raise self._open_error(shard_id, e) from None
-        checked = self._first.setdefault("checked", set())
-        if path not in checked:
-            try:
-                table.validate(full=True)
-            except pa.ArrowInvalid as e:
-                raise pa.ArrowInvalid(f"cannot read {self._where(shard_id)}: the file is damaged ({e})") from None
-            checked.add(path)
-        return table
-
-    def _first_schema(self) -> pa.Schema | None:
-        """The columns every file's rows follow: the first file's (``file_schema``), as in HF; ``None``
-        for CSV, text, JSON documents and JSON read with pyarrow options given (each file as read)."""
-        if self.format == "json" and set(self.reader_kwargs) - {"chunksize", "encoding", "encoding_errors"}:
-            return None
-        if "schema" not in self._first:  # read once per process, whatever the passes and clones
-            first = self.schema_file()
-            try:
-                schema = None if first is None else file_schema(
-                    first, self.format, self.reader_kwargs.get("chunksize"), self.json_paths,
-                    self.reader_kwargs.get("encoding"), self.reader_kwargs.get("encoding_errors"))
-            except DAMAGED as e:  # a member of the first archive
-                raise self._open_error(0, OSError(f"the archive is damaged ({e})"), first) from None
-            except (OSError, pa.ArrowException) as e:
-                if self.schema_from is not None:
-                    raise ValueError(f"cannot read {first!r}, the first data file of the first split, whose "
-                                     f"columns every split follows: {e}") from None
-                raise self._open_error(0, e) from None
-            if self.columns is not None:
-                schema = select_schema(schema, self.columns, first)
-            self._first["schema"] = schema
-        return self._first["schema"]
-
-    def schema_file(self) -> str | None:
-        """The file whose columns every file follows (HF's first table): ``schema_from`` (a zip's
-        first member) when given, else the first data file, or the first member of the first
-        archive holding some; ``None``: no file to read."""
-        if self.schema_from is None:
-            return super().schema_file()
-        if archive_kind(self.schema_from) != "zip":
-            return self.schema_from
-        members = zip_members(self.schema_from)
-        return member_path(self.schema_from, members[0]) if members else None
-
-    def check_features(self, features: Any) -> None:
-        """Refuse ``features`` (to cast the rows to) whose struct lacks a field the first file's rows
-        have: the cast would drop it silently (``{"a": 0, "c": 1}`` read as ``{"a": 0}``), where HF's
-        cast of the file's table refuses it ("Couldn't cast"). Fields of later files are checked
-        against the first file's as they are read (``_aligned``)."""
-        schema = self._first_schema()
-        if schema is None or features is None:
-            return
-        from datasets import Features
-
-        features = features if isinstance(features, Features) else Features(features)
-        target = features.arrow_schema
-        for field in schema:
-            i = target.get_field_index(field.name)
-            found = None if i < 0 else dropped_field(field.type, target.field(i).type, field.name)
-            if found:
-                where = self._where(0) if self.schema_from is None else f"data file {self.schema_file()!r}"
-                raise ValueError(f"features: {where} has the field {found!r}, which the feature of column "
-                                 f"{field.name!r} lacks ({features[field.name]}): casting would drop it, as HF "
-                                 "refuses (Couldn't cast); add the field to the features")
-
-    def json_features(self, given: Any = None) -> Any:
-        """The HF features of a JSON source's rows, as HF finds them in the first chunk of the first
-        file (``Json`` columns included, decoded as read). With features ``given`` (to cast the rows
-        to), ``None``: their ``Json`` columns are those encoded as JSON text (decoded by the cast).
-        ``None`` also for a JSON document, or JSON read with pyarrow's options."""
-        from datasets import Features
-
-        from .json_lines import hf_json, json_paths
-
-        if given is not None:
-            if hf_json() is not None:
-                self.json_paths = json_paths(Features(given).arrow_schema)
-            return None
-        schema = self._first_schema()
-        return None if schema is None else Features.from_arrow_schema(schema)
-
-    def _aligned(self, shard_id: int, part: Any, member: str | None = None) -> Any:
-        """A record batch or table of file ``shard_id`` with the first file's columns, as HF casts every
-        file to the features of the first: in its order, a missing column as nulls, types cast (a column
-        of nulls only in the first file takes each file's type); a column the first file lacks, or a
-        value the cast cannot hold, is an error naming the file."""
-        schema = self._first_schema()
-        if schema is None or part.schema.equals(schema):
-            return part
-        extra = [n for n in part.schema.names if n not in schema.names]
-        if extra:
-            raise ValueError(f"{self._where(shard_id, member)} has column(s) {extra} that the "
-                             f"first data file {self.schema_file()!r} has not (its columns: {schema.names})")
-        columns, out = [], schema
-        for k, field in enumerate(schema):
-            i = part.schema.get_field_index(field.name)
-            if i < 0:
-                columns.append(pa.nulls(part.num_rows, field.type))
-                continue
-            column = part.column(i)
-            if pa.types.is_null(field.type):
-                out = out.set(k, field.with_type(column.type))
-            elif not column.type.equals(field.type):
-                dropped = dropped_field(column.type, field.type)
-                if dropped:
-                    raise ValueError(f"{self._where(shard_id, member)}: column {field.name!r} has field "
-                                     f"{field.name + dropped!r} that the first data file {self.schema_file()!r} has "
-                                     f"not (its type there: {field.type})")
-                try:
-                    column = column.cast(field.type)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                    raise ValueError(f"{self._where(shard_id, member)}: column {field.name!r} "
-                                     f"is {column.type}, and cannot be cast to {field.type} as in the first data "
-                                     f"file {self.schema_file()!r}: {e}") from None
-            columns.append(column)
-        return type(part).from_arrays(columns, schema=out)
-
-    def _read_columns(self) -> list[str] | None:
-        """The Parquet columns to read: those asked for, and those the filters need."""
-        if self.columns is None or self.filters is None:
-            return self.columns
-        if self._filter_columns is None:  # a pyarrow expression: its columns are not listed
-            return None
-        return list(dict.fromkeys([*self.columns, *self._filter_columns]))
-
-    def _kept(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Record batches as read, with the rows the filters keep and the columns asked for (in the
-        first file's order, which ``_aligned`` gives every file)."""
-        schema = self._first_schema() if self.columns is not None else None
-        names = schema.names if schema is not None else None if self.columns is None else list(self.columns)
-        for batch in batches:
-            if self.filters is not None:
-                batch = pa.Table.from_batches([batch]).filter(self.filters).combine_chunks()
-                batch = batch.to_batches()[0] if batch.num_rows else None
-                if batch is None:
-                    continue
-            if self.columns is not None and batch.schema.names != names:
-                batch = batch.select(names)
-            yield batch
-
-    def _batches(self, shard_id: int, offset: int) -> Iterator[pa.RecordBatch]:
-        """Record batches of a shard starting at row ``offset``, with the first file's columns."""
-        if self.is_archive(shard_id):
-            yield from self.member_batches(shard_id, offset)
-            return
-        for batch in self._file_batches(shard_id, offset):
-            yield self._aligned(shard_id, batch)
-
-    def _file_batches(self, shard_id: int, offset: int) -> Iterator[pa.RecordBatch]:
-        """Record batches of a shard starting at row ``offset``, as the file holds them."""
-        if self.format == "parquet":
-            pf = self._parquet(shard_id)
-            groups, starts = self._row_groups(shard_id, pf.metadata)
-            self._lengths[shard_id] = starts[-1]
-            self._check_offset(shard_id, offset, starts[-1])
-            k = bisect.bisect_right(starts, offset) - 1
-            if self.filters is not None:
-                k = 0  # the offset counts rows kept: they are counted again from the start
-            elif k >= len(groups):
-                return
-            skip = offset - starts[k]
-            batches = self._kept(pf.iter_batches(batch_size=self.batch_rows, row_groups=groups[k:],
-                                                 columns=self._read_columns()))
-            while True:
-                try:  # decoding errors (a file damaged in the middle) name the file, like open errors
-                    batch = next(batches)
-                except StopIteration:
-                    break
-                except (OSError, pa.ArrowException) as e:
-                    raise self._open_error(shard_id, e) from None
-                if skip:
-                    if skip >= batch.num_rows:
-                        skip -= batch.num_rows
-                        continue
-                    batch = batch.slice(skip)
-                    skip = 0
-                yield batch
-            if skip:  # filters: fewer rows kept than the state says were read
-                self._check_offset(shard_id, offset, offset - skip)
-            return
-        if self.format == "text":
-            yield from self._text_batches(shard_id, offset)
-            return
-        table = self._table(shard_id)
-        self._lengths[shard_id] = table.num_rows
-        self._check_offset(shard_id, offset, table.num_rows)
-        yield from table.slice(offset).to_batches(max_chunksize=self.batch_rows)
-
-    def _text_batches(self, shard_id: int, offset: int) -> Iterator[pa.RecordBatch]:
-        """The rows of a text file from row ``offset`` on, a chunk of the file at a time."""
-        seen = yield from self._text_file_batches(shard_id, offset)
-        self._lengths[shard_id] = seen
-        self._check_offset(shard_id, offset, seen)
-
-    def _text_file_batches(self, shard_id: int, offset: int, member: str | None = None) -> Iterator[pa.RecordBatch]:
-        """The rows of a text file (or archive ``member``) from row ``offset`` on; returns its rows."""
-        opts = self.reader_kwargs
-        seen = 0
-        try:
-            with open_text(member or self.shard_file(shard_id), opts["encoding"], opts["encoding_errors"]) as f:
-                for rows in text_rows(f, opts):
-                    n = len(rows)
-                    start, seen = max(0, offset - seen), seen + n
-                    for k in range(start, n, self.batch_rows):
-                        yield pa.RecordBatch.from_arrays([pa.array(rows[k:k + self.batch_rows], pa.string())],
-                                                         names=["text"])
-        except (OSError, UnicodeDecodeError) as e:
-            raise self._open_error(shard_id, e, member) from None
-        return seen
-
-    def record_batches(self, shard_id: int, offset: int) -> Iterator[pa.RecordBatch]:
-        """Record batches of a shard from row ``offset`` on (read by the column-wise batch path)."""
-        return self._batches(shard_id, offset)
-
-    def _check_offset(self, shard_id: int, offset: int, rows: int) -> None:
-        if offset > rows:
-            raise ValueError(
-                f"{self._where(shard_id)} has {rows} rows but the state says "
-                f"{offset} were already read: the file changed since the state was saved"
-            )
-
-    def _iter_shard(self, shard_id: int, st: dict) -> Iterator[dict]:
-        by_columns = self.decode_batch is not None or self.lists_as_arrays
-        for batch in self._batches(shard_id, st["offset"]):
-            for row in (self.iter_rows(batch) if by_columns else batch.to_pylist()):
-                st["offset"] += 1
-                yield row
-
-    def read_rows(self, shard_id: int, rows: list[int]) -> list[dict]:
-        if self.is_archive(shard_id):
-            return self.archive_rows(shard_id, rows)
-        if self.format != "parquet":
-            return self.rows_of(self._aligned(shard_id, self._table(shard_id).take(pa.array(rows, type=pa.int64()))))
-        if self.filters is not None:  # rows count the rows kept: read the shard, keep them, take
-            table = pa.Table.from_batches(list(self._batches(shard_id, 0)), schema=self._first_schema())
-            if rows and max(rows) >= table.num_rows:
-                raise IndexError(f"a row is past the end of the shard ({table.num_rows} rows kept)")
-            return self.rows_of(table.take(pa.array(rows, type=pa.int64())))
-        # only the row groups holding the rows: a resume re-reads a few buffered rows of a file
-        # that may hold gigabytes of images
-        pf = self._parquet(shard_id)
-        groups, starts = self._row_groups(shard_id, pf.metadata)
-        ks = sorted({bisect.bisect_right(starts, r) - 1 for r in rows})  # positions in ``groups``
-        if any(not 0 <= k < len(groups) for k in ks):
-            raise IndexError(f"a row is past the end of the shard ({starts[-1]} rows)")
-        table = pf.read_row_groups([groups[k] for k in ks], columns=self.columns)
-        first, n = {}, 0  # position in ``groups`` -> its first row in ``table``
-        for k in ks:
-            first[k], n = n, n + starts[k + 1] - starts[k]
-        local = [first[k] + r - starts[k] for r, k in ((r, bisect.bisect_right(starts, r) - 1) for r in rows)]
-        return self.rows_of(self._aligned(shard_id, table.take(pa.array(local, type=pa.int64()))))
 
     def shard_label(self, sid: int) -> str:
         if self.pieces is None:

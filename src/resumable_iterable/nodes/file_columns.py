@@ -1,0 +1,147 @@
+"""The columns every data file of ``FileSource`` (``files.py``) follows: the first file's (or
+``schema_from``'s, HF's first table of the first split), read once per process. Each file's record
+batches are made to follow them (``_aligned``: in the first file's order, a missing column as
+nulls, types cast), as HF casts every file to the first one's features; a column or struct field
+the first file lacks is an error naming the file, as are features that would drop a field
+(``check_features``). ``json_features``: the HF features HF finds in a JSON source's first file.
+
+A mixin of :class:`~resumable_iterable.nodes.files.FileSource` (``self`` is the source); it uses
+the source's ``_where``, ``_open_error``, ``format``, ``reader_kwargs``, ``columns``,
+``json_paths``, ``schema_from`` and ``_first``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from .archives import DAMAGED, archive_kind, member_path, zip_members
+from .file_formats import file_schema, select_schema
+
+
+def dropped_field(source: pa.DataType, target: pa.DataType, path: str = "") -> str | None:
+    """The first field of a struct in ``source`` that ``target`` lacks (a cast would drop it
+    silently: ``{"b": 1}`` read as ``{"a": None}``), as a dotted path; HF refuses such a cast."""
+    if pa.types.is_struct(source) and pa.types.is_struct(target):
+        for field in source:
+            i = target.get_field_index(field.name)
+            found = f"{path}.{field.name}" if i < 0 else dropped_field(field.type, target.field(i).type,
+                                                                        f"{path}.{field.name}")
+            if found:
+                return found
+    elif pa.types.is_list(source) or pa.types.is_large_list(source):
+        if pa.types.is_list(target) or pa.types.is_large_list(target):
+            return dropped_field(source.value_type, target.value_type, path + "[]")
+    return None
+
+
+class FirstFileColumns:
+    """What makes every file of a :class:`~resumable_iterable.nodes.files.FileSource` follow the first
+    file's columns (a mixin: ``self`` is the source)."""
+
+    def _first_schema(self) -> pa.Schema | None:
+        """The columns every file's rows follow: the first file's (``file_schema``), as in HF; ``None``
+        for CSV, text, JSON documents and JSON read with pyarrow options given (each file as read)."""
+        if self.format == "json" and set(self.reader_kwargs) - {"chunksize", "encoding", "encoding_errors"}:
+            return None
+        if "schema" not in self._first:  # read once per process, whatever the passes and clones
+            first = self.schema_file()
+            try:
+                schema = None if first is None else file_schema(
+                    first, self.format, self.reader_kwargs.get("chunksize"), self.json_paths,
+                    self.reader_kwargs.get("encoding"), self.reader_kwargs.get("encoding_errors"))
+            except DAMAGED as e:  # a member of the first archive
+                raise self._open_error(0, OSError(f"the archive is damaged ({e})"), first) from None
+            except (OSError, pa.ArrowException) as e:
+                if self.schema_from is not None:
+                    raise ValueError(f"cannot read {first!r}, the first data file of the first split, whose "
+                                     f"columns every split follows: {e}") from None
+                raise self._open_error(0, e) from None
+            if self.columns is not None:
+                schema = select_schema(schema, self.columns, first)
+            self._first["schema"] = schema
+        return self._first["schema"]
+
+    def schema_file(self) -> str | None:
+        """The file whose columns every file follows (HF's first table): ``schema_from`` (a zip's
+        first member) when given, else the first data file, or the first member of the first
+        archive holding some; ``None``: no file to read."""
+        if self.schema_from is None:
+            return super().schema_file()
+        if archive_kind(self.schema_from) != "zip":
+            return self.schema_from
+        members = zip_members(self.schema_from)
+        return member_path(self.schema_from, members[0]) if members else None
+
+    def check_features(self, features: Any) -> None:
+        """Refuse ``features`` (to cast the rows to) whose struct lacks a field the first file's rows
+        have: the cast would drop it silently (``{"a": 0, "c": 1}`` read as ``{"a": 0}``), where HF's
+        cast of the file's table refuses it ("Couldn't cast"). Fields of later files are checked
+        against the first file's as they are read (``_aligned``)."""
+        schema = self._first_schema()
+        if schema is None or features is None:
+            return
+        from datasets import Features
+
+        features = features if isinstance(features, Features) else Features(features)
+        target = features.arrow_schema
+        for field in schema:
+            i = target.get_field_index(field.name)
+            found = None if i < 0 else dropped_field(field.type, target.field(i).type, field.name)
+            if found:
+                where = self._where(0) if self.schema_from is None else f"data file {self.schema_file()!r}"
+                raise ValueError(f"features: {where} has the field {found!r}, which the feature of column "
+                                 f"{field.name!r} lacks ({features[field.name]}): casting would drop it, as HF "
+                                 "refuses (Couldn't cast); add the field to the features")
+
+    def json_features(self, given: Any = None) -> Any:
+        """The HF features of a JSON source's rows, as HF finds them in the first chunk of the first
+        file (``Json`` columns included, decoded as read). With features ``given`` (to cast the rows
+        to), ``None``: their ``Json`` columns are those encoded as JSON text (decoded by the cast).
+        ``None`` also for a JSON document, or JSON read with pyarrow's options."""
+        from datasets import Features
+
+        from .json_lines import hf_json, json_paths
+
+        if given is not None:
+            if hf_json() is not None:
+                self.json_paths = json_paths(Features(given).arrow_schema)
+            return None
+        schema = self._first_schema()
+        return None if schema is None else Features.from_arrow_schema(schema)
+
+    def _aligned(self, shard_id: int, part: Any, member: str | None = None) -> Any:
+        """A record batch or table of file ``shard_id`` with the first file's columns, as HF casts every
+        file to the features of the first: in its order, a missing column as nulls, types cast (a column
+        of nulls only in the first file takes each file's type); a column the first file lacks, or a
+        value the cast cannot hold, is an error naming the file."""
+        schema = self._first_schema()
+        if schema is None or part.schema.equals(schema):
+            return part
+        extra = [n for n in part.schema.names if n not in schema.names]
+        if extra:
+            raise ValueError(f"{self._where(shard_id, member)} has column(s) {extra} that the "
+                             f"first data file {self.schema_file()!r} has not (its columns: {schema.names})")
+        columns, out = [], schema
+        for k, field in enumerate(schema):
+            i = part.schema.get_field_index(field.name)
+            if i < 0:
+                columns.append(pa.nulls(part.num_rows, field.type))
+                continue
+            column = part.column(i)
+            if pa.types.is_null(field.type):
+                out = out.set(k, field.with_type(column.type))
+            elif not column.type.equals(field.type):
+                dropped = dropped_field(column.type, field.type)
+                if dropped:
+                    raise ValueError(f"{self._where(shard_id, member)}: column {field.name!r} has field "
+                                     f"{field.name + dropped!r} that the first data file {self.schema_file()!r} has "
+                                     f"not (its type there: {field.type})")
+                try:
+                    column = column.cast(field.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                    raise ValueError(f"{self._where(shard_id, member)}: column {field.name!r} "
+                                     f"is {column.type}, and cannot be cast to {field.type} as in the first data "
+                                     f"file {self.schema_file()!r}: {e}") from None
+            columns.append(column)
+        return type(part).from_arrays(columns, schema=out)
