@@ -12,7 +12,8 @@ from typing import Any
 
 from .dataset_dict import IterableDatasetDict
 from .features import builder_info, file_features
-from .nodes.file_formats import FORMATS, PYARROW_CSV_OPTIONS, csv_dtypes, format_of, hf_reader_options, resolve_data_files
+from .nodes.file_formats import FORMATS, PYARROW_CSV_OPTIONS, csv_dtypes, format_of, hf_reader_options
+from .nodes.file_globs import resolve_data_files
 from .nodes.files import FileSource
 
 

@@ -1,22 +1,23 @@
-"""How each data file format is opened and parsed, as HF's packaged builders read them: the file
-formats and their extensions, compressed files (``.gz``, ``.bz2``, ``.xz``, ``.zst`` after the
-format's extension), the first file's schema (JSON Lines: HF 5.2's ``Json`` columns found as HF
-finds them, ``json_lines.py``), reader options, text rows (HF's ``text`` builder), CSV (pandas, as
-HF) and Arrow IPC files; JSON files are read in ``json_files.py``. The source node over these
-files, its shards, offsets and resumption, is ``files.py``. A path may name a member of a zip
-archive (``zip://<member>::<archive>``, see ``archives.py``), opened by ``open_binary`` and
-``open_text``."""
+"""How each data file format is parsed, as HF's packaged builders read them: the file formats and
+their extensions (a compression's after the format's, ``.csv.gz``), the first file's schema (JSON
+Lines: HF 5.2's ``Json`` columns found as HF finds them, ``json_lines.py``), reader options, text
+rows (HF's ``text`` builder), CSV (pandas, as HF) and Arrow IPC files; JSON files are read in
+``json_files.py``. Opening a file (decompressed, in a zip archive, as text or UTF-8) is
+``file_open.py``; which files a glob of data files gives, ``file_globs.py``. The source node over
+these files, its shards, offsets and resumption, is ``files.py``."""
 
 from __future__ import annotations
 
-import codecs
 import os
 from typing import Any, Iterator
 
 import pyarrow as pa
 
-from .archives import open_member, split_member
 from .checks import as_int
+from .file_open import COMPRESSIONS, compression_of, is_plain_file, open_binary, open_utf8
+# moved to file_open.py / file_globs.py, still importable here
+from .file_globs import NOT_DATA, resolve_data_files, unrequested  # noqa: F401
+from .file_open import is_utf8, open_lines, open_text  # noqa: F401
 
 FORMATS = ("parquet", "arrow", "json", "csv", "text")
 TEXT_OPTIONS = {"sample_by": "line", "keep_linebreaks": False, "encoding": "utf-8", "encoding_errors": None,
@@ -25,190 +26,12 @@ _EXT = {".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": 
         ".json": "json", ".jsonl": "json", ".ndjson": "json", ".csv": "csv", ".tsv": "csv"}
 
 
-_COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".xz": "xz"}
-
-
-#: the file names HF's ``data_files`` globs leave out unless the pattern ends with that name (dataset metadata)
-NOT_DATA = frozenset(("README.md", "config.json", "dataset_info.json", "dataset_infos.json", "dummy_data.zip",
-                      "dataset_dict.json"))
-
-
-def unrequested(path: str, pattern: str) -> bool:
-    """Whether HF's glob resolution leaves ``path``, matched by glob ``pattern``, out: dataset metadata
-    (``README.md``...) unless the pattern ends with that name; a hidden file or one in a hidden folder
-    (``.x``) unless the pattern has as many hidden parts (``.*/*`` asks for the files of hidden
-    folders); a file in a special folder (``__x``, as ``__pycache__``) unless the pattern's folders
-    have as many such parts."""
-    parts = [x for x in path.replace("\\", "/").split("/") if x]
-    wanted = [x for x in pattern.replace("\\", "/").split("/") if x]
-    if parts and parts[-1] in NOT_DATA and (not wanted or wanted[-1] != parts[-1]):
-        return True
-
-    def hidden(xs: list[str]) -> int:
-        return sum(1 for x in xs if x.startswith(".") and set(x) != {"."})
-
-    def special(xs: list[str]) -> int:
-        return sum(1 for x in xs[:-1] if x.startswith("__"))
-
-    return hidden(parts) != hidden(wanted) or special(parts) != special(wanted)
-
-
-def resolve_data_files(paths: list[str]) -> list[str]:
-    """Data files given to ``from_json`` / ``from_csv`` / ``from_text`` / ``from_parquet`` ... as HF's
-    file readers resolve them: a path that exists is itself; a glob pattern (``*``, ``?``, ``[...]``,
-    ``**``) its matching files, sorted, without those HF leaves out (:func:`unrequested`: dataset
-    metadata as ``README.md``, hidden files and folders, ``__pycache__``...) unless the pattern names
-    them. As in HF, a pattern that matches no other file adds none (with other patterns that do); a
-    path that does not exist, or patterns that give no file at all, are a ``FileNotFoundError`` naming
-    them when the dataset is built (HF: "Unable to find"; for globs HF fails later, or reads an empty
-    dataset), not an error at the first read. URLs and archive members (``zip://...::...``) are kept
-    as given."""
-    import glob
-
-    out: list[str] = []
-    left_out: list[str] = []
-    for p in paths:
-        if os.path.exists(p) or "://" in p:
-            out.append(p)
-            continue
-        if not any(ch in p for ch in "*?["):
-            raise FileNotFoundError(f"Unable to find data file {p!r}")
-        hits = [h for h in sorted(glob.glob(p, recursive=True, include_hidden=True)) if os.path.isfile(h)]
-        kept = [h for h in hits if not unrequested(h, p)]
-        left_out.extend(h for h in hits if h not in kept)
-        out.extend(kept)
-    if paths and not out:  # (no paths at all: the caller says "no data files given")
-        why = (f" (it matches only files HF's globs leave out: {left_out[:3]} - dataset metadata, hidden files "
-               "and folders, __pycache__...; name them in the pattern to read them)") if left_out else ""
-        raise FileNotFoundError(f"Unable to find data files matching {paths[0] if len(paths) == 1 else paths!r}{why}")
-    return out
-
-
 def format_of(path: str) -> str | None:
     p = path.lower()
-    for suffix in _COMPRESSIONS:
+    for suffix in COMPRESSIONS:
         if p.endswith(suffix):
             p = p[: -len(suffix)]
     return _EXT.get(os.path.splitext(p)[1])
-
-
-def compression_of(path: str) -> str | None:
-    """The compression a file's extension names (``.gz``, ``.bz2``, ``.zst``, ``.xz``), as HF infers it."""
-    member = split_member(path)
-    if member is not None:  # an archive member: its own name says
-        path = member[1]
-    return _COMPRESSIONS.get(os.path.splitext(path.lower())[1])
-
-
-def open_binary(path: str) -> Any:
-    """A file (or archive member) opened for reading bytes, decompressed as its extension says."""
-    compression = compression_of(path)
-    if split_member(path) is not None:
-        return _decompressed(open_member(path), compression)
-    if compression == "gzip":
-        import gzip
-
-        return gzip.open(path, "rb")
-    if compression == "bz2":
-        import bz2
-
-        return bz2.open(path, "rb")
-    if compression == "xz":
-        import lzma
-
-        return lzma.open(path, "rb")
-    if compression == "zstd":
-        return pa.input_stream(path, compression="zstd")
-    return open(path, "rb")
-
-
-def _decompressed(raw: Any, compression: str | None) -> Any:
-    """An open binary file, decompressed; closing the result closes ``raw``."""
-    if compression is None:
-        return raw
-    if compression == "zstd":
-        return pa.input_stream(raw, compression="zstd")
-    import bz2
-    import gzip
-    import lzma
-
-    f = {"gzip": gzip, "bz2": bz2, "xz": lzma}[compression].open(raw, "rb")
-    close = f.close
-
-    def close_both() -> None:
-        try:
-            close()
-        finally:
-            raw.close()
-
-    f.close = close_both
-    return f
-
-
-def is_plain_file(path: str) -> bool:
-    """A file read as it is on disk: not compressed, not in an archive."""
-    return compression_of(path) is None and split_member(path) is None
-
-
-def open_lines(path: str) -> Any:
-    """A file opened for reading bytes a line at a time (``readline``), decompressed."""
-    if compression_of(path) != "zstd":
-        return open_binary(path)
-    import io
-
-    with open_binary(path) as f:  # pyarrow's stream has no readline
-        return io.BytesIO(f.read())
-
-
-def is_utf8(encoding: str | None, errors: str | None = None) -> bool:
-    """Whether a file of this ``encoding`` (and ``errors``, how its undecodable bytes are handled) is
-    read as its bytes are: UTF-8 (with or without a byte order mark, which readers skip), strict."""
-    return (encoding is None or codecs.lookup(encoding).name in ("utf-8", "utf-8-sig")) and errors in (None, "strict")
-
-
-class Utf8Stream:
-    """A file of another encoding read as UTF-8 bytes: ``read(n)`` (``n`` characters, encoded) and
-    ``readline()``, line breaks as written (``\r\n`` kept). JSON parsers read UTF-8 only: HF decodes
-    each chunk of a JSON file given ``encoding=`` and encodes it again as UTF-8, as this does, but
-    a character at a time (a UTF-16 line break is two bytes: cut at its first, HF's chunks go wrong)."""
-
-    def __init__(self, raw: Any, encoding: str, errors: str | None):
-        import io
-
-        self._text = io.TextIOWrapper(raw, encoding=encoding, errors=errors or "strict", newline="")
-
-    def read(self, size: int | None = -1) -> bytes:
-        return self._text.read(-1 if size is None else size).encode("utf-8")
-
-    def readline(self) -> bytes:
-        return self._text.readline().encode("utf-8")
-
-    def close(self) -> None:
-        self._text.close()
-
-    def __enter__(self) -> "Utf8Stream":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-
-def open_utf8(path: str, encoding: str | None = None, errors: str | None = None) -> Any:
-    """A file opened for reading UTF-8 bytes a line at a time (``read``, ``readline``), decompressed:
-    the file's own bytes when it is UTF-8 (the fast path, :func:`open_lines`), else its text in
-    ``encoding`` (undecodable bytes handled as ``errors`` says, as ``open`` does) encoded as UTF-8."""
-    if is_utf8(encoding, errors):
-        return open_lines(path)
-    return Utf8Stream(open_binary(path), encoding or "utf-8", errors)
-
-
-def open_text(path: str, encoding: str = "utf-8", errors: str | None = None) -> Any:
-    """A file opened for reading text (universal newlines), decompressed as its extension says."""
-    if is_plain_file(path):
-        return open(path, encoding=encoding, errors=errors)
-    import io
-
-    return io.TextIOWrapper(open_binary(path), encoding=encoding, errors=errors)
 
 
 #: how much of the first JSON Lines file gives the columns every file follows (HF's json builder

@@ -16,7 +16,8 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
-from .file_formats import TEXT_SCHEMA, arrow_ipc_table, csv_file_table, open_text, text_rows
+from .file_formats import TEXT_SCHEMA, arrow_ipc_table, csv_file_table, text_rows
+from .file_open import open_text
 from .json_files import json_table
 
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from .file_formats import JSON_SCHEMA_BYTES, is_plain_file, is_utf8, open_text, open_utf8
+from .file_formats import JSON_SCHEMA_BYTES
+from .file_open import is_plain_file, is_utf8, open_text, open_utf8
 
 
 #: options of HF's JSON builder that tune reading only: accepted and left out, but ``chunksize``

@@ -48,7 +48,7 @@ from ...features import builder_info
 from ...nodes.archives import digest_name, member_names, member_path, split_member, zip_members
 from ...nodes.arrow import ArrowSource
 from ...nodes.checks import as_int
-from ...nodes.file_formats import unrequested
+from ...nodes.file_globs import unrequested
 from ...nodes.files import names_digest
 from .patterns import normalize_data_files
 from .repo import local_files
@@ -309,7 +309,7 @@ def _read_metadata(path: str, features: Any = None) -> pa.Table:
     if split_member(path) is not None:  # an archive member: read from its bytes
         import io
 
-        from ...nodes.file_formats import open_binary
+        from ...nodes.file_open import open_binary
 
         with open_binary(path) as f:
             data = io.BytesIO(f.read())

@@ -16,7 +16,8 @@ from ...dataset_dict import IterableDatasetDict
 from ...nodes.archives import (archive_kind, member_path, split_member, tar_members, zip_member_names,
                                zip_members)
 from ...nodes.checks import as_int
-from ...nodes.file_formats import FORMATS, format_of, hf_reader_options, unrequested
+from ...nodes.file_formats import FORMATS, format_of, hf_reader_options
+from ...nodes.file_globs import unrequested
 from ...features import builder_info
 from .card import card_config_name, card_configs, card_info
 from .disk import STATE as SAVED_STATE

@@ -10,7 +10,7 @@ import os
 import re
 from typing import Any
 
-from ...nodes.file_formats import unrequested
+from ...nodes.file_globs import unrequested
 
 
 def _pattern_regex(pattern: str) -> re.Pattern:
