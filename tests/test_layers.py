@@ -18,7 +18,7 @@ PKG = ROOT.name
 #: bottom to top; a module may import modules of its own layer or of a layer before it.
 #: A name ending in "." is a package: every module in it.
 LAYERS = [
-    ("state", ["state", "atomic_files", "state_codec", "state_arrays", "state_times", "state_images", "state_tensors", "state_files", "state_buffers",
+    ("state", ["state", "atomic_files", "state_codec", "state_arrays", "state_times", "state_images", "state_tensors", "state_files", "state_binary", "state_buffers",
                "state_logs", "progress"]),
     ("nodes", ["nodes", "nodes."]),
     ("splits", ["distributed"]),

@@ -9,14 +9,9 @@ bytes as raw *blobs*. This module stores the result:
   ``{"__ri__": "root", "value": [...], "checksum": ...}``.
 * **Binary state file** (:func:`save_state` when the state holds arrays or bytes of at least
   ``BLOB_MIN`` bytes, typically the examples of a shuffle buffer): the same JSON document, with
-  every large value replaced by a reference to a raw blob stored after it::
-
-      header   64 bytes: MAGIC, format version (u32), flags (u32), JSON length (u64),
-               data length (u64), SHA-256 of the JSON (32 bytes)         - little endian
-      JSON     {"blobs": [[offset, nbytes, checksum hex], ...], "hash": "xxh3_128", "value": <encoded state>}
-      data     the blobs, each at an offset that is a multiple of 64 (zero padding between)
-
-  The JSON is checked against the header's SHA-256 and every blob against its own checksum
+  every large value replaced by a reference to a raw blob stored after it; its layout, and
+  reading one, is ``state_binary.py``. The JSON is checked against the header's SHA-256 and every
+  blob against its own checksum
   (xxh3-128 from the ``xxhash`` package that HF ``datasets`` installs - it runs at memory
   speed; SHA-256 where ``xxhash`` is missing; the file names the one it used), so a truncated
   or damaged file is refused with a ``ValueError``. The blobs are the arrays' own bytes:
@@ -34,88 +29,13 @@ import hashlib
 import json
 import os
 import re
-import struct
-from typing import Any, Callable
-
-import numpy as np
+from typing import Any
 
 from .atomic_files import write_chunks_atomic
-from .state_arrays import array_bytes, check_shape
-from .state_codec import TAG, DamagedFile, decode, encode, too_deep
-
-try:  # installed with HF datasets; ~10x faster than SHA-256, so hashing the blobs costs little
-    import xxhash as _xxhash
-except ImportError:  # pragma: no cover
-    _xxhash = None
-
-#: first bytes of a binary state file (``\x93`` is never the first byte of UTF-8 JSON text)
-MAGIC = b"\x93RISTATE"
-FILE_VERSION = 1
-#: blobs start at multiples of this many bytes
-ALIGN = 64
-_HEADER = struct.Struct("<8sIIQQ32s")
-assert _HEADER.size == 64
-#: the checksum of each blob in the binary state files this library writes
-BLOB_HASH = "xxh3_128" if _xxhash is not None else "sha256"
-
-
-def blob_hasher(name: Any) -> Callable[[Any], str]:
-    """The hex digest function of a blob checksum named in a binary state file."""
-    if name == "sha256":
-        return lambda data: hashlib.sha256(data).hexdigest()
-    if name == "xxh3_128":
-        if _xxhash is None:
-            raise ValueError("its blobs are checksummed with xxh3_128: install the xxhash package to load it")
-        return _xxhash.xxh3_128_hexdigest
-    raise ValueError(f"unknown blob checksum {name!r}")
-
-
-def align(n: int) -> int:
-    """``n`` rounded up to a multiple of :data:`ALIGN`."""
-    return (n + ALIGN - 1) // ALIGN * ALIGN
-
-
-class _Blobs:
-    """The blobs of a binary state file, read on demand and checked against their checksums."""
-
-    def __init__(self, table: Any, hash_name: Any, data_len: int, read: Callable[[int, memoryview], None],
-                 read_bytes: Callable[[int, int], bytes]):
-        self._hash = blob_hasher(hash_name)
-        if type(table) is not list:
-            raise ValueError("its blob table is damaged")
-        for entry in table:
-            if not (type(entry) is list and len(entry) == 3 and type(entry[0]) is int and type(entry[1]) is int
-                    and type(entry[2]) is str and 0 <= entry[0] and 0 <= entry[1]
-                    and entry[0] + entry[1] <= data_len):
-                raise ValueError("its blob table is damaged")
-        self.table = table
-        self._read = read
-        self._read_bytes = read_bytes
-
-    def entry(self, i: Any) -> tuple[int, int, str]:
-        if type(i) is not int or not 0 <= i < len(self.table):
-            raise ValueError(f"refers to blob {i!r}, which the file does not hold")
-        return tuple(self.table[i])  # type: ignore[return-value]
-
-    def _check(self, i: int, data: Any, digest: str) -> None:
-        if self._hash(data) != digest:
-            raise DamagedFile(f"blob {i} of the state file does not match its checksum: the file was damaged or edited")
-
-    def array(self, i: Any, dtype: np.dtype, shape: list) -> np.ndarray:
-        offset, nbytes, digest = self.entry(i)
-        check_shape(shape, dtype, nbytes)
-        arr = np.empty(shape, dtype)  # the blob is read straight into the new array's memory
-        view = array_bytes(arr)
-        if nbytes:
-            self._read(offset, view)
-        self._check(i, view, digest)
-        return arr
-
-    def bytes(self, i: Any) -> bytes:
-        offset, nbytes, digest = self.entry(i)
-        data = self._read_bytes(offset, nbytes)
-        self._check(i, data, digest)
-        return data
+from .state_binary import ALIGN  # noqa: F401 (still importable here)
+from .state_binary import (BLOB_HASH, FILE_VERSION, HEADER, MAGIC, align, blob_hasher, load_binary_file, loads_binary,
+                           parse_header)
+from .state_codec import TAG, decode, encode, too_deep
 
 
 # --------------------------------------------------------------------------- JSON text
@@ -220,7 +140,7 @@ class EncodedState:
             raise too_deep() from None
         sha = hashlib.sha256(self.document)
         self.digest = sha.hexdigest()
-        self._header = _HEADER.pack(MAGIC, FILE_VERSION, 0, len(self.document), data_len, sha.digest())
+        self._header = HEADER.pack(MAGIC, FILE_VERSION, 0, len(self.document), data_len, sha.digest())
 
     @property
     def binary(self) -> bool:
@@ -258,76 +178,6 @@ def encode_state(state: Any) -> EncodedState:
     return EncodedState(state)
 
 
-def _parse_header(head: bytes, size: int) -> tuple[int, int, bytes]:
-    """``(json_len, data_offset, json_sha256)`` of a binary state file of ``size`` bytes."""
-    if len(head) < _HEADER.size:
-        raise ValueError("binary state file is truncated (its header is incomplete)")
-    magic, version, _flags, json_len, data_len, sha = _HEADER.unpack(head[: _HEADER.size])
-    if magic != MAGIC:
-        raise ValueError("not a binary state file")
-    if version != FILE_VERSION:
-        raise ValueError(f"unsupported binary state file version {version}: this library reads version {FILE_VERSION}")
-    data_offset = align(_HEADER.size + json_len)
-    expected = data_offset + data_len
-    if size != expected:
-        what = "truncated" if size < expected else "damaged (it has extra bytes)"
-        raise ValueError(f"binary state file is {what}: {size} bytes, its header says {expected}")
-    return json_len, data_offset, sha
-
-
-def _parse_document(doc_bytes: bytes, sha: bytes) -> dict:
-    if hashlib.sha256(doc_bytes).digest() != sha:
-        raise ValueError("state checksum does not match its content: the state was damaged or edited")
-    try:
-        doc = json.loads(doc_bytes)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"binary state file holds invalid JSON: {e}") from None
-    except RecursionError:
-        raise too_deep() from None
-    if type(doc) is not dict or set(doc) != {"blobs", "hash", "value"}:
-        raise ValueError("binary state file holds an unexpected JSON document")
-    return doc
-
-
-def _loads_binary(data: bytes | bytearray | memoryview) -> Any:
-    view = memoryview(data).cast("B")
-    json_len, data_offset, sha = _parse_header(bytes(view[: _HEADER.size]), view.nbytes)
-    doc = _parse_document(bytes(view[_HEADER.size: _HEADER.size + json_len]), sha)
-
-    def read(offset: int, dest: memoryview) -> None:
-        start = data_offset + offset
-        dest[:] = view[start: start + dest.nbytes]
-
-    def read_bytes(offset: int, n: int) -> bytes:
-        return bytes(view[data_offset + offset: data_offset + offset + n])
-
-    return decode(doc["value"], _Blobs(doc["blobs"], doc["hash"], view.nbytes - data_offset, read, read_bytes))
-
-
-def _load_binary_file(f: Any, size: int) -> Any:
-    f.seek(0)
-    json_len, data_offset, sha = _parse_header(f.read(_HEADER.size), size)
-    doc = _parse_document(f.read(json_len), sha)
-
-    def read(offset: int, dest: memoryview) -> None:
-        f.seek(data_offset + offset)
-        got, n = 0, dest.nbytes
-        while got < n:
-            k = f.readinto(dest[got:])
-            if not k:
-                raise DamagedFile("binary state file is truncated (it shrank while being read)")
-            got += k
-
-    def read_bytes(offset: int, n: int) -> bytes:
-        f.seek(data_offset + offset)
-        out = f.read(n)
-        if len(out) != n:
-            raise DamagedFile("binary state file is truncated (it shrank while being read)")
-        return out
-
-    return decode(doc["value"], _Blobs(doc["blobs"], doc["hash"], size - data_offset, read, read_bytes))
-
-
 # --------------------------------------------------------------------------- public API
 
 
@@ -344,7 +194,7 @@ def loads_state(data: str | bytes | bytearray | memoryview) -> Any:
     if isinstance(data, str):
         return _loads_text(data)
     if bytes(memoryview(data)[: len(MAGIC)]) == MAGIC:
-        return _loads_binary(data)
+        return loads_binary(data)
     _refuse_truncated_magic(bytes(memoryview(data)[: len(MAGIC)]))
     try:
         text = bytes(data).decode("utf-8")
@@ -371,7 +221,7 @@ def read_state_file(path: str | os.PathLike) -> Any:
     with open(path, "rb") as f:
         head = f.read(len(MAGIC))
         if head == MAGIC:
-            return _load_binary_file(f, os.fstat(f.fileno()).st_size)
+            return load_binary_file(f, os.fstat(f.fileno()).st_size)
         data = head + f.read()
     _refuse_truncated_magic(data)
     try:
@@ -395,9 +245,9 @@ def state_file_digest(path: str | os.PathLike) -> str:
     whole file for JSON text, of the JSON document (which holds every blob's checksum) for a
     binary state file. Equal to :attr:`EncodedState.digest` of what was written."""
     with open(path, "rb") as f:
-        head = f.read(_HEADER.size)
+        head = f.read(HEADER.size)
         if head[: len(MAGIC)] == MAGIC:
-            json_len, _, _ = _parse_header(head, os.fstat(f.fileno()).st_size)
+            json_len, _, _ = parse_header(head, os.fstat(f.fileno()).st_size)
             return hashlib.sha256(f.read(json_len)).hexdigest()
         sha = hashlib.sha256(head)
         while chunk := f.read(1 << 20):
