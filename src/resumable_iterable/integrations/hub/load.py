@@ -21,7 +21,8 @@ from ...nodes.file_globs import unrequested
 from ...features import builder_info
 from .card import card_config_name, card_configs, card_info
 from .disk import STATE as SAVED_STATE
-from .folder import FOLDER_BUILDERS, folder_builder, load_folder
+from .builder_choice import FOLDER_BUILDERS, folder_builder
+from .folder import load_folder
 from .patterns import match_data_files, match_files, normalize_data_files
 from .repo import HubRepo, is_hub_repo_id, local_files, missing_path_message, parse_hf_path
 from .splits import is_candidate, resolve_splits
