@@ -1,29 +1,30 @@
 """``load_dataset``: a local folder, a Hub dataset repo, or data files given directly, as one lazy
 :class:`~resumable_iterable.IterableDataset` per split (one shard per file). Where the files are
 is ``repo.py``'s story, which files make which split ``splits.py``'s, folders of images
-``folder.py``'s; this module ties them together and builds the pipelines.
+``folder.py``'s, data files given directly ``direct_files.py``'s, the arguments that say how to
+load (split names, modes, the token) ``load_options.py``'s; this module ties them together and
+builds the pipelines.
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import warnings
 from typing import Any
 
 from ...dataset import IterableDataset
 from ...dataset_dict import IterableDatasetDict
-from ...nodes.archives import (archive_kind, member_path, split_member, tar_members, zip_member_names,
-                               zip_members)
+from ...nodes.archives import archive_kind, zip_members
 from ...nodes.checks import as_int
 from ...nodes.file_formats import FORMATS, format_of, hf_reader_options
-from ...nodes.file_globs import unrequested
 from ...features import builder_info
 from .card import card_config_name, card_configs, card_info
 from .disk import STATE as SAVED_STATE
 from .builder_choice import FOLDER_BUILDERS, folder_builder
+from .direct_files import archive_contents, resolve_direct
 from .folder import load_folder
-from .patterns import match_data_files, match_files, normalize_data_files
+from .load_options import check_mode, options_token, split_name
+from .patterns import normalize_data_files
 from .repo import HubRepo, is_hub_repo_id, local_files, missing_path_message, parse_hf_path
 from .splits import is_candidate, resolve_splits
 
@@ -180,90 +181,19 @@ def load_dataset(path: str | os.PathLike, name: str | None = None, data_dir: str
                          "a folder of Arrow files: a state saved from that pipeline resumes over "
                          f"resumable_iterable.load_dataset('arrow', data_dir={os.fspath(path)!r}, split='train'), "
                          "which still reads it so)")
-    _check_mode("download_mode", download_mode)
-    _check_mode("verification_mode", verification_mode)
-    token = _options_token(path, data_files, token, download_config, storage_options)
+    check_mode("download_mode", download_mode)
+    check_mode("verification_mode", verification_mode)
+    token = options_token(path, data_files, token, download_config, storage_options)
     if features is not None:
         reader_kwargs["features"] = features
     if reader_kwargs.pop("trust_remote_code", None):  # HF 5.2 takes it, and says it runs no code anymore
         warnings.warn("load_dataset(trust_remote_code=True): loading scripts are not run (nor by HF's datasets 5.2); "
                       "the argument is ignored, the data files are read", stacklevel=2)
     if isinstance(split, (list, tuple)):  # HF's non-streaming load_dataset: a dataset per split, in that order
-        return [_load(path, name, data_dir, data_files, _split_name(s), revision, token, cache_dir, format,
+        return [_load(path, name, data_dir, data_files, split_name(s), revision, token, cache_dir, format,
                       dict(reader_kwargs)) for s in split]
-    return _load(path, name, data_dir, data_files, None if split is None else _split_name(split), revision, token,
+    return _load(path, name, data_dir, data_files, None if split is None else split_name(split), revision, token,
                  cache_dir, format, reader_kwargs)
-
-
-def _split_name(split: Any) -> str:
-    """A split name: a string, or HF's ``datasets.Split.TRAIN``... (its name); slices are refused, as
-    HF's streaming refuses them, saying what to do instead."""
-    if not isinstance(split, str):
-        if not type(split).__module__.startswith("datasets"):
-            raise TypeError(f"split: expected a split name, or a list of them, got {split!r}")
-        split = str(split)
-    if "[" in split or "]" in split:
-        raise ValueError(f"split={split!r}: slices of a split are not supported when streaming (HF's streaming "
-                         "load_dataset refuses them too: 'Bad split'); load the split and use .take(n) / .skip(n)")
-    return split
-
-
-def _check_mode(arg: str, value: Any) -> None:
-    """HF's check of ``download_mode`` / ``verification_mode``: one of its enum's values (or ``None``)."""
-    if value is None:
-        return
-    from datasets import DownloadMode, VerificationMode
-
-    enum = DownloadMode if arg == "download_mode" else VerificationMode
-    try:
-        enum(value)
-    except ValueError:
-        raise ValueError(f"{arg}={value!r} is not one of {[m.value for m in enum]}") from None
-
-
-def _reads_hub(path: Any, data_files: Any) -> bool:
-    """Whether ``load_dataset(path, data_files=...)`` reads files of a Hub repo."""
-    path = os.fspath(path)
-    if path.startswith("hf://") or (is_hub_repo_id(path) and not os.path.exists(path)):
-        return True
-    patterns = [] if data_files is None or not isinstance(data_files, (str, os.PathLike, list, tuple, dict)) else [
-        p for ps in normalize_data_files(data_files).values() for p in ps]
-    return any(p.startswith("hf://") for p in patterns)
-
-
-def _options_token(path: Any, data_files: Any, token: Any, download_config: Any, storage_options: Any) -> Any:
-    """The token to read the Hub with, given HF's ``download_config`` and ``storage_options``: HF's
-    storage options by fsspec protocol (``{"hf": {...}, "s3": {...}}``; options not under a protocol
-    apply to every one). Files are read locally or from the Hub through ``huggingface_hub``: options
-    for other protocols are ignored (HF uses them only for files of that protocol, which are not
-    read here), the ``"hf"`` token is used, and any other option HF would apply to the Hub's files
-    is refused when the Hub is read rather than ignored."""
-    if download_config is not None and not hasattr(download_config, "storage_options"):
-        raise TypeError(f"download_config must be a datasets.DownloadConfig, got {type(download_config).__name__}")
-    if storage_options is not None and not isinstance(storage_options, dict):
-        raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
-    if token is None and download_config is not None:
-        token = download_config.token
-    options = dict(download_config.storage_options) if download_config is not None else {}
-    options.update(storage_options or {})
-    if not options:
-        return token
-    import fsspec
-    from datasets import config
-
-    protocols = set(fsspec.available_protocols())
-    hub = dict(options.get("hf") or {})
-    if token is None:
-        token = hub.get("token")
-    hub.pop("token", None)
-    if hub.get("endpoint") == config.HF_ENDPOINT:
-        hub.pop("endpoint")
-    hub.update({k: v for k, v in options.items() if k not in protocols})
-    if hub and _reads_hub(path, data_files):
-        raise ValueError(f"storage_options {sorted(hub)} for the Hub's files are not used here: Hub files are "
-                         "downloaded with huggingface_hub (pass token=, set HF_ENDPOINT), not read through fsspec "
-                         "as HF's streaming reads them")
-    return token
 
 
 def _load(path: Any, name: str | None, data_dir: str | None, data_files: Any, split: str | None, revision: str | None,
@@ -302,12 +232,12 @@ def _load(path: Any, name: str | None, data_dir: str | None, data_files: Any, sp
         format = format or _FORMAT_ALIASES[path]
         splits = normalize_data_files(data_files)
         repos: dict = {}
-        resolved = {s: _resolve_direct(pats, revision, token, cache_dir, repos) for s, pats in splits.items()}
+        resolved = {s: resolve_direct(pats, revision, token, cache_dir, repos) for s, pats in splits.items()}
         # a split whose globs match no file is an empty split, as in HF (which fails when every split is empty)
         first = next((fs[0] for fs in resolved.values() if fs), None)
         if first is None:
             raise FileNotFoundError(f"no data file matches data_files={data_files!r}"
-                                    f"{_archive_contents([p for ps in splits.values() for p in ps])} (hidden files, "
+                                    f"{archive_contents([p for ps in splits.values() for p in ps])} (hidden files, "
                                     "README.md and other dataset metadata are left out unless a pattern names them)")
         wanted = {split: resolved[split]} if split in resolved else resolved
         return _pick({s: _split_dataset(p, format, s, reader_kwargs, (format, name), first) for s, p in wanted.items()},
@@ -390,66 +320,6 @@ def _load_folder(builder: str, data_dir: str | None, data_files: Any, split: str
         raise TypeError(f"load_dataset({builder!r}) got unexpected option(s) {sorted(unknown)}; its options are "
                         "data_dir, data_files, split, drop_labels, drop_metadata, features, num_shards")
     return load_folder(builder, data_dir, data_files, split, info=info, **options)
-
-
-def _resolve_direct(patterns: list[str], revision: str | None, token: Any, cache_dir: str | None,
-                    repos: dict) -> list[str]:
-    """Local paths for ``data_files`` given as local globs / paths or ``hf://`` URLs. ``repos`` keeps
-    the Hub repos opened so far, so each repo's revision is resolved and its files listed once."""
-    out: list[str] = []
-    for p in patterns:
-        if p.startswith("hf://"):
-            repo_id, url_revision, sub = parse_hf_path(p)
-            key = (repo_id, url_revision or revision)
-            repo = repos.get(key)
-            if repo is None:
-                repo = repos[key] = HubRepo(*key, token, cache_dir)
-            hits, _ = match_data_files([sub], repo.files)  # a glob matching nothing adds nothing, as in HF
-            out.extend(repo.fetch(hits) if hits else [])
-        elif split_member(p) is not None:
-            out.extend(_archive_url_files(p))
-        elif any(ch in p for ch in "*?["):
-            hits = sorted(glob.glob(p, recursive=True))
-            out.extend(h for h in hits if os.path.isfile(h) and not unrequested(h, p))  # none: adds nothing, as HF
-        elif os.path.isfile(p):
-            out.append(p)
-        else:
-            raise FileNotFoundError(f"data file {p!r} not found")
-    return out
-
-
-def _archive_contents(patterns: list[str]) -> str:
-    """What the archives named by ``zip://<glob>::<archive>`` patterns hold, for an error saying that
-    the globs matched nothing."""
-    out = ""
-    for p in patterns:
-        member = split_member(p)
-        if member is not None and os.path.isfile(member[0]):
-            names = zip_member_names(member[0]) if p.startswith("zip") else tar_members(member[0])
-            out += f": the archive {member[0]!r} holds {sorted(names)[:5]}{'...' if len(names) > 5 else ''}"
-    return out
-
-
-def _archive_url_files(url: str) -> list[str]:
-    """The members of a local archive that HF's fsspec URL ``zip://<glob>::<archive>`` or
-    ``tar://<glob>::<archive>`` names, each a data file (``zip://<member>::<archive>``). The glob is
-    a ``data_files`` glob over the archive's files; hidden ones and dataset metadata are left out
-    unless asked for (``unrequested``), as HF leaves them out; a glob that matches nothing gives nothing (a
-    member name that is not in the archive is a ``FileNotFoundError``), as in HF."""
-    archive, pattern = split_member(url)
-    kind = url[:3]
-    if not os.path.isfile(archive):
-        raise FileNotFoundError(f"data file {url!r}: the archive {archive!r} is not a local file")
-    names = zip_member_names(archive) if kind == "zip" else tar_members(archive)
-    names = [n for n in names if not unrequested(n, pattern)]
-    try:
-        hits = match_files(pattern, names)
-    except FileNotFoundError:
-        if any(ch in pattern for ch in "*?["):  # a glob that matches nothing adds nothing, as HF's
-            return []
-        raise FileNotFoundError(f"no data file matches {url!r}: the archive {archive!r} holds "
-                                f"{sorted(names)[:5]}{'...' if len(names) > 5 else ''}") from None
-    return [member_path(archive, name, kind) for name in hits]
 
 
 def _split_names(split: Any) -> list[str] | None:
