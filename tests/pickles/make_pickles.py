@@ -24,6 +24,22 @@ def plain(x):
     return x.item() if isinstance(x, np.generic) else x
 
 
+def with_length(ex):
+    return {"n": len(ex["t"])}
+
+
+def even(ex, i):
+    return i % 2 == 0
+
+
+def doubled(batch):
+    return {"id": [i for i in batch["id"] for _ in range(2)], "t": [t for t in batch["t"] for _ in range(2)]}
+
+
+def small(batch):
+    return [i < 20 for i in batch["id"]]
+
+
 def cases():
     cols = {"id": list(range(30)), "t": [f"row {i}" for i in range(30)]}
     typed = Features({"id": Value("int64"), "t": Value("string")})
@@ -46,6 +62,11 @@ def cases():
     planned = ri.split_dataset_by_node(sharded, 0, 3)
     planned.load_state_dict(ri.redistribute_states(states, 3)[0])
     yield "elastic plan loaded", planned
+    # maps and filters, per example and batched: their passes are mixins of MapNode
+    yield "map+filter", base.map(with_length).filter(even, with_indices=True)
+    yield "batched map mid-batch", base.map(doubled, batched=True, batch_size=4)
+    yield "batched map keeping its rows", base.shuffle(seed=4, buffer_size=8).map(doubled, batched=True, batch_size=5)
+    yield "batched filter", base.filter(small, batched=True, batch_size=3)
 
 
 def main(commit):
@@ -73,4 +94,6 @@ def main(commit):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    import make_pickles  # the functions the maps call are pickled as make_pickles's, which the test imports
+
+    make_pickles.main(sys.argv[1])
