@@ -273,3 +273,190 @@ def test_a_resumed_interleave_still_compares_with_the_inputs_read_before(name):
     resumed.load_state_dict(json.loads(json.dumps(ds.state_dict())))
     with pytest.raises(ValueError, match=says):
         next(iter(resumed))
+
+
+# ---------------------------------------------------------------- inputs that cannot count their examples
+# ``Node.examples_yielded()`` is None for them: a generator past its first shard, a filter, a batch. What a
+# resumed pass checks comes from the state's ``first_kinds`` (``nodes/column_types.py``), not from counts.
+
+def _shards(shards):
+    for rows in shards:
+        yield from rows
+
+
+def sharded_gen(shards):
+    """A generator of several shards (``shards``: a list of row lists, one per shard)."""
+    return ri.IterableDataset.from_generator(_shards, gen_kwargs={"shards": shards})
+
+
+def _keep(x):
+    return True
+
+
+def _run_to_error(ds) -> tuple[list, str | None]:
+    rows = []
+    try:
+        for r in ds:
+            rows.append(normalize(r))
+    except ValueError as e:
+        assert "can't be aligned" in str(e), e
+        return rows, str(e)
+    return rows, None
+
+
+def assert_resumes_exactly_to_the_error(build) -> tuple[list, str | None]:
+    """Every cut point (before the error, right before it, after it), the state through a JSON round trip,
+    resumes to the same rows and then the same error (or end) as the uninterrupted run."""
+    full, error = _run_to_error(build())
+    for k in range(len(full) + 1):
+        ds = build()
+        it = iter(ds)
+        assert [normalize(next(it)) for _ in range(k)] == full[:k]
+        resumed = build()
+        resumed.load_state_dict(json.loads(json.dumps(ds.state_dict())))
+        assert _run_to_error(resumed) == (full[k:], error), f"cut {k} of {len(full)}"
+    ds = build()
+    assert _run_to_error(ds) == (full, error)
+    for _ in range(2):  # the state after the error raises it again (and again)
+        resumed = build()
+        resumed.load_state_dict(json.loads(json.dumps(ds.state_dict())))
+        assert _run_to_error(resumed) == ([], error)
+        ds = resumed
+    return full, error
+
+
+BAD_FIRST = {  # an input whose first example clashes with the ints of the known input, and cannot count
+    "generator_past_its_first_shard": lambda: sharded_gen([[], [{"a": "x"}, {"a": "y"}], [{"a": "z"}]]),
+    "filter": lambda: sharded_gen([[{"a": "x"}, {"a": "y"}, {"a": "z"}]]).filter(_keep),
+    "batch": lambda: sharded_gen([[{"a": 1}, {"a": 2}], [{"a": 3}]]).batch(2),
+}
+
+
+@pytest.mark.parametrize("name", ["interleave", "interleave_all_exhausted", "interleave_probabilities"])
+@pytest.mark.parametrize("kind", sorted(BAD_FIRST))
+def test_an_interleave_state_after_the_error_on_an_input_that_cannot_count_raises_again(name, kind):
+    """The state taken after the first-row error on such an input resumed past the bad example (yielded
+    it and the rest of the input, unchecked): the interleave could not tell the example it kept was the
+    input's first. The state now says which inputs' first examples passed the check."""
+    full, error = assert_resumes_exactly_to_the_error(lambda: COMBINE[name](ri, [known(ri, INTS), BAD_FIRST[kind]()]))
+    assert error is not None or name == "interleave_probabilities"
+    full, error = assert_resumes_exactly_to_the_error(lambda: COMBINE[name](ri, [BAD_FIRST[kind](), known(ri, INTS)]))
+    assert error is not None and (full == [] or name == "interleave_probabilities")
+
+
+LATER_MISFIT = {  # first example fits the ints; a later one is of another kind (only first examples are checked)
+    "generator_past_its_first_shard": lambda: sharded_gen([[{"a": 10}], [{"a": 11}], [{"a": "x"}, {"a": 13}]]),
+    "filter": lambda: sharded_gen([[{"a": 10}, {"a": 11}, {"a": "x"}, {"a": 13}]]).filter(_keep),
+    "batch": lambda: sharded_gen([[{"a": 10}, {"a": 11}], [{"a": "x"}, {"a": 13}]]).batch(1),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(LATER_MISFIT))
+def test_a_resumed_concatenation_checks_no_later_example_of_an_input_that_cannot_count(kind):
+    """A resumed pass checked the next example of the input it was reading as if it were its first: an
+    example of another kind that the uninterrupted run yielded raised instead. Inputs of either order,
+    batched or not."""
+    batched = kind == "batch"
+
+    def first():
+        return known(ri, INTS).batch(1) if batched else known(ri, INTS)
+
+    for inputs in (lambda: [first(), LATER_MISFIT[kind]()], lambda: [LATER_MISFIT[kind](), first()]):
+        full, error = assert_resumes_exactly_to_the_error(lambda: ri.concatenate_datasets(inputs()))
+        assert error is None and normalize({"a": ["x"] if batched else "x"}) in full
+
+
+@pytest.mark.parametrize("name", sorted(COMBINE))
+def test_two_inputs_of_unknown_features_clash_after_any_cut(name):
+    """The inputs read later are compared with the first examples of those read before: a resumed pass
+    compared them with nothing (a concatenation resumed in its first input) or with the next example of
+    an input read before (an interleave), and yielded what the uninterrupted run refused."""
+    full, error = assert_resumes_exactly_to_the_error(
+        lambda: COMBINE[name](ri, [sharded_gen([[{"a": 1}, {"a": "x"}], [{"a": "y"}]]), gen(ri, STRS)]))
+    assert error is not None or name == "interleave_probabilities"
+
+
+def test_states_of_the_release_before_first_kinds_still_load():
+    """A state written before ``first_kinds`` existed loads, and its pass goes as that release's did: with
+    inputs that count their examples, every cut point resumes exactly, the error included."""
+    for name in sorted(COMBINE):
+        def build():
+            return COMBINE[name](ri, [known(ri, INTS), gen(ri, [{"a": 10}, {"a": "x"}, {"a": 12}])])
+
+        full, error = _run_to_error(build())
+        for k in range(len(full) + 1):
+            ds = build()
+            it = iter(ds)
+            for _ in range(k):
+                next(it)
+            state = json.loads(json.dumps(ds.state_dict()))
+            assert state["state"].pop("first_kinds") is not None
+            resumed = build()
+            resumed.load_state_dict(state)
+            assert _run_to_error(resumed) == (full[k:], error), (name, k)
+        bad = build()
+        state = bad.state_dict()
+        state["state"]["first_kinds"] = [None, 3]
+        with pytest.raises(ValueError, match="'first_kinds' must be a list of 2 nulls or JSON objects"):
+            build().load_state_dict(state)
+
+
+def _loader_run(build, workers: int, state=None, stop=None):
+    """Items (``repr``) through a StatefulDataLoader until ``stop`` items, the end or the error: ``(items,
+    raised, state)``."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    dl = StatefulDataLoader(build(), batch_size=None, num_workers=workers)
+    if state is not None:
+        dl.load_state_dict(state)
+    if stop == 0:
+        return [], False, dl.state_dict()
+    out = []
+    try:
+        for b in dl:
+            out.append(repr(normalize(b)))
+            if len(out) == stop:
+                return out, False, dl.state_dict()
+    except ValueError as e:
+        assert "can't be aligned" in str(e), e
+        return out, True, dl.state_dict()
+    return out, False, dl.state_dict()
+
+
+LOADER_CASES = {  # four shards each, so that both workers read past their first shard
+    "interleave_generator": lambda: ri.interleave_datasets([
+        ri.to_iterable_dataset(datasets.Dataset.from_list([{"a": i} for i in range(8)]), num_shards=4),
+        sharded_gen([[], [{"a": "x"}], [], [{"a": "y"}]])]),
+    "interleave_filter": lambda: ri.interleave_datasets([
+        ri.to_iterable_dataset(datasets.Dataset.from_list([{"a": i} for i in range(8)]), num_shards=4),
+        sharded_gen([[{"a": "x"}], [{"a": "y"}], [{"a": "z"}], [{"a": "w"}]]).filter(_keep)]),
+    "interleave_batch": lambda: ri.interleave_datasets([
+        ri.to_iterable_dataset(datasets.Dataset.from_list([{"a": i} for i in range(8)]), num_shards=4),
+        sharded_gen([[], [{"a": 1}, {"a": 2}], [], [{"a": 3}]]).batch(1)]),
+    "concatenate_generator": lambda: ri.concatenate_datasets([
+        sharded_gen([[{"a": 1}], [{"a": 2}, {"a": "x"}], [{"a": 3}], [{"a": 4}, {"a": "y"}]]),
+        ri.to_iterable_dataset(datasets.Dataset.from_list([{"a": i} for i in range(4)]), num_shards=4)]),
+    "concatenate_filter": lambda: ri.concatenate_datasets([
+        sharded_gen([[{"a": 1}, {"a": "x"}], [{"a": 2}, {"a": "y"}], [{"a": 3}], [{"a": 4}, {"a": "z"}]]).filter(_keep),
+        ri.to_iterable_dataset(datasets.Dataset.from_list([{"a": i} for i in range(4)]), num_shards=4)]),
+    "concatenate_batch": lambda: ri.concatenate_datasets([
+        sharded_gen([[{"a": 1}, {"a": "x"}], [{"a": 2}, {"a": "y"}], [{"a": 3}], [{"a": 4}]]).batch(1),
+        ri.to_iterable_dataset(datasets.Dataset.from_list([{"a": i} for i in range(4)]), num_shards=4).batch(1)]),
+}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("case", sorted(LOADER_CASES))
+def test_inputs_that_cannot_count_resume_exactly_through_a_loader(case, workers):
+    """The same through torchdata's StatefulDataLoader, in process and in two workers: every cut point
+    before the error resumes to the same items and the same error (or end); the state taken after the
+    error raises it again."""
+    build = LOADER_CASES[case]
+    full, raised, after = _loader_run(build, workers)
+    assert raised == case.startswith("interleave")
+    for k in range(len(full) + 1):
+        head, _, state = _loader_run(build, workers, stop=k)
+        tail, raised_again, _ = _loader_run(build, workers, state=state)
+        assert (head + tail, raised_again) == (full, raised), f"cut after {k} of {len(full)} items"
+    if raised:
+        assert _loader_run(build, workers, state=after)[:2] == ([], True)

@@ -15,26 +15,25 @@ A number is a number (HF, which infers from five examples, may see ``int64`` in 
 ``double`` in another and refuse them; this check lets them through, as their rows combine fine);
 values of other types (images, tensors, dates) are not checked.
 
-Once per input and pass, never per row; nothing is kept in the state (the kinds seen in a pass are
-a local of the pass). The node raises before recording anything for the example, and keeps it
-(an interleave's ``peeked``, a concatenation's ``held``): a state taken after the error yields the
-same example next, so it raises the same error again, and nothing yielded is lost or repeated.
-A pass resumed from a state checks the examples the uninterrupted run would: only first examples.
-An input the state read already is not checked again: its next example is only noted
-(:meth:`FirstRowCheck.note`), so that the inputs read next are compared with it - but the example
-an input holds is checked if it is that input's first (the check failed on it), which the input
-tells where it counts its examples (``Node.examples_yielded``: sources of shards of known length
-or read in their first shard, per-example maps, column operations, skip / take, concatenations).
-Where an input cannot count them (a generator past its first shard, a filter, a batch), an
-interleave does not check it again (a state taken after this error on such an input resumes past
-the example), and a concatenation checks the next example of the input it was reading (a later
-example of a different kind raises where the uninterrupted run yielded it). A state taken before
-the error raises it again, as the uninterrupted run does.
+Once per input and pass, never per row. The node raises before recording anything for the example,
+and keeps it (an interleave's ``peeked``, a concatenation's ``held``): a state taken after the error
+yields the same example next, so it raises the same error again, and nothing yielded is lost or
+repeated. What a resumed pass needs to check exactly what the uninterrupted run would is in the
+node's state, ``first_kinds``: per input, ``null`` while its first example of the pass has not
+passed the check (its next example, or the one the node keeps, is checked), else the kinds of that
+first example (JSON text, :func:`encoded`), which the inputs read later are compared with. It is
+written once per input and pass, a store of a string that ``state_dict()`` copies by reference.
+States of earlier releases have no ``first_kinds``: the node rebuilds it when its pass starts as
+those releases' passes did (:func:`legacy_kinds`): an input the state read already is not checked
+again, its next example is only noted (:data:`NOTE`: its kinds recorded, unchecked), but the
+example an input holds is checked if that input counts its examples (``Node.examples_yielded``)
+and says it is its first.
 """
 
 from __future__ import annotations
 
 import decimal
+import json
 from typing import Any
 
 import numpy as np
@@ -42,6 +41,48 @@ import numpy as np
 #: a value or feature of a kind not checked (an image, a tensor, a date...)
 UNCHECKED = None
 _NUMBER = "number"
+#: a ``first_kinds`` entry of a state of an earlier release (:func:`legacy_kinds`): the input's first
+#: example was checked before the state was taken; the kinds of its next one are recorded unchecked
+NOTE = ""
+#: a ``first_kinds`` entry of a concatenation: the input's first example failed the check (or a Ctrl-C
+#: cut it short) and is the last example the node holds (``held``): it is checked again first
+HELD_FIRST = "held"
+
+
+def encoded(kinds: dict) -> str:
+    """``kinds`` (column -> kind) as a ``first_kinds`` entry: JSON text (a list kind as a JSON list)."""
+    return json.dumps(kinds, separators=(",", ":"))
+
+
+def _decoded_kind(kind: Any) -> Any:
+    if isinstance(kind, list):
+        return ("list", _decoded_kind(kind[1]))
+    if isinstance(kind, dict):
+        return {k: _decoded_kind(v) for k, v in kind.items()}
+    return kind
+
+
+def decoded(entry: str) -> dict:
+    """The kinds of a ``first_kinds`` entry (:func:`encoded`)."""
+    return {c: _decoded_kind(k) for c, k in json.loads(entry).items()}
+
+
+def check_first_kinds(kinds: Any, n: int, where: str) -> None:
+    """Raise ``ValueError`` unless ``kinds`` is a valid ``first_kinds`` field for ``n`` inputs."""
+    def ok(entry: Any) -> bool:
+        if entry is None or entry == NOTE or entry == HELD_FIRST:
+            return True
+        if not isinstance(entry, str):
+            return False
+        try:
+            value = json.loads(entry)
+        except ValueError:
+            return False
+        return isinstance(value, dict)
+
+    if not isinstance(kinds, list) or len(kinds) != n or not all(map(ok, kinds)):
+        raise ValueError(f"{where}: 'first_kinds' must be a list of {n} nulls or JSON objects (the kinds of the "
+                         "columns of each input's first example)")
 
 
 def is_null_feature(feature: Any) -> bool:
@@ -180,42 +221,58 @@ class FirstRowCheck:
         self.features = list(features)
         self.known = [(i, f, feature_kind(dict(f))) for i, f in enumerate(self.features) if f is not None]
 
-    def unchecked(self) -> list[bool]:
-        """A pass's list of the inputs still to check (changed by :meth:`check`)."""
-        return [f is None for f in self.features]
+    def unchecked(self, kinds: list) -> list[bool]:
+        """A pass's list of the inputs still to check (changed by :meth:`check`), from the state's
+        ``first_kinds`` (see the module doc)."""
+        return [f is None and (k is None or k == NOTE or k == HELD_FIRST) for f, k in zip(self.features, kinds)]
 
     def picked(self, inputs: list[int]) -> FirstRowCheck:
         """This check for a node whose inputs are inputs ``inputs`` of this one (the shards of a
         concatenation listed anew)."""
         return FirstRowCheck(self.what, [self.features[i] for i in inputs])
 
-    def check(self, i: int, example: Any, seen: dict) -> None:
+    def check(self, i: int, example: Any, kinds: list) -> None:
         """Raise ``ValueError`` if ``example``, the first input ``i`` yields in this pass, has a column
         of another kind than a known input's features or the first example of another input
-        (``seen``: input -> kinds, of this pass; ``example``'s are added)."""
+        (``kinds``: the state's ``first_kinds``; ``example``'s are recorded there, in one store, if
+        it passes). An input whose entry is :data:`NOTE` (a state of an earlier release) has its
+        example's kinds recorded unchecked."""
         if not isinstance(example, dict):
+            kinds[i] = "{}"
             return
-        kinds = {c: value_kind(v) for c, v in example.items()}
-        for j, feats, known in self.known:
-            for c, k in kinds.items():
-                if c in known:
-                    found = _clash(k, known[c], c)
-                    if found:
-                        self._raise(i, found, f"{feats[c]} in the features of dataset {j}")
-        for j, other in seen.items():
-            for c, k in kinds.items():
-                if c in other:
-                    found = _clash(k, other[c], c)
-                    if found:
-                        self._raise(i, found, f"{describe_kind(found[2])} in the first example of dataset {j}")
-        seen[i] = kinds
+        own = {c: value_kind(v) for c, v in example.items()}
+        if kinds[i] != NOTE:
+            for j, feats, known in self.known:
+                for c, k in own.items():
+                    if c in known:
+                        found = _clash(k, known[c], c)
+                        if found:
+                            self._raise(i, found, f"{feats[c]} in the features of dataset {j}")
+            for j, entry in enumerate(kinds):
+                if j == i or not entry or entry[0] != "{":  # null, NOTE, HELD_FIRST: nothing recorded
+                    continue
+                other = decoded(entry)
+                for c, k in own.items():
+                    if c in other:
+                        found = _clash(k, other[c], c)
+                        if found:
+                            self._raise(i, found, f"{describe_kind(found[2])} in the first example of dataset {j}")
+        kinds[i] = encoded(own)
 
-    def note(self, i: int, example: Any, seen: dict) -> None:
-        """Add the kinds of ``example``, one input ``i`` yields after its first one, to ``seen``
-        unchecked: a pass resumed after that input's first example compares the others with it, as
-        the pass that read the first one did."""
-        if isinstance(example, dict) and i not in seen:
-            seen[i] = {c: value_kind(v) for c, v in example.items()}
+    def legacy_kinds(self, peeked: list, exhausted: list, first: list[bool]) -> list:
+        """The ``first_kinds`` an interleave state of an earlier release stands for (its pass noted what it
+        could not check): an input read before the state was taken (``peeked`` or ``exhausted``) is
+        checked again only if the example it peeked is its first (``first``: the input counts its
+        examples and says so), else that example's kinds are recorded (``{}`` when it peeked none)."""
+        out: list = []
+        for f, pk, ex, is_first in zip(self.features, peeked, exhausted, first):
+            if f is not None or (pk is None and not ex) or (pk is not None and is_first):
+                out.append(None)
+            elif pk is None or not isinstance(pk, dict):
+                out.append("{}")
+            else:
+                out.append(encoded({c: value_kind(v) for c, v in pk.items()}))
+        return out
 
     def _raise(self, i: int, found: tuple, other: str) -> None:
         path, kind, _ = found

@@ -1,12 +1,16 @@
 """``concatenate_datasets``: one input after another (``axis=0``) or side by side (``axis=1``).
 
-* ``axis=0`` - state ``{"node", "shard_seed", "index", "children"}``: ``index`` is the position,
+* ``axis=0`` - state ``{"node", "shard_seed", "index", "first_kinds", "children"}``: ``index`` is the position,
   in the input order, of the input being read; the inputs before it are finished, the ones after
   untouched. ``shard_seed`` is ``None`` (the inputs in the order given) or the seed a ``shuffle``
   above chose for this epoch: the inputs are then read in a permutation drawn from it
   (recomputed from the seed, never stored), and each input gets its own seed derived from it
   for its own shards. HF shuffles the shards of all inputs together; here the inputs are
-  permuted, then the shards within each.
+  permuted, then the shards within each. ``first_kinds``: per input, null until its first example
+  of the pass passed the check of the inputs whose features are unknown, then the kinds of that
+  example's columns (``nodes/column_types.py``); ``"held"`` while the example that failed the check
+  is held (the last one of ``held``), to be checked again first. Absent from states of earlier
+  releases: rebuilt when the pass starts (:meth:`ConcatNode._first_kinds`).
 
   Column order, as HF's cast to the merged features: an input whose rows list the merged columns
   (or the fields of a struct) in another order, or lack a struct field (``column_shapes``, see
@@ -43,7 +47,7 @@ from ..state import ExampleList, copy_example
 from .base import HELD, Node
 from .checks import check_examples, check_int
 from .column_order import any_template, in_nested, in_shape, put_in_order, templates
-from .column_types import FirstRowCheck
+from .column_types import HELD_FIRST, NOTE, FirstRowCheck, check_first_kinds
 from .seeds import rng_from_seed
 from .replay import check_input_provenance, check_list, reread_by_input
 
@@ -71,6 +75,7 @@ def _with_seed(state):
 
 class ConcatNode(Node):
     kind = "concat"
+    added_fields = frozenset(("first_kinds",))  # ``first_kinds`` (axis=0): absent from states of earlier releases
 
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
         return True
@@ -98,7 +103,7 @@ class ConcatNode(Node):
 
     def _own_state(self) -> dict:
         if self.axis == 0:
-            return {"shard_seed": None, "index": 0}
+            return {"shard_seed": None, "index": 0, "first_kinds": [None] * len(self.children)}
         n = len(self.children)
         return {"exhausted": [False] * n, "columns": [None] * n, "pending": ExampleList([None] * n)}
 
@@ -196,6 +201,8 @@ class ConcatNode(Node):
         if self.axis == 0:
             check_int(state, "shard_seed", where, hi=2**64 - 1, none_ok=True)
             check_int(state, "index", where, hi=n)
+            if "first_kinds" in state:
+                check_first_kinds(state["first_kinds"], n, where)
             return
         ex, cols = state["exhausted"], state["columns"]
         if not isinstance(ex, list) or len(ex) != n or not all(type(b) is bool for b in ex):
@@ -210,18 +217,45 @@ class ConcatNode(Node):
 
     def _load_own(self, state: dict) -> None:
         super()._load_own(state)
+        if self.axis == 0 and "first_kinds" not in state:  # an earlier release's: rebuilt when the pass starts
+            self._state_dict["first_kinds"] = None
         if self.axis == 1:
             self._state_dict["pending"] = ExampleList(self._state_dict["pending"])
 
     def __iter__(self) -> Iterator[dict]:
-        held = self._state_dict.get(HELD)
-        if held and self.first_rows is not None and self._state_dict["index"] < len(self.children):
-            i = self.current_input()  # a first example that failed the check is held: checked again
-            if self.first_rows.unchecked()[i] and self.children[i].examples_yielded() in (1, None):
-                self.first_rows.check(i, held[0], {})
+        st = self._state_dict
+        held = st.get(HELD)
+        if self.first_rows is not None and st["index"] < len(self.children):
+            kinds = self._first_kinds()
+            i = self.current_input()
+            if held and kinds[i] == HELD_FIRST:  # a first example that failed the check is held: checked again
+                self.first_rows.check(i, held[-1], kinds)
         if held and self.templates is not None:  # handed back in the input's order, or by an earlier release
             put_in_order(held, any_template(self.templates))
         return super().__iter__()
+
+    def _first_kinds(self) -> list:
+        """The state's ``first_kinds``, rebuilt first for a state of an earlier release as its passes
+        went: the inputs read before the one being read are not checked again, and the one being read
+        has its held example checked if it may be its first (it counts one example, or cannot
+        count them), else its next example only noted (its kinds recorded unchecked) if it yielded
+        some, else checked."""
+        st = self._state_dict
+        kinds = st["first_kinds"]
+        if kinds is None:
+            order, index = self.order(), st["index"]
+            kinds = [None] * len(self.children)
+            for k in range(index):
+                kinds[order[k]] = "{}"
+            if index < len(order):
+                i = order[index]
+                yielded = self.children[i].examples_yielded()
+                if HELD in st and yielded in (1, None):
+                    kinds[i] = HELD_FIRST
+                elif HELD in st or yielded not in (0, None):
+                    kinds[i] = NOTE
+            st["first_kinds"] = kinds
+        return kinds
 
     def _iter(self) -> Iterator[dict]:
         st = self._state_dict
@@ -229,27 +263,23 @@ class ConcatNode(Node):
             order = self.order()
             temps = self.templates
             box = ExampleList([None])  # the row a Ctrl-C landing in its reordering hands back
-            unchecked, seen = (None, None) if self.first_rows is None else (self.first_rows.unchecked(), {})
-            # the input being read when the pass starts: read before the state was taken if it yielded
-            # examples already (or holds one: checked above); ``None`` (it cannot count them): checked
-            start = order[st["index"]] if unchecked is not None and st["index"] < len(order) else None
-            resumed = start is not None and (HELD in st or self.children[start].examples_yielded() not in (0, None))
+            kinds = None if self.first_rows is None else st["first_kinds"]
+            unchecked = None if kinds is None else self.first_rows.unchecked(kinds)
             while st["index"] < len(order):
                 i = order[st["index"]]
                 compiled = None if temps is None else temps[i]
                 it = iter(self.children[i])
                 if unchecked is not None and unchecked[i]:  # its first example (unknown features)
                     unchecked[i] = False
-                    # an input read before the state was taken: its next example's kinds only (checked
-                    # above if held; its first one was checked then)
-                    test = self.first_rows.note if resumed and i == start else self.first_rows.check
                     for ex in it:
                         try:
-                            test(i, ex, seen)
+                            self.first_rows.check(i, ex, kinds)  # records its kinds if it passes
                             out = ex if compiled is None else in_shape(compiled, ex)
                         except BaseException:  # the input's state counts ex: held, to fail (or go on) again
                             box[0] = ex
                             st[HELD] = box
+                            if kinds[i] is None:  # not checked yet (or failed): checked again first
+                                kinds[i] = HELD_FIRST
                             raise
                         yield out
                         break

@@ -29,7 +29,7 @@ a turn, a state taken after the error resumes with that very turn: the turn is r
 it is kept in ``peeked`` (the traced loop below does the same). An
 input exhausted under ``all_exhausted`` is reset when it is drawn next, not when it ends.
 
-State: ``{"node", "rng", "rng_pos", "cycle", "exhausted", "peeked", "peeked_pos", "last_pos", "children"}``
+State: ``{"node", "rng", "rng_pos", "cycle", "exhausted", "peeked", "peeked_pos", "last_pos", "first_kinds", "children"}``
 - with ``probabilities``, input indices are drawn in blocks from ``rng`` (state at the block's
 start; each epoch draws from ``(seed, epoch)``, epoch 0 from the seed alone, as HF) and ``rng_pos``
 counts the ones used; without, ``cycle`` is the next input in turn.
@@ -43,6 +43,9 @@ state is taken (a ``map`` retrying it, a row of ``concatenate_datasets(axis=1)``
 an error). Elsewhere both stay null and the loop does no tracking (a pass of the plain loop clears
 them, so that no stale position outlives its example). A worker shuffle logs positions below an
 interleave only in a pass whose loaded state, if any, gives the position of every peeked example.
+``first_kinds``: per input, null until its first example of the pass passed the check of the
+inputs whose features are unknown, then the kinds of that example's columns (see
+``nodes/column_types.py``; absent from states of earlier releases, rebuilt when the pass starts).
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from ..state import HeldExamples, copy_example
 from .base import HELD, Node
 from .checks import check_examples, check_int, check_rng
 from .column_order import any_template, in_nested, in_shape, put_in_order, templates
-from .column_types import FirstRowCheck
+from .column_types import FirstRowCheck, check_first_kinds
 from .seeds import DrawnSeed, resolve_seed, rng_from_seed, rng_from_state, split_seed
 from .replay import check_input_provenance, reread_by_input, same_example
 
@@ -64,6 +67,7 @@ BLOCK = 1000
 
 class InterleaveNode(DrawnSeed, Node):
     kind = "interleave"
+    added_fields = frozenset(("first_kinds",))  # ``first_kinds``: absent from states of earlier releases
 
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
         return True
@@ -136,7 +140,7 @@ class InterleaveNode(DrawnSeed, Node):
         n = len(self.children)
         rng = self._rng().bit_generator.state if self.probabilities is not None else None
         return {"rng": rng, "rng_pos": 0, "cycle": 0, "exhausted": [False] * n, "peeked": HeldExamples([None] * n),
-                "peeked_pos": [None] * n, "last_pos": None}
+                "peeked_pos": [None] * n, "last_pos": None, "first_kinds": [None] * n}
 
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> Node:
         # each DataLoader worker / rank draws its own sequence of inputs (HF issue 7567)
@@ -168,6 +172,8 @@ class InterleaveNode(DrawnSeed, Node):
             if not isinstance(last, list) or not last or type(last[0]) is not int or not 0 <= last[0] < n:
                 raise ValueError(f"{where}: 'last_pos' must be null or [input, *position] with an input in [0, {n})")
             self.children[last[0]].check_provenance(last[1:], f"{where}.last_pos")
+        if "first_kinds" in state:
+            check_first_kinds(state["first_kinds"], n, where)
         for i, (p, pk) in enumerate(zip(pp, state["peeked"])):
             if p is not None:  # null for a peeked example: its input's state describes it (_iter_traced)
                 if pk is None:
@@ -178,6 +184,8 @@ class InterleaveNode(DrawnSeed, Node):
     def _load_own(self, state: dict) -> None:
         super()._load_own(state)
         self._state_dict["peeked"] = HeldExamples(self._state_dict["peeked"])  # not owned: the state shares them
+        if "first_kinds" not in state:  # an earlier release's: rebuilt when the pass starts
+            self._state_dict["first_kinds"] = None
 
     def __iter__(self) -> Iterator[dict]:
         held = self._state_dict.get(HELD)
@@ -248,7 +256,7 @@ class InterleaveNode(DrawnSeed, Node):
         replace = self.stopping_strategy != "all_exhausted_without_replacement"
         its = [iter(c) for c in kids]
         temps = self.templates
-        unchecked, seen = self._first_rows_to_check()
+        unchecked, kinds = self._first_rows_to_check()
         # the turns are drawn here as in ``_draws`` (inlined: a generator's resume and a tuple a turn
         # cost), and ``stop`` is asked again only once an input was found exhausted
         n = len(kids)
@@ -304,7 +312,7 @@ class InterleaveNode(DrawnSeed, Node):
                 peeked[i] = ex  # kept while this turn reads ahead (the turn is not recorded yet)
                 owned[i] = 1  # read now: no state copy has seen it
                 if unchecked is not None and unchecked[i]:  # an input's first example (unknown features)
-                    self.first_rows.check(i, ex, seen)  # raises with the turn unrecorded, ex kept in peeked
+                    self.first_rows.check(i, ex, kinds)  # raises with the turn unrecorded, ex kept in peeked
                     unchecked[i] = False
             elif not owned[i]:  # a state copy may share it: yield a copy (peeked[i] keeps the original)
                 ex = copy_example(ex)
@@ -361,7 +369,7 @@ class InterleaveNode(DrawnSeed, Node):
         replace = self.stopping_strategy != "all_exhausted_without_replacement"
         its = [iter(c) for c in kids]
         temps = self.templates
-        unchecked, seen = self._first_rows_to_check()
+        unchecked, kinds = self._first_rows_to_check()
         for i, rng, after in self._draws(st):
             if stop(exhausted):
                 return
@@ -391,7 +399,7 @@ class InterleaveNode(DrawnSeed, Node):
                 owned[i] = 1
                 ppos[i] = None
                 if unchecked is not None and unchecked[i]:
-                    self.first_rows.check(i, ex, seen)
+                    self.first_rows.check(i, ex, kinds)
                     unchecked[i] = False
             elif not owned[i]:
                 ex = copy_example(ex)
@@ -421,29 +429,25 @@ class InterleaveNode(DrawnSeed, Node):
             if peeked[i] is not None and ppos[i] is None:
                 ppos[i] = provs[i]()  # recorded for the states taken from the next step on
 
-    def _first_rows_to_check(self) -> tuple[list | None, dict]:
-        """A pass's ``(unchecked, seen)`` for :class:`FirstRowCheck` (``None``: nothing to check). An
-        input a loaded state read already is not checked again: the example it peeked is checked if
-        it is that input's first (the check failed on it, or a Ctrl-C cut its turn short; known where
-        the input counts its examples: ``Node.examples_yielded``), else only noted; an input not read
-        yet is checked at its first read, as in the uninterrupted run."""
+    def _first_rows_to_check(self) -> tuple[list | None, list | None]:
+        """A pass's ``(unchecked, first_kinds)`` for :class:`FirstRowCheck` (``None``: nothing to check).
+        An input whose first example has not passed the check yet (``first_kinds``, see the module doc)
+        is checked at its next read, or now if it holds a peeked example: the check failed on it (or
+        a Ctrl-C cut its turn short), so the pass raises again as the uninterrupted run did."""
         if self.first_rows is None:
-            return None, {}
-        unchecked, seen = self.first_rows.unchecked(), {}
+            return None, None
         st = self._state_dict
-        first = []
-        for i, pk in enumerate(st["peeked"]):
-            if unchecked[i] and (pk is not None or st["exhausted"][i]):  # read before: checked then
+        peeked = st["peeked"]
+        kinds = st["first_kinds"]
+        if kinds is None:  # a state of an earlier release
+            first = [pk is not None and self.children[i].examples_yielded() == 1 for i, pk in enumerate(peeked)]
+            kinds = st["first_kinds"] = self.first_rows.legacy_kinds(list(peeked), st["exhausted"], first)
+        unchecked = self.first_rows.unchecked(kinds)
+        for i, pk in enumerate(peeked):
+            if unchecked[i] and pk is not None:  # its first example (the check failed on it)
+                self.first_rows.check(i, pk, kinds)
                 unchecked[i] = False
-                if pk is None:
-                    continue
-                if self.children[i].examples_yielded() == 1:  # its first (the check failed on it)
-                    first.append(i)
-                else:  # a later one: its kinds only, for the inputs read next
-                    self.first_rows.note(i, pk, seen)
-        for i in first:
-            self.first_rows.check(i, st["peeked"][i], seen)
-        return unchecked, seen
+        return unchecked, kinds
 
     def _block(self, rng):
         """The next :data:`BLOCK` inputs drawn from ``rng`` (with ``probabilities``), an array."""
