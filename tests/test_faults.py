@@ -328,27 +328,28 @@ def test_an_error_above_an_interleave_names_the_input_its_example_came_from():
             ds = ri.interleave_datasets(inputs(), probabilities=probabilities, seed=5,
                                         stopping_strategy="all_exhausted_without_replacement").map(_failing_at(k))
             notes, came_from = note_and_input(ds)
-            assert f"on example #{k} (interleave_datasets input {came_from})" in notes, (probabilities, k, notes)
+            assert f"on example #{k} from interleave_datasets input {came_from} (source arrow shard " in notes, (
+                probabilities, k, notes)
     # a batch of rows from two inputs
     first = _failing_at(0)
     batched = ri.interleave_datasets(inputs()).map(lambda b: first({"id": b["id"][-1]}), batched=True, batch_size=4)
     with pytest.raises(ValueError) as info:
         list(batched)
-    assert ("on the batch of examples #0..#3 (first row from interleave_datasets input 0, last row from "
-            "interleave_datasets input 0)") in _notes(info), _notes(info)
+    assert ("on the batch of examples #0..#3 (first row from interleave_datasets input 0: source arrow shard 0, row 0, "
+            "last row from interleave_datasets input 0: source arrow shard 0, row 1)") in _notes(info), _notes(info)
     second = _failing_at(1)
     batches = ri.interleave_datasets(inputs()).batch(2).map(lambda b: second(b) or b, batched=True, batch_size=2)
     with pytest.raises(ValueError) as info:
         list(batches)  # the second batch of batches: rows 4..7, from inputs 1, 2, 0, 1
-    assert ("on the batch of examples #2..#3 (first row from interleave_datasets input 1, last row from "
-            "interleave_datasets input 1)") in _notes(info), _notes(info)
+    assert ("on the batch of examples #2..#3 (first row from interleave_datasets input 1: source arrow shard 0, row 1, "
+            "last row from interleave_datasets input 1: source arrow shard 0, row 2)") in _notes(info), _notes(info)
     # retried from a state, still broken: the state's turn names the input
     ds = ri.interleave_datasets(inputs(), probabilities=[0.5, 0.2, 0.3], seed=1).map(_failing_at(5))
     notes, came_from = note_and_input(ds)
     again = ri.interleave_datasets(inputs(), probabilities=[0.5, 0.2, 0.3], seed=1).map(_failing_at(0))
     again.load_state_dict(json.loads(json.dumps(ds.state_dict())))
     notes, _ = note_and_input(again)
-    assert f"example #5 (retried from the state) (interleave_datasets input {came_from})" in notes, notes
+    assert f"example #5 (retried from the state) from interleave_datasets input {came_from} (source arrow" in notes, notes
     # through a DataLoader worker: torch re-raises the worker's traceback, the notes with it
     loader = StatefulDataLoader(ri.interleave_datasets(inputs(), probabilities=[0.5, 0.2, 0.3], seed=1).map(_failing_at(5)),
                                 batch_size=2, num_workers=1, collate_fn=as_lists)
@@ -360,7 +361,30 @@ def test_an_error_above_an_interleave_names_the_input_its_example_came_from():
         del info
     finally:
         it._shutdown_workers()
-    assert "in map(_failing_at.<locals>.f)" in text and "on example #5 (interleave_datasets input " in text
+    assert "in map(_failing_at.<locals>.f)" in text and "on example #5 from interleave_datasets input " in text
+
+
+@pytest.mark.parametrize("probabilities", [None, [0.5, 0.2, 0.3]])
+@pytest.mark.parametrize("strategy", ["first_exhausted", "all_exhausted", "all_exhausted_without_replacement"])
+def test_an_error_right_above_an_interleave_names_the_source_shard_and_row(strategy, probabilities):
+    """``interleave_datasets([...]).map(f)`` (no shuffle): the note named the input alone, though the
+    input can count back to the row (the example it peeked since, if any). Brute force: a failure
+    injected at every example, the row named is the true one (through a map, a take, an input that
+    ends and restarts); where the input cannot count (a filter), the input alone, never another row."""
+    def inputs():
+        return [_rows(), _rows(100).map(lambda ex: {"y": 1}).take(60), _rows(200).filter(lambda ex: ex["id"] % 3 > 0)]
+
+    def build(f):
+        return ri.interleave_datasets(inputs(), probabilities=probabilities, seed=4,
+                                      stopping_strategy=strategy).map(f)
+
+    n = sum(1 for _ in build(lambda ex: {}))
+    for i, notes in _notes_of_failures(build, range(n)):
+        j = i // 100
+        if j == 2:
+            assert "(interleave_datasets input 2)" in notes and "source arrow" not in notes, (i, notes)
+        else:
+            assert f" from interleave_datasets input {j} ({_where_mod(i)})" in notes, (i, notes)
 
 
 

@@ -454,21 +454,31 @@ class InterleaveNode(DrawnSeed, Node):
         return rng.choice(len(self.children), size=BLOCK, p=self.probabilities)
 
     def position(self) -> dict | None:
-        """``{"interleave_input": i}``: the input the last example yielded came from, for the note of
-        an error raised on it above (``interleave_datasets([...]).map(f)``). Read from the turn the
-        state recorded with that example (``cycle``, or the draw ``rng_pos`` of the block ``rng``
-        starts, which the loop keeps as it draws it), so the loop pays nothing per example for it. Where in that
-        input it was read is not known: the loop has read the input's next example since."""
+        """Where the last example yielded came from, for the note of an error raised on it above
+        (``interleave_datasets([...]).map(f)``): ``{"interleave_input": i}`` with the input's source shard
+        and row where that input can count back (:meth:`Node.position_back`: one example if the turn
+        peeked the input's next one, none if it found the input exhausted), else the input alone. The
+        input is read from the turn the state recorded with that example (``cycle``, or the draw
+        ``rng_pos`` of the block ``rng`` starts, which the loop keeps as it draws it), so the loop pays
+        nothing per example for it."""
         st = self._state_dict
         n = len(self.children)
         if self.probabilities is None:
-            return {"interleave_input": (st["cycle"] - 1) % n}
-        if not st["rng_pos"]:  # nothing drawn from this block yet
-            return None
-        drawn = self._drawn
-        if drawn is None or drawn[0] is not st["rng"]:  # a state loaded since (each block's start is a new object)
-            drawn = self._drawn = (st["rng"], self._block(rng_from_state(st["rng"])).tolist())
-        return {"interleave_input": drawn[1][st["rng_pos"] - 1]}
+            i = (st["cycle"] - 1) % n
+        else:
+            if not st["rng_pos"]:  # nothing drawn from this block yet
+                return None
+            drawn = self._drawn
+            if drawn is None or drawn[0] is not st["rng"]:  # a state loaded since (each block's start is a new object)
+                drawn = self._drawn = (st["rng"], self._block(rng_from_state(st["rng"])).tolist())
+            i = drawn[1][st["rng_pos"] - 1]
+        # right after the turn (nothing is drawn before the next example is asked for): input i read
+        # its next example since (peeked), or found itself exhausted; rows handed back: not counted
+        pos = None if HELD in st else self.children[i].position_back(0 if st["peeked"][i] is None else 1)
+        if pos is None:
+            return {"interleave_input": i}
+        pos["interleave_input"] = i
+        return pos
 
     def position_back(self, back: int) -> dict | None:
         """Where the example yielded ``back`` before the last one was read (a shuffle buffer above asks
@@ -520,8 +530,12 @@ class InterleaveNode(DrawnSeed, Node):
         return lambda: self._state_dict["last_pos"]
 
     def position_of(self, prov) -> dict | None:
-        """``[input, *position in it]``: where in that input, or at least which input."""
-        return self.children[prov[0]].position_of(prov[1:]) or {"interleave_input": prov[0]}
+        """``[input, *position in it]``: which input, and where in it if it can tell."""
+        pos = self.children[prov[0]].position_of(prov[1:])
+        if pos is None:
+            return {"interleave_input": prov[0]}
+        pos["interleave_input"] = prov[0]
+        return pos
 
     def check_provenance(self, prov, where: str) -> None:
         check_input_provenance(self, prov, where)

@@ -117,9 +117,11 @@ def rows_read(first: dict | None, last: dict | None) -> str:
     """`` (source S shard N, row R)`` (``, file F`` added for data files) for the positions (``Node.position()``) of the first and last
     rows of what failed (``first`` ``None``: one row); ``""`` when unknown. A position with
     ``"first"`` is that of a batch (``batch()``): where its first row came from (one batch failing:
-    its first and last rows). Out of an
-    ``interleave_datasets``, only the input is known: `` (interleave_datasets input I)``, for a
-    batch `` (first row from interleave_datasets input I, last row from interleave_datasets input J)``.
+    its first and last rows). Out of an ``interleave_datasets`` (``"interleave_input"``), the input
+    comes first: `` from interleave_datasets input I (source S shard N, row R)``, or
+    `` (interleave_datasets input I)`` where the input cannot tell its row; for a batch
+    `` (first row from interleave_datasets input I: source S shard N, row R, last row from
+    interleave_datasets input J...)``, never a range (the inputs' rows alternate).
     A position ``{"unknown": why}`` gives `` (why)`` (with ``"resolve"``: unless that works it out); rows taken out of a shuffle buffer (``"shuffled"``) are
     named as the first and the last, never as a range."""
     if (last and "first" in last) or (first and "first" in first):  # the items are batches
@@ -134,8 +136,11 @@ def rows_read(first: dict | None, last: dict | None) -> str:
     if first and "unknown" in first:
         first = None
     if not first or (first == last and "source" in last):  # (an interleave's input names no row: two rows)
+        if "source" in last and "interleave_input" in last:
+            return f" from interleave_datasets input {last['interleave_input']} ({_at(last, False)})"
         return f" ({_at(last)})"
-    if "source" not in first or "source" not in last or "shuffled" in last:  # not a run of rows: the two ends
+    if ("source" not in first or "source" not in last or "shuffled" in last  # not a run of rows: the two ends
+            or "interleave_input" in first or "interleave_input" in last):
         return f" (first row from {_at(first)}, last row from {_at(last)})"
     if (first["source"], first["shard"]) == (last["source"], last["shard"]):
         return f" (source {last['source']} shard {last['shard']}, rows {first['row']}..{last['row']}{_file(last)})"
@@ -155,10 +160,14 @@ def _resolved(position: dict | None) -> dict | None:
     return got or {"unknown": position["unknown"]}
 
 
-def _at(position: dict) -> str:
+def _at(position: dict, with_input: bool = True) -> str:
+    """Where ``position`` is, in words (``with_input``: the interleave's input first, if there is one)."""
     if "source" not in position:
         return f"interleave_datasets input {position['interleave_input']}"
-    return f"source {position['source']} shard {position['shard']}, row {position['row']}{_file(position)}"
+    at = f"source {position['source']} shard {position['shard']}, row {position['row']}{_file(position)}"
+    if with_input and "interleave_input" in position:
+        return f"interleave_datasets input {position['interleave_input']}: {at}"
+    return at
 
 
 def _file(position: dict) -> str:
