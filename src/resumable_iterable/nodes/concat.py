@@ -241,7 +241,7 @@ class ConcatNode(Node):
         count them), else its next example only noted (its kinds recorded unchecked) if it yielded
         some, else checked."""
         st = self._state_dict
-        kinds = st["first_kinds"]
+        kinds = st.get("first_kinds")  # absent from a node pickled by an earlier release
         if kinds is None:
             order, index = self.order(), st["index"]
             kinds = [None] * len(self.children)

@@ -438,7 +438,7 @@ class InterleaveNode(DrawnSeed, Node):
             return None, None
         st = self._state_dict
         peeked = st["peeked"]
-        kinds = st["first_kinds"]
+        kinds = st.get("first_kinds")  # absent from a node pickled by an earlier release
         if kinds is None:  # a state of an earlier release
             first = [pk is not None and self.children[i].examples_yielded() == 1 for i, pk in enumerate(peeked)]
             kinds = st["first_kinds"] = self.first_rows.legacy_kinds(list(peeked), st["exhausted"], first)
