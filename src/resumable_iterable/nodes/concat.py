@@ -225,14 +225,23 @@ class ConcatNode(Node):
     def __iter__(self) -> Iterator[dict]:
         st = self._state_dict
         held = st.get(HELD)
+        again = None
         if self.first_rows is not None and st["index"] < len(self.children):
             kinds = self._first_kinds()
             i = self.current_input()
             if held and kinds[i] == HELD_FIRST:  # a first example that failed the check is held: checked again
-                self.first_rows.check(i, held[-1], kinds)
+                again = (i, held[-1], kinds)
         if held and self.templates is not None:  # handed back in the input's order, or by an earlier release
             put_in_order(held, any_template(self.templates))
+        if again is not None:
+            return self._checked_again(again, super().__iter__())
         return super().__iter__()
+
+    def _checked_again(self, again: tuple, it: Iterator[dict]) -> Iterator[dict]:
+        """``it``, once the held first example ``again`` names is checked again (raising at the first
+        ``next()``, as the pass that failed did, not at ``iter()``)."""
+        self.first_rows.check(*again)
+        yield from it
 
     def _first_kinds(self) -> list:
         """The state's ``first_kinds``, rebuilt first for a state of an earlier release as its passes
