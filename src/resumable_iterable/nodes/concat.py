@@ -272,7 +272,7 @@ class ConcatNode(Node):
             order = self.order()
             temps = self.templates
             box = ExampleList([None])  # the row a Ctrl-C landing in its reordering hands back
-            kinds = None if self.first_rows is None else st["first_kinds"]
+            kinds = None if self.first_rows is None else self._first_kinds()
             unchecked = None if kinds is None else self.first_rows.unchecked(kinds)
             while st["index"] < len(order):
                 i = order[st["index"]]
