@@ -464,3 +464,16 @@ def test_inputs_that_cannot_count_resume_exactly_through_a_loader(case, workers)
         assert (head + tail, raised_again) == (full, raised), f"cut after {k} of {len(full)} items"
     if raised:
         assert _loader_run(build, workers, state=after)[:2] == ([], True)
+
+
+@pytest.mark.parametrize("name", sorted(COMBINE))
+def test_a_node_whose_state_has_no_first_kinds_still_iterates(name):
+    """A node pickled by an earlier build (a first-row check, no ``first_kinds`` in its live state) raised
+    KeyError at its first pass: the field is rebuilt as for a state without it."""
+    ds = COMBINE[name](ri, [known(ri, INTS), gen(ri, [{"a": 10}, {"a": 11}])])
+    for consumed in (False, True):  # a concatenation's pass may start past its last input
+        node = ds.pipeline.clone()
+        if consumed:
+            list(node)
+        del node._state_dict["first_kinds"]
+        assert [normalize(r) for r in node] == ([] if consumed else [normalize(r) for r in ds])
