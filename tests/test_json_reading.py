@@ -250,3 +250,20 @@ def test_json_lines_without_varying_keys_are_typed_without_python_objects(tmp_pa
 
     monkeypatch.setattr(hf_json, "ujson_loads", refused)
     assert list(_ours(path)) == expected == ROWS
+
+
+# ------------------------------------------------------------------------------ lists that start with null
+NULL_FIRST = [{"a": i, "l": [None, i] if i % 3 == 0 else [i, None, i + 1], "s": {"m": [None, {"x": i}]},
+               "n": [[None], [None, i]]} for i in range(17)]
+
+
+@pytest.mark.parametrize("kind,kw", [("jsonl", {}), ("jsonl", {"chunksize": 64}), ("json", {})])
+def test_lists_whose_first_values_are_null_are_read_as_hf_reads_them(tmp_path, kind, kw):
+    """``{"l": [null, 1]}`` gave ``[1, 0]`` (a value made up, the null lost), or later a "not valid
+    UTF-8" error: pyarrow's JSON reader, typing such a list by its later values, returns an invalid
+    array. The lines are read again with the types it found: HF's ``[None, 1]``."""
+    path = tmp_path / f"rows.{kind}"
+    path.write_text(_lines(NULL_FIRST) if kind == "jsonl" else json.dumps(NULL_FIRST))
+    assert list(_ours(path, **kw)) == _hf(path, **kw) == [
+        {**r, "s": {"m": [None, {"x": r["a"]}]}} for r in NULL_FIRST]
+    assert_resumes_exactly(lambda: _ours(path, **kw).shuffle(seed=3, buffer_size=4))

@@ -175,7 +175,7 @@ def read_list_of_objects(source: str | BinaryIO, carried: list | None = None) ->
     significant digits of a float (``docs/compat.md``)."""
     import pyarrow.json as pj
 
-    from .json_lines import read_chunk, same_keys
+    from .json_lines import read_chunk, read_json, same_keys
 
     buf = read_bytes(source)
     items = list_as_lines(buf)
@@ -186,7 +186,7 @@ def read_list_of_objects(source: str | BinaryIO, carried: list | None = None) ->
         block = data.size if data.size // 8 > 1 << 20 else 1 << 20  # as HF: one block for a large document
         while True:
             try:
-                table = pj.read_json(pa.BufferReader(data), read_options=pj.ReadOptions(block_size=max(block, 1)))
+                table = read_json(lambda: pa.BufferReader(data), max(block, 1))
                 break
             except pa.ArrowException as e:
                 if ("straddling" in str(e) or "JSON conversion to" in str(e)) and block < data.size:

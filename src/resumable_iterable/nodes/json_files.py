@@ -137,7 +137,7 @@ def _hf_document(path: str, carried: list | None, encoding: str | None, errors: 
 def json_lines(path: str, encoding: str | None = None, errors: str | None = None) -> pa.Table:
     """A JSON Lines file read by pyarrow, as HF reads it: an empty file has no rows, and a line longer
     than pyarrow's block is read with a larger block (HF doubles it too)."""
-    import pyarrow.json as pj
+    from .json_lines import read_json
 
     if is_plain_file(path) and encoding is None:
         size, source = os.path.getsize(path), lambda: path
@@ -148,7 +148,7 @@ def json_lines(path: str, encoding: str | None = None, errors: str | None = None
     block = 1 << 20
     while True:
         try:
-            return pj.read_json(source(), read_options=pj.ReadOptions(block_size=block))
+            return read_json(source, block)
         except pa.ArrowInvalid as e:
             if "straddling" in str(e) and block < size:
                 block *= 2

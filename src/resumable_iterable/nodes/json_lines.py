@@ -28,6 +28,23 @@ def hf_json() -> Any:
     return hf if hasattr(hf, "find_mixed_struct_types_field_paths") else None
 
 
+def read_json(source: Callable[[], Any], block_size: int) -> pa.Table:
+    """``pyarrow.json.read_json(source(), block_size)``, its lists whose first values are null read
+    right. pyarrow's reader types such a list (``[null, 1]``) by its later values and returns an
+    invalid array (offsets spanning more values than the list holds), whose values are garbage when
+    read (``[1, 0]``) or fail a check: the lines are then read again with the types pyarrow found,
+    which it fills right (``[None, 1]``, as HF yields them). ``source`` gives the bytes afresh."""
+    import pyarrow.json as pj
+
+    table = pj.read_json(source(), read_options=pj.ReadOptions(block_size=block_size))
+    try:
+        table.validate()  # cheap: sizes and offsets, not the values
+    except pa.ArrowInvalid:
+        table = pj.read_json(source(), read_options=pj.ReadOptions(block_size=block_size),
+                             parse_options=pj.ParseOptions(explicit_schema=table.schema))
+    return table
+
+
 def json_paths(schema: pa.Schema | None) -> list[list]:
     """The paths of a schema's ``Json`` columns (``["messages", 0]``: the items of a list)."""
     if schema is None or hf_json() is None:
@@ -84,7 +101,7 @@ def read_chunk(chunk: bytes, paths: list[list], detect: bool = False, mixed: lis
     block = len(data) if len(data) // 8 > block else block
     while True:
         try:
-            table = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(block_size=block))
+            table = read_json(lambda: io.BytesIO(data), block)
             break
         except pa.ArrowInvalid as e:
             message = str(e)
@@ -147,7 +164,7 @@ def _plain(chunk: bytes) -> pa.Table | None:
     block = len(chunk) if len(chunk) // 8 > block else block
     while True:
         try:
-            return pj.read_json(io.BytesIO(chunk), read_options=pj.ReadOptions(block_size=max(block, 1)))
+            return read_json(lambda: io.BytesIO(chunk), max(block, 1))
         except pa.ArrowInvalid as e:
             if ("straddling" in str(e) or "JSON conversion to" in str(e)) and block < len(chunk):
                 block *= 2
