@@ -267,3 +267,19 @@ def test_lists_whose_first_values_are_null_are_read_as_hf_reads_them(tmp_path, k
     assert list(_ours(path, **kw)) == _hf(path, **kw) == [
         {**r, "s": {"m": [None, {"x": r["a"]}]}} for r in NULL_FIRST]
     assert_resumes_exactly(lambda: _ours(path, **kw).shuffle(seed=3, buffer_size=4))
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_a_raw_carriage_return_in_a_documents_string_is_kept(tmp_path, suffix):
+    """A list document whose strings hold a raw ``\\r`` (sloppy JSON that HF's ujson reads) is read
+    by pandas, whose file was opened with universal newlines: ``"x\\ry"`` and ``"p\\r\\nq"`` came out
+    as ``"x\\ny"`` and ``"p\\nq"`` (HF keeps them, as did the reader before today's). Line breaks are
+    now read as written."""
+    import gzip
+
+    rows = [{"a": i, "t": "x\ry" if i % 2 else "p\r\nq"} for i in range(9)]
+    text = "[\r\n" + ",\r\n".join(json.dumps(r).replace("\\r", "\r").replace("\\n", "\n") for r in rows) + "\r\n]"
+    path = tmp_path / f"doc{suffix}"
+    path.write_bytes(gzip.compress(text.encode()) if suffix.endswith(".gz") else text.encode())
+    assert list(_ours(path)) == _hf(path) == rows
+    assert_resumes_exactly(lambda: _ours(path).shuffle(seed=2, buffer_size=3))

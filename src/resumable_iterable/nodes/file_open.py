@@ -128,10 +128,11 @@ def open_utf8(path: str, encoding: str | None = None, errors: str | None = None)
     return Utf8Stream(open_binary(path), encoding or "utf-8", errors)
 
 
-def open_text(path: str, encoding: str = "utf-8", errors: str | None = None) -> Any:
-    """A file opened for reading text (universal newlines), decompressed as its extension says."""
+def open_text(path: str, encoding: str = "utf-8", errors: str | None = None, newline: str | None = None) -> Any:
+    """A file opened for reading text (universal newlines, unless ``newline=""``: line breaks as
+    written), decompressed as its extension says."""
     if is_plain_file(path):
-        return open(path, encoding=encoding, errors=errors)
+        return open(path, encoding=encoding, errors=errors, newline=newline)
     import io
 
-    return io.TextIOWrapper(open_binary(path), encoding=encoding, errors=errors)
+    return io.TextIOWrapper(open_binary(path), encoding=encoding, errors=errors, newline=newline)

@@ -216,7 +216,7 @@ def json_document(path: str, field: str | None, encoding: str | None = None, err
     import pandas as pd
 
     if field is None:
-        with open_text(path, encoding or "utf-8-sig", errors) as f:
+        with open_text(path, encoding or "utf-8-sig", errors, newline="") as f:  # a raw \r in a string kept
             df = pd.read_json(f, dtype_backend="pyarrow")
     else:
         df = pd.read_json(_TextOnce(_field_text(path, field, encoding, errors)), dtype_backend="pyarrow")
