@@ -283,3 +283,25 @@ def test_a_raw_carriage_return_in_a_documents_string_is_kept(tmp_path, suffix):
     path.write_bytes(gzip.compress(text.encode()) if suffix.endswith(".gz") else text.encode())
     assert list(_ours(path)) == _hf(path) == rows
     assert_resumes_exactly(lambda: _ours(path).shuffle(seed=2, buffer_size=3))
+
+
+@pytest.mark.parametrize("step", [None, 5])
+def test_a_list_document_with_raw_line_breaks_in_strings_is_typed_as_hf_types_it(tmp_path, monkeypatch, step):
+    """A list document whose strings hold raw line breaks (sloppy JSON that HF's ujson reads) was no
+    JSON Lines once its commas were line breaks, so it went to pandas, which HF does not read a list
+    with: an int column named 'modified' came out as dates, a column of mixed types (HF's Json)
+    raised, objects of varying keys became structs. The breaks are now written escaped, as HF writes
+    them again, and the lines read as HF reads them (the scan's blocks may end anywhere)."""
+    from resumable_iterable.nodes import json_documents
+
+    if step:
+        monkeypatch.setattr(json_documents, "STEP", step)
+    rows = [{"a": "x\ny" if i % 3 == 0 else "p\r\nq" if i % 3 == 1 else "z\r", "modified": 1600000000 + i,
+             "m": i if i % 2 else f"s{i}", "s": {"p": i} if i % 2 else {"q": i}} for i in range(8)]
+    text = "[\n" + ",\n".join(json.dumps(r).replace("\\r", "\r").replace("\\n", "\n") for r in rows) + "\n]"
+    path = tmp_path / "doc.json"
+    path.write_bytes(text.encode())
+    hf = _hf(path)
+    assert [r["a"] for r in hf] == [r["a"] for r in rows] and isinstance(hf[0]["modified"], int)
+    assert list(_ours(path)) == hf
+    assert_resumes_exactly(lambda: _ours(path).shuffle(seed=2, buffer_size=3))

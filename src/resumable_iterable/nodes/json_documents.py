@@ -125,10 +125,11 @@ def _first_byte(buf: np.ndarray) -> int | None:
     return int(buf[lead[0]]) if lead.size else None
 
 
-def list_as_lines(buf: np.ndarray) -> int | None:
+def list_as_lines(buf: np.ndarray, inner: list | None = None) -> int | None:
     """Turn ``buf``, a JSON document that is a list, into JSON Lines in place, one item a line;
     the number of items (negative when some are no objects), or ``None`` (``buf`` then partly changed) when it is no list (or not valid
-    JSON as far as its structure shows)."""
+    JSON as far as its structure shows). ``inner`` gets the positions of the raw line breaks inside
+    strings (arrays), which the lines still hold: see :func:`escape_breaks`."""
     if _first_byte(buf) != _OPEN[0]:
         return None
     last = _last_byte(buf)  # before the list's closing bracket is made a space
@@ -153,6 +154,10 @@ def list_as_lines(buf: np.ndarray) -> int | None:
         starts = pos[outside & (kinds == _OPENS) & (d == 2)]  # where the items that are objects or lists start
         objects += int(np.count_nonzero(a[starts] == _OPEN[1]))
         a[pos[outside & (kinds == _BREAKS)]] = 32  # line breaks between tokens
+        if inner is not None:
+            found = pos[~outside & (kinds == _BREAKS)]
+            if found.size:
+                inner.append(found + s)
         commas = pos[outside & (kinds == _COMMAS) & (d == 1)]
         items += commas.size
         a[commas] = 10
@@ -160,6 +165,16 @@ def list_as_lines(buf: np.ndarray) -> int | None:
     if not ended or depth != 0 or lowest < 0 or opened != 1 or closes != 1 or last != end:
         return None
     return items if objects == items else -items
+
+
+def escape_breaks(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """``buf`` with its raw line breaks at positions ``at`` (inside strings) written as ``\\n`` /
+    ``\\r``: sloppy JSON that HF's ``ujson`` reads (and writes again escaped), which would cut a line
+    of JSON Lines in two."""
+    chars = buf[at]
+    out = np.insert(buf, at, _BACKSLASH)
+    out[at + np.arange(1, at.size + 1)] = np.where(chars == 10, ord("n"), ord("r"))
+    return out
 
 
 def read_list_of_objects(source: str | BinaryIO, carried: list | None = None) -> pa.Table | None:
@@ -178,9 +193,12 @@ def read_list_of_objects(source: str | BinaryIO, carried: list | None = None) ->
     from .json_lines import read_chunk, read_json, same_keys
 
     buf = read_bytes(source)
-    items = list_as_lines(buf)
+    inner: list = []
+    items = list_as_lines(buf, inner)
     if items is None or items < 0:
         return None
+    if inner:  # raw line breaks in strings
+        buf = escape_breaks(buf, np.concatenate(inner))
     data = pa.py_buffer(buf)
     if not carried:
         block = data.size if data.size // 8 > 1 << 20 else 1 << 20  # as HF: one block for a large document
