@@ -305,3 +305,17 @@ def test_a_list_document_with_raw_line_breaks_in_strings_is_typed_as_hf_types_it
     assert [r["a"] for r in hf] == [r["a"] for r in rows] and isinstance(hf[0]["modified"], int)
     assert list(_ours(path)) == hf
     assert_resumes_exactly(lambda: _ours(path).shuffle(seed=2, buffer_size=3))
+
+
+def test_a_list_document_pyarrow_refuses_but_ujson_reads_is_typed_as_hf_types_it(tmp_path):
+    """A list document whose strings hold a raw control character or a lone surrogate escape, which
+    HF's ujson reads and pyarrow refuses, went on to pandas (its int column 'modified' as dates).
+    Such lines are now parsed and written again with ujson, as HF reads every list document."""
+    text = "[" + ",\n".join(f'{{"a": "x{c}y", "modified": {1600000000 + i}, "m": {v}}}' for i, (c, v) in
+                            enumerate([("\x01", 1), ("\\ud800", '"s"'), ("\x1f", 2), ("", 3)])) + "]"
+    path = tmp_path / "doc.json"
+    path.write_text(text, encoding="utf-8")
+    hf = _hf(path)
+    assert isinstance(hf[0]["modified"], int) and hf[0]["a"] == "x\x01y"
+    assert list(_ours(path)) == hf
+    assert_resumes_exactly(lambda: _ours(path).shuffle(seed=2, buffer_size=3))

@@ -215,7 +215,20 @@ def read_list_of_objects(source: str | BinaryIO, carried: list | None = None) ->
         if table is not None and table.num_rows == items and all(same_keys(c) for c in table.columns):
             return table
     del data
-    return read_chunk(buf.tobytes(), carried if carried is not None else [], detect=True)
+    paths = carried if carried is not None else []
+    found = list(paths)
+    try:
+        return read_chunk(buf.tobytes(), paths, detect=True)
+    except (ValueError, pa.ArrowInvalid):
+        # what pyarrow refuses but HF's ujson reads (a raw control character or a lone surrogate in a
+        # string...): the objects parsed and written again with ujson, as HF reads every list document
+        from .json_lines import hf_json
+
+        paths[:] = found
+        hf = hf_json()
+        examples = [hf.ujson_loads(line) for line in buf.tobytes().split(b"\n") if line.strip()]
+        return read_chunk("\n".join(hf.ujson_dumps(x) for x in examples).encode(), paths, detect=True,
+                          examples=examples)
 
 
 def field_value(buf: np.ndarray, field: str) -> tuple[int, int] | None:
