@@ -103,6 +103,7 @@ def test_every_cut_resumes_the_collators_masks(workers, return_tensors):
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.filterwarnings("ignore:.*save_worker_rng=False does not save")  # test_collator_rng_shapes.py
 def test_without_it_the_masks_start_again_from_the_seed(workers):
     full, states = run_with_states(loader(workers, save=False))
     dl = loader(workers, save=False)

@@ -19,6 +19,7 @@ from ..loader.loader_state import (DATASET_STATE, ITERATOR_FINISHED, SNAPSHOT, W
 from ..loader.session import IterationSession
 from ..state import find_documents
 from .torch.transport import InlineSmallTensors
+from .torch import worker_rng
 from .torch.worker_rng import (decode_collator_entry, decode_rng_state, decode_worker_rng, rng_state, set_rng_state,
                                wrap_collator)
 
@@ -97,7 +98,7 @@ def save_worker_rng(loader: Any) -> None:
         session.save_worker_rng = True
         drop = getattr(base, "num_workers", 0) > 0
     collate = getattr(base, "collate_fn", None)
-    wrapped = wrap_collator(collate) if collate is not None else None
+    wrapped = wrap_collator(collate, "ResumableDataCallback") if collate is not None else None
     if wrapped is not None and session.collator_rng is not wrapped:
         if wrapped.collate_fn is collate:  # a new wrapper (else the collate_fn holds it already)
             base.collate_fn = wrapped
@@ -105,6 +106,16 @@ def save_worker_rng(loader: Any) -> None:
         drop = True
     if drop:
         drop_iterator(loader)
+
+
+def warn_unsaved_collator(loader: Any) -> None:
+    """Without ``save_worker_rng``: warn when the training loader's ``collate_fn`` draws from a
+    seeded generator of its own, which is then not saved (``worker_rng.warn_unsaved_collator``)."""
+    base = base_loader(loader)
+    if isinstance(getattr(getattr(base, "dataset", None), "session", None), IterationSession):
+        worker_rng.warn_unsaved_collator(getattr(base, "collate_fn", None), "ResumableDataCallback",
+                                         "Use ResumableDataCallback.attach(trainer, save_worker_rng=True) to save it "
+                                         "with the data state and set it back on resume.")
 
 
 def ended_pass_worker_rng(loader: Any, loader_state: Any, where: str) -> dict | None:

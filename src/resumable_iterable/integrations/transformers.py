@@ -233,6 +233,8 @@ class ResumableDataCallback(TrainerCallback, ExportableState):
         trainer_loader.warn_if_not_ours(loader)
         if self.save_worker_rng:  # first: it may wrap the collate_fn, which inline_small_tensors wraps again
             trainer_loader.save_worker_rng(loader)
+        else:
+            trainer_loader.warn_unsaved_collator(loader)
         trainer_loader.inline_small_tensors(loader, self.inline_tensor_bytes)
         self._main_rng = (trainer_loader.MainRng(loader)
                           if self.save_worker_rng and trainer_loader.MainRng.applies(loader) else None)

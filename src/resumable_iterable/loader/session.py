@@ -296,6 +296,8 @@ class IterationSession:
             h = hooks.current()
             if h is not None:
                 rng = (h, h.check_rng_state(state_dict["rng"], "state 'rng'"))
+                if self.collator_rng is not None and rng[1][1] is not None:
+                    self.collator_rng.check(rng[1][1][1])  # as many generators as the collate_fn's
         adopt = seeds_to_adopt(self.template, state_dict)
         node, epoch, deal = load_node(self.template, self.split, state_dict, worker)
         self.adopt_seeds(adopt)

@@ -15,7 +15,7 @@ from ...loader.session import IterationSession
 from ...nodes.batch import Rewind
 from ...state import copy_example
 from .transport import INLINE_MAX_BYTES, InlineSmallTensors, check_inline_bytes
-from .worker_rng import wrap_collator
+from .worker_rng import warn_unsaved_collator, wrap_collator
 from .workers import prepare_for_workers
 
 try:
@@ -124,7 +124,10 @@ if _TorchdataLoader is not None:
         the dataset's iteration, which this loader turns on; with ``num_workers=0`` the global
         generators are the training loop's own and are left alone. A collator with a generator of
         its own (``DataCollatorForLanguageModeling(seed=...)``) has it saved and set back too, with
-        any ``num_workers`` (the loader's ``collate_fn`` is then a ``CollatorRng`` wrapping yours).
+        any ``num_workers`` (the loader's ``collate_fn`` is then a ``CollatorRng`` wrapping yours),
+        also inside a lambda, closure, bound method or object of yours, and a ``torch`` / numpy
+        ``Generator`` held there directly (``worker_rng.find_generators``); with
+        ``save_worker_rng=False`` such a ``collate_fn`` gets a ``CollatorRngWarning``.
         """
 
         def __init__(self, dataset: Any, *args: Any, inline_tensor_bytes: int = INLINE_MAX_BYTES,
@@ -147,9 +150,12 @@ if _TorchdataLoader is not None:
             if save_worker_rng:
                 # a collator with a generator of its own (DataCollatorForLanguageModeling(seed=...)):
                 # its generator is saved with the dataset's states too (worker_rng.CollatorRng)
-                wrapped = wrap_collator(self.collate_fn)
+                wrapped = wrap_collator(self.collate_fn, "StatefulDataLoader")
                 if wrapped is not None:
                     self.collate_fn = dataset.session.collator_rng = wrapped
+            elif _is_ours(dataset):
+                warn_unsaved_collator(self.collate_fn, "StatefulDataLoader", "Pass save_worker_rng=True to save "
+                                      "it with the data state and set it back on resume.")
             if inline_tensor_bytes > 0 and self.num_workers > 0 and not isinstance(self.collate_fn, InlineSmallTensors):
                 self.collate_fn = InlineSmallTensors(self.collate_fn, inline_tensor_bytes)
             self._saved_epoch: int | None = None  # the epoch of a state given and not iterated yet

@@ -38,14 +38,25 @@ loop's), and a state loaded sets it back just before the collator's next batch. 
 No entry (the collator had not collated in that process yet, or another number of workers
 re-dealt the state): the collator's generator starts again from its seed at its next batch, as in
 a new process.
+
+Users hand the collator over in many shapes (``lambda b: collator(b)``, a closure, a bound method
+of their own class, a callable object holding it, a ``torch`` / numpy ``Generator`` of their own):
+:func:`find_generators` looks for them once, when the loader is built, without calling anything,
+and every generator it finds is saved (several: ``"collator": {"several": [entry or null, ...]}``).
+Generators found that cannot be saved, and any found with ``save_worker_rng=False``, are named in
+a :class:`CollatorRngWarning`: a resume would otherwise draw differently in silence.
 """
 
 from __future__ import annotations
 
 import base64
+import dis
+import functools
 import math
 import os
 import random
+import types
+import warnings
 from typing import Any
 
 import numpy as np
@@ -153,47 +164,238 @@ def set_rng_state(decoded: tuple) -> None:
 
 _GLOBAL_KEYS = ("torch", "numpy", "random")
 _NESTED = ("collate_fn", "data_collator", "func")  # InlineSmallTensors, transformers' RemoveColumnsCollator, partial
+_GENERATORS = (torch.Generator, np.random.Generator)
+_MAX_DEPTH = 3  # references followed from the collate_fn (wrappers of ours, transformers' and partials are free)
+_MAX_SEEN = 400  # objects looked at, at most: the search stays cheap whatever the collate_fn holds
+# datasets and loaders (ours, HF's, torch's): their generators are the data's (a shuffle's), not the
+# collate_fn's, and setting them back would move the data; only the collate_fn they wrap is followed
+_DATA_MODULES = ("resumable_iterable.", "datasets.", "torch.utils.data", "torchdata.")
+_PLAIN = (str, bytes, int, float, bool, complex, type(None), type, types.ModuleType, types.BuiltinFunctionType,
+          types.CodeType, np.ndarray, torch.Tensor)
 
 
 def _owns_generator(obj: Any) -> bool:
     """``obj`` keeps a generator of its own: a torch / numpy one now, or none yet with a ``seed``
     to make it from (``DataCollatorForLanguageModeling`` makes it at its first batch)."""
-    gen = getattr(obj, "generator", None)
-    if isinstance(gen, (torch.Generator, np.random.Generator)):
-        return True
-    return gen is None and hasattr(obj, "generator") and getattr(obj, "seed", None) is not None
+    if isinstance(obj, (*_PLAIN, *_GENERATORS)) or type(obj).__module__.startswith(_DATA_MODULES):
+        return False
+    try:
+        gen = getattr(obj, "generator", None)
+        if isinstance(gen, _GENERATORS):
+            return True
+        return gen is None and hasattr(obj, "generator") and getattr(obj, "seed", None) is not None
+    except Exception:  # an object whose attributes cannot be read so (a proxy): not a collator of that kind
+        return False
+
+
+class _Slot:
+    """Where the search found a generator or a collator owning one: read again at each use, so that
+    a variable or attribute given a new generator (a closure's ``nonlocal``, ``self.rng = ...``) is
+    followed. ``how``: ``"fixed"`` (``owner`` is it), ``"attr"`` (``owner``'s attribute ``name``;
+    a closure cell's ``cell_contents`` too), ``"item"`` (``owner[name]``, a list, tuple or dict),
+    ``"global"`` (the global ``name`` of the function
+    ``owner``, which a spawned worker finds in its own module)."""
+
+    __slots__ = ("owner", "name", "how", "path")
+
+    def __init__(self, owner: Any, name: Any, how: str, path: str):
+        self.owner, self.name, self.how, self.path = owner, name, how, path
+
+    def get(self) -> Any:
+        if self.how == "attr":
+            try:
+                return getattr(self.owner, self.name)
+            except (AttributeError, ValueError):  # an empty cell
+                return None
+        if self.how == "global":
+            return self.owner.__globals__.get(self.name)
+        if self.how == "item":
+            try:
+                return self.owner[self.name]
+            except (IndexError, KeyError):
+                return None
+        return self.owner
+
+    def __getstate__(self) -> tuple:
+        return (self.owner, self.name, self.how, self.path)
+
+    def __setstate__(self, state: tuple) -> None:
+        self.owner, self.name, self.how, self.path = state
+
+
+def _global_names(code: types.CodeType, out: set, depth: int = 0) -> set:
+    """The globals ``code`` (and the functions / comprehensions defined in it) reads."""
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+            out.add(ins.argval)
+    if depth < 2:
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                _global_names(const, out, depth + 1)
+    return out
+
+
+def _references(obj: Any, path: str) -> list[tuple[_Slot, bool]]:
+    """What ``obj`` refers to that the search follows: ``(slot, free)``; ``free`` for the wrappers
+    (ours, transformers', ``functools.partial``, a bound method's function), which cost no depth."""
+    out: list[tuple[_Slot, bool]] = []
+    if isinstance(obj, functools.partial):
+        out.append((_Slot(obj.func, None, "fixed", f"{path}.func"), True))
+        out += [(_Slot(a, None, "fixed", f"{path}.args[{i}]"), False) for i, a in enumerate(obj.args)]
+        out += [(_Slot(v, None, "fixed", f"{path}.keywords[{k!r}]"), False) for k, v in obj.keywords.items()]
+        return out
+    if isinstance(obj, types.MethodType):
+        return [(_Slot(obj.__func__, None, "fixed", f"{path}.__func__"), True),
+                (_Slot(obj.__self__, None, "fixed", f"{path}.__self__"), False)]
+    if isinstance(obj, types.FunctionType):
+        code = obj.__code__
+        for name, cell in zip(code.co_freevars, obj.__closure__ or ()):
+            out.append((_Slot(cell, "cell_contents", "attr", f"{path} (closure variable {name!r})"), False))
+        for i, v in enumerate(obj.__defaults__ or ()):
+            out.append((_Slot(v, None, "fixed", f"{path} (default argument {i})"), False))
+        for k, v in (obj.__kwdefaults__ or {}).items():
+            out.append((_Slot(v, None, "fixed", f"{path} (default argument {k!r})"), False))
+        g = obj.__globals__
+        for name in sorted(_global_names(code, set())):
+            if name in g:
+                out.append((_Slot(obj, name, "global", f"{path} (global {name!r})"), False))
+        return out
+    if isinstance(obj, _PLAIN):
+        return out
+    if type(obj) in (list, tuple, dict):  # the first values of a container
+        items = list(obj.items())[:16] if type(obj) is dict else list(enumerate(obj[:16]))
+        return [(_Slot(obj, k, "item", f"{path}[{k!r}]"), False) for k, _ in items]
+    attrs = getattr(obj, "__dict__", None)
+    if isinstance(attrs, dict) and not type(obj).__module__.startswith(_DATA_MODULES):
+        for k in list(attrs)[:64]:
+            if isinstance(k, str):
+                out.append((_Slot(obj, k, "attr", f"{path}.{k}"), k in _NESTED))
+        call = getattr(type(obj), "__call__", None)  # a callable object's own __call__: the globals it reads
+        if isinstance(call, types.FunctionType) and not type(obj).__module__.startswith("resumable_iterable"):
+            out.append((_Slot(call, None, "fixed", f"{path}.__call__"), True))
+    else:  # __slots__ (InlineSmallTensors), or a dataset / loader: only the collate_fn it wraps
+        for k in _NESTED:
+            if getattr(obj, k, None) is not None:
+                out.append((_Slot(obj, k, "attr", f"{path}.{k}"), True))
+    return out
+
+
+def _name(obj: Any) -> str:
+    return getattr(obj, "__qualname__", None) or type(obj).__qualname__
+
+
+def find_generators(collate_fn: Any) -> tuple[list[tuple[str, _Slot]], list[str]]:
+    """The generators a ``collate_fn`` draws from that :class:`CollatorRng` can save, found without
+    calling anything: ``([(kind, slot), ...], [what was found and cannot be saved, ...])``. ``kind``:
+    ``"collator"`` (an object with a ``generator`` of its own, or none yet and a ``seed``:
+    ``DataCollatorForLanguageModeling(seed=...)``, read through its ``generator`` attribute) or
+    ``"generator"`` (a ``torch.Generator`` / numpy ``Generator`` held directly). Looked in: the
+    collate_fn itself, ``functools.partial`` (function, arguments), our and transformers' wrappers,
+    a function's closure variables, default arguments and the globals it reads, a bound method's
+    object, the attributes of objects (and a callable object's ``__call__``) and the first 16
+    values of lists, tuples and dicts, up to three references from the collate_fn. One
+    generator reached by two paths counts once."""
+    found: list[tuple[str, _Slot]] = []
+    unsaved: list[str] = []
+    seen: set[int] = set()
+    stack: list[tuple[_Slot, int]] = [(_Slot(collate_fn, None, "fixed", _name(collate_fn)), 0)]
+    while stack and len(seen) < _MAX_SEEN:
+        slot, depth = stack.pop(0)
+        obj = slot.get()
+        if obj is None or id(obj) in seen or isinstance(obj, CollatorRng):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, _GENERATORS):
+            if obj is torch.default_generator:  # the global one: a worker's is saved with the others (rng_state)
+                continue
+            problem = _unsaveable(obj)
+            if problem:
+                unsaved.append(f"{slot.path}: {problem}")
+            else:
+                found.append(("generator", slot))
+            continue
+        if isinstance(obj, (random.Random, np.random.RandomState)):
+            unsaved.append(f"{slot.path}: a {type(obj).__module__}.{type(obj).__qualname__}, whose state is not "
+                           "saved (draw from a torch.Generator or np.random.default_rng(seed) instead)")
+            continue
+        if _owns_generator(obj):
+            problem = _unsaveable(getattr(obj, "generator", None))
+            if problem:
+                unsaved.append(f"{slot.path}.generator: {problem}")
+            else:
+                found.append(("collator", slot))
+            continue
+        for ref, free in _references(obj, slot.path):
+            if free or depth < _MAX_DEPTH:
+                stack.append((ref, depth if free else depth + 1))
+    return found, unsaved
+
+
+def _unsaveable(gen: Any) -> str | None:
+    """Why the generator ``gen`` cannot be saved, or ``None``."""
+    if isinstance(gen, torch.Generator) and gen.device.type != "cpu":
+        return f"a torch.Generator on {gen.device}: only CPU generators are saved"
+    if isinstance(gen, np.random.Generator) and type(gen.bit_generator) is not np.random.PCG64:
+        return (f"a numpy Generator of {type(gen.bit_generator).__name__}: only PCG64 (np.random.default_rng) "
+                "is saved")
+    return None
 
 
 def collator_with_generator(collate_fn: Any) -> Any | None:
-    """The collator inside ``collate_fn`` (through ``InlineSmallTensors``, transformers'
-    ``RemoveColumnsCollator`` and ``functools.partial``) that keeps a generator of its own, or ``None``."""
-    obj = collate_fn
-    for _ in range(8):
-        if obj is None:
-            return None
-        if _owns_generator(obj):
-            return obj
-        obj = next((getattr(obj, a) for a in _NESTED if getattr(obj, a, None) is not None), None)
+    """The first collator or generator inside ``collate_fn`` that :class:`CollatorRng` saves (see
+    :func:`find_generators`), or ``None``."""
+    found = find_generators(collate_fn)[0]
+    return found[0][1].get() if found else None
+
+
+class CollatorRngWarning(UserWarning):
+    """A ``collate_fn`` draws from a random generator of its own that is not saved with the data
+    state: after a resume its draws differ from the uninterrupted run's."""
+
+
+def _encode(gen: Any, cache: list, i: int) -> dict | None:
+    """The entry of one generator (``None``: none made yet)."""
+    if isinstance(gen, torch.Generator):
+        raw = gen.get_state().numpy().tobytes()
+        if cache[i][0] != raw:
+            cache[i] = (raw, _b64(raw))
+        return {"torch": cache[i][1]}
+    if isinstance(gen, np.random.Generator):
+        st = gen.bit_generator.state
+        if st.get("bit_generator") != "PCG64":
+            raise TypeError(f"save_worker_rng: the collate_fn's numpy generator is a {st.get('bit_generator')}; "
+                            "only PCG64 (np.random.default_rng) can be saved")
+        return {"numpy": {"bit_generator": "PCG64", "state": dict(st["state"]),
+                          "has_uint32": int(st["has_uint32"]), "uinteger": int(st["uinteger"])}}
     return None
 
 
 class CollatorRng:
-    """A ``collate_fn`` whose collator keeps a generator of its own (:func:`collator_with_generator`):
-    :meth:`state` gives that generator's entry, :meth:`load` sets one back before the next batch.
+    """A ``collate_fn`` that draws from generators of its own (:func:`find_generators`): :meth:`state`
+    gives their entry, :meth:`load` sets one back before the next batch.
 
-    The entry is that of the generator as it stands in this process after the batches collated
-    here; a collator that has not collated in this process yet has none (it would start from its
-    seed). A state loaded (:meth:`load`) is set on the collator just before its next batch in this
-    process - it may make its generator only then - and until then :meth:`state` gives it."""
+    The entry is that of the generators as they stand in this process after the batches collated
+    here; a collate_fn that has not collated in this process yet has none (a collator would start
+    from its seed). A state loaded (:meth:`load`) is set just before the next batch in this
+    process - a collator may make its generator only then - and until then :meth:`state` gives it.
+    One generator: ``{"torch": ...}`` or ``{"numpy": ...}``; several: ``{"several": [entry or
+    null, ...]}`` in the order :func:`find_generators` gives them."""
 
-    def __init__(self, collate_fn: Any, collator: Any):
+    def __init__(self, collate_fn: Any, found: Any):
         self.collate_fn = collate_fn
-        self.collator = collator
-        self._drew_in: int | None = None  # the process in which the collator last collated
+        if not isinstance(found, list):  # a collator given alone
+            found = [("collator", _Slot(found, None, "fixed", _name(found)))]
+        self.targets: list[tuple[str, _Slot]] = found
+        self._drew_in: int | None = None  # the process in which the collate_fn last collated
         self._loaded: tuple | None = None  # (process, entry, decoded): loaded, not set yet
         self._then: tuple | None = None  # (process, decoded): set after the next batch (:meth:`after_next_batch`)
         self._instead: tuple | None = None  # (process, entry, decoded): set before the next batch (:meth:`before_next_batch`)
-        self._cache: tuple = (None, None)  # (raw state, entry) last encoded
+        self._cache: list = [(None, None)] * len(found)  # per generator: (raw state, base64) last encoded
+
+    @property
+    def collator(self) -> Any:
+        """The first collator (or generator) found."""
+        return self.targets[0][1].get()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         pid = os.getpid()
@@ -201,9 +403,9 @@ class CollatorRng:
         if loaded is not None or instead is not None:
             self._loaded = self._instead = None
             if instead is not None and instead[0] == pid:
-                _set_generator(self.collator, instead[2])
+                _set_generators(self.targets, instead[2])
             elif loaded is not None and loaded[0] == pid:
-                _set_generator(self.collator, loaded[2])
+                _set_generators(self.targets, loaded[2])
         self._drew_in = pid
         then = self._then
         if then is None:
@@ -213,7 +415,7 @@ class CollatorRng:
         finally:
             self._then = None
             if then[0] == pid:
-                _set_generator(self.collator, then[1])
+                _set_generators(self.targets, then[1])
 
     def state(self) -> dict | None:
         """The ``"collator"`` entry of this process now, or ``None`` (see the class doc)."""
@@ -223,72 +425,141 @@ class CollatorRng:
                 return pending[1]
         if self._drew_in != pid:
             return None
-        gen = self.collator.generator
-        if isinstance(gen, torch.Generator):
-            raw = gen.get_state().numpy().tobytes()
-            if self._cache[0] != raw:
-                self._cache = (raw, {"torch": _b64(raw)})
-            return {"torch": self._cache[1]["torch"]}
-        if isinstance(gen, np.random.Generator):
-            st = gen.bit_generator.state
-            if st.get("bit_generator") != "PCG64":
-                raise TypeError(f"save_worker_rng: the collate_fn's numpy generator is a {st.get('bit_generator')}; "
-                                "only PCG64 (np.random.default_rng) can be saved")
-            return {"numpy": {"bit_generator": "PCG64", "state": dict(st["state"]),
-                              "has_uint32": int(st["has_uint32"]), "uinteger": int(st["uinteger"])}}
-        return None  # no generator made (yet): it starts from its seed
+        entries = []
+        for i, (kind, slot) in enumerate(self.targets):
+            obj = slot.get()
+            entries.append(_encode(getattr(obj, "generator", None) if kind == "collator" else obj, self._cache, i))
+        if len(entries) == 1:
+            return entries[0]
+        return None if all(e is None for e in entries) else {"several": entries}
+
+    def check(self, decoded: Any) -> None:
+        """Refuse (``ValueError``) a decoded entry for another number of generators than this
+        collate_fn's, before anything of the state is applied."""
+        _match(self.targets, decoded)
 
     def load(self, entry: dict | None, decoded: Any) -> None:
-        """Set the collator's generator to ``entry`` (checked: ``decoded``) before its next batch in
-        this process; ``None``: make it again from its seed then."""
+        """Set the generators to ``entry`` (checked: ``decoded``) before the next batch in this
+        process; ``None``: a collator makes its generator again from its seed then (a generator
+        held directly is left as it is)."""
+        _match(self.targets, decoded)
         self._loaded = (os.getpid(), entry, decoded)
 
     def before_next_batch(self, entry: dict, decoded: Any) -> None:
-        """Set the collator's generator to ``entry`` (checked: ``decoded``) just before its next
-        batch in this process, whatever state is loaded in between (the Trainer without workers:
-        the generator when the checkpoint was saved, an evaluation's draws included)."""
+        """Set the generators to ``entry`` (checked: ``decoded``) just before the next batch in
+        this process, whatever state is loaded in between (the Trainer without workers: the
+        generators when the checkpoint was saved, an evaluation's draws included)."""
+        _match(self.targets, decoded)
         self._instead = (os.getpid(), entry, decoded)
 
     def after_next_batch(self, decoded: Any) -> None:
-        """Set the collator's generator to ``decoded`` once it has collated its next batch in this
-        process (the Trainer without workers: accelerate had collated that batch ahead before the
-        evaluation, which may collate with the same collator, and the checkpoint)."""
+        """Set the generators to ``decoded`` once the collate_fn has collated its next batch in
+        this process (the Trainer without workers: accelerate had collated that batch ahead before
+        the evaluation, which may collate with the same collator, and the checkpoint)."""
+        _match(self.targets, decoded)
         self._then = (os.getpid(), decoded)
 
     def __getstate__(self) -> dict:
         d = dict(self.__dict__)
-        d["_cache"] = (None, None)
+        d["_cache"] = [(None, None)] * len(self.targets)
         return d
 
     def __repr__(self) -> str:
         return f"CollatorRng({self.collate_fn!r})"
 
 
-def wrap_collator(collate_fn: Any) -> CollatorRng | None:
-    """``collate_fn`` wrapped in a :class:`CollatorRng` when a collator in it keeps its own
-    generator; ``None`` otherwise (nothing to save). A ``collate_fn`` that holds a
-    :class:`CollatorRng` already (a loader of ours made with ``save_worker_rng=True``) gives that one."""
+def _existing(collate_fn: Any) -> CollatorRng | None:
     obj = collate_fn
     for _ in range(8):
         if obj is None or isinstance(obj, CollatorRng):
             break
         obj = next((getattr(obj, a) for a in _NESTED if getattr(obj, a, None) is not None), None)
-    if isinstance(obj, CollatorRng):
-        return obj
-    collator = collator_with_generator(collate_fn)
-    return None if collator is None else CollatorRng(collate_fn, collator)
+    return obj if isinstance(obj, CollatorRng) else None
+
+
+def wrap_collator(collate_fn: Any, where: str = "StatefulDataLoader") -> CollatorRng | None:
+    """``collate_fn`` wrapped in a :class:`CollatorRng` when it draws from generators of its own
+    (:func:`find_generators`); ``None`` otherwise (nothing to save). A ``collate_fn`` that holds a
+    :class:`CollatorRng` already (a loader of ours made with ``save_worker_rng=True``) gives that
+    one. Generators found that cannot be saved are named in a :class:`CollatorRngWarning`."""
+    existing = _existing(collate_fn)
+    if existing is not None:
+        return existing
+    found, unsaved = find_generators(collate_fn)
+    if unsaved:
+        warnings.warn(f"{where}: save_worker_rng=True cannot save what the collate_fn {_name(collate_fn)} draws "
+                      f"from: {'; '.join(unsaved)}. After a resume its draws differ from the uninterrupted run's.",
+                      CollatorRngWarning, stacklevel=3)
+    return CollatorRng(collate_fn, found) if found else None
+
+
+def warn_unsaved_collator(collate_fn: Any, where: str, fix: str) -> None:
+    """With ``save_worker_rng=False``: a :class:`CollatorRngWarning` when ``collate_fn`` draws from a
+    seeded generator of its own (:func:`find_generators`), which is then not saved."""
+    if collate_fn is None or _existing(collate_fn) is not None:
+        return
+    found, _ = find_generators(collate_fn)
+    if found:
+        name = _name(collate_fn)
+        paths = ", ".join(slot.path for _, slot in found if slot.path != name)
+        warnings.warn(f"{where}: the collate_fn {name} draws from a random generator of its own"
+                      f"{f' ({paths})' if paths else ''}, which save_worker_rng=False does not save with the data "
+                      f"state: after a resume "
+                      f"its draws (an MLM collator's masks) start again from its seed and differ from the "
+                      f"uninterrupted run's. {fix}", CollatorRngWarning, stacklevel=3)
 
 
 def decode_collator_entry(entry: Any, where: str) -> tuple:
-    """Check a ``"collator"`` entry; return what :func:`_set_generator` sets."""
+    """Check a ``"collator"`` entry; return what :func:`_set_generators` sets."""
+    if isinstance(entry, dict) and set(entry) == {"several"}:
+        items = entry["several"]
+        if not isinstance(items, list) or len(items) < 2:
+            raise ValueError(f"{where} 'several' must be a list of two or more entries (or nulls)")
+        return ("several", [None if e is None else _decode_one(e, f"{where} 'several' [{i}]")
+                            for i, e in enumerate(items)])
+    return _decode_one(entry, where)
+
+
+def _decode_one(entry: Any, where: str) -> tuple:
     if not isinstance(entry, dict) or len(entry) != 1 or next(iter(entry)) not in ("torch", "numpy"):
         got = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
-        raise ValueError(f"{where} must be an object with one key, 'torch' or 'numpy', got {got}")
+        raise ValueError(f"{where} must be an object with one key, 'torch' or 'numpy' (or 'several'), got {got}")
     if "torch" in entry:
         raw = _unb64(entry["torch"], _TORCH_BYTES, f"{where} 'torch'")
         return ("torch", torch.frombuffer(bytearray(raw), dtype=torch.uint8))
     check_rng(entry["numpy"], where, "numpy")
     return ("numpy", entry["numpy"])
+
+
+def _match(targets: list, decoded: tuple | None) -> list:
+    """``decoded`` as one decoded entry (or ``None``) per generator of ``targets``."""
+    if decoded is None:
+        return [None] * len(targets)
+    got = decoded[1] if decoded[0] == "several" else [decoded]
+    if len(got) != len(targets):
+        raise ValueError(f"the state holds {len(got)} generator(s) of the collate_fn, but it now draws from "
+                         f"{len(targets)} ({', '.join(slot.path for _, slot in targets)}): was it built otherwise?")
+    return got
+
+
+def _set_generators(targets: list, decoded: tuple | None) -> None:
+    for (kind, slot), d in zip(targets, _match(targets, decoded)):
+        obj = slot.get()
+        if kind == "collator":
+            _set_generator(obj, d)
+        elif d is not None:
+            _set_state(obj, d, slot.path)
+
+
+def _set_state(gen: Any, decoded: tuple, what: str) -> None:
+    kind, value = decoded
+    if kind == "torch" and isinstance(gen, torch.Generator):
+        gen.set_state(value)
+    elif kind == "numpy" and isinstance(gen, np.random.Generator) and gen.bit_generator.state["bit_generator"] == "PCG64":
+        gen.bit_generator.state = value
+    else:
+        raise ValueError(f"the state holds the collate_fn's {kind} generator, but {what} "
+                         f"now has {type(gen).__name__}: was it built otherwise (return_tensors)?")
 
 
 def _set_generator(collator: Any, decoded: tuple | None) -> None:
@@ -300,18 +571,10 @@ def _set_generator(collator: Any, decoded: tuple | None) -> None:
         if callable(make):
             collator.generator = None  # made again from the seed (+ worker id) at its next batch
         return
-    kind, value = decoded
+    kind, _ = decoded
     if callable(make):
         make("pt" if kind == "torch" else "np")
-    gen = getattr(collator, "generator", None)
-    if kind == "torch" and isinstance(gen, torch.Generator):
-        gen.set_state(value)
-    elif kind == "numpy" and isinstance(gen, np.random.Generator) and gen.bit_generator.state["bit_generator"] == "PCG64":
-        gen.bit_generator.state = value
-    else:
-        raise ValueError(f"the state holds the collate_fn's {kind} generator, but its collator "
-                         f"{type(collator).__name__} now has {type(gen).__name__}: was it built otherwise "
-                         "(return_tensors)?")
+    _set_state(getattr(collator, "generator", None), decoded, f"its collator {type(collator).__name__}")
 
 
 def decode_worker_rng(entry: Any, where: str = "state 'rng'") -> tuple:
