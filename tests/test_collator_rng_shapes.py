@@ -202,6 +202,24 @@ def test_every_cut_resumes_the_draws_of_each_shape(shape, workers, soak):
         assert [plain(b) for b in dl] == full[k + 1:], f"{shape}, {workers} workers: cut after batch {k}"
 
 
+@pytest.mark.slow  # a spawned worker imports torch and transformers afresh: 20-25 s each; run by `make soak`
+@pytest.mark.parametrize("shape", ["global", "bound method", "several"])
+def test_spawned_workers_find_the_generators_of_their_own_collate_fn(shape, soak):
+    """A spawned worker unpickles the collate_fn and its wrapper together: the generators it sets
+    back are those its collate_fn draws from (a global: its own module's)."""
+    if not soak:
+        pytest.skip("spawn start method: slow, runs with --soak (make soak)")
+
+    def make():
+        return ri.StatefulDataLoader(build(), batch_size=3, num_workers=2, collate_fn=SHAPES[shape](),
+                                     save_worker_rng=True, multiprocessing_context="spawn")
+
+    full, states = run_with_states(make())
+    dl = make()
+    dl.load_state_dict(states[4])
+    assert [plain(b) for b in dl] == full[5:]
+
+
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_without_save_worker_rng_the_user_is_told_once_what_to_do(shape):
     with pytest.warns(CollatorRngWarning, match="save_worker_rng=False does not save.*Pass save_worker_rng=True") as rec:
