@@ -264,6 +264,21 @@ def test_a_generator_that_cannot_be_saved_is_named_in_a_warning(rng, named):
     assert len(run_with_states(dl)[0]) == 10  # iterates as before; nothing of it in the state
 
 
+class Deeper:
+    def __init__(self):
+        self.inner = Deep()
+
+    def collate(self, batch):
+        return self.inner.parts.masker(batch)
+
+
+def test_a_collator_deeper_than_the_search_saves_is_named_in_a_warning():
+    with pytest.warns(CollatorRngWarning, match=r"cannot save .*Deeper.collate.__self__.inner.parts.masker: 4 references "
+                                                r"from the collate_fn, deeper than the 3"):
+        dl = ri.StatefulDataLoader(build(), batch_size=3, collate_fn=Deeper().collate, save_worker_rng=True)
+    assert not isinstance(dl.collate_fn, CollatorRng)
+
+
 def test_one_generator_reached_by_two_paths_counts_once():
     pipe = Pipeline()
     pipe.again = pipe.collator

@@ -166,6 +166,7 @@ _GLOBAL_KEYS = ("torch", "numpy", "random")
 _NESTED = ("collate_fn", "data_collator", "func")  # InlineSmallTensors, transformers' RemoveColumnsCollator, partial
 _GENERATORS = (torch.Generator, np.random.Generator)
 _MAX_DEPTH = 3  # references followed from the collate_fn (wrappers of ours, transformers' and partials are free)
+_LOOK_DEPTH = 5  # deeper than _MAX_DEPTH, generators are only reported (not saved: too far to be surely the collate_fn's)
 _MAX_SEEN = 400  # objects looked at, at most: the search stays cheap whatever the collate_fn holds
 # datasets and loaders (ours, HF's, torch's): their generators are the data's (a shuffle's), not the
 # collate_fn's, and setting them back would move the data; only the collate_fn they wrap is followed
@@ -293,8 +294,8 @@ def find_generators(collate_fn: Any) -> tuple[list[tuple[str, _Slot]], list[str]
     collate_fn itself, ``functools.partial`` (function, arguments), our and transformers' wrappers,
     a function's closure variables, default arguments and the globals it reads, a bound method's
     object, the attributes of objects (and a callable object's ``__call__``) and the first 16
-    values of lists, tuples and dicts, up to three references from the collate_fn. One
-    generator reached by two paths counts once."""
+    values of lists, tuples and dicts, up to three references from the collate_fn (up to five, a
+    generator is reported as not saved). One generator reached by two paths counts once."""
     found: list[tuple[str, _Slot]] = []
     unsaved: list[str] = []
     seen: set[int] = set()
@@ -308,7 +309,7 @@ def find_generators(collate_fn: Any) -> tuple[list[tuple[str, _Slot]], list[str]
         if isinstance(obj, _GENERATORS):
             if obj is torch.default_generator:  # the global one: a worker's is saved with the others (rng_state)
                 continue
-            problem = _unsaveable(obj)
+            problem = _unsaveable(obj) or _too_deep(depth)
             if problem:
                 unsaved.append(f"{slot.path}: {problem}")
             else:
@@ -320,15 +321,22 @@ def find_generators(collate_fn: Any) -> tuple[list[tuple[str, _Slot]], list[str]
             continue
         if _owns_generator(obj):
             problem = _unsaveable(getattr(obj, "generator", None))
-            if problem:
-                unsaved.append(f"{slot.path}.generator: {problem}")
+            if problem or _too_deep(depth):
+                unsaved.append(f"{slot.path}.generator: {problem}" if problem else f"{slot.path}: {_too_deep(depth)}")
             else:
                 found.append(("collator", slot))
             continue
         for ref, free in _references(obj, slot.path):
-            if free or depth < _MAX_DEPTH:
+            if free or depth < _LOOK_DEPTH:
                 stack.append((ref, depth if free else depth + 1))
     return found, unsaved
+
+
+def _too_deep(depth: int) -> str | None:
+    if depth <= _MAX_DEPTH:
+        return None
+    return (f"{depth} references from the collate_fn, deeper than the {_MAX_DEPTH} followed to save a generator "
+            "(hold it nearer: in an attribute of the collate_fn's object or a variable of its function)")
 
 
 def _unsaveable(gen: Any) -> str | None:
