@@ -302,16 +302,21 @@ def test_the_generators_of_datasets_within_reach_are_left_alone():
     assert [slot.path for _, slot in dl.collate_fn.targets] == ["Pipeline.collate.__self__.collator"]
 
 
-def test_a_state_of_another_number_of_generators_is_refused_before_anything_is_read():
-    _, states = run_with_states(loader("several", 0))
-    dl = loader("callable object", 0)
-    dl.load_state_dict(states[2])
-    with pytest.raises(ValueError, match=r"holds 2 generator\(s\) of the collate_fn, but it now draws from 1"):
-        next(iter(dl))
-    bad = copy.deepcopy(states[2])
-    bad["dataset_state"]["rng"]["collator"]["several"] = [None]
-    with pytest.raises(ValueError, match="'several' must be a list of two or more entries"):
-        loader("several", 0).load_state_dict(bad)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_of_another_number_of_generators_is_refused_when_loaded(workers):
+    _, states = run_with_states(loader("several", workers))
+    dl = loader("callable object", workers)
+    with pytest.raises(ValueError, match=r"holds 2 generator\(s\) of the collate_fn, but it now draws from 1 "
+                                         r"\(Collate.mlm_collator\)"):
+        dl.load_state_dict(states[2])
+    assert len([plain(b) for b in dl]) == 10  # nothing of it was applied: a whole pass
+    if workers == 0:
+        with pytest.raises(ValueError, match=r"holds 2 generator\(s\)"):  # given to the dataset itself
+            dl.dataset.load_state_dict(states[2]["dataset_state"])
+        bad = copy.deepcopy(states[2])
+        bad["dataset_state"]["rng"]["collator"]["several"] = [None]
+        with pytest.raises(ValueError, match="'several' must be a list of two or more entries"):
+            loader("several", 0).load_state_dict(bad)
 
 
 # ---------------------------------------------------------------------------- the Trainer
@@ -332,14 +337,16 @@ def trainer(out, shape, workers, save_steps=1000):
 
 TRAINER_CASES = [(s, w, c) for s in ("lambda", "bound method", "torch generator", "several") for w in (0, 2)
                  for c in (4, 10, 12)]
+TRAINER_CASES += [("closure", w, c) for w in (0, 2) for c in range(1, STEPS)]  # every cut (--soak)
 FAST = {("lambda", 2, 4), ("bound method", 0, 10), ("torch generator", 2, 12), ("several", 0, 4)}
 
 
-@pytest.mark.slow  # four of the 24 in CI (about 3 s each), all with --soak
+@pytest.mark.slow  # four of the 50 in CI (about 3 s each), all with --soak
 @pytest.mark.parametrize("shape,workers,crash_at", TRAINER_CASES)
 def test_a_trainer_resumed_draws_as_the_uninterrupted_run(tmp_path, shape, workers, crash_at, soak):
-    """Crashed mid-pass (4), at the pass end (10) and in the second pass (12), resumed: the model is
-    fed the uninterrupted run's masked input_ids to the end."""
+    """Crashed mid-pass (4), at the pass end (10) and in the second pass (12) - a closure at every
+    step - and resumed from the checkpoint (the data state is JSON in it): the model is fed the
+    uninterrupted run's masked input_ids to the end."""
     if not soak and (shape, workers, crash_at) not in FAST:
         pytest.skip("more shapes and cuts: run with --soak (make soak)")
     a, model_a = trainer(tmp_path / "a", shape, workers)

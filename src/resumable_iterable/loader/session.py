@@ -30,6 +30,7 @@ from .. import state as _state
 from ..distributed import current_worker
 from ..nodes.base import Node
 from . import hooks
+from .loader_state import DATASET_STATE, SNAPSHOT, WORKER_SNAPSHOTS, worker_key
 from .segments import SegmentsNode, plan_state
 from .resume import (drawn_seeds, fresh_node, load_node, seeds_to_adopt, split_description, validate_loader_state,
                      worker_part)
@@ -361,7 +362,24 @@ class IterationSession:
     def validate_loader_state(self, loader_state: dict, num_workers: int) -> int:
         """Check a ``StatefulDataLoader`` state for a loader with ``num_workers`` workers over this
         dataset; return its epoch (see ``resume.validate_loader_state``)."""
-        return validate_loader_state(self.template, self.split, loader_state, num_workers)
+        epoch = validate_loader_state(self.template, self.split, loader_state, num_workers)
+        h = hooks.current()
+        if self.collator_rng is not None and h is not None:
+            # the collate_fn's generators: as many as it has now, refused here rather than in a worker
+            if num_workers == 0:
+                states = [loader_state[DATASET_STATE]]
+            else:
+                states = [loader_state[SNAPSHOT][WORKER_SNAPSHOTS][worker_key(j)][DATASET_STATE]
+                          for j in range(num_workers)]
+            for j, st in enumerate(states):
+                rng = st.get("rng") if isinstance(st, dict) else None
+                collator = h.check_rng_state(rng, "state 'rng'")[1] if rng is not None else None
+                if collator is not None:
+                    try:
+                        self.collator_rng.check(collator[1])
+                    except ValueError as e:
+                        raise ValueError(f"DataLoader state{f', worker {j}' if num_workers else ''}: {e}") from None
+        return epoch
 
     # ------------------------------------------------------------------ pickling (DataLoader workers, copies)
     def __getstate__(self) -> dict:
