@@ -24,7 +24,8 @@ pytest.importorskip("tokenizers")
 
 import resumable_iterable as ri  # noqa: E402
 from harness import json_roundtrip  # noqa: E402
-from resumable_iterable.integrations.torch.worker_rng import CollatorRng, CollatorRngWarning  # noqa: E402
+from resumable_iterable.integrations.torch import CollatorRngWarning  # noqa: E402
+from resumable_iterable.integrations.torch.worker_rng import CollatorRng  # noqa: E402
 from resumable_iterable.integrations.transformers import ResumableDataCallback  # noqa: E402
 from test_collator_rng import WIDTH, build, mlm, plain, rows  # noqa: E402
 from trainer_support import Crash, CrashAfterSave, Recorder  # noqa: E402

@@ -9,13 +9,16 @@ Importing this package needs ``torch``; :class:`StatefulDataLoader` also needs `
   their rebuilding in the main process;
 * ``arena.py`` - the worker's shared-memory arena, where large arrays of those examples are copied once;
 * ``transport.py`` - small tensors of a worker's batch sent by value (:class:`InlineSmallTensors`);
-* ``loader.py`` - ``StatefulDataLoader`` with elastic resume, sending small tensors by value.
+* ``loader.py`` - ``StatefulDataLoader`` with elastic resume, sending small tensors by value;
+* ``worker_rng.py`` - a worker's random generators and a collate_fn's own, saved with its state
+  (``save_worker_rng``; :class:`CollatorRngWarning` names what is not saved).
 """
 
 from __future__ import annotations
 
 from . import buffers, loader
 from .transport import InlineSmallTensors
+from .worker_rng import CollatorRngWarning
 from .workers import TorchDatasetMixin, register
 
 register()
@@ -27,4 +30,4 @@ def __getattr__(name: str):
         return loader.StatefulDataLoader
     raise AttributeError(name)
 
-__all__ = ["InlineSmallTensors", "StatefulDataLoader", "TorchDatasetMixin"]
+__all__ = ["CollatorRngWarning", "InlineSmallTensors", "StatefulDataLoader", "TorchDatasetMixin"]
