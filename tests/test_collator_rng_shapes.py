@@ -58,6 +58,18 @@ def by_global():
     return global_collate
 
 
+class ReadsAGlobal:
+    """A callable object whose __call__ reads the collator from its module."""
+
+    def __call__(self, batch):
+        return GLOBAL_MLM(batch)
+
+
+def by_call_reading_a_global():
+    GLOBAL_MLM.generator = None
+    return ReadsAGlobal()
+
+
 def by_lambda():
     collator = mlm()
     return lambda b: collator(b)
@@ -158,7 +170,7 @@ class Several:
 
 
 SHAPES = {"lambda": by_lambda, "closure": by_closure, "default argument": by_default_argument,
-          "global": by_global, "bound method": lambda: Pipeline().collate, "callable object": Collate,
+          "global": by_global, "__call__ reads a global": by_call_reading_a_global, "bound method": lambda: Pipeline().collate, "callable object": Collate,
           "two levels deep": Deep, "torch generator": by_torch_generator, "in a dict": by_dict_of_generators,
           "numpy generator": NumpyNoise,
           "several": Several}

@@ -52,6 +52,7 @@ from __future__ import annotations
 import base64
 import dis
 import functools
+import logging
 import math
 import os
 import random
@@ -172,7 +173,7 @@ _MAX_SEEN = 400  # objects looked at, at most: the search stays cheap whatever t
 # collate_fn's, and setting them back would move the data; only the collate_fn they wrap is followed
 _DATA_MODULES = ("resumable_iterable.", "datasets.", "torch.utils.data", "torchdata.")
 _PLAIN = (str, bytes, int, float, bool, complex, type(None), type, types.ModuleType, types.BuiltinFunctionType,
-          types.CodeType, np.ndarray, torch.Tensor)
+          types.CodeType, np.ndarray, torch.Tensor, logging.Logger)
 
 
 def _owns_generator(obj: Any) -> bool:
@@ -236,9 +237,10 @@ def _global_names(code: types.CodeType, out: set, depth: int = 0) -> set:
     return out
 
 
-def _references(obj: Any, path: str) -> list[tuple[_Slot, bool]]:
-    """What ``obj`` refers to that the search follows: ``(slot, free)``; ``free`` for the wrappers
-    (ours, transformers', ``functools.partial``, a bound method's function), which cost no depth."""
+def _references(obj: Any, path: str, depth: int) -> list[tuple[_Slot, bool]]:
+    """What ``obj`` (``depth`` references from the collate_fn) refers to that the search follows:
+    ``(slot, free)``; ``free`` for the wrappers (ours, transformers', ``functools.partial``, a bound
+    method's function), which cost no depth."""
     out: list[tuple[_Slot, bool]] = []
     if isinstance(obj, functools.partial):
         out.append((_Slot(obj.func, None, "fixed", f"{path}.func"), True))
@@ -271,7 +273,9 @@ def _references(obj: Any, path: str) -> list[tuple[_Slot, bool]]:
         for k in list(attrs)[:64]:
             if isinstance(k, str):
                 out.append((_Slot(obj, k, "attr", f"{path}.{k}"), k in _NESTED))
-        call = getattr(type(obj), "__call__", None)  # a callable object's own __call__: the globals it reads
+        # the collate_fn's own __call__ (or that of an object its function holds): the globals it
+        # reads; not further, where it would be the code of libraries (a tokenizer's __call__)
+        call = getattr(type(obj), "__call__", None) if depth <= 1 else None
         if isinstance(call, types.FunctionType) and not type(obj).__module__.startswith("resumable_iterable"):
             out.append((_Slot(call, None, "fixed", f"{path}.__call__"), True))
     else:  # __slots__ (InlineSmallTensors), or a dataset / loader: only the collate_fn it wraps
@@ -326,7 +330,7 @@ def find_generators(collate_fn: Any) -> tuple[list[tuple[str, _Slot]], list[str]
             else:
                 found.append(("collator", slot))
             continue
-        for ref, free in _references(obj, slot.path):
+        for ref, free in _references(obj, slot.path, depth):
             if free or depth < _LOOK_DEPTH:
                 stack.append((ref, depth if free else depth + 1))
     return found, unsaved
