@@ -172,6 +172,8 @@ _MAX_SEEN = 400  # objects looked at, at most: the search stays cheap whatever t
 # datasets and loaders (ours, HF's, torch's): their generators are the data's (a shuffle's), not the
 # collate_fn's, and setting them back would move the data; only the collate_fn they wrap is followed
 _DATA_MODULES = ("resumable_iterable.", "datasets.", "torch.utils.data", "torchdata.")
+# the functions of these packages (torch's default_collate, ...) are not looked into
+_LIBRARIES = frozenset({"torch", "numpy", "transformers", "datasets", "torchdata", "accelerate", "resumable_iterable"})
 _PLAIN = (str, bytes, int, float, bool, complex, type(None), type, types.ModuleType, types.BuiltinFunctionType,
           types.CodeType, np.ndarray, torch.Tensor, logging.Logger)
 
@@ -251,6 +253,8 @@ def _references(obj: Any, path: str, depth: int) -> list[tuple[_Slot, bool]]:
         return [(_Slot(obj.__func__, None, "fixed", f"{path}.__func__"), True),
                 (_Slot(obj.__self__, None, "fixed", f"{path}.__self__"), False)]
     if isinstance(obj, types.FunctionType):
+        if (obj.__module__ or "").partition(".")[0] in _LIBRARIES:  # their code: no collate_fn's generator
+            return out
         code = obj.__code__
         for name, cell in zip(code.co_freevars, obj.__closure__ or ()):
             out.append((_Slot(cell, "cell_contents", "attr", f"{path} (closure variable {name!r})"), False))
