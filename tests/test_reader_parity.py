@@ -165,3 +165,15 @@ def test_parquet_columns_come_in_the_files_order_and_resume_exactly(folder, work
         assert_resumes_exactly(build)
     assert_loader_resumes_exactly(build, workers=workers, batch_size=3, item=lambda b: b["a"].tolist(),
                                   cuts=lambda n: range(1, n))
+
+
+def test_parquet_columns_named_twice_are_refused_as_hf_refuses_them(folder):
+    """``columns=["a", "a"]`` yielded ``a`` once; HF's Parquet reader fails on it (pyarrow: 'Field "a"
+    exists 2 times in schema'). Refused here when the dataset is built, naming the column."""
+    path = str(folder / "p.parquet")
+    with pytest.raises(KeyError, match="exists 2 times"):
+        list(datasets.load_dataset("parquet", data_files=path, split="train", streaming=True, columns=["a", "a"]))
+    with pytest.raises(ValueError, match=r"names \['a'\] more than once"):
+        ri.load_dataset("parquet", data_files=path, split="train", columns=["a", "b", "a"])
+    with pytest.raises(ValueError, match="more than once"):
+        ri.IterableDataset.from_parquet(path, columns=["b", "b"])

@@ -126,6 +126,9 @@ def parquet_options(format: str, kwargs: dict) -> tuple[list[str] | None, Any, l
         if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
             raise TypeError(f"columns= must be a list of column names, got {columns!r}")
         columns = list(columns)
+        twice = sorted({c for c in columns if columns.count(c) > 1})
+        if twice:  # HF reads them and fails at the first row (pyarrow: 'Field "a" exists 2 times')
+            raise ValueError(f"columns={columns!r} names {twice} more than once: name each column once")
     filters = kwargs.get("filters")
     if filters is None:
         return columns, None, None
