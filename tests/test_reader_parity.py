@@ -177,3 +177,47 @@ def test_parquet_columns_named_twice_are_refused_as_hf_refuses_them(folder):
         ri.load_dataset("parquet", data_files=path, split="train", columns=["a", "b", "a"])
     with pytest.raises(ValueError, match="more than once"):
         ri.IterableDataset.from_parquet(path, columns=["b", "b"])
+
+
+def test_rows_without_columns_are_not_yielded_as_in_hf(tmp_path):
+    """JSON Lines of ``{}`` only (or a list document of ``{}``) and Parquet's ``columns=[]`` yielded
+    empty rows (``{}``, one a line); HF's readers yield no row of a table without columns. A ``{}``
+    beside rows with columns is a row of ``None`` values, in both."""
+    docs = {"empty.jsonl": "{}\n\n{}\n", "empties.json": "[{}, {}]", "mixed.jsonl": '{}\n{"a": 1}\n{}\n'}
+    for name, text in docs.items():
+        (tmp_path / name).write_text(text)
+        _same("json", data_files=str(tmp_path / name), split="train")
+    assert list(ri.load_dataset("json", data_files=str(tmp_path / "mixed.jsonl"), split="train")) == [
+        {"a": None}, {"a": 1}, {"a": None}]
+    _same("json", data_files=[str(tmp_path / "mixed.jsonl"), str(tmp_path / "empty.jsonl")], split="train")
+    pq.write_table(pa.table({"a": [1, 2, 3], "b": ["x", "y", "z"]}), tmp_path / "p.parquet", row_group_size=2)
+    _same("parquet", data_files=str(tmp_path / "p.parquet"), split="train", columns=[])
+    ds = ri.load_dataset("parquet", data_files=str(tmp_path / "p.parquet"), split="train", columns=[])
+    assert list(ds) == [] and list(ds.shuffle(seed=0)) == [] and list(ds.reshard()) == []
+    assert list(ds.shuffle(seed=0, buffer_size=None)) == []  # the global shuffle counts no row either
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_files_of_rows_without_columns_resume_exactly(tmp_path, workers):
+    """Every cut point (JSON round-trip of the state) of files whose rows have no column, among files
+    of rows, under a shuffle buffer; and of Parquet's ``columns=[]``, alone and through the loader."""
+    from harness import assert_loader_resumes_exactly, assert_resumes_exactly
+
+    (tmp_path / "empty.jsonl").write_text("{}\n{}\n{}\n")
+    (tmp_path / "rows.jsonl").write_text("".join(f'{{"a": {i}}}\n' for i in range(7)))
+    (tmp_path / "empties.json").write_text("[{}, {}]")
+    files = [str(tmp_path / n) for n in ("empty.jsonl", "rows.jsonl", "empty.jsonl", "empties.json", "rows.jsonl")]
+
+    def build():
+        return ri.load_dataset("json", data_files=files, split="train").shuffle(seed=3, buffer_size=4)
+
+    rows = list(build())
+    assert sorted(r["a"] for r in rows) == sorted(list(range(7)) * 2)
+    if workers == 0:
+        assert_resumes_exactly(build)
+    assert_loader_resumes_exactly(build, workers=workers, batch_size=3, item=lambda b: b["a"].tolist(),
+                                  cuts=lambda n: range(1, n))
+    pq.write_table(pa.table({"a": [1, 2, 3]}), tmp_path / "p.parquet")
+    assert assert_resumes_exactly(lambda: ri.load_dataset("parquet", data_files=[str(tmp_path / "p.parquet")] * 2,
+                                                          split="train", columns=[]).shuffle(seed=1, buffer_size=2),
+                                  cuts=[0]) == []

@@ -243,11 +243,10 @@ class ArchiveReading:
                 if self.format == "text":
                     counted = yield from self._text_file_batches(shard_id, start, path)
                 else:
-                    table = self._table(shard_id, path, carried)
-                    counted = table.num_rows
+                    table = self._aligned(shard_id, self._table(shard_id, path, carried), path)
+                    counted = table.num_rows  # the rows yielded (none without columns)
                     if start < counted:
-                        for batch in table.slice(start).to_batches(max_chunksize=self.batch_rows):
-                            yield self._aligned(shard_id, batch, path)
+                        yield from table.slice(start).to_batches(max_chunksize=self.batch_rows)
             except DAMAGED as e:
                 raise self._open_error(shard_id, OSError(f"the archive is damaged ({e})"), path) from None
             seen += counted

@@ -30,7 +30,7 @@ class RandomFileAccess:
             raise ValueError(problem)
         if self.format == "parquet":
             return self.shard_length(shard_id)
-        return self._table(shard_id).num_rows
+        return self._aligned(shard_id, self._table(shard_id)).num_rows
 
     def random_access_table(self, shard_id: int) -> pa.Table:
         """A whole file as a table for random access: memory-mapped (Arrow IPC, no copy) or decoded into

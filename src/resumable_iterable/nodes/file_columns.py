@@ -117,7 +117,7 @@ class FirstFileColumns:
         value the cast cannot hold, is an error naming the file."""
         schema = self._first_schema()
         if schema is None or part.schema.equals(schema):
-            return part
+            return columnless_rows_dropped(part)
         extra = [n for n in part.schema.names if n not in schema.names]
         if extra:
             raise ValueError(f"{self._where(shard_id, member)} has column(s) {extra} that the "
@@ -144,4 +144,17 @@ class FirstFileColumns:
                                      f"is {column.type}, and cannot be cast to {field.type} as in the first data "
                                      f"file {self.schema_file()!r}: {e}") from None
             columns.append(column)
-        return type(part).from_arrays(columns, schema=out)
+        return columnless_rows_dropped(type(part).from_arrays(columns, schema=out))
+
+    def columnless(self) -> bool:
+        """Whether every file's rows have no column (the first file's: JSON Lines of ``{}`` only,
+        Parquet's ``columns=[]``): then no file has rows, as in HF (see :func:`columnless_rows_dropped`)."""
+        schema = self._first_schema()
+        return schema is not None and len(schema) == 0
+
+
+def columnless_rows_dropped(part: Any) -> Any:
+    """A table or record batch of a file as yielded: none of its rows when it has no column (HF's
+    reader yields the rows of each table column by column, so a table of rows without columns, JSON
+    Lines of ``{}`` only or Parquet's ``columns=[]``, yields nothing)."""
+    return part.slice(0, 0) if part.num_columns == 0 and part.num_rows else part

@@ -52,6 +52,8 @@ class ShardReading:
     def shard_length(self, shard_id: int) -> int | None:
         if self.filters is not None:
             return None  # the rows kept are known once read
+        if self.format == "parquet" and self.columnless():
+            return 0  # columns=[]: rows of no column, which HF does not yield
         if self.pieces is not None:
             return self.pieces[shard_id][2]
         if shard_id in self._lengths:
@@ -130,6 +132,10 @@ class ShardReading:
 
     def _file_batches(self, shard_id: int, offset: int) -> Iterator[pa.RecordBatch]:
         """Record batches of a shard starting at row ``offset``, as the file holds them."""
+        if self.format == "parquet" and self.columnless():  # columns=[]: no row yielded, as in HF
+            self._lengths[shard_id] = 0
+            self._check_offset(shard_id, offset, 0)
+            return
         if self.format == "parquet":
             pf = self._parquet(shard_id)
             groups, starts = self._row_groups(shard_id, pf.metadata)
@@ -163,7 +169,7 @@ class ShardReading:
         if self.format == "text":
             yield from self._text_batches(shard_id, offset)
             return
-        table = self._table(shard_id)
+        table = self._aligned(shard_id, self._table(shard_id))  # the rows yielded (none without columns)
         self._lengths[shard_id] = table.num_rows
         self._check_offset(shard_id, offset, table.num_rows)
         yield from table.slice(offset).to_batches(max_chunksize=self.batch_rows)
