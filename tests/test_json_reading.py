@@ -104,6 +104,15 @@ DOCUMENTS = {
     "strings": ["First text.", "Second text."],
     "numbers": [1, 2, 3],
     "empty list": [],
+    # lists of other values than objects: HF 5.2 makes each item the column "text" (ours gave a
+    # column per position, "0", "1"..., or refused the document)
+    "lists": [[1, 2], [3]],
+    "lists of lists": [[[1]], [[2, 3]], []],
+    "values of mixed types": [1, "a", None],
+    "lists of mixed values": [[1], ["a"]],
+    "a list then a number": [[1], 2],
+    "a string then an object": ["x", {"b": 1}],
+    "objects without keys": [{}, {}],
 }
 
 
@@ -319,3 +328,24 @@ def test_a_list_document_pyarrow_refuses_but_ujson_reads_is_typed_as_hf_types_it
     assert isinstance(hf[0]["modified"], int) and hf[0]["a"] == "x\x01y"
     assert list(_ours(path)) == hf
     assert_resumes_exactly(lambda: _ours(path).shuffle(seed=2, buffer_size=3))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_list_documents_of_other_values_resume_exactly(tmp_path, workers):
+    """A list document of lists (``[[1, 2], [3]]``, HF 5.2: rows ``{"text": [1, 2]}``...) and one of
+    mixed values (a ``Json`` column ``text``), among a JSON Lines file, under a shuffle buffer: every
+    cut point, JSON round-trip of the state, alone and through the loader."""
+    lists, mixed, lines = tmp_path / "lists.json", tmp_path / "mixed.json", tmp_path / "rows.jsonl"
+    lists.write_text(json.dumps([[i, i + 1] if i % 3 else [] for i in range(11)]))
+    mixed.write_text(json.dumps([i if i % 2 else f"s{i}" for i in range(9)]))
+    assert list(_ours(lists)) == _hf(lists) and list(_ours(mixed)) == _hf(mixed)
+    for path in (lists, mixed):
+        def build(path=path):
+            return ri.IterableDataset.from_files([str(path), str(path)], "json").shuffle(seed=5, buffer_size=4)
+
+        rows = list(build())
+        assert len(rows) == 2 * len(json.loads(path.read_text())) and all(list(r) == ["text"] for r in rows)
+        if workers == 0:
+            assert_resumes_exactly(build)
+        assert_loader_resumes_exactly(build, workers=workers, batch_size=None, item=lambda r: str(r["text"]),
+                                      cuts=lambda n: range(1, n))

@@ -4,7 +4,8 @@ numpy, a block at a time, so that
 
 * a list of objects becomes JSON Lines in place (its top-level commas line breaks, its brackets
   and the line breaks between tokens spaces: the same bytes, one object a line), which pyarrow
-  parses, as HF 5.2 reads such a list (as JSON Lines, by pyarrow);
+  parses, as HF 5.2 reads such a list (as JSON Lines, by pyarrow); a list of other values (lists,
+  strings, numbers) becomes the lines ``{"text": value}``, as HF 5.2 reads it;
 * the value of one key of an object (HF's ``field=``) is cut out of the file's bytes for pandas,
   which HF hands it to, instead of the whole document parsed and the field written again.
 
@@ -187,18 +188,27 @@ def read_list_of_objects(source: str | BinaryIO, carried: list | None = None) ->
     which is empty: ``json_lines.same_keys``; no column of mixed types, which pyarrow refuses), the lines
     are read by pyarrow with no Python object built; else by ``read_chunk``. The values are those
     written: HF writes each object again with pandas' ``ujson_dumps`` first, which keeps 10
-    significant digits of a float (``docs/compat.md``)."""
-    import pyarrow.json as pj
+    significant digits of a float (``docs/compat.md``).
 
+    A list that HF 5.2 takes for a list of other values (no ``{`` before the first ``"`` in its
+    first 100 bytes: ``[1, 2]``, ``["a"]``, ``[[1, 2], [3]]``) is read as HF reads it: each item
+    the value of a column ``text`` (``{"text": [1, 2]}``), its ``Json`` columns found as above."""
     from .json_lines import read_chunk, read_json, same_keys
 
     buf = read_bytes(source)
+    values = b"{" not in buf[:100].tobytes().split(b'"', 1)[0]  # HF 5.2's test of a list of objects
     inner: list = []
     items = list_as_lines(buf, inner)
-    if items is None or items < 0:
+    if items is None or (items < 0 and not values):
         return None
     if inner:  # raw line breaks in strings
         buf = escape_breaks(buf, np.concatenate(inner))
+    if values:
+        lines = [b'{"text": ' + line + b"}" for line in buf.tobytes().split(b"\n") if line.strip()]
+        if not lines:
+            return None  # an empty list: no row (pandas says so)
+        paths = carried if carried is not None else []
+        return read_chunk(b"\n".join(lines), paths, detect=True)
     data = pa.py_buffer(buf)
     if not carried:
         block = data.size if data.size // 8 > 1 << 20 else 1 << 20  # as HF: one block for a large document

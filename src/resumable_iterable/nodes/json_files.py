@@ -1,7 +1,8 @@
 """JSON files as HF's json builder reads them: its reader options (checked when the dataset is
 built), JSON Lines (a chunk at a time with HF 5.2's ``Json`` columns, ``json_lines.py``; or by
 pyarrow's reader when its options are given), one JSON document (a list of objects read as JSON
-Lines, as HF 5.2 does; other documents and ``field=`` by pandas; ``json_documents.py``), and, for
+Lines, as HF 5.2 does, and a list of other values as the rows ``{"text": value}``; other documents
+and ``field=`` by pandas; ``json_documents.py``), and, for
 a file that is neither, an error naming its first line that is no JSON object. Files of another
 ``encoding`` than UTF-8 are read as their text encoded as UTF-8 (``file_formats.open_utf8``), as HF
 reads them; the rows, and the offsets that count them, are the same. Opening files (compressed, in
@@ -110,7 +111,8 @@ def _json_table(path: str, reader_kwargs: dict, schema: pa.Schema | None = None,
         lines_error = e
     # one JSON document: HF 5.2 reads a list of objects as JSON Lines (pyarrow's types, Json columns
     # where they mix types or keys, not pandas's, which fails on a column of strings and numbers,
-    # fills keys with None and makes a 'modified' column of integers dates); other documents by pandas
+    # fills keys with None and makes a 'modified' column of integers dates), a list of other values as
+    # {"text": value} rows (pandas made [[1, 2], [3]] columns "0", "1"); other documents by pandas
     table = None if hf_json() is None else _hf_document(path, carried if carried is not None else json_paths(schema),
                                                          encoding, errors)
     if table is not None:
