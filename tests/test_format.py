@@ -686,6 +686,27 @@ def test_fast_path_covers_the_simple_columns_and_leaves_the_rest_to_hf():
                 assert fast_tensor_rows(table.append_column(name, col), fmt, {}) is None, name
 
 
+@pytest.mark.parametrize("layout", ["fixed", "list", "large_list"])
+def test_fast_path_reads_list_columns_of_sliced_and_chunked_tables(layout):
+    """The rows a batch covers are taken from the list column's child array at the slice's offset (no
+    flatten()): slices at every offset, chunked columns and columns whose chunks start mid-array give
+    exactly the lists of the rows, as numpy stacks them from Python lists."""
+    rows = [[i * 10 + j for j in range(3)] for i in range(20)]
+    typ = {"fixed": pa.list_(pa.float32(), 3), "list": pa.list_(pa.float32()),
+           "large_list": pa.large_list(pa.float32())}[layout]
+    whole = pa.array(rows, type=typ)
+    tables = {"one chunk": pa.table({"x": whole}),
+              "chunks": pa.table({"x": pa.chunked_array([whole.slice(0, 7), whole.slice(7, 6), whole.slice(13)])})}
+    for label, table in tables.items():
+        for start in range(0, 20, 3):
+            for length in (1, 4, 11):
+                part = table.slice(start, length)
+                want = np.array(rows[start:start + length], dtype=np.float32)
+                got = fast_tensor_batch(part, "numpy", {})["x"]
+                assert got.dtype == np.float32 and np.array_equal(got, want), (label, start, length)
+                assert np.array_equal(fast_tensor_batch(part, "torch", {})["x"].numpy(), want), (label, start, length)
+
+
 @pytest.mark.parametrize("fmt", ["numpy", "torch", "arrow", "pandas"])
 def test_batches_split_by_rank_with_a_step_are_still_formatted_as_batches(fmt):
     """3 shards over 2 ranks: each rank keeps every other batch (a step over the batch pipeline)."""

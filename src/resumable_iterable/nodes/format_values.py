@@ -42,19 +42,23 @@ def _column_to_numpy(col: pa.ChunkedArray) -> Any:
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return "str"
     if (pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)) and _numeric(t.value_type):
-        arr = col.combine_chunks()
-        flat = arr.flatten()
-        if flat.null_count:
-            return None
+        chunks = col.chunks
+        arr = chunks[0] if len(chunks) == 1 else col.combine_chunks()
         n = len(arr)
         if pa.types.is_fixed_size_list(t):
             k = t.list_size
+            start = arr.offset * k
         else:
             offsets = np.asarray(arr.offsets)
             lengths = np.diff(offsets)
             if n == 0 or (lengths != lengths[0]).any():
                 return None  # ragged: HF returns an object array of arrays
-            k = int(lengths[0])
+            k, start = int(lengths[0]), int(offsets[0])
+        # the slice of the child array the rows cover (what flatten() gives, without its copy of offsets:
+        # the rows hold no nulls, checked above)
+        flat = arr.values.slice(start, n * k)
+        if flat.null_count:
+            return None
         out = np.array(flat.to_numpy(zero_copy_only=False)).reshape(n, k)
         if pa.types.is_floating(t.value_type) and np.isnan(out).any():
             return None
@@ -139,17 +143,19 @@ def _row_values(col: pa.ChunkedArray, format_type: str, kwargs: dict) -> list | 
         strings = col.to_pylist()
         return strings if torch_ else [np.str_(x) for x in strings]
     if (pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)) and _numeric(t.value_type):
-        arr = col.combine_chunks()
-        flat = arr.flatten()
-        if flat.null_count:
-            return None
-        values = np.array(flat.to_numpy(zero_copy_only=False))
+        chunks = col.chunks
+        arr = chunks[0] if len(chunks) == 1 else col.combine_chunks()
         if pa.types.is_fixed_size_list(t):
             k = t.list_size
             cuts = range(0, len(arr) * k + 1, k)
+            flat = arr.values.slice(arr.offset * k, len(arr) * k)
         else:
             offsets = np.asarray(arr.offsets)
             cuts = (offsets - offsets[0]).tolist()
+            flat = arr.values.slice(int(offsets[0]), cuts[-1])
+        if flat.null_count:  # the child array's slice the rows cover (as _column_to_numpy)
+            return None
+        values = np.array(flat.to_numpy(zero_copy_only=False))
         kind = values.dtype.kind
         if torch_:
             if values.dtype in (np.uint16, np.uint32):
