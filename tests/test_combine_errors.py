@@ -449,19 +449,12 @@ LOADER_CASES = {  # four shards each, so that both workers read past their first
 }
 
 
-#: the 2-worker cases CI runs (each takes 2-27 s on 2 cores); all of them with --soak (make soak)
-LOADER_CASES_IN_CI = {("interleave_generator", 2), ("concatenate_filter", 2)}
-
-
-@pytest.mark.slow  # with 2 workers, every cut point restarts both workers: most such cases run with --soak
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("case", sorted(LOADER_CASES))
-def test_inputs_that_cannot_count_resume_exactly_through_a_loader(case, workers, soak):
+def test_inputs_that_cannot_count_resume_exactly_through_a_loader(case, workers):
     """The same through torchdata's StatefulDataLoader, in process and in two workers: every cut point
     before the error resumes to the same items and the same error (or end); the state taken after the
     error raises it again."""
-    if workers and not soak and (case, workers) not in LOADER_CASES_IN_CI:
-        pytest.skip("more 2-worker cases: run with --soak (make soak)")
     build = LOADER_CASES[case]
     full, raised, after = _loader_run(build, workers)
     assert raised == (case.startswith("interleave") or "bad" in case)
