@@ -43,3 +43,21 @@ def _a_main_process_takes_no_buffer_logs():
     before = state_logs.journaling()
     yield
     state_logs._journaling[0] = before
+
+
+#: how long a test's process waits for a DataLoader worker to exit when a loader iterator is shut
+#: down (torch: 5 s). A worker whose loader left it waiting for an index that never comes (after an
+#: error raised in a worker, torch's own loaders leave one so: also with a plain torch dataset) only
+#: notices the shutdown when its 5-second poll times out, and the process shutting it down waits that
+#: long at its join, then terminates it. Tests shut many such loaders down; 0.5 s here saves the
+#: suite over a minute of idle waits and changes nothing else (the workers' own poll is unchanged;
+#: a worker still running at the join is terminated, as torch does after the 5 s).
+WORKER_JOIN_TIMEOUT = 0.5
+
+
+@pytest.fixture(autouse=True)
+def _short_worker_joins():
+    utils = sys.modules.get("torch.utils.data._utils")  # never imports torch (tests of import order)
+    if utils is not None and getattr(utils, "MP_STATUS_CHECK_INTERVAL", None) != WORKER_JOIN_TIMEOUT:
+        utils.MP_STATUS_CHECK_INTERVAL = WORKER_JOIN_TIMEOUT
+    yield
