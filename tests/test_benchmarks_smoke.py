@@ -100,8 +100,11 @@ def test_formatted_runs():
                        "column-wise torch batches vs per-example dicts + collate"]
 
 
-def test_loader_shuffle_runs(data):
+@pytest.mark.slow  # 27 s (HF's side fills its buffers in each loader): runs with --soak (make soak)
+def test_loader_shuffle_runs(data, soak):
     pytest.importorskip("torchdata")
+    if not soak:
+        pytest.skip("bench_loader_shuffle at --quick sizes takes 27 s: run with --soak (make soak)")
     import bench_loader_shuffle
 
     results = bench_loader_shuffle.run(quick=True, hf_ds=data[0])

@@ -126,7 +126,7 @@ if _TorchdataLoader is not None:
         its own (``DataCollatorForLanguageModeling(seed=...)``) has it saved and set back too, with
         any ``num_workers`` (the loader's ``collate_fn`` is then a ``CollatorRng`` wrapping yours),
         also inside a lambda, closure, bound method or object of yours, and a ``torch`` / numpy
-        ``Generator`` held there directly (``worker_rng.find_generators``); with
+        ``Generator`` held there directly (``collator_search.find_generators``); with
         ``save_worker_rng=False`` such a ``collate_fn`` gets a ``CollatorRngWarning``.
         """
 
