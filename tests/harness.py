@@ -106,11 +106,13 @@ def assert_resume_chain(build: Callable[[], Any], steps: list[int],
 
 
 def assert_loader_resumes_exactly(build: Callable[[], Any], *, workers: int, batch_size: int | None,
-                                  item: Callable[[Any], Any], cuts: Callable[[int], Iterable[int]]) -> list:
+                                  item: Callable[[Any], Any], cuts: Callable[[int], Iterable[int]],
+                                  as_json: bool = False) -> list:
     """The every-cut-point check through torchdata's ``StatefulDataLoader``: run it for ``k`` batches,
-    take the loader's state, resume it in a new loader over a freshly built dataset, and require
-    ``head + tail`` to equal the uninterrupted run (``item`` makes a batch comparable; ``cuts(n)``
-    picks the cut points for ``n`` batches). Returns the uninterrupted run."""
+    take the loader's state (through ``json.dumps``/``loads`` with ``as_json``), resume it in a new
+    loader over a freshly built dataset, and require ``head + tail`` to equal the uninterrupted run
+    (``item`` makes a batch comparable; ``cuts(n)`` picks the cut points for ``n`` batches). Returns
+    the uninterrupted run."""
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     def run(state=None, stop=None):
@@ -121,7 +123,7 @@ def assert_loader_resumes_exactly(build: Callable[[], Any], *, workers: int, bat
         for b in dl:
             out.append(item(b))
             if stop is not None and len(out) == stop:
-                return out, dl.state_dict()
+                return out, json_roundtrip(dl.state_dict()) if as_json else dl.state_dict()
         return out, None
 
     full, _ = run()

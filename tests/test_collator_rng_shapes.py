@@ -27,7 +27,7 @@ from harness import json_roundtrip  # noqa: E402
 from resumable_iterable.integrations.torch import CollatorRngWarning  # noqa: E402
 from resumable_iterable.integrations.torch.worker_rng import CollatorRng  # noqa: E402
 from resumable_iterable.integrations.transformers import ResumableDataCallback  # noqa: E402
-from test_collator_rng import WIDTH, build, mlm, plain, rows  # noqa: E402
+from test_collator_rng import WIDTH, build, collator_entries, mlm, plain, rows, run_with_states  # noqa: E402
 from trainer_support import Crash, CrashAfterSave, Recorder  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
@@ -179,20 +179,6 @@ SHAPES = {"lambda": by_lambda, "closure": by_closure, "default argument": by_def
 def loader(shape: str, workers: int, save: bool = True) -> ri.StatefulDataLoader:
     return ri.StatefulDataLoader(build(), batch_size=3, num_workers=workers, collate_fn=SHAPES[shape](),
                                  save_worker_rng=save)
-
-
-def run_with_states(dl) -> tuple[list, list]:
-    batches, states = [], []
-    for b in dl:
-        batches.append(plain(b))
-        states.append(json_roundtrip(dl.state_dict()))
-    return batches, states
-
-
-def collator_entries(state: dict) -> list:
-    if "dataset_state" in state:
-        return [state["dataset_state"].get("rng", {}).get("collator")]
-    return [ws["dataset_state"].get("rng", {}).get("collator") for ws in state["_snapshot"]["_worker_snapshots"].values()]
 
 
 # ---------------------------------------------------------------------------- our loader

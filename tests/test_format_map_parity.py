@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 import resumable_iterable as ri
-from harness import assert_resumes_exactly, codec_roundtrip, json_roundtrip
+from harness import assert_loader_resumes_exactly, assert_resumes_exactly, codec_roundtrip, json_roundtrip
 from test_format import same, to_py
 
 torch = pytest.importorskip("torch")
@@ -173,26 +173,10 @@ class _Presented:
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_formatted_maps_with_input_columns_resume_exactly_through_a_loader(workers):
-    from torchdata.stateful_dataloader import StatefulDataLoader
-
-    def run(state=None, stop=None):
-        dl = StatefulDataLoader(sharded_pipeline(), batch_size=None, num_workers=workers)
-        if state is not None:
-            dl.load_state_dict(state)
-        out = []
-        for b in dl:
-            out.append(to_py(b))
-            if len(out) == stop:
-                return out, json_roundtrip(dl.state_dict())
-        return out, None
-
-    full, _ = run()
+    full = assert_loader_resumes_exactly(sharded_pipeline, workers=workers, batch_size=None, item=to_py,
+                                         cuts=lambda n: range(1, n), as_json=True)
     assert len(full) == 12
     assert full[0]["b"] == ("tensor", "torch.float32", [0.0, 0.5])  # the formatted value the maps kept
-    for k in range(1, len(full)):
-        head, state = run(stop=k)
-        tail, _ = run(state=state)
-        assert head + tail == full, f"cut after {k} of {len(full)} ({workers} workers)"
 
 
 STRUCTS = hf.Dataset.from_list([{"a": i, "d": {"x": i, "y": [0.5, i], "z": 1.5, "w": [[1.0]], "q": [1, 2]}}
@@ -390,25 +374,9 @@ def test_async_functions_after_a_format_resume_exactly():
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_async_functions_after_a_format_resume_exactly_through_a_loader(workers):
-    from torchdata.stateful_dataloader import StatefulDataLoader
-
-    def run(state=None, stop=None):
-        dl = StatefulDataLoader(async_pipeline(), batch_size=None, num_workers=workers)
-        if state is not None:
-            dl.load_state_dict(state)
-        out = []
-        for b in dl:
-            out.append(to_py(b))
-            if len(out) == stop:
-                return out, json_roundtrip(dl.state_dict())
-        return out, None
-
-    full, _ = run()
+    full = assert_loader_resumes_exactly(async_pipeline, workers=workers, batch_size=None, item=to_py,
+                                         cuts=lambda n: range(1, n), as_json=True)
     assert len(full) == 8
-    for k in range(1, len(full)):
-        head, state = run(stop=k)
-        tail, _ = run(state=state)
-        assert head + tail == full, f"cut after {k} of {len(full)} ({workers} workers)"
 
 
 # ---------------------------------------------------------------------- a batched map leaving no column
@@ -443,31 +411,15 @@ def test_a_batched_map_leaving_no_column_yields_no_row_as_hf():
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_batched_map_leaving_no_column_resumes_exactly_through_a_loader(workers):
-    from torchdata.stateful_dataloader import StatefulDataLoader
-
     def build():
         ds = ri.IterableDataset.from_generator(_shards_rows, gen_kwargs={"shards": [0, 1, 2, 3]})
         empty = ds.map(_nothing, batched=True, batch_size=2, remove_columns=["a", "b", "s", "f"])
         kept = ds.map(_nothing, batched=True, batch_size=2, remove_columns=["b", "s", "f"])
         return ri.concatenate_datasets([empty, kept])
 
-    def run(state=None, stop=None):
-        dl = StatefulDataLoader(build(), batch_size=None, num_workers=workers)
-        if state is not None:
-            dl.load_state_dict(state)
-        out = []
-        for b in dl:
-            out.append(int(b["a"]))
-            if len(out) == stop:
-                return out, json_roundtrip(dl.state_dict())
-        return out, None
-
-    full, _ = run()
+    full = assert_loader_resumes_exactly(build, workers=workers, batch_size=None, item=lambda b: int(b["a"]),
+                                         cuts=lambda n: range(1, n), as_json=True)
     assert sorted(full) == sorted(a + 100 * s for s in range(4) for a in range(3))
-    for k in range(1, len(full)):
-        head, state = run(stop=k)
-        tail, _ = run(state=state)
-        assert head + tail == full, f"cut after {k} of {len(full)} ({workers} workers)"
 
 
 @pytest.mark.parametrize("fmt", ["arrow", "pandas"])
@@ -558,22 +510,6 @@ def test_tensors_a_torch_map_returns_resume_exactly():
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_tensors_a_torch_map_returns_resume_exactly_through_a_loader(workers):
-    from torchdata.stateful_dataloader import StatefulDataLoader
-
-    def run(state=None, stop=None):
-        dl = StatefulDataLoader(_torch_map_pipeline(), batch_size=None, num_workers=workers)
-        if state is not None:
-            dl.load_state_dict(state)
-        out = []
-        for b in dl:
-            out.append(to_py(b))
-            if len(out) == stop:
-                return out, json_roundtrip(dl.state_dict())
-        return out, None
-
-    full, _ = run()
+    full = assert_loader_resumes_exactly(_torch_map_pipeline, workers=workers, batch_size=None, item=to_py,
+                                         cuts=lambda n: range(1, n), as_json=True)
     assert len(full) == 12 and full[0]["k"][:2] == ("tensor", "torch.int32")
-    for k in range(1, len(full)):
-        head, state = run(stop=k)
-        tail, _ = run(state=state)
-        assert head + tail == full, f"cut after {k} of {len(full)} ({workers} workers)"
