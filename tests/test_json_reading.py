@@ -333,9 +333,9 @@ def test_a_list_document_pyarrow_refuses_but_ujson_reads_is_typed_as_hf_types_it
 @pytest.mark.parametrize("workers", [0, 2])
 def test_list_documents_of_other_values_resume_exactly(tmp_path, workers):
     """A list document of lists (``[[1, 2], [3]]``, HF 5.2: rows ``{"text": [1, 2]}``...) and one of
-    mixed values (a ``Json`` column ``text``), among a JSON Lines file, under a shuffle buffer: every
-    cut point, JSON round-trip of the state, alone and through the loader."""
-    lists, mixed, lines = tmp_path / "lists.json", tmp_path / "mixed.json", tmp_path / "rows.jsonl"
+    mixed values (a ``Json`` column ``text``), under a shuffle buffer: every cut point, JSON
+    round-trip of the state, alone and through the loader."""
+    lists, mixed = tmp_path / "lists.json", tmp_path / "mixed.json"
     lists.write_text(json.dumps([[i, i + 1] if i % 3 else [] for i in range(11)]))
     mixed.write_text(json.dumps([i if i % 2 else f"s{i}" for i in range(9)]))
     assert list(_ours(lists)) == _hf(lists) and list(_ours(mixed)) == _hf(mixed)

@@ -78,8 +78,6 @@ def read_chunk(chunk: bytes, paths: list[list], detect: bool = False, mixed: lis
     ``paths`` grows by the columns found mixed (and, with ``detect``, of varying keys, looked for in
     ``examples``, the chunk's objects when the caller has them, else its lines parsed), pyarrow's
     errors that found them appended to ``mixed``."""
-    import pyarrow.json as pj
-
     hf = hf_json()
     if detect and not paths and examples is None:
         # HF parses the chunk's lines into Python objects to look for objects of varying keys (and
@@ -158,8 +156,6 @@ def same_keys(array: Any) -> bool:
 def _plain(chunk: bytes) -> pa.Table | None:
     """A chunk read by pyarrow as :func:`read_chunk` reads it (its block size, grown as needed);
     ``None`` when pyarrow refuses it."""
-    import pyarrow.json as pj
-
     block = max(CHUNKSIZE // 32, 16 << 10)
     block = len(chunk) if len(chunk) // 8 > block else block
     while True:
