@@ -171,7 +171,10 @@ def test_pack_runs():
     assert results[0].met is not None  # the target against the hand-written loop is checked
 
 
-def test_arrow_lists_runs():
+@pytest.mark.slow  # 7.5 s: runs with --soak (make soak)
+def test_arrow_lists_runs(soak):
+    if not soak:
+        pytest.skip("bench_arrow_lists at small sizes takes 7.5 s: run with --soak (make soak)")
     import bench_arrow_lists
 
     _check(bench_arrow_lists.run(n_rows=20, width=512, repeats=1, token_rows=40, tokens=512))
