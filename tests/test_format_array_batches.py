@@ -22,15 +22,9 @@ from datasets import IterableDataset as HFIterable  # noqa: E402
 
 import resumable_iterable as ri  # noqa: E402
 from harness import assert_loader_resumes_exactly, assert_resumes_exactly  # noqa: E402
-from test_format_unarrowable_batches import Plain, plain  # noqa: E402
+from test_format_unarrowable_batches import Plain, batched, plain  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:To copy construct from a tensor")
-
-
-def _ids(shards):
-    for s in shards:
-        for i in range(4):
-            yield {"i": s * 10 + i}
 
 
 def _strings(ex):
@@ -53,8 +47,7 @@ MAPS = {"strings": _strings, "lists and arrays": _mixed, "arrays then images": _
 
 
 def build(cls, kind, fmt, order, shards=(0, 1)):
-    ds = cls.from_generator(_ids, gen_kwargs={"shards": list(shards)}).map(MAPS[kind])
-    return ds.batch(2).with_format(fmt) if order == "batch, format" else ds.with_format(fmt).batch(2)
+    return batched(cls, MAPS[kind], fmt, order, 2, shards)
 
 
 @pytest.mark.parametrize("order", ["batch, format", "format, batch"])

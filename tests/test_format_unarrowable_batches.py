@@ -55,9 +55,15 @@ def plain(x):
     return x
 
 
+def batched(cls, fn, fmt, order, size, shards=(0, 1)):
+    """``cls`` (ours or HF's) over ``_ids`` mapped by ``fn``, then ``batch(size)`` and ``with_format(fmt)``
+    in the ``order`` given (``"batch, format"`` or ``"format, batch"``)."""
+    ds = cls.from_generator(_ids, gen_kwargs={"shards": list(shards)}).map(fn)
+    return ds.batch(size).with_format(fmt) if order == "batch, format" else ds.with_format(fmt).batch(size)
+
+
 def build(cls, kind, fmt, order):
-    ds = cls.from_generator(_ids, gen_kwargs={"shards": [0, 1]}).map(_row(kind))
-    return ds.batch(3).with_format(fmt) if order == "batch, format" else ds.with_format(fmt).batch(3)
+    return batched(cls, _row(kind), fmt, order, 3)
 
 
 @pytest.mark.parametrize("order", ["batch, format", "format, batch"])
@@ -121,13 +127,9 @@ def _crops(ex):
 @pytest.mark.parametrize("fmt", ["numpy", "torch"])
 def test_images_in_a_list_or_struct_are_formatted_as_hf_not_encoded(fmt, order):
     """They came out as {'path': None, 'bytes': b'\\x89PNG...'} dicts: the Arrow table encoded them."""
-    def build_(cls):
-        ds = cls.from_generator(_ids, gen_kwargs={"shards": [0, 1]}).map(_crops)
-        return ds.batch(3).with_format(fmt) if order == "batch, format" else ds.with_format(fmt).batch(3)
-
-    ours = [plain(b) for b in build_(ri.IterableDataset)]
+    ours = [plain(b) for b in batched(ri.IterableDataset, _crops, fmt, order, 3)]
     assert "bytes" not in str(ours)
-    assert ours == [plain(b) for b in build_(HFIterable)]
+    assert ours == [plain(b) for b in batched(HFIterable, _crops, fmt, order, 3)]
 
 
 @pytest.mark.parametrize("workers", [0, 2])
