@@ -94,3 +94,12 @@ def put_in_order(examples: list, compiled: tuple) -> None:
     for k, ex in enumerate(examples):
         if isinstance(ex, dict):
             examples[k] = in_shape(compiled, ex)
+
+
+def in_input_shapes(temps: list[tuple | None] | None, provs: list[list], examples: list) -> list:
+    """``examples`` re-read at provenances ``[input, *position]`` (an interleave's, a concatenation's
+    with ``axis=0``), each put in its input's shape (``temps``: per input, ``None`` or the compiled
+    shape; ``None``: every input's rows are in shape already)."""
+    if temps is None:
+        return examples
+    return [ex if temps[p[0]] is None else in_shape(temps[p[0]], ex) for p, ex in zip(provs, examples)]

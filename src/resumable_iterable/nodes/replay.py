@@ -6,9 +6,10 @@ sources and re-derives the examples through the nodes between the sources and th
 
 Each node kind describes and re-reads its own examples through the capability methods of
 :class:`~.base.Node` (``replay_problem``, ``provenance_reader``, ``check_provenance``,
-``reread``), overridden in its own module; this module holds what is common to all of them - the
-support check, the integrity digest, the shared helpers for nodes with several inputs, the
-progress bar of a re-read - and imports no node module.
+``reread``), overridden in its own module (for ``interleave`` and ``concat``, in the mixin next
+to it: ``interleave_positions.py``, ``concat_positions.py``); this module holds what is common to
+all of them - the support check, the integrity digest, the shared helpers for nodes with several
+inputs, the progress bar of a re-read - and imports no node module.
 
 Provenance encoding. Each node on the way from the source to the shuffle puts its own integers
 in front of its child's list, so the list is read from the outside in:
