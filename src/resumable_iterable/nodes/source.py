@@ -280,16 +280,11 @@ class SourceNode(Node):
         i, back = st["shard_pos"], back + 1 - st["offset"]  # rows to count back from the start of shard i
         if back <= 0:
             return {"source": self.kind, "shard": order[i], "row": -back}
-        while i > 0:
-            i -= 1
-            try:
-                n = self.shard_length(order[i])
-            except Exception:  # a file gone since: not known (this only writes an error's note)
-                return None
+        for shard, n in self._lengths_read(order, i):
             if n is None:
                 return None
             if back <= n:
-                return {"source": self.kind, "shard": order[i], "row": n - back}
+                return {"source": self.kind, "shard": shard, "row": n - back}
             back -= n
         return None
 
@@ -298,15 +293,25 @@ class SourceNode(Node):
         st = self._state_dict
         order = self.shard_order()
         total = st["offset"]
-        for i in range(min(st["shard_pos"], len(order))):
-            try:
-                n = self.shard_length(order[i])
-            except Exception:  # a file gone since: not known (this only writes an error's note)
-                return None
+        for _, n in self._lengths_read(order, min(st["shard_pos"], len(order))):
             if n is None:
                 return None
             total += n
         return total
+
+    def _lengths_read(self, order: list, pos: int) -> Iterator[tuple[int, int | None]]:
+        """``(shard, rows)`` for the shards at positions ``pos - 1`` down to ``0`` of ``order`` (read
+        already), the last one read first, lazily; ``rows`` is ``None`` where not known (no
+        :meth:`shard_length`, or a file gone since: this only serves an error's note), and the
+        walk stops there."""
+        for i in range(pos - 1, -1, -1):
+            try:
+                n = self.shard_length(order[i])
+            except Exception:  # a file gone since: not known
+                n = None
+            yield order[i], n
+            if n is None:
+                return
 
     def position_of(self, prov: list) -> dict:
         """A provenance here is ``[shard, row]`` (:meth:`provenance_reader`)."""
