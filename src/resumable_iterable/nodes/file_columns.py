@@ -64,10 +64,22 @@ class FirstFileColumns:
 
     def schema_file(self) -> str | None:
         """The file whose columns every file follows (HF's first table): ``schema_from`` (a zip's
-        first member) when given, else the first data file, or the first member of the first
-        archive holding some; ``None``: no file to read."""
+        first member) when given, else the first data file (JSON: the first with a row, empty files
+        and files of blank lines before it skipped, as HF takes its features from the first table
+        read: an empty file gives none), or the first member of the first archive holding some;
+        ``None``: no file to read."""
         if self.schema_from is None:
-            return super().schema_file()
+            first = super().schema_file()
+            if self.format == "json" and first == self.paths[0]:  # HF's first table: empty files give none
+                from .json_files import blank_file
+
+                encoding, errors = self.reader_kwargs.get("encoding"), self.reader_kwargs.get("encoding_errors")
+                for i, path in enumerate(self.paths):
+                    if self.is_archive(i):
+                        break
+                    if not blank_file(path, encoding, errors):
+                        return path
+            return first
         if archive_kind(self.schema_from) != "zip":
             return self.schema_from
         members = zip_members(self.schema_from)
@@ -120,8 +132,9 @@ class FirstFileColumns:
             return columnless_rows_dropped(part)
         extra = [n for n in part.schema.names if n not in schema.names]
         if extra:
-            raise ValueError(f"{self._where(shard_id, member)} has column(s) {extra} that the "
-                             f"first data file {self.schema_file()!r} has not (its columns: {schema.names})")
+            raise cast_error(f"{self._where(shard_id, member)} has column(s) {extra} that the first data file "
+                             f"{self.schema_file()!r} has not (its columns: {schema.names})",
+                             part.schema.names, schema.names)
         columns, out = [], schema
         for k, field in enumerate(schema):
             i = part.schema.get_field_index(field.name)
@@ -151,6 +164,44 @@ class FirstFileColumns:
         Parquet's ``columns=[]``): then no file has rows, as in HF (see :func:`columnless_rows_dropped`)."""
         schema = self._first_schema()
         return schema is not None and len(schema) == 0
+
+
+def cast_error(message: str, columns: list[str], expected: list[str]) -> ValueError:
+    """The error for a file whose columns do not fit the first file's: HF's ``CastError`` (a
+    ``ValueError``), as HF's cast of that file's table raises, when ``datasets`` is installed."""
+    try:
+        cls = _file_cast_error()
+    except ImportError:
+        return ValueError(message)
+    return cls(message, list(columns), list(expected))
+
+
+def _file_cast_error() -> type:
+    """``FileCastError``: HF's ``CastError`` built from its message alone, as DataLoader workers'
+    errors are built again in the main process (HF's own needs keywords: a ``RuntimeError`` there).
+    Made on first use, so that ``datasets`` is imported only when needed; pickled by its name, which
+    the module's ``__getattr__`` gives."""
+    cls = globals().get("FileCastError")
+    if cls is None:
+        from datasets.table import CastError
+
+        class FileCastError(CastError):
+            def __init__(self, message: str = "", table_column_names: Any = (), requested_column_names: Any = ()):
+                super().__init__(message, table_column_names=list(table_column_names),
+                                 requested_column_names=list(requested_column_names))
+
+            def __reduce__(self) -> Any:
+                return type(self), (*self.args[:1], self.table_column_names, self.requested_column_names)
+
+        FileCastError.__module__, FileCastError.__qualname__ = __name__, "FileCastError"
+        cls = globals()["FileCastError"] = FileCastError
+    return cls
+
+
+def __getattr__(name: str) -> Any:  # ``FileCastError`` is made on first use (pickles name it)
+    if name == "FileCastError":
+        return _file_cast_error()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def columnless_rows_dropped(part: Any) -> Any:

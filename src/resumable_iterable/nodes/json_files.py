@@ -136,6 +136,25 @@ def _hf_document(path: str, carried: list | None, encoding: str | None, errors: 
         return None
 
 
+def blank_file(path: str, encoding: str | None = None, errors: str | None = None) -> bool:
+    """Whether a JSON file holds no row: nothing but white space (a byte order mark aside). Reads up
+    to its first other character (a file that cannot be read is not blank: reading it says why)."""
+    try:
+        with open_utf8(path, encoding, errors) as f:
+            first = True
+            while True:
+                block = f.read(1 << 16)
+                if not block:
+                    return True
+                if first and block.startswith(b"\xef\xbb\xbf"):
+                    block = block[3:]
+                first = False
+                if block.strip():
+                    return False
+    except (OSError, ValueError, EOFError, LookupError):  # an unknown encoding is named when the dataset is built
+        return False
+
+
 def json_lines(path: str, encoding: str | None = None, errors: str | None = None) -> pa.Table:
     """A JSON Lines file read by pyarrow, as HF reads it: an empty file has no rows, and a line longer
     than pyarrow's block is read with a larger block (HF doubles it too)."""

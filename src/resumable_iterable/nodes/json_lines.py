@@ -194,12 +194,14 @@ def with_json_types(table: pa.Table, paths: list[list]) -> pa.Table:
 
 def first_chunk_schema(f: BinaryIO, chunksize: int, paths: list[list] | None) -> pa.Schema | None:
     """The schema of the first chunk of a file (open for reading bytes), its ``Json`` columns found as HF finds them (or at
-    ``paths``, those of the features given); ``None`` for a JSON document or an empty file."""
+    ``paths``, those of the features given), no column for rows of ``{}`` only; ``None`` for a JSON
+    document or a file without rows (empty, or blank lines only)."""
     for chunk in _chunks(f, chunksize):
         if chunk is None or not chunk.strip():
             return None
-        table = read_chunk(chunk, list(paths or ()), detect=paths is None)
-        return table.schema if table.num_columns else None
+        # rows of ``{}`` only: no column, which every later file then follows, as HF types its
+        # features after that chunk ({}: a file with columns raises CastError)
+        return read_chunk(chunk, list(paths or ()), detect=paths is None).schema
     return None
 
 

@@ -90,6 +90,19 @@ def _follows_first(path: str) -> bool:
     return format_of(path) in _TYPED_AS_THE_FIRST_SPLIT or archive_kind(path, sniff=False) == "zip"
 
 
+def _first_with_rows(files: list[str], fmt: str | None, reader_kwargs: dict) -> str:
+    """The file of a split whose columns the splits follow: its first, or for local JSON files the
+    first with a row (empty ones skipped), as HF takes the features from the first table it reads."""
+    from ...nodes.json_files import blank_file
+
+    for f in files:
+        if (fmt or format_of(f)) != "json" or archive_kind(f, sniff=False) or not os.path.isfile(f):
+            break
+        if not blank_file(f, reader_kwargs.get("encoding"), reader_kwargs.get("encoding_errors")):
+            return f
+    return files[0]
+
+
 def _members_format(archives: list[str], split: str) -> str:
     """The format of most of the files in a split's zip archives (HF's rule), when it is one read
     in archives (JSON, CSV, text)."""
@@ -234,7 +247,7 @@ def _load(path: Any, name: str | None, data_dir: str | None, data_files: Any, sp
         repos: dict = {}
         resolved = {s: resolve_direct(pats, revision, token, cache_dir, repos) for s, pats in splits.items()}
         # a split whose globs match no file is an empty split, as in HF (which fails when every split is empty)
-        first = next((fs[0] for fs in resolved.values() if fs), None)
+        first = next((_first_with_rows(fs, format, reader_kwargs) for fs in resolved.values() if fs), None)
         if first is None:
             raise FileNotFoundError(f"no data file matches data_files={data_files!r}"
                                     f"{archive_contents([p for ps in splits.values() for p in ps])} (hidden files, "

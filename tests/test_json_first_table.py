@@ -1,0 +1,85 @@
+"""Which JSON Lines file gives the columns every file follows, side by side with HF 5.2's
+``load_dataset("json", streaming=True)``: HF takes its features from the first table it reads. A
+file of ``{}`` rows is such a table (no column: a later file with columns raises ``CastError``); an
+empty file gives no table (the next file's columns are the features)."""
+
+from __future__ import annotations
+
+import datasets
+import pytest
+from datasets.table import CastError
+
+import resumable_iterable as ri
+from harness import assert_resumes_exactly
+
+datasets.disable_progress_bars()
+
+FILES = {"empty.jsonl": "", "braces.jsonl": "{}\n{}\n", "x.jsonl": '{"x": 1}\n{"x": 2}\n',
+         "xy.jsonl": '{"x": 1, "y": 2}\n', "some.jsonl": '{}\n{"x": 3}\n{}\n'}
+
+
+@pytest.fixture
+def files(tmp_path):
+    for name, text in FILES.items():
+        (tmp_path / name).write_text(text)
+    return lambda *names: [str(tmp_path / n) for n in names]
+
+
+def _run(ds):
+    """The rows a dataset yields, and the error that ends them (its type), if any."""
+    rows = []
+    try:
+        for row in ds:
+            rows.append(row)
+    except ValueError as e:
+        return rows, e
+    return rows, None
+
+
+def _side_by_side(data_files, split="train"):
+    hf = datasets.load_dataset("json", data_files=data_files, split=split, streaming=True)
+    ours = ri.load_dataset("json", data_files=data_files, split=split, streaming=True)
+    (hf_rows, hf_error), (rows, error) = _run(hf), _run(ours)
+    assert rows == hf_rows
+    assert (type(error) if error is None else CastError) == (type(hf_error) if hf_error is None else CastError)
+    assert isinstance(error, type(None) if hf_error is None else CastError), error
+    assert ours.features == hf.features
+    return rows, error
+
+
+def test_rows_of_empty_objects_give_a_table_without_columns_that_later_files_follow(files):
+    """A JSON Lines file whose rows are all ``{}`` followed by one with columns: HF types its features
+    after the first (no column) and raises ``CastError`` at the second; ours yielded its rows."""
+    rows, error = _side_by_side(files("braces.jsonl", "x.jsonl"))
+    assert rows == [] and "column(s) ['x']" in str(error) and "braces.jsonl" in str(error)
+    _side_by_side(files("braces.jsonl", "some.jsonl"))
+    assert _side_by_side(files("braces.jsonl", "braces.jsonl")) == ([], None)
+    assert _side_by_side(files("some.jsonl", "x.jsonl", "braces.jsonl"))[1] is None  # {} rows later: nulls
+
+
+def test_an_empty_first_file_leaves_the_columns_to_the_next(files):
+    """HF's first table is the first file with a row: an empty first file gives none, and the next
+    file's columns are the features every file follows (ours left them unknown and each file typed
+    on its own: a file of other columns read without the error HF raises)."""
+    rows, error = _side_by_side(files("empty.jsonl", "x.jsonl", "xy.jsonl"))
+    assert rows == [{"x": 1}, {"x": 2}] and isinstance(error, CastError)
+    _side_by_side(files("empty.jsonl", "braces.jsonl", "x.jsonl"))
+    _side_by_side({"train": files("empty.jsonl", "x.jsonl"), "test": files("xy.jsonl")}, split="test")
+    _side_by_side({"train": files("empty.jsonl", "x.jsonl"), "test": files("some.jsonl")}, split="test")
+
+
+def test_the_cast_error_crosses_a_dataloader_worker(files):
+    """HF's ``CastError`` needs keywords, so torch makes a ``RuntimeError`` of it in the main process;
+    ours is built from its message and stays a ``CastError`` (a ``ValueError``)."""
+    ds = ri.load_dataset("json", data_files=files("braces.jsonl", "x.jsonl"), split="train", streaming=True)
+    with pytest.raises(CastError, match="column"):
+        list(ri.StatefulDataLoader(ds, num_workers=1, batch_size=None))
+
+
+@pytest.mark.parametrize("names", [("empty.jsonl", "x.jsonl", "some.jsonl", "braces.jsonl", "empty.jsonl", "x.jsonl"),
+                                   ("braces.jsonl", "braces.jsonl", "empty.jsonl")])
+def test_files_around_empty_ones_resume_exactly(files, names):
+    """Every cut point, the state through JSON, over empty files and files of ``{}`` rows."""
+    build = lambda: ri.load_dataset("json", data_files=files(*names), split="train", streaming=True)  # noqa: E731
+    full = assert_resumes_exactly(build)
+    assert full == list(datasets.load_dataset("json", data_files=files(*names), split="train", streaming=True))
