@@ -96,12 +96,17 @@ class FirstFileColumns:
         from datasets import Features
 
         features = features if isinstance(features, Features) else Features(features)
+        where = self._where(0) if self.schema_from is None else f"data file {self.schema_file()!r}"
+        lacking = [name for name in schema.names if name not in features]
+        if lacking:  # HF's cast of the file's table raises (JSON: ours dropped the column silently)
+            raise cast_error(f"features: {where} has column(s) {lacking} that the features lack (their columns: "
+                             f"{list(features)}): add them to the features, or leave them out with "
+                             "remove_columns after reading", schema.names, list(features))
         target = features.arrow_schema
         for field in schema:
             i = target.get_field_index(field.name)
             found = None if i < 0 else dropped_field(field.type, target.field(i).type, field.name)
             if found:
-                where = self._where(0) if self.schema_from is None else f"data file {self.schema_file()!r}"
                 raise ValueError(f"features: {where} has the field {found!r}, which the feature of column "
                                  f"{field.name!r} lacks ({features[field.name]}): casting would drop it, as HF "
                                  "refuses (Couldn't cast); add the field to the features")

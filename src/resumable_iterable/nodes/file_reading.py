@@ -29,9 +29,15 @@ class ShardReading:
         import pyarrow.parquet as pq
 
         try:
-            return pq.ParquetFile(self.shard_file(shard_id))
+            pf = pq.ParquetFile(self.shard_file(shard_id))
         except (OSError, pa.ArrowException) as e:
             raise self._open_error(shard_id, e) from None
+        if self.columns is not None:  # pyarrow reads the others and leaves a missing one out silently
+            missing = [c for c in self.columns if pf.schema_arrow.get_field_index(c) < 0]
+            if missing:  # HF: ArrowInvalid (No match for FieldRef)
+                raise ValueError(f"columns={self.columns}: {self._where(shard_id)} has no column(s) {missing} "
+                                 f"(its columns: {pf.schema_arrow.names})")
+        return pf
 
     def _row_groups(self, shard_id: int, md: Any) -> tuple[list[int], list[int]]:
         """The row groups of a Parquet shard and the first row of each in the shard (plus the end),
