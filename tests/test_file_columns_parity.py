@@ -67,3 +67,41 @@ def test_features_that_lack_a_column_of_the_file_raise_hfs_cast_error(tmp_path, 
     full = Features({"a": Value("int32"), "b": Value("string")})  # every column: cast, resumed exactly
     assert assert_resumes_exactly(lambda: ri.load_dataset(fmt, data_files=str(path), split="train",
                                                           features=full)) == rows
+
+
+@pytest.mark.parametrize("first,second", [
+    ([{"a": [1, 2]}], [{"a": [[1]]}]),  # lists of lists after lists of numbers
+    ([{"a": {"x": 1}}], [{"a": 1}]),  # a number where the first file has a struct
+    ([{"a": 1}], [{"a": {"x": 1}}]),  # and the other way
+    ([{"a": {"x": 1}}], [{"a": {"y": 1}}]),  # a struct field the first file lacks
+    ([{"a": 1}], [{"a": 1.5}]),  # a value the type cannot hold: ValueError (HF: ArrowInvalid)
+    ([{"a": 1}], [{"a": "x"}]),
+])
+def test_a_later_file_of_another_type_raises_hfs_exception_type(tmp_path, first, second):
+    """HF's cast raises ``TypeError`` for a type that does not cast to the first file's and
+    ``ArrowInvalid`` (a ``ValueError``) for a value; ours raised ``ValueError`` for both, so an
+    ``except TypeError`` written for HF missed it. Ours is now both (and a ``ValueError`` still)."""
+    import json
+
+    for name, rows in (("1.jsonl", first), ("2.jsonl", second)):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    files = [str(tmp_path / "1.jsonl"), str(tmp_path / "2.jsonl")]
+    hf_rows, hf_error = [], None
+    try:
+        for row in datasets.load_dataset("json", data_files=files, split="train", streaming=True):
+            hf_rows.append(row)
+    except (TypeError, ValueError) as e:
+        hf_error = e
+    rows, error = _rows_then_error(ri.load_dataset("json", data_files=files, split="train"))
+    assert rows == hf_rows == first
+    assert isinstance(error, ValueError) and "2.jsonl" in str(error)
+    assert isinstance(error, TypeError) == isinstance(hf_error, TypeError), (hf_error, error)
+    if len(first[0]) == 1 and isinstance(first[0]["a"], int):  # also Parquet files
+        import pyarrow.parquet as pq
+
+        for name, rows in (("1.parquet", first), ("2.parquet", second)):
+            pq.write_table(pa.Table.from_pylist(rows), tmp_path / name)
+        files = [str(tmp_path / "1.parquet"), str(tmp_path / "2.parquet")]
+        error = _rows_then_error(ri.load_dataset("parquet", data_files=files, split="train"))[1]
+        assert isinstance(error, ValueError) and isinstance(error, TypeError) == isinstance(hf_error, TypeError)
+

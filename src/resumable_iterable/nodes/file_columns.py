@@ -152,15 +152,18 @@ class FirstFileColumns:
             elif not column.type.equals(field.type):
                 dropped = dropped_field(column.type, field.type)
                 if dropped:
-                    raise ValueError(f"{self._where(shard_id, member)}: column {field.name!r} has field "
+                    raise ColumnTypeError(f"{self._where(shard_id, member)}: column {field.name!r} has field "
                                      f"{field.name + dropped!r} that the first data file {self.schema_file()!r} has "
                                      f"not (its type there: {field.type})")
                 try:
                     column = column.cast(field.type)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                    raise ValueError(f"{self._where(shard_id, member)}: column {field.name!r} "
-                                     f"is {column.type}, and cannot be cast to {field.type} as in the first data "
-                                     f"file {self.schema_file()!r}: {e}") from None
+                    # a value the type cannot hold: ValueError (HF: ArrowInvalid); a type that does not
+                    # cast to the other (a list to a number): also a TypeError, as HF's
+                    error = ValueError if isinstance(e, pa.ArrowInvalid) else ColumnTypeError
+                    raise error(f"{self._where(shard_id, member)}: column {field.name!r} "
+                                f"is {column.type}, and cannot be cast to {field.type} as in the first data "
+                                f"file {self.schema_file()!r}: {e}") from None
             columns.append(column)
         return columnless_rows_dropped(type(part).from_arrays(columns, schema=out))
 
@@ -169,6 +172,12 @@ class FirstFileColumns:
         Parquet's ``columns=[]``): then no file has rows, as in HF (see :func:`columnless_rows_dropped`)."""
         schema = self._first_schema()
         return schema is not None and len(schema) == 0
+
+
+class ColumnTypeError(ValueError, TypeError):
+    """A file's column whose type does not cast to the first file's (a list where the first file has
+    numbers, a struct field it lacks): HF's cast raises ``TypeError`` ("Couldn't cast array of type
+    ..."), ours raised ``ValueError``; this is both."""
 
 
 def cast_error(message: str, columns: list[str], expected: list[str]) -> ValueError:
