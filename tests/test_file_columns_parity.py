@@ -105,3 +105,18 @@ def test_a_later_file_of_another_type_raises_hfs_exception_type(tmp_path, first,
         error = _rows_then_error(ri.load_dataset("parquet", data_files=files, split="train"))[1]
         assert isinstance(error, ValueError) and isinstance(error, TypeError) == isinstance(hf_error, TypeError)
 
+
+def test_json_objects_typed_string_by_the_features_are_their_json_text(tmp_path):
+    """``features={"a": Value("string")}`` over JSON objects: HF's json builder writes each object as
+    JSON text (``{"x":1}``); ours cast the dict with ``str`` (``"{'x': 1}"``). Files of strings
+    beside them, either first, are read as HF reads them; every cut point resumes exactly."""
+    (tmp_path / "objects.jsonl").write_text('{"a": {"x": 1, "y": "q\\nz"}}\n{"a": null}\n{"a": {"x": 2, "y": null}}\n')
+    (tmp_path / "strings.jsonl").write_text('{"a": "plain"}\n{"a": "{}"}\n')
+    features = Features({"a": Value("string")})
+    for names in (["objects.jsonl"], ["objects.jsonl", "strings.jsonl"], ["strings.jsonl", "objects.jsonl"]):
+        files = [str(tmp_path / n) for n in names]
+        hf = list(datasets.load_dataset("json", data_files=files, split="train", streaming=True, features=features))
+        ours = assert_resumes_exactly(lambda: ri.load_dataset("json", data_files=files, split="train",  # noqa: B023
+                                                              features=features))
+        assert ours == hf
+    assert hf[2:] == [{"a": '{"x":1,"y":"q\\nz"}'}, {"a": None}, {"a": '{"x":2,"y":null}'}]

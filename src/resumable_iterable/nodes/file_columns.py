@@ -59,6 +59,10 @@ class FirstFileColumns:
                 raise self._open_error(0, e) from None
             if self.columns is not None:
                 schema = select_schema(schema, self.columns, first)
+            for name in self.json_text_columns if schema is not None else ():
+                i = schema.get_field_index(name)
+                if i >= 0 and pa.types.is_struct(schema.field(i).type):
+                    schema = schema.set(i, schema.field(i).with_type(pa.string()))
             self._first["schema"] = schema
         return self._first["schema"]
 
@@ -121,8 +125,12 @@ class FirstFileColumns:
         from .json_lines import hf_json, json_paths
 
         if given is not None:
+            given = given if isinstance(given, Features) else Features(given)
             if hf_json() is not None:
-                self.json_paths = json_paths(Features(given).arrow_schema)
+                self.json_paths = json_paths(given.arrow_schema)
+            self.json_text_columns = tuple(name for name, feature in given.items()
+                                           if getattr(feature, "dtype", None) == "string"
+                                           and type(feature).__name__ == "Value")
             return None
         schema = self._first_schema()
         return None if schema is None else Features.from_arrow_schema(schema)
@@ -133,6 +141,10 @@ class FirstFileColumns:
         of nulls only in the first file takes each file's type); a column the first file lacks, or a
         value the cast cannot hold, is an error naming the file."""
         schema = self._first_schema()
+        for name in self.json_text_columns:  # objects typed string by the features: their JSON text (HF)
+            i = part.schema.get_field_index(name)
+            if i >= 0 and pa.types.is_struct(part.schema.field(i).type):
+                part = part.set_column(i, name, json_text(part.column(i)))
         if schema is None or part.schema.equals(schema):
             return columnless_rows_dropped(part)
         extra = [n for n in part.schema.names if n not in schema.names]
@@ -172,6 +184,18 @@ class FirstFileColumns:
         Parquet's ``columns=[]``): then no file has rows, as in HF (see :func:`columnless_rows_dropped`)."""
         schema = self._first_schema()
         return schema is not None and len(schema) == 0
+
+
+def json_text(column: Any) -> pa.Array:
+    """A column of objects (a struct) as the JSON text of each (``None`` for a null), written as HF's
+    json builder writes them when the features type such a column ``Value("string")`` (pandas'
+    ``to_json``: ``{"x":1}``)."""
+    import pandas as pd
+
+    lines = pa.chunked_array(column.chunks if isinstance(column, pa.ChunkedArray) else [column]).to_pandas(
+        types_mapper=pd.ArrowDtype).to_json(orient="records", lines=True)
+    return pa.array((None if x.strip() == "null" else x.strip() for x in lines.split("\n") if x.strip()),
+                    type=pa.string())
 
 
 class ColumnTypeError(ValueError, TypeError):

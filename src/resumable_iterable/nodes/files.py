@@ -119,6 +119,9 @@ class FileSource(FirstFileColumns, ShardReading, ArchiveReading, RandomFileAcces
             self.names_digest = digest([self.names_digest, identity])
         #: JSON: where the features given hold HF's ``Json`` (``None``: found in the first file, as HF)
         self.json_paths: list | None = None
+        #: JSON: the columns the features given type ``Value("string")``, whose objects are read as
+        #: their JSON text, as HF's json builder converts them (``FirstFileColumns.json_features``)
+        self.json_text_columns: tuple = ()
         #: another file whose columns these files follow (a zip: its first member), instead of the
         #: first of ``paths``: HF's json builder takes every split's from the first split's first file
         self.schema_from = None if schema_from is None else os.fspath(schema_from)
