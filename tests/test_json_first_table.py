@@ -83,3 +83,31 @@ def test_files_around_empty_ones_resume_exactly(files, names):
     build = lambda: ri.load_dataset("json", data_files=files(*names), split="train", streaming=True)  # noqa: E731
     full = assert_resumes_exactly(build)
     assert full == list(datasets.load_dataset("json", data_files=files(*names), split="train", streaming=True))
+
+
+@pytest.mark.parametrize("names", [("braces.jsonl", "x.jsonl"), ("some.jsonl", "braces.jsonl", "x.jsonl"),
+                                   ("empty.jsonl", "braces.jsonl", "xy.jsonl")])
+def test_with_features_given_every_file_follows_them(files, names):
+    """With ``features=``, HF infers nothing and casts every table to the features: rows of ``{}``
+    first are ``None`` in each column, and a later file of those columns reads. Ours aligned each
+    file to the first one's columns: the ``{}`` rows were dropped, and since a file of ``{}`` rows
+    gives no column, the next file raised ``CastError``. Every cut point resumes exactly."""
+    features = datasets.Features({"x": datasets.Value("int32"), "y": datasets.Value("string")})
+    data_files = files(*names)
+    hf = list(datasets.load_dataset("json", data_files=data_files, split="train", streaming=True, features=features))
+    build = lambda: ri.load_dataset("json", data_files=data_files, split="train", features=features)  # noqa: E731
+    assert assert_resumes_exactly(build) == hf
+    assert hf[0] == {"x": None, "y": None} and build().features == features
+
+
+def test_an_empty_first_member_of_a_zip_leaves_the_columns_to_the_next(tmp_path):
+    """The same in a zip archive: HF's first table is its first member with a row; ours took the
+    empty first member, left the columns unknown and read a member of other columns."""
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "rows.zip", "w") as z:
+        z.writestr("a.jsonl", "")
+        z.writestr("b.jsonl", '{"x": 1}\n{"x": 2}\n')
+        z.writestr("c.jsonl", '{"y": 1}\n')
+    rows, error = _side_by_side(str(tmp_path / "rows.zip"))
+    assert rows == [{"x": 1}, {"x": 2}] and "c.jsonl" in str(error)

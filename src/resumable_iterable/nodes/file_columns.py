@@ -63,6 +63,13 @@ class FirstFileColumns:
                 i = schema.get_field_index(name)
                 if i >= 0 and pa.types.is_struct(schema.field(i).type):
                     schema = schema.set(i, schema.field(i).with_type(pa.string()))
+            if schema is not None and self.json_given_columns is not None:
+                # JSON with features given: HF casts every file to them, so a feature's column the first
+                # file lacks (all of them for {} rows) is no other file's extra column: typed null here,
+                # it takes each file's own type, and the cast to the features gives it theirs
+                given = self.json_given_columns
+                schema = pa.schema([schema.field(n) if n in schema.names else pa.field(n, pa.null()) for n in given]
+                                   + [field for field in schema if field.name not in given], metadata=schema.metadata)
             self._first["schema"] = schema
         return self._first["schema"]
 
@@ -74,15 +81,14 @@ class FirstFileColumns:
         ``None``: no file to read."""
         if self.schema_from is None:
             first = super().schema_file()
-            if self.format == "json" and first == self.paths[0]:  # HF's first table: empty files give none
+            if self.format == "json" and first is not None:  # HF's first table: empty files give none
                 from .json_files import blank_file
 
                 encoding, errors = self.reader_kwargs.get("encoding"), self.reader_kwargs.get("encoding_errors")
                 for i, path in enumerate(self.paths):
-                    if self.is_archive(i):
-                        break
-                    if not blank_file(path, encoding, errors):
-                        return path
+                    for candidate in ([member_path(path, m) for m in self.members[i]] if self.is_archive(i) else [path]):
+                        if not blank_file(candidate, encoding, errors):
+                            return candidate
             return first
         if archive_kind(self.schema_from) != "zip":
             return self.schema_from
@@ -128,6 +134,7 @@ class FirstFileColumns:
             given = given if isinstance(given, Features) else Features(given)
             if hf_json() is not None:
                 self.json_paths = json_paths(given.arrow_schema)
+            self.json_given_columns = tuple(given)
             self.json_text_columns = tuple(name for name, feature in given.items()
                                            if getattr(feature, "dtype", None) == "string"
                                            and type(feature).__name__ == "Value")

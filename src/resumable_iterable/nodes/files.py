@@ -122,6 +122,8 @@ class FileSource(FirstFileColumns, ShardReading, ArchiveReading, RandomFileAcces
         #: JSON: the columns the features given type ``Value("string")``, whose objects are read as
         #: their JSON text, as HF's json builder converts them (``FirstFileColumns.json_features``)
         self.json_text_columns: tuple = ()
+        #: JSON: the columns of the features given (``None``: none given), which every file follows
+        self.json_given_columns: tuple | None = None
         #: another file whose columns these files follow (a zip: its first member), instead of the
         #: first of ``paths``: HF's json builder takes every split's from the first split's first file
         self.schema_from = None if schema_from is None else os.fspath(schema_from)
