@@ -111,3 +111,18 @@ def test_an_empty_first_member_of_a_zip_leaves_the_columns_to_the_next(tmp_path)
         z.writestr("c.jsonl", '{"y": 1}\n')
     rows, error = _side_by_side(str(tmp_path / "rows.zip"))
     assert rows == [{"x": 1}, {"x": 2}] and "c.jsonl" in str(error)
+
+
+def test_an_empty_first_file_of_a_folder_leaves_every_splits_columns_to_the_next(tmp_path):
+    """A local folder (``load_dataset(folder)``, ``load_dataset("json", data_dir=folder)``) whose
+    first train file is empty: HF types every split after the train split's first table, so a test
+    file of other columns raises ``CastError``; ours typed the test split on its own."""
+    (tmp_path / "train-0.jsonl").write_text("")
+    (tmp_path / "train-1.jsonl").write_text('{"x": 1}\n')
+    (tmp_path / "test.jsonl").write_text('{"y": 1}\n')
+    for args, kwargs in (((str(tmp_path),), {}), (("json",), {"data_dir": str(tmp_path)})):
+        hf = datasets.load_dataset(*args, split="test", streaming=True, **kwargs)
+        ours = ri.load_dataset(*args, split="test", streaming=True, **kwargs)
+        (hf_rows, hf_error), (rows, error) = _run(hf), _run(ours)
+        assert rows == hf_rows == [] and isinstance(hf_error, CastError) and isinstance(error, CastError)
+        assert "train-1.jsonl" in str(error)

@@ -320,7 +320,11 @@ def _load(path: Any, name: str | None, data_dir: str | None, data_files: Any, sp
     if reader_kwargs.get("features") is None:  # the card's, which HF casts to unless features= is given
         reader_kwargs["features"] = None if base is None else base.features
     about = (dataset_name, card_config_name(readme, name), base)
-    out = {s: _split_dataset([local[f] for f in fs], format, s, reader_kwargs, about, local.get(first))
+    first = local.get(first)
+    if first is not None and repo is None:  # a local folder: its first JSON file with a row (HF's first table)
+        first_split = next(fs for fs in splits.values() if fs)
+        first = _first_with_rows([os.path.join(path, *f.split("/")) for f in first_split], format, reader_kwargs)
+    out = {s: _split_dataset([local[f] for f in fs], format, s, reader_kwargs, about, first)
            for s, fs in wanted.items()}
     return _pick(out, split)
 
