@@ -172,8 +172,8 @@ class FirstFileColumns:
                 dropped = dropped_field(column.type, field.type)
                 if dropped:
                     raise ColumnTypeError(f"{self._where(shard_id, member)}: column {field.name!r} has field "
-                                     f"{field.name + dropped!r} that the first data file {self.schema_file()!r} has "
-                                     f"not (its type there: {field.type})")
+                                          f"{field.name + dropped!r} that the first data file {self.schema_file()!r} "
+                                          f"has not (its type there: {field.type})")
                 try:
                     column = column.cast(field.type)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:

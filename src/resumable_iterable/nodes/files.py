@@ -82,6 +82,8 @@ def names_digest(paths: list[str]) -> str:
 class FileSource(FirstFileColumns, ShardReading, ArchiveReading, RandomFileAccess, SourceNode):
     kind = "files"
     added_fields = frozenset(("files",))  # ``files``: absent from states of earlier releases
+    json_text_columns: tuple = ()  # (also for sources pickled by earlier releases; see ``__init__``)
+    json_given_columns: tuple | None = None
 
     def formats_as_arrow_rows(self) -> bool:  # capability (see ``Node``): HF keeps this kind on its Arrow path
         return True
