@@ -126,3 +126,36 @@ def test_an_empty_first_file_of_a_folder_leaves_every_splits_columns_to_the_next
         (hf_rows, hf_error), (rows, error) = _run(hf), _run(ours)
         assert rows == hf_rows == [] and isinstance(hf_error, CastError) and isinstance(error, CastError)
         assert "train-1.jsonl" in str(error)
+
+
+def test_an_empty_first_file_of_a_hub_repo_leaves_the_columns_to_the_next(tmp_path, monkeypatch):
+    """The same for a Hub repo (its download simulated): the train split's next file is downloaded
+    to find its columns when the first is empty, and the test split follows them."""
+    import huggingface_hub
+
+    repo = tmp_path / "repo"
+    (repo / "data").mkdir(parents=True)
+    (repo / "data" / "train-0.jsonl").write_text("")
+    (repo / "data" / "train-1.jsonl").write_text('{"x": 1}\n')
+    (repo / "data" / "test-0.jsonl").write_text('{"y": 1}\n')
+    commit = "c" * 40
+    snapshot = tmp_path / "cache" / "snapshots" / commit
+    downloaded = []
+
+    def fake_snapshot_download(repo_id, *, repo_type, revision, allow_patterns, cache_dir, token, local_files_only):
+        downloaded.append(sorted(allow_patterns))
+        for rel in allow_patterns:
+            if (repo / rel).is_file():
+                (snapshot / rel).parent.mkdir(parents=True, exist_ok=True)
+                (snapshot / rel).write_bytes((repo / rel).read_bytes())
+        return str(snapshot)
+
+    def fake_list_repo_files(self, repo_id, *, repo_type, revision):
+        return [p.relative_to(repo).as_posix() for p in repo.rglob("*") if p.is_file()]
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
+    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", fake_list_repo_files)
+    ds = ri.load_dataset("user/repo", split="test", cache_dir=str(tmp_path / "cache"))
+    rows, error = _run(ds)
+    assert rows == [] and isinstance(error, CastError) and "train-1.jsonl" in str(error)
+    assert ["data/train-1.jsonl"] in downloaded

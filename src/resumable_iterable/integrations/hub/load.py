@@ -90,17 +90,20 @@ def _follows_first(path: str) -> bool:
     return format_of(path) in _TYPED_AS_THE_FIRST_SPLIT or archive_kind(path, sniff=False) == "zip"
 
 
-def _first_with_rows(files: list[str], fmt: str | None, reader_kwargs: dict) -> str:
-    """The file of a split whose columns the splits follow: its first, or for local JSON files the
-    first with a row (empty ones skipped), as HF takes the features from the first table it reads."""
+def _has_rows(path: str, fmt: str | None, reader_kwargs: dict) -> bool:
+    """Whether a data file may give the first table, whose columns every split follows: any but a
+    local JSON file of nothing but white space (HF reads no table from an empty file)."""
     from ...nodes.json_files import blank_file
 
-    for f in files:
-        if (fmt or format_of(f)) != "json" or archive_kind(f, sniff=False) or not os.path.isfile(f):
-            break
-        if not blank_file(f, reader_kwargs.get("encoding"), reader_kwargs.get("encoding_errors")):
-            return f
-    return files[0]
+    if (fmt or format_of(path)) != "json" or archive_kind(path, sniff=False) or not os.path.isfile(path):
+        return True
+    return not blank_file(path, reader_kwargs.get("encoding"), reader_kwargs.get("encoding_errors"))
+
+
+def _first_with_rows(files: list[str], fmt: str | None, reader_kwargs: dict) -> str:
+    """The file of a split whose columns the splits follow: the first that may have rows (empty JSON
+    files skipped, as HF takes the features from the first table it reads), else its first."""
+    return next((f for f in files if _has_rows(f, fmt, reader_kwargs)), files[0])
 
 
 def _members_format(archives: list[str], split: str) -> str:
@@ -321,9 +324,16 @@ def _load(path: Any, name: str | None, data_dir: str | None, data_files: Any, sp
         reader_kwargs["features"] = None if base is None else base.features
     about = (dataset_name, card_config_name(readme, name), base)
     first = local.get(first)
-    if first is not None and repo is None:  # a local folder: its first JSON file with a row (HF's first table)
+    if first is not None:  # the first split's first JSON file with a row (HF's first table)
         first_split = next(fs for fs in splits.values() if fs)
-        first = _first_with_rows([os.path.join(path, *f.split("/")) for f in first_split], format, reader_kwargs)
+        if repo is None:
+            first = _first_with_rows([os.path.join(path, *f.split("/")) for f in first_split], format, reader_kwargs)
+        elif not _has_rows(first, format, reader_kwargs):  # a repo's: the next ones, downloaded one at a time
+            for f in first_split[1:]:
+                candidate = local[f] if f in local else repo.fetch([f])[0]
+                if _has_rows(candidate, format, reader_kwargs):
+                    first = candidate
+                    break
     out = {s: _split_dataset([local[f] for f in fs], format, s, reader_kwargs, about, first)
            for s, fs in wanted.items()}
     return _pick(out, split)
