@@ -337,7 +337,9 @@ class IterableDataset(FileReaders, InMemoryConstructors, ExportMethods, Iteratio
         """The same dataset yielding examples (and batches) in format ``type``, as HF ``with_format``:
         ``None``/``"python"``, ``"numpy"``/``"np"``, ``"torch"``/``"pt"``, ``"arrow"``/``"pa"``,
         ``"pandas"``/``"pd"`` (also ``"polars"``, ``"tensorflow"``, ``"jax"`` when installed).
-        ``format_kwargs`` go to the formatter (e.g. ``dtype=torch.float16`` for torch).
+        ``format_kwargs`` go to the formatter (e.g. ``dtype=torch.float16`` for torch); the map-style
+        ``Dataset.with_format``'s ``columns`` / ``output_all_columns`` are a ``TypeError``, as in HF's
+        ``IterableDataset`` (``select_columns`` first).
 
         A format does not change the pipeline: fingerprints are the same in every format, and a
         state resumes in any format. The examples between nodes stay Python dicts; under numpy or

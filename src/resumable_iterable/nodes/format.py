@@ -39,6 +39,12 @@ def check_format(type: str | None, format_kwargs: dict) -> str | None:
     if type is not None and not isinstance(type, str):
         raise TypeError(f"format type must be a string or None, got {type!r}")
     name = get_format_type_from_alias(type)
+    given = [k for k in ("columns", "output_all_columns") if k in format_kwargs]
+    if given:  # the map-style Dataset's arguments: HF's iterable refuses them (TypeError); numpy and torch
+        # would take them for np.asarray / torch.tensor options, ignored or failing when iterated
+        raise TypeError(f"with_format({type!r}) got {', '.join(given)}=, arguments of the map-style "
+                        "datasets.Dataset.with_format that an IterableDataset does not take (HF's neither): "
+                        "call select_columns(...) to keep some columns, then with_format")
     if name == "custom":
         raise ValueError("with_format('custom') is not supported; use map() to transform the examples")
     try:
