@@ -49,3 +49,50 @@ def test_with_format_after_select_columns_is_what_columns_asked_for():
     ours = list(_ours().select_columns(["a"]).with_format("numpy"))
     assert [{k: (type(v), v.item()) for k, v in r.items()} for r in ours] == \
         [{k: (type(v), v.item()) for k, v in r.items()} for r in hf_rows]
+
+
+# ---------------------------------------------------------------- cast_column("a", "int8")
+BAD_FEATURES = ["int8", 5, pytest.param("pa.int8", id="pyarrow-type"), {"x": "int8"}]
+
+
+def _bad(feature):
+    import pyarrow as pa
+
+    return pa.int8() if feature == "pa.int8" else feature
+
+
+@pytest.mark.parametrize("feature", BAD_FEATURES)
+def test_cast_column_to_what_is_no_feature_raises_type_error_as_hf(feature):
+    """``cast_column("a", "int8")`` (or a pyarrow type): HF's map-style ``Dataset`` and HF's
+    IterableDataset (when iterated) raise ``TypeError``; ours yielded the column unchanged, its
+    ``features`` claiming the string, and a state of that pipeline resumed it so."""
+    feature = _bad(feature)
+    with pytest.raises(TypeError):
+        datasets.Dataset.from_dict(ROWS).cast_column("a", feature)
+    with pytest.raises(TypeError):
+        list(_hf().cast_column("a", feature))
+    with pytest.raises(TypeError, match="'a'.*not a datasets feature type"):
+        _ours().cast_column("a", feature)
+    gen = ri.IterableDataset.from_generator(lambda: iter([{"a": 1}]))  # unknown columns: the same
+    with pytest.raises(TypeError, match="'a'.*not a datasets feature type"):
+        gen.cast_column("a", feature)
+
+
+@pytest.mark.parametrize("feature", BAD_FEATURES)
+def test_cast_to_features_with_what_is_no_feature_raises_type_error_as_hf(feature):
+    feature = _bad(feature)
+    features = {"a": feature, "t": datasets.Value("string"), "f": datasets.Value("float64")}
+    with pytest.raises(TypeError):
+        datasets.Dataset.from_dict(ROWS).cast(datasets.Features(features))
+    with pytest.raises(TypeError, match="'a'.*not a datasets feature type"):
+        _ours().cast(datasets.Features(features))
+    with pytest.raises(TypeError, match="'a'.*not a datasets feature type"):
+        _ours().cast(features)
+
+
+def test_cast_column_to_features_still_casts():
+    """Nested features written as HF writes them (a dict for a struct, ``[feature]`` for a list) are fine."""
+    ours = ri.IterableDataset.from_dict({"s": [{"x": 1}], "l": [[1, 2]]})
+    ours = ours.cast_column("s", {"x": datasets.Value("int8")}).cast_column("l", [datasets.Value("float32")])
+    assert list(ours) == [{"s": {"x": 1}, "l": [1.0, 2.0]}]
+    assert ours.features["s"] == {"x": datasets.Value("int8")}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .features import infer_features, map_feature, media_only_change
+from .features import check_feature_types, infer_features, map_feature, media_only_change
 from .nodes.arrow import ArrowSource
 from .nodes.checks import as_int
 from .nodes.files import FileSource
@@ -27,6 +27,7 @@ class CastingMethods:
         from datasets import Features
 
         features = features if isinstance(features, Features) else Features(features)
+        check_feature_types(features, "cast")
         if self._column_names is not None and sorted(features) != sorted(self._column_names):
             raise ValueError(f"cast: the features' columns {sorted(features)} do not match the dataset's "
                              f"columns {sorted(self._column_names)}")
@@ -36,6 +37,7 @@ class CastingMethods:
         """Cast one column to ``feature`` (e.g. ``Image(decode=False)``, ``ClassLabel(names=...)``)."""
         from datasets import Features
 
+        check_feature_types({column: feature}, "cast_column")
         if self._features is not None:
             if column not in self._features:
                 raise ValueError(f"cast_column: column {column!r} not in the dataset (columns: {list(self._features)})")

@@ -61,6 +61,21 @@ def file_features(path: str, format: str) -> Any:
         raise ValueError(f"cannot read data file {path!r} (shard 0): {e}") from None
 
 
+def check_feature_types(features: Any, where: str) -> None:
+    """``TypeError`` naming the column whose feature is no HF feature type (a string ``"int8"``, a
+    pyarrow type...): HF's cast raises a bare ``TypeError`` ("'str' object is not callable") when
+    it builds the Arrow type; an example encoded with it would pass unchanged."""
+    from datasets import Features
+
+    for name, feature in features.items():
+        try:
+            Features({name: feature}).type
+        except TypeError as e:
+            raise TypeError(f"{where}: the feature of column {name!r} is not a datasets feature type, got "
+                            f"{feature!r} ({e}): write e.g. datasets.Value('int8'), ClassLabel(names=[...]), "
+                            "List(Value('float32'))") from None
+
+
 def batched_features(features: Any) -> Any:
     """The features of ``batch()``'s output: each column a list of the given features' values."""
     if features is None:
