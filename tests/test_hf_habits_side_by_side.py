@@ -96,3 +96,16 @@ def test_cast_column_to_features_still_casts():
     ours = ours.cast_column("s", {"x": datasets.Value("int8")}).cast_column("l", [datasets.Value("float32")])
     assert list(ours) == [{"s": {"x": 1}, "l": [1.0, 2.0]}]
     assert ours.features["s"] == {"x": datasets.Value("int8")}
+
+
+# ---------------------------------------------------------------- batch(by_column=, drop_last_batch=True)
+@pytest.mark.parametrize("batch_size", [None, 2, 4, 100])
+def test_batch_by_column_drop_last_batch_drops_the_final_run_only(batch_size):
+    """Pins the difference docs/compat.md gives: ours drops the final run; HF drops the last short
+    chunk of ``batch_size`` input rows before grouping (nothing at all for ``batch_size=None``)."""
+    rows = {"k": [1, 1, 2, 2, 2, 1, 3], "v": list(range(7))}
+    ours = ri.to_iterable_dataset(datasets.Dataset.from_dict(rows))
+    assert [b["v"] for b in ours.batch(batch_size, by_column="k", drop_last_batch=True)] == [[0, 1], [2, 3, 4], [5]]
+    hf = datasets.Dataset.from_dict(rows).to_iterable_dataset()
+    got = [b["v"] for b in hf.batch(batch_size, by_column="k", drop_last_batch=True)]
+    assert got == {None: [], 2: [[0, 1], [2, 3, 4], [5]], 4: [[0, 1], [2, 3]], 100: []}[batch_size]
