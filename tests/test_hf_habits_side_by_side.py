@@ -109,3 +109,24 @@ def test_batch_by_column_drop_last_batch_drops_the_final_run_only(batch_size):
     hf = datasets.Dataset.from_dict(rows).to_iterable_dataset()
     got = [b["v"] for b in hf.batch(batch_size, by_column="k", drop_last_batch=True)]
     assert got == {None: [], 2: [[0, 1], [2, 3, 4], [5]], 4: [[0, 1], [2, 3]], 100: []}[batch_size]
+
+
+# ---------------------------------------------------------------- to_iterable_dataset of a Dataset with a transform
+@pytest.mark.parametrize("how", ["with_transform", "set_transform"])
+def test_to_iterable_dataset_of_a_dataset_with_a_transform_raises_hf_error_type(how):
+    """HF raises NotImplementedError; ours raised ValueError "with_format('custom') is not supported",
+    naming a call the user never made."""
+    def transform(batch):
+        return {"a": [x * 2 for x in batch["a"]]}
+
+    ds = datasets.Dataset.from_dict(ROWS)
+    if how == "with_transform":
+        ds = ds.with_transform(transform)
+    else:
+        ds.set_transform(transform)
+    with pytest.raises(NotImplementedError):
+        ds.to_iterable_dataset()
+    with pytest.raises(NotImplementedError, match="with_transform / set_transform.*map"):
+        ri.to_iterable_dataset(ds)
+    ours = ri.to_iterable_dataset(ds.with_format(None)).map(transform, batched=True)  # the way the error names
+    assert [r["a"] for r in ours] == [2 * i for i in range(6)]

@@ -48,6 +48,10 @@ class InMemoryConstructors:
             raise NotImplementedError(f"the datasets.Dataset is formatted as {fmt['type']!r} for columns {columns} "
                                       f"only: call dataset.with_format({fmt['type']!r}) (every column) or "
                                       "with_format(None) first, or select_columns on the iterable dataset")
+        if fmt.get("type") == "custom":  # set_transform / with_transform: HF refuses it (NotImplementedError) too
+            raise NotImplementedError("the datasets.Dataset has a transform (with_transform / set_transform), which "
+                                      "an iterable dataset does not take: call dataset.with_format(None) first and "
+                                      "give the function to map() on the iterable dataset")
         ds = cls(ArrowSource.from_hf(dataset, num_shards=num_shards), features=dataset.features, info=dataset.info,
                  split=dataset.split)
         if fmt.get("type") is not None:
