@@ -9,6 +9,7 @@ import datasets
 import pytest
 
 import resumable_iterable as ri
+from harness import assert_resumes_exactly
 
 ROWS = {"a": list(range(6)), "t": [f"s{i}" for i in range(6)], "f": [i / 2 for i in range(6)]}
 
@@ -130,3 +131,66 @@ def test_to_iterable_dataset_of_a_dataset_with_a_transform_raises_hf_error_type(
         ri.to_iterable_dataset(ds)
     ours = ri.to_iterable_dataset(ds.with_format(None)).map(transform, batched=True)  # the way the error names
     assert [r["a"] for r in ours] == [2 * i for i in range(6)]
+
+
+# ---------------------------------------------------------------- cast between text and bytes, fixed-length lists
+def _one_column(values, num_shards=1):
+    hf = datasets.Dataset.from_dict({"c": values}).to_iterable_dataset(num_shards=num_shards)
+    return hf, ri.to_iterable_dataset(datasets.Dataset.from_dict({"c": values}), num_shards=num_shards)
+
+
+@pytest.mark.parametrize("dtype", ["binary", "large_binary"])
+def test_cast_of_strings_to_binary_gives_their_utf8_bytes_as_hf(dtype):
+    """HF's Arrow cast gives the UTF-8 bytes; ours kept the ``str`` under features saying binary."""
+    hf, ours = _one_column(["x", "é", None])
+    cast = datasets.Value(dtype)
+    assert list(ours.cast_column("c", cast)) == list(hf.cast_column("c", cast)) == \
+        [{"c": b"x"}, {"c": "é".encode()}, {"c": None}]
+    gen = ri.IterableDataset.from_generator(lambda: iter([{"c": ["a", "b"]}]))  # inside a list, Python rows
+    assert list(gen.cast_column("c", datasets.List(cast))) == [{"c": [b"a", b"b"]}]
+
+
+def test_cast_of_bytes_to_string_decodes_them_as_hf():
+    """HF's Arrow cast decodes UTF-8 bytes; ours gave ``str(b'x')``, the text ``"b'x'"``."""
+    hf, ours = _one_column([b"x", "é".encode(), None])
+    assert list(ours.cast_column("c", datasets.Value("string"))) == \
+        list(hf.cast_column("c", datasets.Value("string"))) == [{"c": "x"}, {"c": "é"}, {"c": None}]
+    gen = ri.IterableDataset.from_generator(lambda: iter([{"c": {"k": b"y"}}]))  # inside a struct, Python rows
+    assert list(gen.cast_column("c", {"k": datasets.Value("string")})) == [{"c": {"k": "y"}}]
+
+
+def test_cast_of_bytes_that_are_not_utf8_to_string_raises_value_error_as_hf():
+    hf, ours = _one_column([b"x", b"\xff"])
+    with pytest.raises(ValueError):  # pyarrow's ArrowInvalid, a ValueError
+        list(hf.cast_column("c", datasets.Value("string")))
+    it = iter(ours.cast_column("c", datasets.Value("string")))
+    assert next(it) == {"c": "x"}  # what comes before is yielded
+    with pytest.raises(ValueError, match="'c'.*not valid UTF-8"):
+        next(it)
+
+
+def test_cast_to_a_fixed_length_list_refuses_other_lengths_as_hf():
+    """HF's Arrow cast raises TypeError for a list of another length; ours yielded it under
+    features promising the length."""
+    feature = datasets.List(datasets.Value("int64"), length=2)
+    hf, ours = _one_column([[1, 2], [3], None])
+    with pytest.raises(TypeError):
+        list(hf.cast_column("c", feature))
+    it = iter(ours.cast_column("c", feature))
+    assert next(it) == {"c": [1, 2]}
+    with pytest.raises(TypeError, match="'c'.*1 values does not fit its length 2"):
+        next(it)
+    hf, ours = _one_column([[1, 2], [3, 4], None])  # the right lengths (and null) pass, values cast
+    floats = datasets.List(datasets.Value("float32"), length=2)
+    assert list(ours.cast_column("c", floats)) == list(hf.cast_column("c", floats)) == \
+        [{"c": [1.0, 2.0]}, {"c": [3.0, 4.0]}, {"c": None}]
+
+
+def test_text_bytes_casts_resume_at_every_cut_point():
+    def build():
+        _, ours = _one_column([f"s{i}" for i in range(7)], num_shards=3)
+        return (ours.shuffle(seed=2, buffer_size=3).cast_column("c", datasets.Value("binary"))  # no bytes in
+                .map(lambda x: {"n": len(x["c"])}).cast_column("c", datasets.Value("string")))  # a JSON state
+
+    rows = assert_resumes_exactly(build)
+    assert sorted(r["c"] for r in rows) == [f"s{i}" for i in range(7)]

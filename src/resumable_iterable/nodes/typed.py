@@ -101,15 +101,63 @@ def _time_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
     return check_time
 
 
+def _text_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
+    """For a ``string`` / ``binary`` ``Value`` column: a function that converts a value between text
+    and bytes as Arrow's cast does (HF casts Arrow tables so): ``bytes`` for a string column decoded
+    as UTF-8 (``ValueError`` naming the column when they are not UTF-8, as Arrow's ``ArrowInvalid``),
+    a ``str`` for a binary column encoded as UTF-8. HF's Python encoding would give ``str(b'x')``,
+    ``"b'x'"``, and keep a ``str`` in a binary column. ``None`` for other features."""
+    dtype = getattr(feature, "dtype", None)
+    if type(feature).__name__ != "Value" or dtype not in ("string", "large_string", "binary", "large_binary"):
+        return None
+    if "binary" in dtype:
+        def check_bytes(v: Any) -> Any:
+            return v.encode("utf-8") if isinstance(v, str) else v
+
+        return check_bytes
+
+    def check_text(v: Any) -> Any:
+        if not isinstance(v, (bytes, bytearray, memoryview)):
+            return v
+        try:
+            return bytes(v).decode("utf-8")
+        except UnicodeDecodeError as e:
+            shown = repr(bytes(v))
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise ValueError(f"cast: column {name!r} is {dtype}: value {shown} is not valid UTF-8 ({e})") from None
+
+    return check_text
+
+
+def _length_check(name: str, feature: Any, inner: Callable[[Any], Any] | None) -> Callable[[Any], Any]:
+    """For a fixed-length ``List(..., length=n)``: ``TypeError`` naming the column for a list of
+    another length (HF's Arrow cast raises ``TypeError``: "Couldn't cast array of type ..."), then
+    ``inner`` (the check of its values, if any) on each value."""
+    length = feature.length
+
+    def check_length(v: Any) -> Any:
+        if isinstance(v, (list, tuple)) or getattr(v, "ndim", 0) == 1:
+            if len(v) != length:
+                raise TypeError(f"cast: column {name!r} is {feature}: a list of {len(v)} values does not fit "
+                                f"its length {length}")
+            if inner is not None:
+                return [None if x is None else inner(x) for x in v]
+        return v
+
+    return check_length
+
+
 def _feature_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
     """:func:`_number_check` (or :func:`_time_check`) for a feature, looking into lists (``List`` /
     ``Sequence``) and structs (dicts of features) for the numeric (or time) ``Value`` s inside;
     ``None`` when there is none."""
     kind = type(feature).__name__
     if kind == "Value":
-        return _number_check(name, feature) or _time_check(name, feature)
+        return _number_check(name, feature) or _time_check(name, feature) or _text_check(name, feature)
     if kind in ("List", "Sequence", "LargeList") and not isinstance(getattr(feature, "feature", None), dict):
         inner = _feature_check(name, feature.feature)
+        if (getattr(feature, "length", -1) or -1) >= 0:
+            return _length_check(name, feature, inner)
         if inner is None:
             return None
 
