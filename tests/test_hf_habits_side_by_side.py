@@ -194,3 +194,44 @@ def test_text_bytes_casts_resume_at_every_cut_point():
 
     rows = assert_resumes_exactly(build)
     assert sorted(r["c"] for r in rows) == [f"s{i}" for i in range(7)]
+
+
+# ---------------------------------------------------------------- casts Python would garble
+@pytest.mark.parametrize("values, feature, expected", [
+    (["true", "false", None], datasets.Value("bool"), [True, False, None]),  # bool("false") is True
+    ([1.25, 2.5], datasets.Value("decimal128(5, 2)"), None),  # Decimal('1.25'): the floats stayed floats
+], ids=["string-to-bool", "float-to-decimal"])
+def test_cast_of_values_python_would_garble_gives_hf_values(values, feature, expected):
+    hf, ours = _one_column(values)
+    got, want = list(ours.cast_column("c", feature)), list(hf.cast_column("c", feature))
+    assert got == want and [type(r["c"]) for r in got] == [type(r["c"]) for r in want]
+    if expected is not None:
+        assert [r["c"] for r in got] == expected
+
+
+@pytest.mark.parametrize("values, feature", [
+    (["yes"], datasets.Value("bool")),  # HF: ArrowInvalid, a ValueError
+    ([1, 2], datasets.Value("decimal128(5, 2)")),  # int64 needs precision 21: ArrowInvalid
+], ids=["bad-bool-string", "int-to-small-decimal"])
+def test_cast_arrow_refuses_raises_value_error_as_hf(values, feature):
+    hf, ours = _one_column(values)
+    with pytest.raises(ValueError):
+        list(hf.cast_column("c", feature))
+    with pytest.raises(ValueError, match="column 'c'"):
+        list(ours.cast_column("c", feature))
+
+
+@pytest.mark.parametrize("values, feature", [
+    (["ab"], datasets.List(datasets.Value("string"))),  # ours: ['a', 'b']
+    (["ab"], datasets.List(datasets.ClassLabel(names=["a", "b"]))),
+    ([{"a": 1, "b": "x"}], {"a": datasets.Value("int8")}),  # ours dropped 'b'
+    ([[{"a": 1, "b": "x"}]], datasets.List({"a": datasets.Value("int8")})),
+], ids=["string-to-list", "string-to-list-of-labels", "struct-fewer-fields", "list-of-structs-fewer-fields"])
+def test_cast_arrow_refuses_raises_type_error_as_hf(values, feature):
+    """HF's Arrow cast raises TypeError ("Couldn't cast array of type ..."); ours made a list of a
+    string's characters, or dropped a struct's other fields."""
+    hf, ours = _one_column(values)
+    with pytest.raises(TypeError):
+        list(hf.cast_column("c", feature))
+    with pytest.raises(TypeError, match="column 'c'"):
+        list(ours.cast_column("c", feature))

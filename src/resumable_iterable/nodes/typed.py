@@ -147,32 +147,76 @@ def _length_check(name: str, feature: Any, inner: Callable[[Any], Any] | None) -
     return check_length
 
 
+def _arrow_value_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
+    """For a ``bool`` ``Value`` column: a string value cast as Arrow's cast reads it (``"false"`` is
+    ``False``, where Python's ``bool("false")`` is ``True``); for a ``decimal`` one: every value cast by
+    Arrow (a float becomes a ``Decimal``, an integer needs the precision Arrow asks for). A value
+    Arrow cannot cast raises ``ValueError`` naming the column, as HF's ``ArrowInvalid``. ``None``
+    for other features."""
+    dtype = str(getattr(feature, "dtype", ""))
+    if type(feature).__name__ != "Value" or not (dtype == "bool" or dtype.startswith("decimal")):
+        return None
+    import pyarrow as pa
+
+    pa_type = feature.pa_type
+    only_strings = dtype == "bool"
+
+    def check_arrow(v: Any) -> Any:
+        if only_strings and not isinstance(v, str):
+            return v
+        try:
+            return pa.array([v]).cast(pa_type).to_pylist()[0]
+        except (pa.ArrowException, TypeError, ValueError) as e:
+            raise ValueError(f"cast: column {name!r} is {dtype}: value {v!r:.60} cannot be cast: {e}") from None
+
+    return check_arrow
+
+
 def _feature_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
-    """:func:`_number_check` (or :func:`_time_check`) for a feature, looking into lists (``List`` /
-    ``Sequence``) and structs (dicts of features) for the numeric (or time) ``Value`` s inside;
-    ``None`` when there is none."""
+    """:func:`_number_check` (or the time, text, bool and decimal checks) for a feature, looking into
+    lists (``List`` / ``Sequence``) and structs (dicts of features) for the ``Value`` s inside, and
+    refusing what HF's Arrow cast refuses there: a string for a list (``TypeError``; Python would
+    make a list of its characters), a struct with fields the feature lacks (``TypeError``; Python
+    would drop them). ``None`` for a feature that needs no check."""
     kind = type(feature).__name__
     if kind == "Value":
-        return _number_check(name, feature) or _time_check(name, feature) or _text_check(name, feature)
-    if kind in ("List", "Sequence", "LargeList") and not isinstance(getattr(feature, "feature", None), dict):
+        return (_number_check(name, feature) or _time_check(name, feature) or _text_check(name, feature)
+                or _arrow_value_check(name, feature))
+    if kind in ("List", "Sequence", "LargeList"):
         inner = _feature_check(name, feature.feature)
-        if (getattr(feature, "length", -1) or -1) >= 0:
-            return _length_check(name, feature, inner)
-        if inner is None:
-            return None
+        length = getattr(feature, "length", -1)
+        if length is not None and length >= 0:
+            inner = _length_check(name, feature, inner)
+
+            def check_fixed(v: Any) -> Any:
+                if isinstance(v, (str, bytes)):
+                    raise TypeError(f"cast: column {name!r} is {feature}: value {v!r:.60} is not a list")
+                return inner(v)
+
+            return check_fixed
 
         def check_list(v: Any) -> Any:
+            if isinstance(v, (str, bytes)):
+                raise TypeError(f"cast: column {name!r} is {feature}: value {v!r:.60} is not a list")
+            if inner is None or isinstance(v, dict):  # a list of structs given as a struct of lists, as HF takes
+                return v
             return [None if x is None else inner(x) for x in v] if isinstance(v, (list, tuple)) or (
                 hasattr(v, "ndim") and getattr(v, "ndim", 0) == 1) else v
 
         return check_list
     if isinstance(feature, dict):
         inner = {k: c for k, c in ((k, _feature_check(f"{name}.{k}", f)) for k, f in feature.items()) if c is not None}
-        if not inner:
-            return None
+        fields = set(feature)
 
         def check_struct(v: Any) -> Any:
             if not isinstance(v, dict):
+                return v
+            extra = [k for k in v if k not in fields]
+            if extra:
+                raise TypeError(f"cast: column {name!r} is a struct of fields {list(feature)}: the value has "
+                                f"fields {extra} too, which a cast would drop (HF's Arrow cast refuses it): "
+                                "list them in the feature, or remove them with a map first")
+            if not inner:
                 return v
             return {k: (inner[k](x) if k in inner and x is not None else x) for k, x in v.items()}
 
