@@ -235,3 +235,16 @@ def test_cast_arrow_refuses_raises_type_error_as_hf(values, feature):
         list(hf.cast_column("c", feature))
     with pytest.raises(TypeError, match="column 'c'"):
         list(ours.cast_column("c", feature))
+
+
+def test_bool_and_struct_casts_resume_at_every_cut_point():
+    rows = [{"b": ["true", "false"][i % 2], "s": {"x": i}, "l": [{"y": i}]} for i in range(7)]
+
+    def build():
+        ds = ri.IterableDataset.from_generator(lambda shard: iter(shard), gen_kwargs={"shard": [rows[:3], rows[3:]]})
+        return ds.shuffle(seed=5, buffer_size=2).cast(datasets.Features({
+            "b": datasets.Value("bool"), "s": {"x": datasets.Value("int8")},
+            "l": datasets.List({"y": datasets.Value("float32")})}))
+
+    out = assert_resumes_exactly(build)
+    assert sorted((r["s"]["x"], r["b"], r["l"][0]["y"]) for r in out) == [(i, i % 2 == 0, float(i)) for i in range(7)]
