@@ -241,7 +241,8 @@ def test_bool_and_struct_casts_resume_at_every_cut_point():
     rows = [{"b": ["true", "false"][i % 2], "s": {"x": i}, "l": [{"y": i}]} for i in range(7)]
 
     def build():
-        ds = ri.IterableDataset.from_generator(lambda shard: iter(shard), gen_kwargs={"shard": [rows[:3], rows[3:]]})
+        ds = ri.IterableDataset.from_generator(lambda shards: (r for s in shards for r in s),
+                                               gen_kwargs={"shards": [rows[:3], rows[3:]]})
         return ds.shuffle(seed=5, buffer_size=2).cast(datasets.Features({
             "b": datasets.Value("bool"), "s": {"x": datasets.Value("int8")},
             "l": datasets.List({"y": datasets.Value("float32")})}))
