@@ -6,6 +6,7 @@ docs/compat.md)."""
 from __future__ import annotations
 
 import datasets
+import numpy as np
 import pytest
 
 import resumable_iterable as ri
@@ -249,3 +250,26 @@ def test_bool_and_struct_casts_resume_at_every_cut_point():
 
     out = assert_resumes_exactly(build)
     assert sorted((r["s"]["x"], r["b"], r["l"][0]["y"]) for r in out) == [(i, i % 2 == 0, float(i)) for i in range(7)]
+
+
+@pytest.mark.parametrize("values, shape", [
+    ([[[1, 2]], [[3, 4, 5]]], (1, 2)), ([[[1, 2]], [[3, 4], [5, 6]]], (1, 2)), ([[[1, 2], [3]]], (None, 2)),
+], ids=["longer-row", "more-rows", "ragged"])
+def test_cast_to_an_array_of_another_shape_raises_value_error_as_hf(values, shape):
+    """HF's Arrow cast raises ValueError ("cannot reshape array ..."); ours yielded the value under
+    features promising the shape."""
+    hf, ours = _one_column(values)
+    feature = datasets.Array2D(shape, "int32")
+    with pytest.raises(ValueError):
+        list(hf.cast_column("c", feature))
+    with pytest.raises(ValueError, match="'c' is Array2D of shape"):
+        list(ours.cast_column("c", feature))
+    gen = ri.IterableDataset.from_generator(lambda: iter([{"c": np.zeros((2, 4))}]))  # an array, Python rows
+    with pytest.raises(ValueError, match=r"shape \(2, 4\)"):
+        list(gen.cast_column("c", datasets.Array2D((2, 3), "float32")))
+
+
+def test_cast_to_an_array_of_its_shape_passes_as_hf():
+    hf, ours = _one_column([[[1, 2]], [[3, 4], [5, 6]]])
+    feature = datasets.Array2D((None, 2), "int32")
+    assert list(ours.cast_column("c", feature)) == list(hf.cast_column("c", feature))

@@ -172,6 +172,34 @@ def _arrow_value_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
     return check_arrow
 
 
+def _shape_check(name: str, feature: Any) -> Callable[[Any], Any]:
+    """For an ``Array2D`` ... ``Array5D`` column: ``ValueError`` naming the column for a value of
+    another shape (HF's Arrow cast raises ``ValueError``: "cannot reshape array ..."). Nested lists
+    are measured down to their rows, not their numbers (a ``None`` dimension takes any length)."""
+    dims = tuple(feature.shape)
+
+    def shape_of(v: Any, depth: int) -> tuple | None:
+        """The dimensions of ``v`` down to ``depth`` levels, ``None`` if they differ between rows."""
+        if isinstance(v, np.ndarray):
+            return tuple(v.shape[:depth]) if v.ndim >= depth else tuple(v.shape)
+        if depth == 0 or not isinstance(v, (list, tuple)):
+            return ()
+        inner = {shape_of(x, depth - 1) for x in v}
+        if len(inner) > 1 or None in inner:
+            return None
+        return (len(v), *(inner.pop() if inner else ()))
+
+    def check_shape(v: Any) -> Any:
+        shape = shape_of(v, len(dims))
+        if shape is None or len(shape) != len(dims) or any(d is not None and d != n for d, n in zip(dims, shape)):
+            shown = "rows of different lengths" if shape is None else f"shape {shape}"
+            raise ValueError(f"cast: column {name!r} is {type(feature).__name__} of shape {dims}: the value has "
+                             f"{shown}")
+        return v
+
+    return check_shape
+
+
 def _feature_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
     """:func:`_number_check` (or the time, text, bool and decimal checks) for a feature, looking into
     lists (``List`` / ``Sequence``) and structs (dicts of features) for the ``Value`` s inside, and
@@ -182,6 +210,8 @@ def _feature_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
     if kind == "Value":
         return (_number_check(name, feature) or _time_check(name, feature) or _text_check(name, feature)
                 or _arrow_value_check(name, feature))
+    if kind in ("Array2D", "Array3D", "Array4D", "Array5D"):
+        return _shape_check(name, feature)
     if kind in ("List", "Sequence", "LargeList"):
         inner = _feature_check(name, feature.feature)
         length = getattr(feature, "length", -1)
