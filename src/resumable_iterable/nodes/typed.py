@@ -174,27 +174,35 @@ def _arrow_value_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
 
 def _shape_check(name: str, feature: Any) -> Callable[[Any], Any]:
     """For an ``Array2D`` ... ``Array5D`` column: ``ValueError`` naming the column for a value of
-    another shape (HF's Arrow cast raises ``ValueError``: "cannot reshape array ..."). Nested lists
-    are measured down to their rows, not their numbers (a ``None`` dimension takes any length)."""
+    another shape (HF's Arrow cast raises ``ValueError``: "cannot reshape array ..."). An array's
+    shape is read; nested lists are measured level by level down to their rows, with ``len`` over
+    each level (a ``None`` dimension takes any length, the same for every row of the level)."""
+    from itertools import chain
+
     dims = tuple(feature.shape)
 
-    def shape_of(v: Any, depth: int) -> tuple | None:
-        """The dimensions of ``v`` down to ``depth`` levels, ``None`` if they differ between rows."""
-        if isinstance(v, np.ndarray):
-            return tuple(v.shape[:depth]) if v.ndim >= depth else tuple(v.shape)
-        if depth == 0 or not isinstance(v, (list, tuple)):
-            return ()
-        inner = {shape_of(x, depth - 1) for x in v}
-        if len(inner) > 1 or None in inner:
-            return None
-        return (len(v), *(inner.pop() if inner else ()))
+    def fail(shown: str) -> ValueError:
+        return ValueError(f"cast: column {name!r} is {type(feature).__name__} of shape {dims}: the value has {shown}")
 
     def check_shape(v: Any) -> Any:
-        shape = shape_of(v, len(dims))
-        if shape is None or len(shape) != len(dims) or any(d is not None and d != n for d, n in zip(dims, shape)):
-            shown = "rows of different lengths" if shape is None else f"shape {shape}"
-            raise ValueError(f"cast: column {name!r} is {type(feature).__name__} of shape {dims}: the value has "
-                             f"{shown}")
+        if isinstance(v, np.ndarray):
+            if v.ndim != len(dims) or any(d is not None and d != n for d, n in zip(dims, v.shape)):
+                raise fail(f"shape {v.shape}")
+            return v
+        level, found = [v], []
+        for depth, d in enumerate(dims):
+            try:
+                lengths = set(map(len, level))
+            except TypeError:  # a number where a list should be
+                raise fail(f"{depth} dimension(s)") from None
+            if len(lengths) > 1:
+                raise fail("rows of different lengths")
+            n = lengths.pop() if lengths else 0
+            if d is not None and n != d and level:
+                raise fail(f"shape {(*found, n)}")
+            found.append(n)
+            if depth < len(dims) - 1:
+                level = list(chain.from_iterable(level))
         return v
 
     return check_shape
