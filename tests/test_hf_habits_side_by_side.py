@@ -227,7 +227,14 @@ def test_cast_arrow_refuses_raises_value_error_as_hf(values, feature):
     (["ab"], datasets.List(datasets.ClassLabel(names=["a", "b"]))),
     ([{"a": 1, "b": "x"}], {"a": datasets.Value("int8")}),  # ours dropped 'b'
     ([[{"a": 1, "b": "x"}]], datasets.List({"a": datasets.Value("int8")})),
-], ids=["string-to-list", "string-to-list-of-labels", "struct-fewer-fields", "list-of-structs-fewer-fields"])
+    ([[1, 2]], datasets.Value("string")),  # ours: the text '[1, 2]'
+    ([{"a": 1}], datasets.Value("string")),  # ours: "{'a': 1}"
+    ([[1]], datasets.Value("bool")),  # ours: True
+    ([{"a": 1}], datasets.List(datasets.Value("int64"))),  # ours: ['a'], its keys
+    ([[1]], {"a": datasets.Value("int64")}),  # ours: AttributeError
+    ([1], {"a": datasets.Value("int64")}),
+], ids=["string-to-list", "string-to-list-of-labels", "struct-fewer-fields", "list-of-structs-fewer-fields",
+        "list-to-string", "struct-to-string", "list-to-bool", "struct-to-list", "list-to-struct", "int-to-struct"])
 def test_cast_arrow_refuses_raises_type_error_as_hf(values, feature):
     """HF's Arrow cast raises TypeError ("Couldn't cast array of type ..."); ours made a list of a
     string's characters, or dropped a struct's other fields."""

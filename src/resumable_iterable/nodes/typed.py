@@ -216,8 +216,17 @@ def _feature_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
     would drop them). ``None`` for a feature that needs no check."""
     kind = type(feature).__name__
     if kind == "Value":
-        return (_number_check(name, feature) or _time_check(name, feature) or _text_check(name, feature)
+        base = (_number_check(name, feature) or _time_check(name, feature) or _text_check(name, feature)
                 or _arrow_value_check(name, feature))
+
+        def check_value(v: Any) -> Any:
+            if isinstance(v, (list, tuple, dict)) or (isinstance(v, np.ndarray) and v.ndim > 0):
+                what = "a struct" if isinstance(v, dict) else "a list"
+                raise TypeError(f"cast: column {name!r} is {feature.dtype}: value {v!r:.60} is {what} (HF's Arrow "
+                                "cast refuses it; Python would give its text or its truth)")
+            return v if base is None else base(v)
+
+        return check_value
     if kind in ("Array2D", "Array3D", "Array4D", "Array5D"):
         return _shape_check(name, feature)
     if kind in ("List", "Sequence", "LargeList"):
@@ -233,8 +242,10 @@ def _feature_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
 
             return check_fixed
 
+        structs = isinstance(feature.feature, dict)
+
         def check_list(v: Any) -> Any:
-            if isinstance(v, (str, bytes)):
+            if isinstance(v, (str, bytes)) or (isinstance(v, dict) and not structs):
                 raise TypeError(f"cast: column {name!r} is {feature}: value {v!r:.60} is not a list")
             if inner is None or isinstance(v, dict):  # a list of structs given as a struct of lists, as HF takes
                 return v
@@ -248,7 +259,8 @@ def _feature_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
 
         def check_struct(v: Any) -> Any:
             if not isinstance(v, dict):
-                return v
+                raise TypeError(f"cast: column {name!r} is a struct of fields {list(feature)}: value {v!r:.60} is "
+                                "not one (HF's Arrow cast refuses it)")
             extra = [k for k in v if k not in fields]
             if extra:
                 raise TypeError(f"cast: column {name!r} is a struct of fields {list(feature)}: the value has "
