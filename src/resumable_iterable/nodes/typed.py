@@ -208,6 +208,12 @@ def _shape_check(name: str, feature: Any) -> Callable[[Any], Any]:
     return check_shape
 
 
+def _value_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
+    """The check of a ``Value``'s values by their type (number, time, text, bool or decimal), if any."""
+    return (_number_check(name, feature) or _time_check(name, feature) or _text_check(name, feature)
+            or _arrow_value_check(name, feature))
+
+
 def _feature_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
     """:func:`_number_check` (or the time, text, bool and decimal checks) for a feature, looking into
     lists (``List`` / ``Sequence``) and structs (dicts of features) for the ``Value`` s inside, and
@@ -216,8 +222,7 @@ def _feature_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
     would drop them). ``None`` for a feature that needs no check."""
     kind = type(feature).__name__
     if kind == "Value":
-        base = (_number_check(name, feature) or _time_check(name, feature) or _text_check(name, feature)
-                or _arrow_value_check(name, feature))
+        base = _value_check(name, feature)
 
         def check_value(v: Any) -> Any:
             if isinstance(v, (list, tuple, dict)) or (isinstance(v, np.ndarray) and v.ndim > 0):
@@ -230,7 +235,9 @@ def _feature_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
     if kind in ("Array2D", "Array3D", "Array4D", "Array5D"):
         return _shape_check(name, feature)
     if kind in ("List", "Sequence", "LargeList"):
-        inner = _feature_check(name, feature.feature)
+        # the values of a list of numbers are not looked at for being lists themselves: one call per value
+        inner = (_value_check(name, feature.feature) if type(feature.feature).__name__ == "Value"
+                 else _feature_check(name, feature.feature))
         length = getattr(feature, "length", -1)
         if length is not None and length >= 0:
             inner = _length_check(name, feature, inner)
