@@ -19,11 +19,14 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 demo: setup
 	$(PY) examples/demo.py
 
+# two pytest processes, one test file each at a time (loadfile keeps a file's tests and fixtures together):
+# this 2-core machine ran the suite in 10.5 min in one process, tests waiting on loader workers and
+# subprocesses half the time
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 soak: setup
-	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -q --soak -m slow
+	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -q -n 2 --dist loadfile --soak -m slow
 
 bench: setup
 	$(PY) benchmarks/run_all.py
