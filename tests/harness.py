@@ -49,6 +49,17 @@ def cut_points(n: int, max_cuts: int | None) -> list[int]:
     return sorted(p for p in pts if 0 <= p <= n)
 
 
+def rows_until_error(ds) -> tuple[list, ValueError | None]:
+    """The rows ``ds`` yields, and the ``ValueError`` that ends them (``None`` if none does)."""
+    rows = []
+    try:
+        for row in ds:
+            rows.append(row)
+    except ValueError as e:
+        return rows, e
+    return rows, None
+
+
 def _first_difference(a: list, b: list) -> str:
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:

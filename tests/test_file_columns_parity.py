@@ -12,19 +12,9 @@ from datasets import Features, Value
 from datasets.table import CastError
 
 import resumable_iterable as ri
-from harness import assert_resumes_exactly
+from harness import assert_resumes_exactly, rows_until_error
 
 datasets.disable_progress_bars()
-
-
-def _rows_then_error(ds):
-    rows = []
-    try:
-        for row in ds:
-            rows.append(row)
-    except ValueError as e:
-        return rows, e
-    return rows, None
 
 
 def test_parquet_columns_a_later_file_lacks_are_named(tmp_path):
@@ -35,10 +25,10 @@ def test_parquet_columns_a_later_file_lacks_are_named(tmp_path):
     pq.write_table(pa.table({"a": [1, 2], "b": ["x", "y"]}), tmp_path / "1.parquet")
     pq.write_table(pa.table({"a": [3], "c": [1.5]}), tmp_path / "2.parquet")
     files = [str(tmp_path / "1.parquet"), str(tmp_path / "2.parquet")]
-    hf_rows, hf_error = _rows_then_error(datasets.load_dataset("parquet", data_files=files, split="train",
+    hf_rows, hf_error = rows_until_error(datasets.load_dataset("parquet", data_files=files, split="train",
                                                                streaming=True, columns=["b"]))
     ds = ri.load_dataset("parquet", data_files=files, split="train", columns=["b"])
-    rows, error = _rows_then_error(ds)
+    rows, error = rows_until_error(ds)
     assert rows == hf_rows == [{"b": "x"}, {"b": "y"}]
     assert isinstance(hf_error, ValueError) and isinstance(error, ValueError)
     assert "2.parquet" in str(error) and "no column(s) ['b']" in str(error)
@@ -59,7 +49,7 @@ def test_features_that_lack_a_column_of_the_file_raise_hfs_cast_error(tmp_path, 
     else:
         pq.write_table(pa.Table.from_pylist(rows), path)
     features = Features({"a": Value("int64")})
-    hf_rows, hf_error = _rows_then_error(datasets.load_dataset(fmt, data_files=str(path), split="train",
+    hf_rows, hf_error = rows_until_error(datasets.load_dataset(fmt, data_files=str(path), split="train",
                                                                streaming=True, features=features))
     assert hf_rows == [] and isinstance(hf_error, CastError)
     with pytest.raises(CastError, match=r"column\(s\) \['b'\] that the features lack"):
@@ -92,7 +82,7 @@ def test_a_later_file_of_another_type_raises_hfs_exception_type(tmp_path, first,
             hf_rows.append(row)
     except (TypeError, ValueError) as e:
         hf_error = e
-    rows, error = _rows_then_error(ri.load_dataset("json", data_files=files, split="train"))
+    rows, error = rows_until_error(ri.load_dataset("json", data_files=files, split="train"))
     assert rows == hf_rows == first
     assert isinstance(error, ValueError) and "2.jsonl" in str(error)
     assert isinstance(error, TypeError) == isinstance(hf_error, TypeError), (hf_error, error)
@@ -102,7 +92,7 @@ def test_a_later_file_of_another_type_raises_hfs_exception_type(tmp_path, first,
         for name, rows in (("1.parquet", first), ("2.parquet", second)):
             pq.write_table(pa.Table.from_pylist(rows), tmp_path / name)
         files = [str(tmp_path / "1.parquet"), str(tmp_path / "2.parquet")]
-        error = _rows_then_error(ri.load_dataset("parquet", data_files=files, split="train"))[1]
+        error = rows_until_error(ri.load_dataset("parquet", data_files=files, split="train"))[1]
         assert isinstance(error, ValueError) and isinstance(error, TypeError) == isinstance(hf_error, TypeError)
 
 

@@ -10,7 +10,7 @@ import pytest
 from datasets.table import CastError
 
 import resumable_iterable as ri
-from harness import assert_resumes_exactly
+from harness import assert_resumes_exactly, rows_until_error
 
 datasets.disable_progress_bars()
 
@@ -25,21 +25,10 @@ def files(tmp_path):
     return lambda *names: [str(tmp_path / n) for n in names]
 
 
-def _run(ds):
-    """The rows a dataset yields, and the error that ends them (its type), if any."""
-    rows = []
-    try:
-        for row in ds:
-            rows.append(row)
-    except ValueError as e:
-        return rows, e
-    return rows, None
-
-
 def _side_by_side(data_files, split="train"):
     hf = datasets.load_dataset("json", data_files=data_files, split=split, streaming=True)
     ours = ri.load_dataset("json", data_files=data_files, split=split, streaming=True)
-    (hf_rows, hf_error), (rows, error) = _run(hf), _run(ours)
+    (hf_rows, hf_error), (rows, error) = rows_until_error(hf), rows_until_error(ours)
     assert rows == hf_rows
     assert (type(error) if error is None else CastError) == (type(hf_error) if hf_error is None else CastError)
     assert isinstance(error, type(None) if hf_error is None else CastError), error
@@ -123,7 +112,7 @@ def test_an_empty_first_file_of_a_folder_leaves_every_splits_columns_to_the_next
     for args, kwargs in (((str(tmp_path),), {}), (("json",), {"data_dir": str(tmp_path)})):
         hf = datasets.load_dataset(*args, split="test", streaming=True, **kwargs)
         ours = ri.load_dataset(*args, split="test", streaming=True, **kwargs)
-        (hf_rows, hf_error), (rows, error) = _run(hf), _run(ours)
+        (hf_rows, hf_error), (rows, error) = rows_until_error(hf), rows_until_error(ours)
         assert rows == hf_rows == [] and isinstance(hf_error, CastError) and isinstance(error, CastError)
         assert "train-1.jsonl" in str(error)
 
@@ -156,6 +145,6 @@ def test_an_empty_first_file_of_a_hub_repo_leaves_the_columns_to_the_next(tmp_pa
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
     monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", fake_list_repo_files)
     ds = ri.load_dataset("user/repo", split="test", cache_dir=str(tmp_path / "cache"))
-    rows, error = _run(ds)
+    rows, error = rows_until_error(ds)
     assert rows == [] and isinstance(error, CastError) and "train-1.jsonl" in str(error)
     assert ["data/train-1.jsonl"] in downloaded
