@@ -21,16 +21,27 @@ class CastingMethods:
     """``cast``, ``cast_column``, ``decode`` and ``resolve_features`` of :class:`~resumable_iterable.dataset.IterableDataset`."""
 
     def cast(self, features: Any) -> Any:
-        """Cast to new HF ``features`` (same column names), applied to each example as HF does. Where
+        """Cast to new HF ``features``, applied to each example as HF does: the examples get the
+        features' columns, in their order, a column the features add being ``None`` (as in HF's
+        ``IterableDataset``); features lacking one of the dataset's known columns are refused. Where
         the columns are unknown (after a ``map``, from a generator), the examples get the features'
-        columns only, in their order (a missing one as ``None``), as in HF."""
+        columns only, as in HF. ``cast(None)``: the examples as they are, features unknown (as HF)."""
         from datasets import Features
 
+        if features is None:  # as HF's IterableDataset: the examples as they are, their features unknown
+            return self._derive(self._node.clone(), features=None, column_names=None)
+        if not isinstance(features, dict):
+            raise TypeError(f"cast: features must be a datasets.Features (or a dict of features), "
+                            f"got {type(features).__name__}")
         features = features if isinstance(features, Features) else Features(features)
         check_feature_types(features, "cast")
-        if self._column_names is not None and sorted(features) != sorted(self._column_names):
-            raise ValueError(f"cast: the features' columns {sorted(features)} do not match the dataset's "
-                             f"columns {sorted(self._column_names)}")
+        if self._column_names is not None:
+            # a column the features add is None in every example, as in HF's IterableDataset; one they
+            # lack would be dropped (HF raises CastError when iterating): refused here, from the call
+            lacking = [c for c in self._column_names if c not in features]
+            if lacking:
+                raise ValueError(f"cast: the features lack the dataset's column(s) {lacking} (features' "
+                                 f"columns {list(features)}): remove them first with remove_columns")
         return self._with_features(features)
 
     def cast_column(self, column: str, feature: Any) -> Any:
@@ -91,7 +102,9 @@ class CastingMethods:
             # a source decodes its own media columns: give it the new features when only
             # media features change, so no example is decoded and re-encoded
             if media_only_change(node.features, features):
-                return self._derive(node.with_features(features), features=features, column_names=list(features))
+                typed = self._derive(node.with_features(features), features=features, column_names=list(features))
+                # the examples in the features' order, as HF's cast gives them (the source reads the file's)
+                return typed if list(features) == list(node.features) else typed.select_columns(list(features))
         return self._typed(features, keep_other_columns)
 
     def resolve_features(self, n: int = 5) -> Any:

