@@ -80,3 +80,18 @@ def test_cast_none_leaves_the_examples_as_hf(parquet):
     with pytest.raises(TypeError, match="features must be a datasets.Features"):
         ours(parquet).cast([("a", Value("int64"))])
 
+
+def test_rename_column_of_a_name_that_is_not_a_string_raises_value_error_as_hf(parquet):
+    """HF's ``rename_column(1, "a")`` raises ValueError; ours raised TypeError "rename_columns
+    expects a dict". ``rename_columns`` of something not a dict stays a TypeError (HF's too)."""
+    with pytest.raises(ValueError):
+        list(hf(parquet).rename_column(1, "a"))  # HF's when iterated, ours from the call
+    with pytest.raises(ValueError, match=r"column names must be strings, got 1 -> 'a'"):
+        ours(parquet).rename_column(1, "a")
+    with pytest.raises(ValueError, match=r"got 'a' -> 2"):
+        ours(parquet).rename_columns({"a": 2})
+    with pytest.raises(TypeError):
+        list(hf(parquet).rename_columns(1))
+    with pytest.raises(TypeError, match="expects a dict .* got int"):
+        ours(parquet).rename_columns(1)
+

@@ -39,8 +39,11 @@ class ColumnsNode(Node):
         if op not in OPS:
             raise ValueError(f"unknown column operation {op!r}; expected one of {OPS}")
         if op == "rename":
-            if not isinstance(columns, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in columns.items()):
-                raise TypeError("rename_columns expects a dict {old_name: new_name}")
+            if not isinstance(columns, dict):
+                raise TypeError(f"rename_columns expects a dict {{old_name: new_name}}, got {type(columns).__name__}")
+            bad = [(k, v) for k, v in columns.items() if not (isinstance(k, str) and isinstance(v, str))]
+            if bad:  # HF's IterableDataset raises ValueError here (the name is not a column)
+                raise ValueError(f"rename_columns: column names must be strings, got {bad[0][0]!r} -> {bad[0][1]!r}")
             if len(set(columns.values())) != len(columns):
                 raise ValueError(f"rename_columns maps several columns to one name: {columns}")
             self.columns = dict(columns)
