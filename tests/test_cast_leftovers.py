@@ -95,3 +95,22 @@ def test_rename_column_of_a_name_that_is_not_a_string_raises_value_error_as_hf(p
     with pytest.raises(TypeError, match="expects a dict .* got int"):
         ours(parquet).rename_columns(1)
 
+
+@pytest.mark.parametrize("feature", [List({"x": Value("int32"), "y": Value("string")}),
+                                     List({"x": Value("int32"), "y": Value("string")}, length=2)])
+def test_a_struct_of_lists_cast_to_a_list_of_structs_raises_type_error(feature):
+    """HF's Arrow cast refuses it (TypeError "Couldn't cast array of type struct<...>"), its Python
+    encoding fails (AttributeError); ours raised that AttributeError, naming nothing."""
+    def gen():
+        yield {"c": [{"x": 1, "y": "a"}, {"x": 2, "y": "b"}]}
+        yield {"c": {"x": [1, 2], "y": ["a", "b"]}}
+
+    ds = ri.IterableDataset.from_generator(gen).cast_column("c", feature)
+    it = iter(ds)
+    assert next(it) == {"c": [{"x": 1, "y": "a"}, {"x": 2, "y": "b"}]}
+    with pytest.raises(TypeError, match=r"column 'c' is List\(.*is not a list"):
+        next(it)
+    known = Features({"c": {"x": List(Value("int64")), "y": List(Value("string"))}})
+    with pytest.raises(TypeError, match="Couldn't cast"):
+        datasets.Dataset.from_dict({"c": [{"x": [1], "y": ["a"]}]}, features=known).cast_column("c", feature)
+

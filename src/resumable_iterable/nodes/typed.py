@@ -243,18 +243,18 @@ def _feature_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
             inner = _length_check(name, feature, inner)
 
             def check_fixed(v: Any) -> Any:
-                if isinstance(v, (str, bytes)):
+                if isinstance(v, (str, bytes, dict)):
                     raise TypeError(f"cast: column {name!r} is {feature}: value {v!r:.60} is not a list")
                 return inner(v)
 
             return check_fixed
 
-        structs = isinstance(feature.feature, dict)
-
         def check_list(v: Any) -> Any:
-            if isinstance(v, (str, bytes)) or (isinstance(v, dict) and not structs):
+            # a list of structs given as a struct of lists too: HF's Arrow cast refuses it (TypeError),
+            # its Python encoding fails on it (AttributeError: 'str' object has no attribute 'get')
+            if isinstance(v, (str, bytes, dict)):
                 raise TypeError(f"cast: column {name!r} is {feature}: value {v!r:.60} is not a list")
-            if inner is None or isinstance(v, dict):  # a list of structs given as a struct of lists, as HF takes
+            if inner is None:
                 return v
             return [None if x is None else inner(x) for x in v] if isinstance(v, (list, tuple)) or (
                 hasattr(v, "ndim") and getattr(v, "ndim", 0) == 1) else v
