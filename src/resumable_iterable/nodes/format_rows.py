@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .typed import value_dtype
+from .value_checks import value_dtype
 
 
 class ArrowRowValues:
