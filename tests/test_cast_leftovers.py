@@ -114,3 +114,36 @@ def test_a_struct_of_lists_cast_to_a_list_of_structs_raises_type_error(feature):
     with pytest.raises(TypeError, match="Couldn't cast"):
         datasets.Dataset.from_dict({"c": [{"x": [1], "y": ["a"]}]}, features=known).cast_column("c", feature)
 
+
+def test_class_label_ids_out_of_range_pass_on_arrow_rows_as_hf(tmp_path):
+    """HF casts Arrow-backed rows (a JSON reader's ``features=``, ``from_dict``) on its Arrow path,
+    which keeps an id out of the labels' range (and reads names as ids); ours raised ValueError
+    ("Class label 5 greater than configured num_classes 2"). A generator's rows, or rows after a
+    map, go through HF's Python encoding, which raises: ours too."""
+    from datasets import ClassLabel
+
+    import json
+
+    path = tmp_path / "l.jsonl"
+    path.write_text("".join(json.dumps({"l": v, "m": [v, 0]}) + "\n" for v in [0, 1, 5, -1, 2]))
+    label = ClassLabel(names=["a", "b"])
+    features = Features({"l": label, "m": List(label)})
+
+    def build():
+        return ri.load_dataset("json", data_files=str(path), split="train", features=features)
+
+    expected = datasets.load_dataset("json", data_files=str(path), split="train", streaming=True, features=features)
+    assert assert_resumes_exactly(build) == list(expected)
+    assert [e["l"] for e in expected] == [0, 1, 5, -1, 2]
+    assert list(ri.IterableDataset.from_dict({"l": [0, 5]}).cast_column("l", label)) == [{"l": 0}, {"l": 5}]
+    assert list(datasets.IterableDataset.from_dict({"l": [0, 5]}).cast_column("l", label)) == [{"l": 0}, {"l": 5}]
+    for ds in (ri.IterableDataset.from_generator(lambda: iter([{"l": 5}])).cast(Features({"l": label})),
+               ri.IterableDataset.from_dict({"l": [5]}).map(lambda e: e).cast(Features({"l": label}))):
+        with pytest.raises(ValueError, match="Class label 5 greater than configured num_classes 2"):
+            list(ds)
+    assert list(ri.IterableDataset.from_dict({"l": ["b", "a"]}).cast_column("l", label)) == [{"l": 1}, {"l": 0}]
+    for name in ("zz", "5"):  # a name, or an id given as text, out of the labels: HF raises too
+        with pytest.raises(ValueError, match=rf"column 'l': value '{name}' does not fit ClassLabel.*Invalid string class label {name}"):
+            list(ri.IterableDataset.from_dict({"l": [name]}).cast_column("l", label))
+        with pytest.raises(ValueError, match=rf"Invalid string class label {name}"):
+            list(datasets.IterableDataset.from_dict({"l": [name]}).cast_column("l", label))

@@ -11,6 +11,7 @@ from typing import Any
 
 from .features import check_feature_types, infer_features, map_feature, media_only_change
 from .nodes.arrow import ArrowSource
+from .nodes.arrow_batches import arrow_rooted
 from .nodes.checks import as_int
 from .nodes.files import FileSource
 from .nodes.map import MapNode
@@ -93,7 +94,8 @@ class CastingMethods:
         if not (enable and threads) or not any(require_decoding(f) for f in features.values()):
             return base._with_features(features, keep)  # no threads, or nothing to decode
         below = base._with_features(with_decode(False), keep)
-        typed = MapNode(below.pipeline.clone(), ApplyFeatures(features, keep_other_columns=keep), threads=threads)
+        apply = ApplyFeatures(features, keep_other_columns=keep, arrow_rows=arrow_rooted(below.pipeline))
+        typed = MapNode(below.pipeline.clone(), apply, threads=threads)
         return below.derive(typed, features=features, column_names=list(features))
 
     def _with_features(self, features: Any, keep_other_columns: bool = False) -> Any:

@@ -213,8 +213,11 @@ class IterableDataset(FileReaders, InMemoryConstructors, ExportMethods, Iteratio
     # ------------------------------------------------------------------ HF features and columns
     def _typed(self, features: Any, keep_other_columns: bool = False) -> IterableDataset:
         """This dataset with ``features`` applied to every example (see ``nodes/typed.py``)."""
-        node = MapNode(self._node.clone(), ApplyFeatures(features, json_as_text(self._features, features),
-                                                         keep_other_columns=keep_other_columns))
+        from .nodes.arrow_batches import arrow_rooted
+
+        apply = ApplyFeatures(features, json_as_text(self._features, features), keep_other_columns=keep_other_columns,
+                              arrow_rows=arrow_rooted(self._node))
+        node = MapNode(self._node.clone(), apply)
         typed = self._derive(node, features=features, column_names=list(features))
         if keep_other_columns:  # cast_column of unknown columns: the other columns are still unknown
             typed._column_names = None

@@ -7,7 +7,8 @@ resume, replay and global-shuffle support) without a node kind of their own:
   example lacks is filled with ``None``, then the example is encoded with the features (e.g. a
   ``ClassLabel`` name becomes its id, ``Value("float32")`` turns ints into floats) and decoded
   (e.g. ``Image()`` bytes become a PIL image, unless ``decode=False``); a column the features
-  lack is dropped.
+  lack is dropped. Each value is first given what HF's Arrow cast gives it (or refused as that
+  cast refuses it) by the checks of ``value_checks.py``, built once per column.
 * :class:`AddColumn` - ``add_column(name, column)``: value ``column[index]`` for example ``index``.
 
 Both are plain picklable objects (DataLoader workers receive them).
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .value_checks import feature_check, time_check
+from .value_checks import class_ids, feature_check, time_check
 
 
 def _audio_storage(value: Any) -> dict | None:
@@ -48,8 +49,13 @@ def _audio_storage(value: Any) -> dict | None:
 class ApplyFeatures:
     keeps_arrow_rows = True  # HF's cast stays on its Arrow path (``arrow_batches.arrow_rooted``)
 
-    def __init__(self, features: Any, json_text: tuple = (), keep_other_columns: bool = False):
+    def __init__(self, features: Any, json_text: tuple = (), keep_other_columns: bool = False,
+                 arrow_rows: bool = False):
         self.features = features
+        #: the rows come from Arrow-backed sources through nodes HF keeps on its Arrow path: HF's
+        #: Arrow cast keeps a ``ClassLabel`` id out of the labels' range, where its Python encoding
+        #: (a generator, after a map) raises ``ValueError``
+        self.arrow_rows = bool(arrow_rows)
         #: columns cast from HF's ``Json`` to a string: their values become their JSON text, as
         #: HF's Arrow cast of the JSON text storage gives (not Python's ``str`` of a dict)
         self.json_text = tuple(json_text)
@@ -65,7 +71,8 @@ class ApplyFeatures:
     def checks(self) -> dict:
         """column -> the check of the numbers (and times) its feature holds (see :func:`feature_check`)."""
         if self._checks is None:
-            found = ((name, feature_check(name, f)) for name, f in self.features.items())
+            ids = getattr(self, "arrow_rows", False)  # (unpickled from an earlier release: without it)
+            found = ((name, feature_check(name, f, ids)) for name, f in self.features.items())
             self._checks = {name: check for name, check in found if check is not None}
             self._times = [name for name, f in self.features.items() if time_check(name, f) is not None]
         return self._checks
@@ -106,8 +113,12 @@ class ApplyFeatures:
         encoded by :func:`_audio_storage` (as HF's Arrow cast does)."""
         features = self.features
         if self._audio is None:
+            if getattr(self, "arrow_rows", False):  # the ids are checked (``checks``), not encoded again
+                features = class_ids(features)
             audio = [name for name, f in features.items() if type(f).__name__ == "Audio"]
-            self._audio = {"columns": audio, "rest": type(features)({k: f for k, f in features.items() if k not in audio})}
+            self._audio = {"columns": audio, "features": features,
+                           "rest": type(features)({k: f for k, f in features.items() if k not in audio})}
+        features = self._audio["features"]
         stored = {}
         for name in self._audio["columns"]:
             value = _audio_storage(example[name])
@@ -123,7 +134,8 @@ class ApplyFeatures:
         """``error`` of encoding ``example``, naming the column whose value does not fit its feature."""
         from datasets.features.features import encode_nested_example
 
-        for name, feature in self.features.items():
+        features = self._audio["features"] if self._audio is not None else self.features  # as encoded
+        for name, feature in features.items():
             value = example.get(name)
             if type(feature).__name__ == "Audio" and _audio_storage(value) is not None:
                 continue  # encoded without HF's encoder (see ``_encode``)

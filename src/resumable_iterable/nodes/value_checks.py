@@ -209,13 +209,52 @@ def _value_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
             or _arrow_value_check(name, feature))
 
 
-def feature_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
+def _class_id_check(name: str, feature: Any) -> Callable[[Any], Any]:
+    """For a ``ClassLabel`` of rows HF casts on its Arrow path (``class_ids``): a name becomes its id
+    (``ValueError`` for an unknown name, as HF's ``str2int``), an integer (or a float without a
+    fraction) stays as it is, out of the labels' range too: HF's Arrow cast keeps such an id."""
+    str2int = feature.str2int
+
+    def check_class_id(v: Any) -> Any:
+        if isinstance(v, str):
+            try:
+                return str2int(v)
+            except ValueError as e:
+                raise ValueError(f"cast: column {name!r}: value {v!r:.60} does not fit {feature}: {e}") from None
+        if isinstance(v, (float, np.floating)) and float(v).is_integer():
+            return int(v)
+        return v.item() if isinstance(v, np.integer) else v
+
+    return check_class_id
+
+
+def class_ids(feature: Any) -> Any:
+    """``feature`` with each ``ClassLabel`` in it an ``int64`` ``Value``: what a value checked by
+    :func:`_class_id_check` is encoded with (``ClassLabel.encode_example`` refuses an id out of range)."""
+    from datasets import ClassLabel, LargeList, List, Value
+
+    if isinstance(feature, ClassLabel):
+        return Value("int64")
+    if isinstance(feature, dict):
+        return type(feature)({k: class_ids(f) for k, f in feature.items()})
+    if isinstance(feature, (List, LargeList)):
+        inner = class_ids(feature.feature)
+        if inner is feature.feature:
+            return feature
+        return List(inner, length=feature.length) if isinstance(feature, List) else LargeList(inner)
+    return feature
+
+
+def feature_check(name: str, feature: Any, ids: bool = False) -> Callable[[Any], Any] | None:
     """:func:`_number_check` (or the time, text, bool and decimal checks) for a feature, looking into
     lists (``List`` / ``Sequence``) and structs (dicts of features) for the ``Value`` s inside, and
     refusing what HF's Arrow cast refuses there: a string for a list (``TypeError``; Python would
     make a list of its characters), a struct with fields the feature lacks (``TypeError``; Python
-    would drop them). ``None`` for a feature that needs no check."""
+    would drop them). ``ids``: a ``ClassLabel`` inside gets :func:`_class_id_check` (rows HF casts
+    on its Arrow path). ``None`` for a feature that needs no check."""
     kind = type(feature).__name__
+    if kind == "ClassLabel" and ids:
+        return _class_id_check(name, feature)
     if kind == "Value":
         base = _value_check(name, feature)
 
@@ -232,7 +271,7 @@ def feature_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
     if kind in ("List", "Sequence", "LargeList"):
         # the values of a list of numbers are not looked at for being lists themselves: one call per value
         inner = (_value_check(name, feature.feature) if type(feature.feature).__name__ == "Value"
-                 else feature_check(name, feature.feature))
+                 else feature_check(name, feature.feature, ids))
         length = getattr(feature, "length", -1)
         if length is not None and length >= 0:
             inner = _length_check(name, feature, inner)
@@ -256,7 +295,7 @@ def feature_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
 
         return check_list
     if isinstance(feature, dict):
-        inner = {k: c for k, c in ((k, feature_check(f"{name}.{k}", f)) for k, f in feature.items()) if c is not None}
+        inner = {k: c for k, c in ((k, feature_check(f"{name}.{k}", f, ids)) for k, f in feature.items()) if c is not None}
         fields = set(feature)
 
         def check_struct(v: Any) -> Any:
