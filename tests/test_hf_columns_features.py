@@ -231,7 +231,7 @@ def test_max_buffer_input_shards_resumes_at_every_cut(k):
 
 
 def test_max_buffer_input_shards_groups_after_the_worker_split():
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     def run(ds, state=None, n=None):

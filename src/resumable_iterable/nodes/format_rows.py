@@ -367,9 +367,7 @@ def list_tensorize(formatter: Any) -> Callable[[Any], Any] | None:
 
     tensor_type = None
     if name == "TorchFormatter" and not kwargs:
-        import torch
-
-        tensor_type = torch.Tensor
+        tensor_type = torch.Tensor  # imported above, for this formatter
 
     def one(v: Any) -> Any:
         if type(v) is not list or not v:
