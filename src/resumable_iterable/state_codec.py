@@ -42,6 +42,12 @@ BLOB_MIN = 1024
 MAX_DEPTH = 400
 _PLAIN = frozenset((str, int, bool, type(None)))  # JSON values kept as they are (finite floats are checked)
 _CONTAINERS = frozenset((dict, list))
+#: kinds of the tagged objects a state itself holds: a buffer entry standing for a position
+#: (``state_buffers.position_entry``) and a DataLoader worker's buffer described by arithmetic
+#: (``nodes/worker_positions.py``). The encoder escapes them as it escapes any dict holding the
+#: tag, so a document it wrote never carries them as tags; the plain JSON of a state
+#: (``json.dump(loader.state_dict(), f)``) does, and they decode as the dicts they are.
+STATE_KINDS = frozenset(("position", "derived"))
 
 
 class StateList(list):
@@ -313,6 +319,8 @@ class Decoder:
             raise
         except (KeyError, TypeError, ValueError, IndexError, OverflowError, MemoryError, decimal.InvalidOperation) as e:
             raise ValueError(f"state holds a malformed encoded value of kind '{tag}': {e}") from None
+        if tag in STATE_KINDS:  # the state's own object in a plain JSON state, not an encoded value
+            return {k: self.dec(v, d + 1) if type(v) in _CONTAINERS else v for k, v in obj.items()}
         raise ValueError(f"state holds an encoded value of unknown kind '{tag}'")
 
     def array(self, obj: dict, dtype: np.dtype) -> np.ndarray:
