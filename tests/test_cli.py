@@ -234,6 +234,34 @@ def test_plain_json_states_keep_their_own_tagged_objects():
         ri.loads_state(json.dumps({"format": "x", "v": {"__ri__": "nonsense"}}))
 
 
+@pytest.mark.parametrize("name", ["skip-take", "concat-axis-1"])
+def test_no_problem_is_reported_under_nodes_that_keep_their_shard_order(tmp_path, capsys, name):
+    """A shuffle does not reorder the shards below ``skip`` / ``take`` (as HF) nor below
+    ``concatenate_datasets(axis=1)``: their sources save no shard seed. inspect took the shuffle
+    above for one that sets their order and reported every such valid state as one that would
+    not load ("'shard_seed' is null, but a shuffle above this source sets its shard order"),
+    exit status 1. At every cut, the JSON state now inspects clean and resumes exactly."""
+    def build():
+        if name == "skip-take":
+            return ri.to_iterable_dataset(hf(n=24), num_shards=4).skip(3).take(16).repeat(2).shuffle(seed=1, buffer_size=4)
+        a, b = ri.to_iterable_dataset(hf(n=12), num_shards=3), ri.to_iterable_dataset(hf(n=12), num_shards=3)
+        both = ri.concatenate_datasets([a.select_columns(["id"]), b.select_columns(["text"])], axis=1)
+        return both.shuffle(seed=1, buffer_size=4)
+
+    full = list(build())
+    for k in range(len(full) + 1):
+        ds = build()
+        it = iter(ds)
+        head = [next(it) for _ in range(k)]
+        path = tmp_path / f"state{k}.json"
+        path.write_text(json.dumps(ds.state_dict()))
+        code, out, err = run(capsys, "inspect", str(path))
+        assert (code, err) == (0, ""), f"cut {k}: {err}"
+        resumed = build()
+        resumed.load_state_dict(json.loads(path.read_text()))
+        assert head + list(resumed) == full, f"cut {k}"
+
+
 def test_a_single_process_loader_state_in_a_trainer_checkpoint_is_labelled_dataset(tmp_path, capsys):
     """With dataloader_num_workers=0 the Trainer's data state holds the loader's ``dataset_state``
     one level down: it is labelled ``dataset`` as at the top of a loader state (it was labelled with

@@ -19,7 +19,7 @@ from ..nodes.shuffle import BLOCK as SHUFFLE_BLOCK
 from ..nodes.source import shard_order
 from ..nodes.worker_positions import buffer_entries
 from ..state import MAX_EPOCH
-from .tree import SOURCE_FIELDS, buffer_fill, leaf_of, shard_rows
+from .tree import SOURCE_FIELDS, buffer_fill, leaf_of, shard_rows, shuffle_below
 
 _U64 = 2**64 - 1
 _SOURCE_KEYS = SOURCE_FIELDS | {"node", "stop"}
@@ -155,7 +155,7 @@ def check_node(shape: dict, state: dict, where: str, problems: list[str], shuffl
         elif type(size) is int and held > size:
             problems.append(f"{here}: 'retry' holds {held} rows, more than a batch of this {kind} "
                             f"(batch_size={size})")
-    below = True if kind == "shuffle" else (None if kind == "global_shuffle" else shuffled)
+    below = shuffle_below(kind, params, shuffled)
     if kind in ("map", "filter") and isinstance(state.get("prev"), dict) and kids_shape:
         check_node(kids_shape[0], state["prev"], f"{where}.prev", problems, below)
     for i, (s, t) in enumerate(zip(kids_shape, kids_state)):

@@ -39,12 +39,24 @@ def leaf_of(shape: dict) -> tuple[dict, bool | None]:
     shard order (``None``: a ``global_shuffle`` above, where the question does not apply)."""
     shuffled: bool | None = False
     while shape.get("children"):
-        if shape.get("node") == "shuffle":
-            shuffled = True
-        elif shape.get("node") == "global_shuffle":
-            shuffled = None
+        shuffled = shuffle_below(shape.get("node"), shape, shuffled)
         shape = shape["children"][0]
     return shape, shuffled
+
+
+def shuffle_below(kind: Any, params: dict, shuffled: bool | None) -> bool | None:
+    """Whether a shuffle sets the shard order of the sources below a node of ``kind`` (with the
+    pipeline ``params``), given ``shuffled`` for the node itself: a ``shuffle`` sets it, a
+    ``global_shuffle`` decides the order itself (``None``), ``skip`` / ``take`` and
+    ``concatenate_datasets(axis=1)`` keep their inputs' shards in order (``shuffle_shards`` does
+    not pass through them)."""
+    if kind == "shuffle":
+        return True
+    if kind == "global_shuffle":
+        return None
+    if kind in ("skip", "take") or (kind == "concat" and params.get("axis") == 1):
+        return False
+    return shuffled
 
 
 def leaf_state(state: Any) -> Any:
