@@ -262,6 +262,21 @@ def test_no_problem_is_reported_under_nodes_that_keep_their_shard_order(tmp_path
         assert head + list(resumed) == full, f"cut {k}"
 
 
+@pytest.mark.parametrize("main_snapshot", [5, "x", [1], 1.5])
+def test_a_damaged_loader_snapshot_is_no_traceback(tmp_path, capsys, main_snapshot):
+    """A (torchdata) loader state saved as plain JSON whose ``_main_snapshot`` was damaged into a
+    value that is not an object ended inspect with a Python traceback (AttributeError: 'int'
+    object has no attribute 'get'); the worker states in it are reported, the loader line shows
+    what the file still says."""
+    state = consume(ri.to_iterable_dataset(hf(), num_shards=2).shuffle(seed=1, buffer_size=4), 3).state_dict()
+    doc = {"_snapshot": {"_main_snapshot": main_snapshot, "_snapshot_step": 3, "_last_yielded_worker_id": 0,
+                         "_worker_snapshots": {"worker_0": {"dataset_state": state}}}}
+    path = tmp_path / "loader.json"
+    path.write_text(json.dumps(doc))
+    code, out, err = run(capsys, "inspect", str(path))
+    assert (code, err) == (0, "") and "3 batches yielded" in out and "[worker 0]" in out
+
+
 def test_a_single_process_loader_state_in_a_trainer_checkpoint_is_labelled_dataset(tmp_path, capsys):
     """With dataloader_num_workers=0 the Trainer's data state holds the loader's ``dataset_state``
     one level down: it is labelled ``dataset`` as at the top of a loader state (it was labelled with

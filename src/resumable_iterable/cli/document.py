@@ -82,7 +82,9 @@ def loader_positions(doc: Any, path: str = "") -> list[dict]:
         return out
     if isinstance(doc.get(SNAPSHOT), dict):
         snap = doc[SNAPSHOT]
-        main = snap.get(MAIN_SNAPSHOT) or {}
+        main = snap.get(MAIN_SNAPSHOT)
+        if not isinstance(main, dict):  # damaged or edited: the loader line shows what is left
+            main = {}
         workers = main.get(NUM_WORKERS)
         last = snap.get(LAST_YIELDED_WORKER_ID)
         entry = {"path": path or "/", "num_workers": workers, "batches_yielded": snap.get(SNAPSHOT_STEP),
