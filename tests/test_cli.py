@@ -277,6 +277,33 @@ def test_a_damaged_loader_snapshot_is_no_traceback(tmp_path, capsys, main_snapsh
     assert (code, err) == (0, "") and "3 batches yielded" in out and "[worker 0]" in out
 
 
+def test_rank_states_saved_as_a_plain_json_list_are_inspected_and_loaded(tmp_path, capsys):
+    """A list of per-rank states written with ``json.dump`` (what ``redistribute_states`` takes and
+    returns) was refused by inspect and ``ri.load_state`` ("state must be a JSON object, got
+    list"), although a single state written so loads. At every cut, the list now loads as written,
+    inspect labels its ranks, and each rank resumes exactly from what ``ri.load_state`` gave."""
+    def build(rank):
+        ds = ri.to_iterable_dataset(hf(n=20), num_shards=4).shuffle(seed=3, buffer_size=None)
+        return ri.split_dataset_by_node(ds, rank=rank, world_size=2)
+
+    fulls = [[x["id"] for x in build(r)] for r in range(2)]
+    for k in range(len(fulls[0]) + 1):
+        parts, heads = [build(r) for r in range(2)], []
+        for ds in parts:
+            it = iter(ds)
+            heads.append([next(it)["id"] for _ in range(k)])
+        path = tmp_path / f"ranks{k}.json"
+        path.write_text(json.dumps([ds.state_dict() for ds in parts]))
+        states = ri.load_state(path)
+        assert states == json.loads(path.read_text())
+        rep = report_of(capsys, path)
+        assert [s["label"] for s in rep["states"]] == ["rank 0 of 2", "rank 1 of 2"] and rep["problems"] == []
+        for r in range(2):
+            resumed = build(r)
+            resumed.load_state_dict(states[r])
+            assert heads[r] + [x["id"] for x in resumed] == fulls[r], f"cut {k}, rank {r}"
+
+
 def test_a_single_process_loader_state_in_a_trainer_checkpoint_is_labelled_dataset(tmp_path, capsys):
     """With dataloader_num_workers=0 the Trainer's data state holds the loader's ``dataset_state``
     one level down: it is labelled ``dataset`` as at the top of a loader state (it was labelled with

@@ -85,8 +85,10 @@ def _loads_text(text: str | bytes) -> Any:
         raise ValueError(f"state is not valid JSON (truncated or damaged?): {e}") from None
     except RecursionError:
         raise too_deep() from None
+    if type(raw) is list:  # a list of states (one per rank) written with plain json.dump: no checksum
+        return decode(raw, None)
     if not isinstance(raw, dict):
-        raise ValueError(f"state must be a JSON object, got {type(raw).__name__}")
+        raise ValueError(f"state must be a JSON object (or a list of states), got {type(raw).__name__}")
     if "checksum" not in raw:
         _refuse_damaged_checksum_key(raw)
     else:
