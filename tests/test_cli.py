@@ -304,6 +304,29 @@ def test_rank_states_saved_as_a_plain_json_list_are_inspected_and_loaded(tmp_pat
             assert heads[r] + [x["id"] for x in resumed] == fulls[r], f"cut {k}, rank {r}"
 
 
+def test_the_workers_of_a_list_of_rank_loader_states_have_labels_of_their_own(tmp_path, capsys):
+    """A list of per-rank loader states (``ri.save_state([loader_rank0.state_dict(), ...])``, what
+    ``redistribute_states`` takes) labelled the workers of every rank alike: "[worker 0]" twice,
+    "[worker 1]" twice. Each label now names the rank and the worker."""
+    pytest.importorskip("torch")
+    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+    states = []
+    for rank in range(2):
+        part = ri.split_dataset_by_node(ri.to_iterable_dataset(hf(n=40), num_shards=4).shuffle(seed=1, buffer_size=4),
+                                        rank=rank, world_size=2)
+        dl = sdl.StatefulDataLoader(part, batch_size=2, num_workers=2)
+        it = iter(dl)
+        for _ in range(3):
+            next(it)
+        states.append(dl.state_dict())
+        dl._iterator._shutdown_workers()
+    ri.save_state(states, tmp_path / "ranks.json")
+    capsys.readouterr()
+    rep = report_of(capsys, tmp_path / "ranks.json")
+    assert [s["label"] for s in rep["states"]] == [f"rank {r} of 2, DataLoader worker {w} of 2"
+                                                   for r in range(2) for w in range(2)]
+
+
 def test_a_single_process_loader_state_in_a_trainer_checkpoint_is_labelled_dataset(tmp_path, capsys):
     """With dataloader_num_workers=0 the Trainer's data state holds the loader's ``dataset_state``
     one level down: it is labelled ``dataset`` as at the top of a loader state (it was labelled with

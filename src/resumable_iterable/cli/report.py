@@ -32,6 +32,8 @@ def analyse_state(path: str, env: dict) -> dict:
     label = label_for(path)
     if split and (label in ("pipeline", "dataset") or label.startswith(("item ", "/"))):
         label = split
+    elif split and "rank " in split and "".join(path.split("/")[1:2]).isdigit():
+        label = split  # a worker of one of the ranks' loaders in a list: "worker 0" would name several states
     rng = env.get("rng")  # the worker's global generators and / or the collator's own (save_worker_rng)
     tree = analyse_node(env["pipeline"], env["state"], f"{path}:state")
     problems: list[str] = []
