@@ -327,6 +327,30 @@ def test_the_workers_of_a_list_of_rank_loader_states_have_labels_of_their_own(tm
                                                    for r in range(2) for w in range(2)]
 
 
+def test_a_global_shuffle_reports_how_far_its_permutation_was_read(tmp_path, capsys):
+    """A global shuffle's report showed only ``pos=4`` under the permutation, no progress (the
+    source below it is read at permuted rows, so it has no shard bars). It now shows the positions
+    read of those this part yields, as a bar and in the JSON (``permutation``); at every cut of a
+    rank's part it matches what was yielded, and the state resumes exactly."""
+    def build():
+        ds = ri.to_iterable_dataset(hf(n=30), num_shards=3).shuffle(seed=2, buffer_size=None)
+        return ri.split_dataset_by_node(ds, rank=1, world_size=2)
+
+    full = list(build())
+    assert len(full) == 15
+    for k in range(len(full) + 1):
+        ds = consume(build(), k)
+        path = tmp_path / f"state{k}.json"
+        path.write_text(json.dumps(ds.state_dict()))
+        rep = report_of(capsys, path)
+        assert rep["states"][0]["tree"]["children"][0]["permutation"] == {"read": k, "total": 15}
+        code, out, _ = run(capsys, "inspect", str(path))
+        assert code == 0 and f"  {k}/15 positions of the permutation read ({100 * k / 15:.0f}%)" in out
+        resumed = build()
+        resumed.load_state_dict(json.loads(path.read_text()))
+        assert list(resumed) == full[k:], f"cut {k}"
+
+
 def test_a_single_process_loader_state_in_a_trainer_checkpoint_is_labelled_dataset(tmp_path, capsys):
     """With dataloader_num_workers=0 the Trainer's data state holds the loader's ``dataset_state``
     one level down: it is labelled ``dataset`` as at the top of a loader state (it was labelled with

@@ -46,6 +46,11 @@ def _render_node(node: dict, prefix: str, last: bool, root: bool, lines: list[st
         lines.append(f"{detail}{node['held']}")
     if fields:
         lines.append(f"{detail}{fields}")
+    if "permutation" in node:
+        perm = node["permutation"]
+        pct = 100.0 * perm["read"] / perm["total"] if perm["total"] else 100.0
+        lines.append(f"{detail}{bar(perm['read'], perm['total'], width)}  {perm['read']}/{perm['total']} "
+                     f"positions of the permutation read ({pct:.0f}%)")
     if "source" in node:
         src = node["source"]
         total = ""

@@ -157,6 +157,9 @@ def analyse_node(shape: dict, state: dict, where: str, first: int = 0) -> dict:
         report["buffer"] = {"fill": buffer_fill(buf, mode) if isinstance(buf, list) else None,
                             "size": params.get("buffer_size"), "stored": stored,
                             "draining": bool(state.get("draining"))}
+    if kind == "permuted" and type(state.get("pos")) is int and type(params.get("count")) is int:
+        # a global shuffle's part of the epoch's permutation: positions read of those it yields
+        report["permutation"] = {"read": state["pos"], "total": params["count"]}
     if kind == "interleave" and isinstance(state.get("peeked"), list):
         report["peeked"] = sum(1 for p in state["peeked"] if p is not None)
     if kind in ("map", "filter") and (state.get("retry") or state.get("prev") is not None):
