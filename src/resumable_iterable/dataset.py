@@ -257,7 +257,10 @@ class IterableDataset(FileReaders, InMemoryConstructors, ExportMethods, Iteratio
 
         ``buffer_state`` chooses what a state keeps of the buffer: ``"examples"`` (exact, the
         default), ``"replay"`` (exact, stores only where each buffered example came from) or
-        ``"drop"`` (like HF ``datasets``: smaller, but the buffered examples are lost on resume).
+        ``"drop"`` (like HF ``datasets``: smaller, but the buffered examples are lost on resume;
+        under ``split_dataset_by_node`` split by example, where every rank reads the same stream
+        and keeps one example in ``world_size``, the ranks refill their buffers from different
+        places after a resume, so their streams part and an example can then reach two ranks).
 
         ``worker_positions`` (default ``True``): in DataLoader workers, with ``"examples"``, the
         examples read straight from sources (no ``map``/``filter``/``interleave_datasets`` below
