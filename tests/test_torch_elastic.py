@@ -265,6 +265,27 @@ def test_elastic_needs_a_snapshot_at_every_batch():
         SDL(general(), batch_size=4, num_workers=1).load_state_dict(state)
 
 
+@pytest.mark.parametrize("cut", [5, 7])
+def test_a_replay_that_runs_past_the_end_names_the_setting_not_a_bare_stop_iteration(cut):
+    """``snapshot_every_n_steps`` > 1 makes torchdata replay the batches since the last snapshot on
+    resume; under ``shuffle(buffer_state="drop")`` the resumed workers yield fewer, the replay ran
+    past the end and ``iter(loader)`` raised a bare ``StopIteration``. Now a ``ValueError`` says why."""
+    def build():
+        return ri.IterableDataset.from_dict({"i": list(range(8))}, num_shards=2).shuffle(
+            seed=0, buffer_size=100, buffer_state="drop")
+
+    ld = SDL(build(), batch_size=1, num_workers=2, snapshot_every_n_steps=4)
+    it = iter(ld)
+    for _ in range(cut):
+        next(it)
+    state = json_roundtrip(ld.state_dict())
+    del it
+    resumed = SDL(build(), batch_size=1, num_workers=2, snapshot_every_n_steps=4)
+    resumed.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"snapshot_every_n_steps=4\) replays .*buffer_state='drop'"):
+        iter(resumed)
+
+
 def _worker_plan(num_workers=3, j=1):
     _, states = pass_with_states(general, 2, {3})
     return elastic.remap_loader_state(states[3], num_workers)["_snapshot"]["_worker_snapshots"][f"worker_{j}"]["dataset_state"]

@@ -178,11 +178,25 @@ if _TorchdataLoader is not None:
                     shards = self.dataset.num_shards  # the rank's
                     if self.num_workers > shards:
                         warn_too_many_workers(self.num_workers, shards)
-                it = super()._get_iterator()
+                it = self._replayed_iterator()
                 if self.num_workers == 0 and self.batch_size is not None:
                     _rewind_batches_on_error(it, session.current_node())
                 return it
-            return super()._get_iterator()
+            return self._replayed_iterator()
+
+        def _replayed_iterator(self):
+            """torchdata's iterator, which replays the batches a state was taken after since its last
+            snapshot (``snapshot_every_n_steps`` > 1). A dataset that yields fewer batches when
+            resumed than it did (``shuffle(buffer_state="drop")`` loses its buffer) ends that replay
+            early, and the ``StopIteration`` escaped from ``iter(loader)``, naming nothing."""
+            try:
+                return super()._get_iterator()
+            except StopIteration:
+                raise ValueError(
+                    f"resuming this loader state (snapshot_every_n_steps={self.snapshot_every_n_steps}) replays the "
+                    "batches since its last snapshot, and the dataset ended before them (it yields "
+                    "other batches after a resume than before, as shuffle(buffer_state='drop') does). Save with "
+                    "snapshot_every_n_steps=1, or keep the exact buffer") from None
 
         def _forget_early_iterator(self) -> None:
             """If ``state_dict()`` made the iterator before the loop's ``set_epoch`` changed the
