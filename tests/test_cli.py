@@ -70,6 +70,24 @@ def test_shard_progress_matches_the_pipeline(tmp_path, capsys):
     assert "70/200 rows read (35%)" in out
 
 
+def test_a_checkpoint_folder_is_inspected_through_its_data_state_file(tmp_path, capsys):
+    """``inspect checkpoint-4/`` said only "Is a directory": a Trainer user had to know the callback's
+    file name. A folder holding one data-state file (the callback's default name) is inspected
+    through it; one with several (one per process) or none gets an error naming what is there."""
+    folder = tmp_path / "checkpoint-4"
+    folder.mkdir()
+    code, _, err = run(capsys, "inspect", str(folder))
+    assert code == 1 and "without a data-state file (resumable_iterable_state.json" in err
+    consume(ri.to_iterable_dataset(hf(), num_shards=4), 70).save_state(folder / "resumable_iterable_state.json")
+    (folder / "trainer_state.json").write_text("{}")
+    assert report_of(capsys, folder) == {**report_of(capsys, folder / "resumable_iterable_state.json"),
+                                         "file": str(folder)}
+    consume(ri.to_iterable_dataset(hf(), num_shards=4), 10).save_state(folder / "resumable_iterable_state.rank1.json")
+    code, _, err = run(capsys, "inspect", str(folder))
+    assert code == 1 and ("2 data-state files, one per process (resumable_iterable_state.json, "
+                          "resumable_iterable_state.rank1.json): name the one") in err, err
+
+
 def test_shuffle_interleave_batch_and_epoch(tmp_path, capsys):
     def build():
         a = ri.to_iterable_dataset(hf(), num_shards=4)

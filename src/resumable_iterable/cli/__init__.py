@@ -52,7 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                        description="Show the pipeline tree of a saved state with per-shard progress, "
                                    "shuffle-buffer fill, epoch and DataLoader worker positions.")
     p.add_argument("path", help="a state file, JSON text or binary (save_state, a Trainer checkpoint's data "
-                                "state, a StatefulDataLoader state saved with save_state or as JSON)")
+                                "state, a StatefulDataLoader state saved with save_state or as JSON), or a "
+                                "Trainer checkpoint folder holding one data-state file")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--width", type=int, default=24, help="width of the progress bars (default 24)")
     p.add_argument("--max-shards", type=int, default=32, help="shards listed per source (default 32)")

@@ -8,12 +8,13 @@ one-line message.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
 from ..loader.loader_state import (DATASET_STATE, FETCHER_STATE, ITERATOR_FINISHED, LAST_YIELDED_WORKER_ID,
                                    MAIN_SNAPSHOT, NUM_WORKERS, NUM_YIELDED, SNAPSHOT, SNAPSHOT_STEP)
-from ..state import FORMAT, PLAN_FORMAT, find_documents
+from ..state import FORMAT, PLAN_FORMAT, TRAINER_DATA_FILE, find_documents
 from ..state_files import read_state_file
 
 
@@ -21,10 +22,30 @@ class InspectError(ValueError):
     """The file cannot be inspected (the message is one line)."""
 
 
+def data_state_file(folder: str) -> str:
+    """The Trainer callback's data-state file in checkpoint ``folder`` (its default name): the one
+    path, or :class:`InspectError` naming the files found, or saying none is there."""
+    stem, ext = os.path.splitext(TRAINER_DATA_FILE)
+    pattern = re.compile(rf"{re.escape(stem)}(\.rank\d+)?{re.escape(ext)}")
+    try:
+        found = sorted(n for n in os.listdir(folder) if pattern.fullmatch(n))
+    except OSError as e:
+        raise InspectError(f"cannot read {folder}: {e.strerror or e}") from None
+    if len(found) == 1:
+        return os.path.join(folder, found[0])
+    if not found:
+        raise InspectError(f"{folder} is a folder without a data-state file ({TRAINER_DATA_FILE}, as the Trainer "
+                           "callback writes): name the state file")
+    raise InspectError(f"{folder} holds {len(found)} data-state files, one per process ({', '.join(found)}): "
+                       "name the one to inspect")
+
+
 def read_document(path: str) -> Any:
     """The decoded content of the state file at ``path`` (JSON text or a binary state file, whose
     blobs are read straight into their arrays: the file was read whole first, which took twice its
-    size in memory)."""
+    size in memory). ``path`` may be a Trainer checkpoint folder holding one data-state file."""
+    if os.path.isdir(path):
+        path = data_state_file(path)
     try:
         return read_state_file(path)
     except OSError as e:
