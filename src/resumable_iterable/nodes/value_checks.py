@@ -67,6 +67,18 @@ def _number_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
     return None
 
 
+def _arrow_cast(v: Any, pa_type: Any, name: str, dtype: str, width: int | None = None) -> Any:
+    """``v`` cast by Arrow to ``pa_type`` (HF casts Arrow tables so); a value Arrow cannot cast raises
+    ``ValueError`` naming the column (its repr cut to ``width`` characters, if given)."""
+    import pyarrow as pa
+
+    try:
+        return pa.array([v]).cast(pa_type).to_pylist()[0]
+    except (pa.ArrowException, TypeError, ValueError) as e:
+        shown = repr(v) if width is None else f"{v!r:.{width}}"
+        raise ValueError(f"cast: column {name!r} is {dtype}: value {shown} cannot be cast: {e}") from None
+
+
 def time_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
     """For a ``timestamp`` / ``date`` / ``time`` / ``duration`` ``Value`` column: a function that
     casts a value as Arrow's safe cast does (a date cast to ``timestamp[s]`` becomes a datetime, a
@@ -88,10 +100,7 @@ def time_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
     def check_time(v: Any) -> Any:
         if type(v) is keep and (digits is None or (v.tzinfo is None and v.microsecond % digits == 0)):
             return v
-        try:
-            return pa.array([v]).cast(pa_type).to_pylist()[0]
-        except (pa.ArrowException, TypeError, ValueError) as e:
-            raise ValueError(f"cast: column {name!r} is {dtype}: value {v!r} cannot be cast: {e}") from None
+        return _arrow_cast(v, pa_type, name, dtype)
 
     return check_time
 
@@ -151,18 +160,13 @@ def _arrow_value_check(name: str, feature: Any) -> Callable[[Any], Any] | None:
     dtype = str(getattr(feature, "dtype", ""))
     if type(feature).__name__ != "Value" or not (dtype == "bool" or dtype.startswith("decimal")):
         return None
-    import pyarrow as pa
-
     pa_type = feature.pa_type
     only_strings = dtype == "bool"
 
     def check_arrow(v: Any) -> Any:
         if only_strings and not isinstance(v, str):
             return v
-        try:
-            return pa.array([v]).cast(pa_type).to_pylist()[0]
-        except (pa.ArrowException, TypeError, ValueError) as e:
-            raise ValueError(f"cast: column {name!r} is {dtype}: value {v!r:.60} cannot be cast: {e}") from None
+        return _arrow_cast(v, pa_type, name, dtype, width=60)
 
     return check_arrow
 
