@@ -61,8 +61,9 @@ def check_dispatch(loader: Any) -> None:
 def inline_small_tensors(loader: Any, max_bytes: int) -> None:
     """Let the training loader's workers send the small tensors of their batches by value, as
     ``ri.StatefulDataLoader`` does (``integrations/torch/transport.py``): its ``collate_fn`` is
-    wrapped once. Without workers nothing changes, and a ``ri.StatefulDataLoader`` has made its
-    own choice (``inline_tensor_bytes``).
+    wrapped once, and the dataset's own dict items follow ``max_bytes`` (0: through shared memory).
+    Without workers nothing changes, and a ``ri.StatefulDataLoader`` has made its own choice
+    (``inline_tensor_bytes``).
 
     accelerate asks the loader for its ``state_dict()`` when it wraps it, and torchdata answers by
     making the iterator, whose workers start with the ``collate_fn`` of that moment. Nothing has been
@@ -74,6 +75,12 @@ def inline_small_tensors(loader: Any, max_bytes: int) -> None:
         OurLoader = ()
     base = base_loader(loader)
     collate = getattr(base, "collate_fn", None)
+    session = getattr(getattr(base, "dataset", None), "session", None)
+    if (isinstance(session, IterationSession) and not isinstance(base, OurLoader)
+            and session.small_tensors_by_value != (max_bytes > 0)):
+        session.small_tensors_by_value = max_bytes > 0  # the dataset's own dict items (transport.handoff)
+        if getattr(base, "num_workers", 0) > 0:  # workers started already have the setting of before
+            drop_iterator(loader)
     if (max_bytes > 0 and getattr(base, "num_workers", 0) > 0 and collate is not None
             and not isinstance(collate, InlineSmallTensors) and not isinstance(base, OurLoader)):
         base.collate_fn = InlineSmallTensors(collate, max_bytes)

@@ -13,6 +13,8 @@ framework's integration (``integrations/torch/workers.py``), which registers it 
   unpickled or copied;
 * ``worker_started``: called in a DataLoader worker when a pass starts there (the worker then
   watches for the death of its main process);
+* ``handoff``: the items of a pass in a DataLoader worker, as they go to the worker's queue (torch:
+  dicts whose small tensors reach the main process by value, ``integrations/torch/transport.py``);
 * ``rng_state`` / ``check_rng_state`` / ``set_rng_state``: a worker's global random generators,
   saved with its state when the session asks (``save_worker_rng``), checked (which gives what
   ``set_rng_state`` sets back), and set back. ``check_rng_state`` checks a whole ``"rng"`` entry,
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class WorkerHooks:
     prepare_for_workers: Callable[[Any], None]
     adopt_unpickled: Callable[[Any], None]
     worker_started: Callable[[], None]
+    handoff: Callable[[Iterator[Any]], Iterator[Any]]
     rng_state: Callable[[], dict]
     check_rng_state: Callable[[Any, str], Any]
     set_rng_state: Callable[[Any], None]

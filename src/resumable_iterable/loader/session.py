@@ -49,6 +49,10 @@ class IterationSession:
     #: a DataLoader worker's states hold its global random generators (``"rng"``), set back when
     #: such a state is loaded in the same worker (``integrations/torch/worker_rng.py``)
     save_worker_rng = False
+    #: in a DataLoader worker, the dataset's dict items go to the worker's queue through the
+    #: framework's ``handoff`` (torch: their small tensors by value, ``integrations/torch/transport.py``);
+    #: ``resumable_iterable.StatefulDataLoader(inline_tensor_bytes=0)`` turns it off
+    small_tensors_by_value = True
     #: with ``save_worker_rng``: the loader's ``collate_fn`` when its collator keeps a generator of
     #: its own (``worker_rng.CollatorRng``), whose state the states of this process hold too
     #: (``"collator"`` in ``"rng"``) and a state loaded sets back
@@ -216,7 +220,12 @@ class IterationSession:
 
     def iterating(self, iterator: Any) -> Any:
         """Note ``iterator`` (a generator) as the one the user iterates the pass just started with,
-        so that :meth:`state_dict` can tell when it is asked from inside that iterator's step; return it."""
+        so that :meth:`state_dict` can tell when it is asked from inside that iterator's step; return
+        it (in a DataLoader worker, as the framework hands its items to the worker's queue)."""
+        if self.small_tensors_by_value and current_worker() is not None:
+            h = hooks.current()
+            if h is not None:
+                iterator = h.handoff(iterator)
         self._iterator = weakref.ref(iterator) if isinstance(iterator, GeneratorType) else None
         return iterator
 

@@ -115,6 +115,8 @@ if _TorchdataLoader is not None:
         handshake costs the main process far more than copying a few KB: the loader yields the
         same batches, 1.6-3x faster for batches of small rows (see ``transport.py``). The loader's
         ``collate_fn`` attribute is then an ``InlineSmallTensors`` wrapping yours (``.collate_fn``).
+        (A resumable_iterable dataset does the same for its dict items in any DataLoader, at 64 KB;
+        ``inline_tensor_bytes=0`` here turns that off too.)
 
         **Random draws in the workers** (``save_worker_rng=True``): each worker's state also holds
         its global random generators (torch, numpy, ``random``), and a resume with the same number
@@ -138,14 +140,15 @@ if _TorchdataLoader is not None:
                 splits = list(dataset)
                 raise TypeError(f"StatefulDataLoader was given an IterableDatasetDict (the splits {splits}); give it one "
                                 f"split, e.g. StatefulDataLoader(ds[{(splits or ['train'])[0]!r}], ...)")
+            check_inline_bytes(inline_tensor_bytes)
             if _is_ours(dataset):
                 prepare_for_workers(dataset.session)
+                dataset.session.small_tensors_by_value = inline_tensor_bytes > 0
                 if save_worker_rng:
                     dataset.session.save_worker_rng = True
             elif save_worker_rng:
                 raise ValueError("save_worker_rng=True needs a resumable_iterable dataset: the worker's random "
                                  f"generators are saved with its dataset state (got {type(dataset).__name__})")
-            check_inline_bytes(inline_tensor_bytes)
             super().__init__(dataset, *args, **kwargs)
             if save_worker_rng:
                 # a collator with a generator of its own (DataCollatorForLanguageModeling(seed=...)):

@@ -42,6 +42,7 @@ import torch.utils.data
 from ...distributed import current_worker
 from ...loader.hooks import WorkerHooks, register_hooks
 from ...loader.session import IterationSession
+from .transport import handoff
 from .worker_rng import decode_worker_rng, rng_state, set_rng_state
 
 # ============================================================================ shared epochs
@@ -242,5 +243,5 @@ def register() -> None:
     register_hooks(WorkerHooks(attach_base=attach_torch_base, publish_epoch=publish_epoch, shared_epoch=shared_epoch,
                                new_claims=new_claims, claim=claim, claimed=claimed,
                                prepare_for_workers=prepare_for_workers, adopt_unpickled=adopt_unpickled,
-                               worker_started=worker_started, rng_state=rng_state, check_rng_state=decode_worker_rng,
+                               worker_started=worker_started, handoff=handoff, rng_state=rng_state, check_rng_state=decode_worker_rng,
                                set_rng_state=set_rng_state))
