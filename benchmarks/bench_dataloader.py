@@ -1,7 +1,9 @@
 """Throughput through ``torchdata.stateful_dataloader.StatefulDataLoader`` (2 workers, batches of
 32): the same pipelines as ``bench_throughput.py``, HF ``datasets`` and ``resumable_iterable`` each
 handed to the loader as-is. The loader asks every worker for its dataset's ``state_dict()`` after
-every batch (its default ``snapshot_every_n_steps=1``), so this also times state capture.
+every batch (its default ``snapshot_every_n_steps=1``), so this also times state capture. Two of
+ours run again with the dataset's handoff turned off (``small_tensors_by_value = False``: each
+batch's tensors cross through shared memory, as any other dataset's), to show what it gives.
 
     python benchmarks/bench_dataloader.py [--rows N] [--repeats R]
 """
@@ -38,6 +40,8 @@ NOTES = {
 }
 BATCH_SIZE = 32
 WORKERS = 2
+# pipelines also run with our handoff turned off (ds.session.small_tensors_by_value = False)
+OWN_PATH = ("plain iteration", "map+filter+interleave+shuffle")
 
 
 def rows_dataset(rows: list):
@@ -106,6 +110,18 @@ def run(n_rows: int = N_ROWS, repeats: int = 1, scale: float = 1.0, hf_ds=None, 
                                                   hf_ds_b.to_iterable_dataset(num_shards=shards)), limit, repeats)
         results.append(Result(f"{name}, StatefulDataLoader", rate, hf_rate, "ex/s",
                               note=f"{n} examples each" + NOTES.get(name, "")))
+        if name in OWN_PATH:  # ours again, the handoff turned off: what it gives, in the same run
+            def own_path():
+                ds = ours_pipe(ri, ri.to_iterable_dataset(hf_ds, num_shards=shards),
+                               ri.to_iterable_dataset(hf_ds_b, num_shards=shards))
+                ds.session.small_tensors_by_value = False
+                return ds
+
+            off, _ = loader_rate(own_path, limit, repeats)
+            results.append(Result(f"{name}, ours: small tensors by value vs torch's own path", rate, off, "ex/s",
+                                  ref_label="ours, torch's own path",
+                                  note="in a worker our dicts hand their small tensors to the main process by value "
+                                       "(docs/torch.md); turned off, each batch's id tensor crosses through shared memory"))
     return results
 
 

@@ -8,7 +8,8 @@ Importing this package needs ``torch``; :class:`StatefulDataLoader` also needs `
 * ``buffers.py`` - a worker's shuffle-buffer logs, sent as the writes since the last one, and
   their rebuilding in the main process;
 * ``arena.py`` - the worker's shared-memory arena, where large arrays of those examples are copied once;
-* ``transport.py`` - small tensors of a worker's batch sent by value (:class:`InlineSmallTensors`);
+* ``transport.py`` - small tensors of a worker's batch sent by value (:class:`InlineSmallTensors`), and
+  of the dataset's dicts in any DataLoader (``handoff``, ``WorkerDict``);
 * ``loader.py`` - ``StatefulDataLoader`` with elastic resume, sending small tensors by value;
 * ``worker_rng.py`` - a worker's random generators and a collate_fn's own, saved with its state
   (``save_worker_rng``; :class:`CollatorRngWarning` names what is not saved).
