@@ -120,6 +120,18 @@ def test_tensors_in_lists_and_dicts_of_an_item_travel_by_value_too():
     assert all(type(b) is dict and not b["parts"][0].is_shared() and not b["meta"]["first"].is_shared() for b in got)
 
 
+def test_which_items_go_by_value():
+    """An item goes by value when it holds a tensor: a value, a dict's value, or the first item of a
+    list or tuple (long lists of numbers are not looked through); else pickle sends it as a dict."""
+    from resumable_iterable.integrations.torch.transport import _reduce_worker_dict
+
+    t = torch.arange(3)
+    for item in ({"a": t}, {"a": [t, t]}, {"a": (t,)}, {"a": {"b": t}}):
+        assert _reduce_worker_dict(WorkerDict(item))[0] is pickle.loads, item
+    for item in ({"ids": list(range(2048))}, {"a": ["text", t]}, {"a": [[t]]}, {"s": "x"}):
+        assert _reduce_worker_dict(WorkerDict(item)) == (dict, (item,)), item
+
+
 def test_a_collate_fn_gets_dicts_and_the_main_process_plain_dicts():
     """A ``collate_fn`` of the user sees ``dict`` items (a subclass), and what it returns reaches
     the main process as it would have, its dicts plain ``dict``s, its numpy arrays untouched."""

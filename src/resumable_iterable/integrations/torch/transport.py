@@ -155,14 +155,16 @@ class WorkerDict(dict):
 
 
 def _holds_tensor(value: Any, depth: int = 2) -> bool:
-    """Whether ``value`` is a tensor or holds one in a list, tuple or dict (``depth`` levels down)."""
+    """Whether ``value`` is a tensor or holds one (``depth`` levels down): any value of a dict, the
+    first item of a list or tuple (a row's 2 048 token ids are not looked through one by one; a
+    tensor after other items then crosses as torch sends it)."""
     if isinstance(value, torch.Tensor):
         return True
     if depth == 0:
         return False
     t = type(value)
     if t is list or t is tuple:
-        return any(_holds_tensor(v, depth - 1) for v in value)
+        return len(value) > 0 and _holds_tensor(value[0], depth - 1)
     if isinstance(value, dict):
         return any(_holds_tensor(v, depth - 1) for v in value.values())
     return False
