@@ -405,16 +405,38 @@ def test_redistribute_errors():
         rank_part(general, 1, 3).load_state_dict(plans[0])
 
 
-def test_a_plan_for_one_rank_loaded_without_a_split_says_what_is_missing():
-    """Two ranks moved to one: the plan is dealt to rank 0 of 1, which an unsplit dataset is not. The
-    error said the plan was "dealt to rank 0 of 1, no DataLoader worker split" and "loaded in no
-    DataLoader worker split", leaving out the side that differs; it names the missing rank split."""
-    s0, s1 = (json_roundtrip(rank_part(general, r, 2).state_dict()) for r in range(2))
-    (plan,) = ri.redistribute_states([s0, s1], 1)
-    with pytest.raises(ValueError, match=r"loaded in no rank split, no DataLoader worker split.*"
+@pytest.mark.parametrize("cut", [0, 5, 9, 30])
+def test_ranks_moved_to_one_load_into_the_unsplit_dataset_or_its_one_way_split(cut):
+    """Two ranks moved to one (``redistribute_states(states, 1)``): the plan is dealt to rank 0 of 1,
+    and the one process may hold the dataset unsplit (it was refused, asking for
+    ``split_dataset_by_node(ds, 0, 1)``) or split one way. Either yields the rest exactly once, also
+    through loaders with any number of workers, and the next pass is that dataset's own. A plan dealt
+    to a rank of two still names the missing split."""
+    heads, states, loader_heads, loader_states = [], [], [], []
+    for r in range(2):
+        part = rank_part(general, r, 2)
+        heads += [ex["id"] for ex in take(iter(part), cut)]
+        states.append(json_roundtrip(part.state_dict()))
+        ld = loader(lambda: rank_part(general, r, 2), 2)
+        it = iter(ld)
+        loader_heads += [ids(next(it)) for _ in range(cut // 4)]
+        loader_states.append(json_roundtrip(ld.state_dict()))
+    (plan,) = ri.redistribute_states(states, 1)
+    (loader_plan,) = ri.redistribute_states(loader_states, 1)
+    for build in (general, lambda: rank_part(general, 0, 1)):
+        ds = build()
+        ds.load_state_dict(plan)
+        assert_exactly_once([heads], [[ex["id"] for ex in ds]], ALL_GENERAL, f"dataset, cut {cut}")
+        assert [ex["id"] for ex in ds] == [ex["id"] for ex in build()]  # the next pass: its own, fresh
+        for workers in (0, 3):
+            ld = loader(build, workers)
+            ld.load_state_dict(loader_plan)
+            assert_exactly_once(loader_heads, [ids(b) for b in ld], ALL_GENERAL, f"{workers} workers, cut {cut}")
+    (plan_r0, _) = ri.redistribute_states(states, 2)
+    with pytest.raises(ValueError, match=r"dealt to rank 0 of 2.*loaded in no rank split.*"
                                          r"split_dataset_by_node\(dataset, rank, world_size\)"):
-        general().load_state_dict(plan)
-    rank_part(general, 0, 1).load_state_dict(plan)  # as documented: the new rank splits 1 way
+        general().load_state_dict(plan_r0)
+
 
 def test_elastic_with_more_workers_than_shards():
     """Workers without shards save empty streams; moving from / to such a loader stays exact."""

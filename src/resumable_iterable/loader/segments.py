@@ -73,6 +73,11 @@ class SegmentsNode(Node):
 # ============================================================================ loading a plan
 
 
+def _one_way(ranks: list) -> list:
+    """``ranks`` (a split's ``[rank, world_size, ...]`` entries) without those of world size 1."""
+    return [list(r) for r in ranks if r[1] != 1]
+
+
 def build_plan_node(template: Node, plan: dict, current_ranks: list, current_worker, base: str) -> SegmentsNode:
     """Validate ``plan`` against a dataset (its unsplit pipeline ``template``) and the process it
     is loaded in; return the loaded :class:`SegmentsNode`. Raises ``ValueError`` naming the problem."""
@@ -83,7 +88,10 @@ def build_plan_node(template: Node, plan: dict, current_ranks: list, current_wor
     t = plan["target"]
     here_w = effective_worker(current_worker)
     want_w = effective_worker(tuple(t["worker"]) if t["worker"] is not None else None)
-    if [list(r) for r in t["ranks"]] != [list(r) for r in current_ranks] or here_w != want_w:
+    # a plan dealt to rank 0 of 1 (``redistribute_states(states, 1)``) loads into the unsplit dataset
+    # too, and one dealt to no rank split into ``split_dataset_by_node(ds, 0, 1)``: its segments
+    # rebuild their own splits, the target only says which process runs them
+    if _one_way(t["ranks"]) != _one_way(current_ranks) or here_w != want_w:
         hint = ("; load it into split_dataset_by_node(dataset, rank, world_size) with the plan's rank and world size"
                 if len(t["ranks"]) > len(current_ranks) else "")
         here = describe_split(current_ranks, current_worker, t["ranks"])
