@@ -120,6 +120,26 @@ def test_tensors_in_lists_and_dicts_of_an_item_travel_by_value_too():
     assert all(type(b) is dict and not b["parts"][0].is_shared() and not b["meta"]["first"].is_shared() for b in got)
 
 
+def test_closing_the_handoff_closes_the_pass_at_once():
+    """A worker's pass left part-way (the loader's iterator dropped) closes the dataset's own
+    generator there and then, also when something else still refers to it."""
+    from resumable_iterable.integrations.torch.transport import handoff
+
+    closed = []
+
+    def items():
+        try:
+            yield from ({"i": i} for i in range(5))
+        finally:
+            closed.append(True)
+
+    inner = items()
+    out = handoff(inner)
+    assert type(next(out)) is WorkerDict and next(out) == {"i": 1}
+    out.close()
+    assert closed == [True] and inner.gi_frame is None
+
+
 def test_which_items_go_by_value():
     """An item goes by value when it holds a tensor: a value, a dict's value, or the first item of a
     list or tuple (long lists of numbers are not looked through); else pickle sends it as a dict."""

@@ -184,6 +184,12 @@ ForkingPickler.register(WorkerDict, _reduce_worker_dict)
 
 
 def handoff(items: Iterator[Any]) -> Iterator[Any]:
-    """``items``, in a DataLoader worker: each ``dict`` as a :class:`WorkerDict`."""
-    for x in items:
-        yield WorkerDict(x) if type(x) is dict else x
+    """``items``, in a DataLoader worker: each ``dict`` as a :class:`WorkerDict`. Closing this
+    closes ``items`` at once (a pass left part-way puts its pipeline back as it would without it)."""
+    try:
+        for x in items:
+            yield WorkerDict(x) if type(x) is dict else x
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
