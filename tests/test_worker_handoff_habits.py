@@ -310,6 +310,23 @@ def test_a_collate_fn_that_mutates_its_rows():
     resumes_as_torch(build, batch_size=4, collate_fn=mutating)
 
 
+def mutating_in_place(rows):
+    for r in rows:
+        r["input_ids"].append(r.pop("label"))  # the row's own list, edited in place
+        r["n"] = len(r["input_ids"])
+    width = max(r["n"] for r in rows)
+    return {"id": torch.tensor([r["id"] for r in rows]), "n": torch.tensor([r["n"] for r in rows]),
+            "input_ids": torch.tensor([r["input_ids"] + [0] * (width - r["n"]) for r in rows])}
+
+
+def test_a_collate_fn_that_edits_its_rows_values_in_place():
+    def build():
+        return token_rows(False).shuffle(seed=9, buffer_size=5)
+
+    same_as_torch(build, batch_size=4, collate_fn=mutating_in_place)
+    resumes_as_torch(build, batch_size=4, collate_fn=mutating_in_place)
+
+
 def keep_rows(rows):
     return rows
 
@@ -331,6 +348,10 @@ def test_rows_kept_as_a_list_are_pickled_each_on_its_own():
     assert all(b[0]["shared"] is not b[1]["shared"] and torch.equal(b[0]["shared"], b[1]["shared"]) for b in ours)
     assert all(r["pair"][0] is r["shared"] and r["pair"][1].untyped_storage().data_ptr()
                == r["shared"].untyped_storage().data_ptr() for b in ours for r in b)
+    # our loader pickles the whole batch at once (its collate_fn wrapper): one object, as in torch
+    mine = run(build, True, loader=ri.StatefulDataLoader, batch_size=4, num_workers=2, collate_fn=keep_rows)
+    assert [described(b) for b in mine] == [described(b) for b in torchs]
+    assert all(b[0]["shared"] is b[1]["shared"] and not b[0]["shared"].is_shared() for b in mine)
 
 
 def saving(folder, as_dict):
@@ -452,6 +473,12 @@ def test_file_system_sharing_strategy():
     finally:
         torch.multiprocessing.set_sharing_strategy(strategy)
     assert all(r["big"].is_shared() and not r["zero_d"].is_shared() for r in ours)
+
+
+def test_snapshots_every_few_steps_resume_at_every_cut():
+    """``snapshot_every_n_steps=3``: torchdata replays the batches since the last snapshot."""
+    resumes_as_torch(lambda: numbers("numpy", True, text=False).shuffle(seed=8, buffer_size=3), batch_size=None,
+                     snapshot_every_n_steps=3)
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
