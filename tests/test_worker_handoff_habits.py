@@ -506,6 +506,48 @@ def test_a_resume_with_another_number_of_workers(workers):
         assert sorted(i for b in ours for i in dict(b[1])["id"][3]) == list(range(N))
 
 
+def plain_rows_only(rows):
+    assert {type(r) for r in rows} == {dict}, {type(r) for r in rows}  # raised in the worker, reported here
+    return default_collate(rows)
+
+
+class Touch:
+    """A ``worker_init_fn`` of the user's: writes a file per worker."""
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    def __call__(self, worker_id):
+        (self.folder / str(worker_id)).touch()
+
+
+def test_turned_off_for_our_datasets_inside_a_dataset_of_the_users(tmp_path):
+    """``ri.StatefulDataLoader(inline_tensor_bytes=0)`` and ``ResumableDataCallback(inline_tensor_bytes=0)``
+    over a ``ChainDataset`` of ours: the workers' dicts crossed by value all the same (the setting
+    reached only a dataset of ours handed to the loader itself), and a collate_fn saw WorkerDicts."""
+    from torch.utils.data import ChainDataset
+
+    from resumable_iterable.integrations import trainer_loader
+
+    def chain():
+        return ChainDataset([numbers("numpy", False, text=False), numbers("numpy", False, text=False).take(4)])
+
+    dl = ri.StatefulDataLoader(chain(), batch_size=4, num_workers=2, inline_tensor_bytes=0,
+                               collate_fn=plain_rows_only, worker_init_fn=Touch(tmp_path))
+    mine = list(dl)
+    assert {t.is_shared() for b in mine for t in tensors(b)} == {True}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0", "1"]  # the user's worker_init_fn still runs
+    plain = DataLoader(chain(), batch_size=4, num_workers=2, collate_fn=plain_rows_only)
+    trainer_loader.inline_small_tensors(plain, 0)
+    torchs = list(plain)
+    assert [described(b) for b in mine] == [described(b) for b in torchs]
+    assert {t.is_shared() for b in torchs for t in tensors(b)} == {True}
+    # by default (and anything but 0) they still cross by value
+    assert {t.is_shared() for b in ri.StatefulDataLoader(chain(), batch_size=4, num_workers=2) for t in tensors(b)} \
+        == {False}
+    assert {t.is_shared() for b in DataLoader(chain(), batch_size=4, num_workers=2) for t in tensors(b)} == {False}
+
+
 @pytest.mark.parametrize("loader", [DataLoader, ri.StatefulDataLoader], ids=["torch", "ours"])
 def test_other_loaders(loader):
     same_as_torch(lambda: numbers("numpy", False), batch_size=4, loader=loader)

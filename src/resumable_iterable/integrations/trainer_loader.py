@@ -18,7 +18,7 @@ from ..loader.loader_state import (DATASET_STATE, ITERATOR_FINISHED, SNAPSHOT, W
                                    worker_key)
 from ..loader.session import IterationSession
 from ..state import find_documents
-from .torch.transport import InlineSmallTensors
+from .torch.transport import InlineSmallTensors, WithoutHandoff
 from .torch import worker_rng
 from .torch.worker_rng import (decode_collator_entry, decode_rng_state, decode_worker_rng, rng_state, set_rng_state,
                                wrap_collator)
@@ -62,8 +62,9 @@ def inline_small_tensors(loader: Any, max_bytes: int) -> None:
     """Let the training loader's workers send the small tensors of their batches by value, as
     ``ri.StatefulDataLoader`` does (``integrations/torch/transport.py``): its ``collate_fn`` is
     wrapped once, and the dataset's own dict items follow ``max_bytes`` (0: through shared memory).
-    Without workers nothing changes, and a ``ri.StatefulDataLoader`` has made its own choice
-    (``inline_tensor_bytes``).
+    With ``max_bytes`` 0 and a dataset not ours, our datasets iterated inside it hand their dicts out
+    as they are too (``transport.WithoutHandoff``). Without workers nothing changes, and a
+    ``ri.StatefulDataLoader`` has made its own choice (``inline_tensor_bytes``).
 
     accelerate asks the loader for its ``state_dict()`` when it wraps it, and torchdata answers by
     making the iterator, whose workers start with the ``collate_fn`` of that moment. Nothing has been
@@ -81,6 +82,11 @@ def inline_small_tensors(loader: Any, max_bytes: int) -> None:
         session.small_tensors_by_value = max_bytes > 0  # the dataset's own dict items (transport.handoff)
         if getattr(base, "num_workers", 0) > 0:  # workers started already have the setting of before
             drop_iterator(loader)
+    if (max_bytes == 0 and not isinstance(session, IterationSession) and not isinstance(base, OurLoader)
+            and getattr(base, "num_workers", 0) > 0
+            and not isinstance(getattr(base, "worker_init_fn", None), WithoutHandoff)):
+        base.worker_init_fn = WithoutHandoff(base.worker_init_fn)  # ours inside a dataset of the user's
+        drop_iterator(loader)
     if (max_bytes > 0 and getattr(base, "num_workers", 0) > 0 and collate is not None
             and not isinstance(collate, InlineSmallTensors) and not isinstance(base, OurLoader)):
         base.collate_fn = InlineSmallTensors(collate, max_bytes)

@@ -14,7 +14,7 @@ from ...loader import elastic
 from ...loader.session import IterationSession
 from ...nodes.batch import Rewind
 from ...state import copy_example
-from .transport import INLINE_MAX_BYTES, InlineSmallTensors, check_inline_bytes
+from .transport import INLINE_MAX_BYTES, InlineSmallTensors, WithoutHandoff, check_inline_bytes
 from .worker_rng import warn_unsaved_collator, wrap_collator
 from .workers import prepare_for_workers
 
@@ -116,7 +116,8 @@ if _TorchdataLoader is not None:
         same batches, 1.6-3x faster for batches of small rows (see ``transport.py``). The loader's
         ``collate_fn`` attribute is then an ``InlineSmallTensors`` wrapping yours (``.collate_fn``).
         (A resumable_iterable dataset does the same for its dict items in any DataLoader, at 64 KB;
-        ``inline_tensor_bytes=0`` here turns that off too.)
+        ``inline_tensor_bytes=0`` here turns that off too, also for ours iterated inside a dataset
+        of yours, whose workers then start with a ``WithoutHandoff`` ``worker_init_fn`` wrapping yours.)
 
         **Random draws in the workers** (``save_worker_rng=True``): each worker's state also holds
         its global random generators (torch, numpy, ``random``), and a resume with the same number
@@ -161,6 +162,10 @@ if _TorchdataLoader is not None:
                                       "it with the data state and set it back on resume.")
             if inline_tensor_bytes > 0 and self.num_workers > 0 and not isinstance(self.collate_fn, InlineSmallTensors):
                 self.collate_fn = InlineSmallTensors(self.collate_fn, inline_tensor_bytes)
+            if (inline_tensor_bytes == 0 and self.num_workers > 0 and not _is_ours(dataset)
+                    and not isinstance(self.worker_init_fn, WithoutHandoff)):
+                # our datasets inside a dataset of the user's (ChainDataset...) keep their dicts too
+                self.worker_init_fn = WithoutHandoff(self.worker_init_fn)
             self._saved_epoch: int | None = None  # the epoch of a state given and not iterated yet
             # (the loader state, the epoch set, the saved epoch) the iterator was made with
             self._made_with: tuple | None = None

@@ -35,7 +35,9 @@ loader layer's ``handoff`` hook, :func:`handoff`), a ``dict`` whose copies stay 
 which the worker's queue pickles with :func:`inline_small_tensors`. The main process receives a
 plain ``dict``, as it would have. A numpy batch of three small columns then crosses without any
 shared-memory handshake (the loader makes each array a tensor of its own storage: three handshakes
-per batch before, 5-6x fewer batches a second).
+per batch before, 5-6x fewer batches a second). A loader told not to send them by value over a
+dataset that is not ours but iterates ours (a ``ChainDataset``) starts its workers with
+:class:`WithoutHandoff`, in which our datasets hand their dicts out as they are.
 """
 
 from __future__ import annotations
@@ -183,9 +185,21 @@ def _reduce_worker_dict(item: WorkerDict) -> tuple:
 ForkingPickler.register(WorkerDict, _reduce_worker_dict)
 
 
+#: ``False`` in the DataLoader workers of a loader told not to send small tensors by value whose
+#: dataset is not ours (set by :class:`WithoutHandoff`): our datasets iterated there, inside it,
+#: then hand their dicts out as they are
+_handoff_here = True
+
+
 def handoff(items: Iterator[Any]) -> Iterator[Any]:
-    """``items``, in a DataLoader worker: each ``dict`` as a :class:`WorkerDict`. Closing this
-    closes ``items`` at once (a pass left part-way puts its pipeline back as it would without it)."""
+    """``items``, in a DataLoader worker: each ``dict`` as a :class:`WorkerDict` (``items`` as they
+    are in a worker started by :class:`WithoutHandoff`)."""
+    return _handed_off(items) if _handoff_here else items
+
+
+def _handed_off(items: Iterator[Any]) -> Iterator[Any]:
+    """Closing this closes ``items`` at once (a pass left part-way puts its pipeline back as it
+    would without the handoff)."""
     try:
         for x in items:
             yield WorkerDict(x) if type(x) is dict else x
@@ -193,3 +207,23 @@ def handoff(items: Iterator[Any]) -> Iterator[Any]:
         close = getattr(items, "close", None)
         if close is not None:
             close()
+
+
+class WithoutHandoff:
+    """The ``worker_init_fn`` of a loader told not to send small tensors by value
+    (``ri.StatefulDataLoader(inline_tensor_bytes=0)``) whose dataset is not ours but may iterate
+    ours (``torch.utils.data.ChainDataset``, a dataset of the user's): in its workers our datasets
+    hand their dicts out as they are, as ``ds.session.small_tensors_by_value = False`` would on each
+    of them. Then it calls ``worker_init_fn`` (the user's, or ``None``)."""
+
+    def __init__(self, worker_init_fn: Callable[[int], Any] | None):
+        self.worker_init_fn = worker_init_fn
+
+    def __call__(self, worker_id: int) -> None:
+        global _handoff_here
+        _handoff_here = False  # this worker process only; it serves this loader alone
+        if self.worker_init_fn is not None:
+            self.worker_init_fn(worker_id)
+
+    def __repr__(self) -> str:
+        return f"WithoutHandoff({self.worker_init_fn!r})"
