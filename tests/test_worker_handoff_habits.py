@@ -307,7 +307,7 @@ def test_a_collate_fn_that_mutates_its_rows():
 
     ours = same_as_torch(build, batch_size=4, collate_fn=mutating)
     assert sorted(int(i) // 2 for b in ours for i in b["double"].tolist()) == list(range(N))
-    resumes_as_torch(build, batch_size=4, collate_fn=mutating)
+    resumes_as_torch(build, batch_size=4, collate_fn=mutating, cuts=[1, 3])  # (every cut: the test below)
 
 
 def mutating_in_place(rows):
@@ -421,13 +421,14 @@ def test_torch_imported_after_the_package():
 
 # ---------------------------------------------------------------------------- copies of the dataset
 
-@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+@pytest.mark.parametrize("how", ["pickle", "deepcopy", "copy"])
 @pytest.mark.parametrize("by_value", [True, False])
 def test_a_copy_of_the_dataset_keeps_the_setting(how, by_value):
     ds = numbers("numpy", True)
     if not by_value:
         off(ds)
-    again = pickle.loads(pickle.dumps(ds)) if how == "pickle" else copy.deepcopy(ds)
+    again = {"pickle": lambda: pickle.loads(pickle.dumps(ds)), "deepcopy": lambda: copy.deepcopy(ds),
+             "copy": lambda: copy.copy(ds)}[how]()
     assert again.session.small_tensors_by_value is by_value
     got = list(TorchdataLoader(again, batch_size=None, num_workers=2))
     assert sorted(ids_of(got)) == list(range(N)) and all(type(b) is dict for b in got)
