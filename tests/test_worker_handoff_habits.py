@@ -384,10 +384,11 @@ def test_a_batch_saved_in_a_worker(tmp_path):
 
 # ---------------------------------------------------------------------------- start methods, import order
 
-@pytest.mark.parametrize("context", ["forkserver", pytest.param("spawn", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("context", ["forkserver", "spawn"])
 def test_other_start_methods(context, soak):
-    if context == "spawn" and not soak:  # (tests/test_worker_handoff.py spawns a worker in every run)
-        pytest.skip("spawn start method: slow, runs with --soak (make soak)")
+    if not soak:  # (tests/test_worker_handoff.py spawns a worker in every run)
+        pytest.skip(f"{context} start method: slow (7-15 s to start), runs with --soak (make soak)")
     ours = same_as_torch(lambda: numbers("numpy", True), batch_size=None, num_workers=1,
                          multiprocessing_context=context)
     assert [b["id"].tolist()[0] for b in ours] == list(range(0, N, 4))
