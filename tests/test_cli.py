@@ -285,14 +285,16 @@ def test_a_damaged_loader_snapshot_is_no_traceback(tmp_path, capsys, main_snapsh
     """A (torchdata) loader state saved as plain JSON whose ``_main_snapshot`` was damaged into a
     value that is not an object ended inspect with a Python traceback (AttributeError: 'int'
     object has no attribute 'get'); the worker states in it are reported, the loader line shows
-    what the file still says."""
+    what the file still says. Loading refuses it (the number of workers is lost): exit status 1, with
+    that problem on stderr."""
     state = consume(ri.to_iterable_dataset(hf(), num_shards=2).shuffle(seed=1, buffer_size=4), 3).state_dict()
     doc = {"_snapshot": {"_main_snapshot": main_snapshot, "_snapshot_step": 3, "_last_yielded_worker_id": 0,
                          "_worker_snapshots": {"worker_0": {"dataset_state": state}}}}
     path = tmp_path / "loader.json"
     path.write_text(json.dumps(doc))
     code, out, err = run(capsys, "inspect", str(path))
-    assert (code, err) == (0, "") and "3 batches yielded" in out and "[worker 0]" in out
+    assert code == 1 and "3 batches yielded" in out and "[worker 0]" in out
+    assert err.count("\n") == 1 and "'_snapshot._main_snapshot._num_workers' must be a positive number" in err
 
 
 def test_rank_states_saved_as_a_plain_json_list_are_inspected_and_loaded(tmp_path, capsys):

@@ -2,7 +2,9 @@
 (no data, no nodes built): counters out of range or of the wrong type, offsets past the end of
 shards whose length the shape records, a shard seed present without a ``shuffle`` above (or
 missing with one), a shuffle buffer over its size, a batched map holding more rows than a batch, a fresh
-plan segment starting past its shards.
+plan segment starting past its shards; and in a (torchdata) ``StatefulDataLoader`` state, a worker
+count that does not match the worker snapshots it holds, a worker snapshot without a dataset state,
+or one holding the state another worker saved.
 
 Each problem is one line appended to a ``problems`` list; ``inspect`` shows the state anyway and
 prints them after it. The bounds per node kind are in :func:`_int_fields`; the checks themselves
@@ -13,12 +15,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..distributed import effective_worker
+from ..loader.loader_state import (DATASET_STATE, MAIN_SNAPSHOT, NUM_WORKERS, NUM_YIELDED, SNAPSHOT,
+                                   WORKER_SNAPSHOTS, worker_key)
 from ..nodes.checks import check_int
 from ..nodes.interleave import BLOCK as INTERLEAVE_BLOCK
 from ..nodes.shuffle import BLOCK as SHUFFLE_BLOCK
 from ..nodes.source import shard_order
 from ..nodes.worker_positions import buffer_entries
-from ..state import MAX_EPOCH
+from ..state import FORMAT, MAX_EPOCH, PLAN_FORMAT
 from .tree import SOURCE_FIELDS, buffer_fill, leaf_of, shard_rows, shuffle_below
 
 _U64 = 2**64 - 1
@@ -176,3 +181,63 @@ def check_start(pipeline: dict, start: dict, where: str, problems: list[str]) ->
         problems.append(f"{where}: 'shard_seed' is {start['shard_seed']}, but no shuffle above the source sets "
                         "its shard order (it must be null)")
 
+
+
+def _saved_worker(ds_state: Any) -> tuple[bool, tuple[int, int] | None]:
+    """``(known, worker)``: the DataLoader worker a dataset state (or elastic plan) says it belongs to
+    (``known`` is false when it does not say, or says it in a malformed way: other checks tell)."""
+    if not isinstance(ds_state, dict):
+        return False, None
+    where = ds_state.get("split") if ds_state.get("format") == FORMAT else (
+        ds_state.get("target") if ds_state.get("format") == PLAN_FORMAT else None)
+    if not isinstance(where, dict) or "worker" not in where:
+        return False, None
+    w = where["worker"]
+    if w is None:
+        return True, None
+    if isinstance(w, list) and len(w) == 2 and all(type(x) is int for x in w) and 0 <= w[0] < w[1]:
+        return True, effective_worker((w[0], w[1]))
+    return False, None
+
+
+def _check_worker_state(ds_state: Any, worker: tuple[int, int] | None, where: str, problems: list[str]) -> None:
+    known, saved = _saved_worker(ds_state)
+    want = effective_worker(worker)
+    if known and saved != want:
+        def words(w):
+            return f"DataLoader worker {w[0]} of {w[1]}" if w else "the main process (no DataLoader worker split)"
+        problems.append(f"{where} holds the state of {words(saved)}, but the loader runs it in {words(want)}: "
+                        "loading refuses a worker's state in another worker (was the file edited?)")
+
+
+def check_loader(loader: Any, where: str, problems: list[str]) -> None:
+    """Record in ``problems`` what loading the (torchdata) ``StatefulDataLoader`` state ``loader``
+    would refuse at the loader level: a worker count that is not a positive integer or does not
+    match the worker snapshots held, a worker snapshot without a dataset state, a dataset state
+    saved by another worker (or process) than the one it would be loaded in."""
+    if not isinstance(loader, dict):
+        return
+    if SNAPSHOT not in loader:
+        if NUM_YIELDED in loader and DATASET_STATE in loader:  # a loader without workers
+            _check_worker_state(loader[DATASET_STATE], None, f"{where}: its dataset state", problems)
+        return
+    snap = loader[SNAPSHOT]
+    main = snap.get(MAIN_SNAPSHOT) if isinstance(snap, dict) else None
+    n = main.get(NUM_WORKERS) if isinstance(main, dict) else None
+    if type(n) is not int or n < 1:
+        problems.append(f"{where}: '{SNAPSHOT}.{MAIN_SNAPSHOT}.{NUM_WORKERS}' must be a positive number of "
+                        f"workers, got {n!r}: loading cannot tell how many workers saved it")
+        return
+    held = snap.get(WORKER_SNAPSHOTS)
+    keys = [worker_key(i) for i in range(n)]
+    if not isinstance(held, dict) or sorted(held) != sorted(keys):
+        got = sorted(map(str, held)) if isinstance(held, dict) else type(held).__name__
+        problems.append(f"{where}: the loader had {n} worker(s) ({NUM_WORKERS}), but its '{WORKER_SNAPSHOTS}' "
+                        f"are {got}, not {keys}: loading refuses it")
+        return
+    for j in range(n):
+        ws = held.get(worker_key(j))
+        if not isinstance(ws, dict) or not isinstance(ws.get(DATASET_STATE), dict):
+            problems.append(f"{where}: worker {j}'s snapshot holds no dataset state: loading refuses it")
+            continue
+        _check_worker_state(ws[DATASET_STATE], (j, n), f"{where}: worker {j}'s snapshot", problems)

@@ -14,7 +14,7 @@ from typing import Any
 from ..loader.plan import check_plan_envelope
 from ..loader.resume import check_seeds, shape_nodes
 from ..state import FORMAT, PLAN_FORMAT, TRAINER_FORMAT, check_envelope, fingerprint, inline_buffers
-from .checks import check_node, check_start
+from .checks import check_loader, check_node, check_start
 from .document import InspectError, find_states, label_for, loader_positions, read_document, split_label
 from .tree import analyse_node, leaf_of, leaf_state, source_order
 
@@ -153,8 +153,22 @@ def inspect_document(doc: Any, name: str = "state") -> dict:
     if top == TRAINER_FORMAT:
         info = {k: doc.get(k) for k in ("global_step", "process_index", "num_processes", "loader")}
     problems = [p for st in states for p in st.pop("problems")]
-    return {"file": name, "kind": kind, "info": info, "loaders": loader_positions(doc), "states": states,
+    loaders = loader_positions(doc)
+    for ld in loaders:
+        check_loader(_at(doc, ld["path"]), f"loader at {ld['path']}", problems)
+    return {"file": name, "kind": kind, "info": info, "loaders": loaders, "states": states,
             "problems": problems}
+
+
+def _at(doc: Any, path: str) -> Any:
+    """The object at ``path`` (``/key/0/...``, as ``loader_positions`` names them) in ``doc``
+    (``None`` when a key holding ``/`` makes the path ambiguous)."""
+    try:
+        for part in (p for p in path.split("/") if p):
+            doc = doc[int(part)] if isinstance(doc, list) else doc[part]
+    except (KeyError, IndexError, ValueError, TypeError):
+        return None
+    return doc
 
 
 def inspect_file(path: str) -> dict:
