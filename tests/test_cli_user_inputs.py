@@ -159,3 +159,62 @@ def test_loader_states_inspect_clean_at_every_cut_before_and_after_a_worker_chan
             resumed.load_state_dict(json.loads(path.read_text()))
             assert head + ids(resumed) == reference, f"{workers} workers, cut {k}"
         assert sorted(done + reference) == list(range(16))
+
+
+# --------------------------------------------------------------------------- hand-edited node states
+
+
+@pytest.fixture
+def state_file(tmp_path):
+    ds = pipeline().shuffle(seed=3, buffer_size=4).map(lambda ex: {"n": 1})
+    it = iter(ds)
+    for _ in range(5):
+        next(it)
+    doc = json.loads(json.dumps(ds.state_dict()))
+    doc.pop("checksum", None)
+    return doc
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda d: d["state"].__setitem__("children", None),
+     "/:state (map): 'children' must be a list of child states, got NoneType None"),
+    (lambda d: d["state"]["children"][0]["children"][0].__setitem__("shard_seed", "x"),
+     "/:state/map[0]/shuffle[0] (arrow): 'shard_seed' must be an integer (a plain int) or null, got str 'x'"),
+])
+def test_malformed_node_fields_are_named(tmp_path, capsys, state_file, edit, message):
+    """A node's ``children`` edited into null, or a source's ``shard_seed`` into text, ended inspect
+    with Python's words and no place ("object of type 'NoneType' has no len()", "malformed source
+    state: invalid literal for int() with base 10: 'x'"); the error now names the field and node."""
+    edit(state_file)
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(state_file))
+    code, out, err = run(capsys, "inspect", str(path))
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert err.startswith("resumable-iterable: error: ") and message in err, err
+    ds = pipeline().shuffle(seed=3, buffer_size=4).map(lambda ex: {"n": 1})
+    with pytest.raises(ValueError):  # loading refuses it too
+        ds.load_state_dict(json.loads(path.read_text()))
+
+
+# --------------------------------------------------------------------------- folders
+
+
+def test_a_trainer_output_folder_names_its_latest_checkpoint(tmp_path, capsys):
+    """``inspect output_dir`` (the Trainer's, holding checkpoint-N folders) said the folder had no
+    data-state file, as for any folder: the error now names its checkpoints and the latest one."""
+    state = json.dumps(ri.to_iterable_dataset(hf(), num_shards=2).state_dict())
+    out_dir = tmp_path / "out"
+    for step in (2, 10, 4):
+        (out_dir / f"checkpoint-{step}").mkdir(parents=True)
+        (out_dir / f"checkpoint-{step}" / "resumable_iterable_state.json").write_text(state)
+    (out_dir / "checkpoint-12").mkdir()  # a checkpoint being written, without the data state yet
+    (out_dir / "runs").mkdir()
+    code, out, err = run(capsys, "inspect", str(out_dir))
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert ("is a Trainer output folder without a data-state file of its own; its checkpoints (checkpoint-2, "
+            f"checkpoint-4, checkpoint-10) hold them: name one, such as the latest, {out_dir / 'checkpoint-10'}") in err
+    assert run(capsys, "inspect", str(out_dir / "checkpoint-10"))[0] == 0
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = run(capsys, "inspect", str(empty))
+    assert code == 1 and "is a folder without a data-state file" in err

@@ -18,6 +18,10 @@ from ..state import FORMAT, PLAN_FORMAT, TRAINER_DATA_FILE, find_documents
 from ..state_files import read_state_file
 
 
+#: the Trainer callback's data-state file, ``resumable_iterable_state.json`` (``.rankN.json`` per process)
+_DATA_FILE = re.compile(r"{}(\.rank\d+)?{}".format(*map(re.escape, os.path.splitext(TRAINER_DATA_FILE))))
+
+
 class InspectError(ValueError):
     """The file cannot be inspected (the message is one line)."""
 
@@ -25,19 +29,40 @@ class InspectError(ValueError):
 def data_state_file(folder: str) -> str:
     """The Trainer callback's data-state file in checkpoint ``folder`` (its default name): the one
     path, or :class:`InspectError` naming the files found, or saying none is there."""
-    stem, ext = os.path.splitext(TRAINER_DATA_FILE)
-    pattern = re.compile(rf"{re.escape(stem)}(\.rank\d+)?{re.escape(ext)}")
     try:
-        found = sorted(n for n in os.listdir(folder) if pattern.fullmatch(n))
+        found = sorted(n for n in os.listdir(folder) if _DATA_FILE.fullmatch(n))
     except OSError as e:
         raise InspectError(f"cannot read {folder}: {e.strerror or e}") from None
     if len(found) == 1:
         return os.path.join(folder, found[0])
     if not found:
+        checkpoints = _checkpoints_in(folder)
+        if checkpoints:  # a Trainer's output_dir: its checkpoints hold the data states
+            latest = os.path.join(folder, checkpoints[-1])
+            shown = (", ".join(checkpoints) if len(checkpoints) <= 4
+                     else f"{checkpoints[0]} ... {checkpoints[-1]}, {len(checkpoints)} in all")
+            raise InspectError(f"{folder} is a Trainer output folder without a data-state file of its own; its "
+                               f"checkpoints ({shown}) hold them: name one, such as the latest, {latest}")
         raise InspectError(f"{folder} is a folder without a data-state file ({TRAINER_DATA_FILE}, as the Trainer "
                            "callback writes): name the state file")
     raise InspectError(f"{folder} holds {len(found)} data-state files, one per process ({', '.join(found)}): "
                        "name the one to inspect")
+
+
+def _checkpoints_in(folder: str) -> list[str]:
+    """The Trainer checkpoint folders (``checkpoint-<step>``) in ``folder`` that hold a data-state
+    file, by step."""
+    found = []
+    for name in os.listdir(folder):
+        m = re.fullmatch(r"checkpoint-(\d+)", name)
+        sub = os.path.join(folder, name)
+        if m and os.path.isdir(sub):
+            try:
+                if any(_DATA_FILE.fullmatch(n) for n in os.listdir(sub)):
+                    found.append((int(m.group(1)), name))
+            except OSError:
+                continue
+    return [name for _, name in sorted(found)]
 
 
 def read_document(path: str) -> Any:

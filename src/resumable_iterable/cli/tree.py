@@ -129,10 +129,11 @@ def analyse_node(shape: dict, state: dict, where: str, first: int = 0) -> dict:
     params = {k: v for k, v in shape.items() if k not in ("node", "children")}
     report: dict = {"node": kind, "params": params, "state": _summary_fields(state)}
     if SOURCE_FIELDS <= set(state) and "children" not in state:
-        for key in ("shard_pos", "offset", "stop"):  # what the progress is worked out from
+        for key in ("shard_seed", "shard_pos", "offset", "stop"):  # what the progress is worked out from
             value = state.get(key)
-            if not (type(value) is int or (key == "stop" and value is None)):
-                raise InspectError(f"{where} ({kind}): '{key}' must be an integer (a plain int), got "
+            if not (type(value) is int or (key in ("stop", "shard_seed") and value is None)):
+                null = " or null" if key == "shard_seed" else ""
+                raise InspectError(f"{where} ({kind}): '{key}' must be an integer (a plain int){null}, got "
                                    f"{type(value).__name__} {value!r}")
         try:
             report["source"] = source_progress(shape, state, first)
@@ -170,6 +171,9 @@ def analyse_node(shape: dict, state: dict, where: str, first: int = 0) -> dict:
         elif isinstance(rows, list):
             report["held"] = f"{len(rows)} input example(s) held, processed first on resume"
     kids_shape, kids_state = shape.get("children", []), state.get("children", [])
+    if not isinstance(kids_state, list):
+        raise InspectError(f"{where} ({kind}): 'children' must be a list of child states, got "
+                           f"{type(kids_state).__name__} {kids_state!r} (damaged or edited state)")
     if len(kids_shape) != len(kids_state):
         raise InspectError(f"{where} ({kind}): {len(kids_state)} child states for {len(kids_shape)} inputs")
     report["children"] = [analyse_node(s, t, f"{where}/{kind}[{i}]", first)
