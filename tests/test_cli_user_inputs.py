@@ -218,3 +218,24 @@ def test_a_trainer_output_folder_names_its_latest_checkpoint(tmp_path, capsys):
     empty.mkdir()
     code, _, err = run(capsys, "inspect", str(empty))
     assert code == 1 and "is a folder without a data-state file" in err
+
+
+def test_elastic_resume_refuses_a_worker_state_held_twice(tmp_path, capsys, two_workers):
+    """A loader state whose worker 0 snapshot holds a copy of worker 1's state (edited by hand) was
+    refused when loaded with the same number of workers, but loaded with another number (elastic
+    resume) it was dealt as it stood: every example of worker 1's remainder came twice and worker
+    0's remainder never. inspect reports it, and elastic resume now refuses it too."""
+    state = copy.deepcopy(two_workers)
+    _worker_1_twice(state)
+    path = tmp_path / "loader.json"
+    path.write_text(json.dumps(state))
+    assert run(capsys, "inspect", str(path))[0] == 1
+    for workers in (1, 3):
+        with pytest.raises(ValueError, match="worker 0 holds the state saved by DataLoader worker 1 of 2, not by "
+                                             "DataLoader worker 0 of 2"):
+            loader(workers).load_state_dict(json.loads(path.read_text()))
+    for workers in (1, 3):  # the state as saved still resumes elastically, each example once
+        dl = loader(workers)
+        dl.load_state_dict(copy.deepcopy(two_workers))
+        rest = ids(dl)
+        assert len(rest) == len(set(rest)) == 16 - 6

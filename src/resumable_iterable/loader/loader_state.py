@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..distributed import effective_worker
 from ..state import FORMAT, PLAN_FORMAT
-from .plan import state_segments
+from .plan import describe_split, state_segments
 
 # the main process's part (``stateful_dataloader.py``, module constants)
 INDEX_SAMPLER_STATE = "_index_sampler_state"
@@ -79,6 +80,18 @@ def _what_else(state: dict) -> str:
 
 
 
+def _check_saved_in(target: dict, worker: tuple[int, int] | None, where: str) -> None:
+    """Refuse a dataset state (or plan) whose split says another worker (``target["worker"]``,
+    already checked to be ``[id, num_workers]`` or ``None``) saved it than the one whose snapshot
+    holds it: dealing both copies of one worker's state, and none of the other's, would repeat
+    the examples of the one and lose the other's."""
+    saved = tuple(target["worker"]) if target["worker"] is not None else None
+    if effective_worker(saved) != effective_worker(worker):
+        raise ValueError(f"{where} holds the state saved by {describe_split(target['ranks'], saved)}, not by "
+                         f"{describe_split(target['ranks'], worker)}: each worker's snapshot must hold its own "
+                         "state (was the state edited?)")
+
+
 def parse_loader_state(state: dict, where: str = "DataLoader state") -> dict:
     """The parts of a ``StatefulDataLoader`` state that elastic resume needs.
 
@@ -90,8 +103,9 @@ def parse_loader_state(state: dict, where: str = "DataLoader state") -> dict:
     info: dict = {"num_workers": num_workers, "finished": bool(state.get(ITERATOR_FINISHED, False))}
     bases, epochs, targets, units = set(), set(), [], []
 
-    def take(ds_state: Any, w: str) -> None:
+    def take(ds_state: Any, w: str, worker: tuple[int, int] | None = None) -> None:
         base, epoch, target, segs = state_segments(ds_state, w)
+        _check_saved_in(target, worker, w)
         bases.add(base)
         epochs.add(epoch)
         targets.append(target)
@@ -127,6 +141,7 @@ def parse_loader_state(state: dict, where: str = "DataLoader state") -> dict:
                 raise ValueError(f"{where}: worker {w} snapshot has no dataset state")
             fetcher = ws.get(FETCHER_STATE) or {}
             base, epoch, target, segs = state_segments(ws[DATASET_STATE], f"{where} worker {w}")
+            _check_saved_in(target, (w, num_workers), f"{where} worker {w}")
             bases.add(base)
             epochs.add(epoch)
             targets.append(target)
