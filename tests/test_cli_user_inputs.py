@@ -24,8 +24,8 @@ def pipeline(n=16):
     return ri.to_iterable_dataset(hf(n), num_shards=4)
 
 
-def loader(num_workers, n=16):
-    return ri.StatefulDataLoader(pipeline(n), batch_size=2, num_workers=num_workers)
+def loader(num_workers, n=16, **kwargs):
+    return ri.StatefulDataLoader(pipeline(n), batch_size=2, num_workers=num_workers, **kwargs)
 
 
 def run(capsys, *argv):
@@ -159,6 +159,40 @@ def test_loader_states_inspect_clean_at_every_cut_before_and_after_a_worker_chan
             resumed.load_state_dict(json.loads(path.read_text()))
             assert head + ids(resumed) == reference, f"{workers} workers, cut {k}"
         assert sorted(done + reference) == list(range(16))
+
+
+def test_batches_yielded_and_next_worker_with_snapshots_every_few_steps(tmp_path, capsys):
+    """With ``snapshot_every_n_steps=3`` the loader line gave the batch count of the last snapshot
+    (``_snapshot_step``) as the batches yielded, and the worker due after it as the next: after 5
+    batches it said "3 batches yielded - next batch from worker 1". At every cut it now gives the
+    batches the loader yielded, says that the workers' states are those of the snapshot (the
+    batches since are replayed on resume), names the worker that yields the next batch, and the
+    state resumes exactly."""
+    def worker_of(batch):  # 4 shards of 4 rows, dealt to the 2 workers in turn
+        return (batch[0] // 4) % 2
+
+    reference = [b["id"].tolist() for b in loader(2, snapshot_every_n_steps=3)]
+    for k in range(len(reference) + 1):
+        dl = loader(2, snapshot_every_n_steps=3)
+        it = iter(dl)
+        head = [next(it)["id"].tolist() for _ in range(k)]
+        path = tmp_path / f"cut{k}.json"
+        path.write_text(json.dumps(dl.state_dict()))
+        stop(dl)
+        code, out, err = run(capsys, "inspect", str(path), "--json")
+        assert (code, err) == (0, ""), f"cut {k}: {err}"
+        ld = json.loads(out)["loaders"][0]
+        assert ld["batches_yielded"] == k, f"cut {k}"
+        if k < len(reference):
+            assert ld["next_worker"] == worker_of(reference[k]), f"cut {k}"
+        since = k % 3
+        assert ld.get("since_snapshot", 0) == since and ld.get("snapshot_step", k) == k - since
+        text = run(capsys, "inspect", str(path))[1]
+        assert f"{k} batches yielded" in text
+        assert (f"snapshot after batch {k - since}: resuming replays the {since} batch(es) since" in text) == bool(since)
+        resumed = loader(2, snapshot_every_n_steps=3)
+        resumed.load_state_dict(json.loads(path.read_text()))
+        assert head + [b["id"].tolist() for b in resumed] == reference, f"cut {k}"
 
 
 # --------------------------------------------------------------------------- hand-edited node states

@@ -13,7 +13,8 @@ import re
 from typing import Any
 
 from ..loader.loader_state import (DATASET_STATE, FETCHER_STATE, ITERATOR_FINISHED, LAST_YIELDED_WORKER_ID,
-                                   MAIN_SNAPSHOT, NUM_WORKERS, NUM_YIELDED, SNAPSHOT, SNAPSHOT_STEP)
+                                   MAIN_SNAPSHOT, NUM_WORKERS, NUM_YIELDED, SNAPSHOT, SNAPSHOT_STEP,
+                                   STEPS_SINCE_SNAPSHOT)
 from ..state import FORMAT, PLAN_FORMAT, TRAINER_DATA_FILE, find_documents
 from ..state_files import read_state_file
 
@@ -133,10 +134,17 @@ def loader_positions(doc: Any, path: str = "") -> list[dict]:
             main = {}
         workers = main.get(NUM_WORKERS)
         last = snap.get(LAST_YIELDED_WORKER_ID)
-        entry = {"path": path or "/", "num_workers": workers, "batches_yielded": snap.get(SNAPSHOT_STEP),
+        step, since = snap.get(SNAPSHOT_STEP), doc.get(STEPS_SINCE_SNAPSHOT)
+        if not (type(since) is int and since > 0 and type(step) is int):
+            since = 0
+        # with snapshot_every_n_steps > 1 the workers' states are those of the last snapshot, taken
+        # ``since`` batches before the state: the loader yielded them all, and replays them on resume
+        entry = {"path": path or "/", "num_workers": workers, "batches_yielded": step + since if since else step,
                  "last_worker": last, "finished": doc.get(ITERATOR_FINISHED)}
+        if since:
+            entry.update(snapshot_step=step, since_snapshot=since)
         if isinstance(workers, int) and workers > 0 and isinstance(last, int):
-            entry["next_worker"] = (last + 1) % workers
+            entry["next_worker"] = (last + 1 + since) % workers  # in turn, as the loader takes them
         out.append(entry)
         return out
     if NUM_YIELDED in doc and (DATASET_STATE in doc or FETCHER_STATE in doc):

@@ -91,6 +91,9 @@ def render(report: dict, width: int = 24, max_shards: int = 32) -> str:
             parts.append(f"{ld['num_workers']} worker(s)," if ld["num_workers"] else "single process,")
         if ld.get("batches_yielded") is not None:
             parts.append(f"{ld['batches_yielded']} batches yielded")
+        if ld.get("since_snapshot"):
+            parts.append(f"(the workers' states are those of its snapshot after batch {ld['snapshot_step']}: "
+                         f"resuming replays the {ld['since_snapshot']} batch(es) since)")
         if ld.get("next_worker") is not None:
             parts.append(f"- next batch from worker {ld['next_worker']}")
         if ld.get("finished"):
