@@ -76,7 +76,14 @@ def _worker_1_twice(s):
     ws["worker_0"] = copy.deepcopy(ws["worker_1"])
 
 
+def _worker_1_next_epoch(s):
+    ds = s["_snapshot"]["_worker_snapshots"]["worker_1"]["dataset_state"]
+    ds.pop("checksum", None)
+    ds["epoch"] = 1
+
+
 @pytest.mark.parametrize("edit,message", [
+    (_worker_1_next_epoch, "its workers saved different epochs (0 by worker(s) [0], 1 by worker(s) [1])"),
     (_drop_worker_1, "the loader had 2 worker(s) (_num_workers), but its '_worker_snapshots' are ['worker_0'], "
                      "not ['worker_0', 'worker_1']"),
     (_no_dataset_state, "worker 1's snapshot holds no dataset state"),

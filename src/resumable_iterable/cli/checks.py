@@ -214,7 +214,8 @@ def check_loader(loader: Any, where: str, problems: list[str]) -> None:
     """Record in ``problems`` what loading the (torchdata) ``StatefulDataLoader`` state ``loader``
     would refuse at the loader level: a worker count that is not a positive integer or does not
     match the worker snapshots held, a worker snapshot without a dataset state, a dataset state
-    saved by another worker (or process) than the one it would be loaded in."""
+    saved by another worker (or process) than the one it would be loaded in, workers that saved
+    different epochs."""
     if not isinstance(loader, dict):
         return
     if SNAPSHOT not in loader:
@@ -235,9 +236,17 @@ def check_loader(loader: Any, where: str, problems: list[str]) -> None:
         problems.append(f"{where}: the loader had {n} worker(s) ({NUM_WORKERS}), but its '{WORKER_SNAPSHOTS}' "
                         f"are {got}, not {keys}: loading refuses it")
         return
+    epochs: dict[int, list[int]] = {}
     for j in range(n):
         ws = held.get(worker_key(j))
         if not isinstance(ws, dict) or not isinstance(ws.get(DATASET_STATE), dict):
             problems.append(f"{where}: worker {j}'s snapshot holds no dataset state: loading refuses it")
             continue
-        _check_worker_state(ws[DATASET_STATE], (j, n), f"{where}: worker {j}'s snapshot", problems)
+        ds = ws[DATASET_STATE]
+        _check_worker_state(ds, (j, n), f"{where}: worker {j}'s snapshot", problems)
+        if type(ds.get("epoch")) is int:
+            epochs.setdefault(ds["epoch"], []).append(j)
+    if len(epochs) > 1:
+        problems.append(f"{where}: its workers saved different epochs ("
+                        + ", ".join(f"{e} by worker(s) {ws}" for e, ws in sorted(epochs.items()))
+                        + "): loading refuses it")
