@@ -280,3 +280,35 @@ def test_elastic_resume_refuses_a_worker_state_held_twice(tmp_path, capsys, two_
         dl.load_state_dict(copy.deepcopy(two_workers))
         rest = ids(dl)
         assert len(rest) == len(set(rest)) == 16 - 6
+
+
+def _trainer_file(step, version=1):
+    ds = pipeline()
+    it = iter(ds)
+    next(it)
+    return {"format": "resumable_iterable.trainer", "version": version, "global_step": step, "process_index": 0,
+            "num_processes": 1, "loader": "StatefulDataLoader",
+            "loader_state": {"_num_yielded": step, "dataset_state": ds.state_dict()}}
+
+
+def test_a_trainer_data_state_the_callback_refuses_is_not_reported_clean(tmp_path, capsys):
+    """The callback refuses a data-state file of another version, and one written at another step
+    than its checkpoint's (a file copied from another checkpoint): inspect reported both clean, exit
+    status 0. It now reports them, and still shows what they hold."""
+    folder = tmp_path / "checkpoint-4"
+    folder.mkdir()
+    ri.save_state(_trainer_file(4), folder / "resumable_iterable_state.json")
+    for path in (folder, folder / "resumable_iterable_state.json"):
+        assert run(capsys, "inspect", str(path))[::2] == (0, "")
+    ri.save_state(_trainer_file(2), folder / "resumable_iterable_state.json")  # checkpoint-2's file
+    for path in (folder, folder / "resumable_iterable_state.json"):
+        code, out, err = run(capsys, "inspect", str(path))
+        assert code == 1 and "global_step: 2" in out and err.count("\n") == 1
+        assert (f"{path}: written at step 2, but it is in the folder of the checkpoint of step 4: the callback "
+                "refuses it") in err
+    ri.save_state(_trainer_file(2), tmp_path / "copy.json")  # outside a checkpoint folder: no step to match
+    assert run(capsys, "inspect", str(tmp_path / "copy.json"))[::2] == (0, "")
+    ri.save_state(_trainer_file(2, version=99), tmp_path / "v99.json")
+    code, out, err = run(capsys, "inspect", str(tmp_path / "v99.json"))
+    assert code == 1 and "[dataset]" in out and err.count("\n") == 1
+    assert "a Trainer data state of version 99; the callback reads version 1 and refuses it" in err

@@ -43,6 +43,8 @@ VERSION = 2
 PLAN_FORMAT = "resumable_iterable.elastic_plan"
 #: the data-state file the Trainer callback writes into checkpoints (``integrations/transformers.py``)
 TRAINER_FORMAT = "resumable_iterable.trainer"
+#: the version of that file the callback writes and reads
+TRAINER_VERSION = 1
 #: its default name in a checkpoint folder (other processes: ``<stem>.rank<N>.json``)
 TRAINER_DATA_FILE = "resumable_iterable_state.json"
 

@@ -66,6 +66,16 @@ def _checkpoints_in(folder: str) -> list[str]:
     return [name for _, name in sorted(found)]
 
 
+def checkpoint_step(path: str) -> int | None:
+    """The step of the Trainer checkpoint folder (``checkpoint-<step>``) that ``path`` is, or holds as
+    a data-state file; ``None`` for any other path."""
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    if folder != path and not _DATA_FILE.fullmatch(os.path.basename(path)):
+        return None
+    m = re.fullmatch(r"checkpoint-(\d+)", os.path.basename(os.path.normpath(folder)))
+    return int(m.group(1)) if m else None
+
+
 def read_document(path: str) -> Any:
     """The decoded content of the state file at ``path`` (JSON text or a binary state file, whose
     blobs are read straight into their arrays: the file was read whole first, which took twice its

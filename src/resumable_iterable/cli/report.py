@@ -13,9 +13,11 @@ from typing import Any
 
 from ..loader.plan import check_plan_envelope
 from ..loader.resume import check_seeds, shape_nodes
-from ..state import FORMAT, PLAN_FORMAT, TRAINER_FORMAT, check_envelope, fingerprint, inline_buffers
+from ..state import (FORMAT, PLAN_FORMAT, TRAINER_FORMAT, TRAINER_VERSION, check_envelope, fingerprint,
+                     inline_buffers)
 from .checks import check_loader, check_node, check_start
-from .document import InspectError, find_states, label_for, loader_positions, read_document, split_label
+from .document import (InspectError, checkpoint_step, find_states, label_for, loader_positions, read_document,
+                       split_label)
 from .tree import analyse_node, leaf_of, leaf_state, source_order
 
 
@@ -137,8 +139,9 @@ def _check_seeds(doc: dict, shape: dict, path: str, problems: list[str]) -> None
             problems.append(str(e))
 
 
-def inspect_document(doc: Any, name: str = "state") -> dict:
-    """The inspection report of a decoded document (see the package docstring)."""
+def inspect_document(doc: Any, name: str = "state", checkpoint_step: int | None = None) -> dict:
+    """The inspection report of a decoded document (see the package docstring); ``checkpoint_step``:
+    the step of the Trainer checkpoint folder it was read from, if any."""
     found = find_states(doc)
     if not found:
         raise InspectError(f"{name}: no resumable_iterable state found in it")
@@ -150,14 +153,27 @@ def inspect_document(doc: Any, name: str = "state") -> dict:
     kind = {FORMAT: "pipeline state", PLAN_FORMAT: "elastic-resume plan",
             TRAINER_FORMAT: "Trainer checkpoint data state"}.get(top, "document holding pipeline states")
     info = {}
+    problems = [p for st in states for p in st.pop("problems")]
     if top == TRAINER_FORMAT:
         info = {k: doc.get(k) for k in ("global_step", "process_index", "num_processes", "loader")}
-    problems = [p for st in states for p in st.pop("problems")]
+        _check_trainer(doc, name, checkpoint_step, problems)
     loaders = loader_positions(doc)
     for ld in loaders:
         check_loader(_at(doc, ld["path"]), f"loader at {ld['path']}", problems)
     return {"file": name, "kind": kind, "info": info, "loaders": loaders, "states": states,
             "problems": problems}
+
+
+def _check_trainer(doc: dict, name: str, checkpoint_step: int | None, problems: list[str]) -> None:
+    """What the Trainer callback refuses in its data-state file, before the states inside: another
+    version of the file, or (in a checkpoint folder) a file written at another step."""
+    if doc.get("version") != TRAINER_VERSION:
+        problems.append(f"{name}: a Trainer data state of version {doc.get('version')!r}; the callback reads "
+                        f"version {TRAINER_VERSION} and refuses it")
+    step = doc.get("global_step")
+    if checkpoint_step is not None and step != checkpoint_step:
+        problems.append(f"{name}: written at step {step!r}, but it is in the folder of the checkpoint of step "
+                        f"{checkpoint_step}: the callback refuses it (copied from another checkpoint?)")
 
 
 def _at(doc: Any, path: str) -> Any:
@@ -172,5 +188,5 @@ def _at(doc: Any, path: str) -> Any:
 
 
 def inspect_file(path: str) -> dict:
-    """The inspection report of the file at ``path``."""
-    return inspect_document(read_document(path), path)
+    """The inspection report of the file at ``path`` (a Trainer checkpoint folder: its data-state file)."""
+    return inspect_document(read_document(path), path, checkpoint_step(path))

@@ -19,14 +19,14 @@ from typing import Any
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..state import TRAINER_DATA_FILE, TRAINER_FORMAT
+from ..state import TRAINER_DATA_FILE, TRAINER_FORMAT, TRAINER_VERSION
 from ..state_files import load_state, read_state_file, state_file_digest
 
 #: name of the data-state file written into each checkpoint folder (process 0)
 STATE_FILE = TRAINER_DATA_FILE
 #: ``format`` entry of that file
 FORMAT = TRAINER_FORMAT
-VERSION = 1
+VERSION = TRAINER_VERSION
 #: the Trainer's own state file in a checkpoint folder (written after the data state)
 TRAINER_STATE_FILE = "trainer_state.json"
 
