@@ -312,3 +312,30 @@ def test_a_trainer_data_state_the_callback_refuses_is_not_reported_clean(tmp_pat
     code, out, err = run(capsys, "inspect", str(tmp_path / "v99.json"))
     assert code == 1 and "[dataset]" in out and err.count("\n") == 1
     assert "a Trainer data state of version 99; the callback reads version 1 and refuses it" in err
+
+
+def test_a_data_state_file_that_is_not_the_one_the_checkpoint_records(tmp_path, capsys):
+    """On resume the callback takes only the data-state file whose digest the checkpoint's
+    ``trainer_state.json`` records; one edited by hand (or another run's) is refused. inspect
+    reported such a file clean; it now says the checkpoint does not record it."""
+    from resumable_iterable.state_files import state_file_digest
+
+    folder = tmp_path / "checkpoint-4"
+    folder.mkdir()
+    path = folder / "resumable_iterable_state.json"
+    ri.save_state(_trainer_file(4), path)
+    record = {"global_step": 4, "stateful_callbacks": {"ResumableDataCallback": {
+        "args": {"filename": "resumable_iterable_state.json"},
+        "attributes": {"data_state_sha256": state_file_digest(path)}}}}
+    (folder / "trainer_state.json").write_text(json.dumps(record))
+    for p in (folder, path):
+        assert run(capsys, "inspect", str(p))[::2] == (0, "")
+    doc = json.loads(path.read_text())
+    doc.pop("checksum", None)
+    doc["loader_state"]["_num_yielded"] = 3  # edited by hand: still a valid state
+    path.write_text(json.dumps(doc, indent=1))
+    for p in (folder, path):
+        code, out, err = run(capsys, "inspect", str(p))
+        assert code == 1 and "single process, 3 batches yielded" in out and err.count("\n") == 1
+        assert (f"{p}: this file is not the one the checkpoint's trainer_state.json records (its digest differs): "
+                "the callback refuses it on resume") in err

@@ -8,6 +8,7 @@ one-line message.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Any
@@ -16,7 +17,7 @@ from ..loader.loader_state import (DATASET_STATE, FETCHER_STATE, ITERATOR_FINISH
                                    MAIN_SNAPSHOT, NUM_WORKERS, NUM_YIELDED, SNAPSHOT, SNAPSHOT_STEP,
                                    STEPS_SINCE_SNAPSHOT)
 from ..state import FORMAT, PLAN_FORMAT, TRAINER_DATA_FILE, find_documents
-from ..state_files import read_state_file
+from ..state_files import read_state_file, state_file_digest
 
 
 #: the Trainer callback's data-state file, ``resumable_iterable_state.json`` (``.rankN.json`` per process)
@@ -66,6 +67,19 @@ def _checkpoints_in(folder: str) -> list[str]:
     return [name for _, name in sorted(found)]
 
 
+def state_file_of(path: str) -> str:
+    """The file ``inspect`` reads for ``path``: ``path``, or the data-state file of a checkpoint folder."""
+    return data_state_file(path) if os.path.isdir(path) else path
+
+
+def digest_of(path: str) -> str | None:
+    """:func:`~resumable_iterable.state_files.state_file_digest` of the file, ``None`` if unreadable."""
+    try:
+        return state_file_digest(path)
+    except (OSError, ValueError):
+        return None
+
+
 def checkpoint_step(path: str) -> int | None:
     """The step of the Trainer checkpoint folder (``checkpoint-<step>``) that ``path`` is, or holds as
     a data-state file; ``None`` for any other path."""
@@ -76,12 +90,31 @@ def checkpoint_step(path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def recorded_digests(path: str) -> list[str] | None:
+    """The digests of process 0's data-state file that the ``trainer_state.json`` beside the file
+    ``path`` records (the callback takes on resume only a file with one of them), or ``None`` when
+    ``path`` is not such a file or nothing is recorded."""
+    if os.path.basename(path) != TRAINER_DATA_FILE:
+        return None
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(path)), "trainer_state.json"), encoding="utf-8") as f:
+            callbacks = json.load(f).get("stateful_callbacks")
+    except (OSError, ValueError, AttributeError):
+        return None
+    found = []
+    for entry in (callbacks.values() if isinstance(callbacks, dict) else ()):
+        for e in (entry if isinstance(entry, list) else [entry]):
+            digest = e.get("attributes", {}).get("data_state_sha256") if isinstance(e, dict) else None
+            if isinstance(digest, str):
+                found.append(digest)
+    return found or None
+
+
 def read_document(path: str) -> Any:
     """The decoded content of the state file at ``path`` (JSON text or a binary state file, whose
     blobs are read straight into their arrays: the file was read whole first, which took twice its
     size in memory). ``path`` may be a Trainer checkpoint folder holding one data-state file."""
-    if os.path.isdir(path):
-        path = data_state_file(path)
+    path = state_file_of(path)
     try:
         return read_state_file(path)
     except OSError as e:

@@ -16,8 +16,8 @@ from ..loader.resume import check_seeds, shape_nodes
 from ..state import (FORMAT, PLAN_FORMAT, TRAINER_FORMAT, TRAINER_VERSION, check_envelope, fingerprint,
                      inline_buffers)
 from .checks import check_loader, check_node, check_start
-from .document import (InspectError, checkpoint_step, find_states, label_for, loader_positions, read_document,
-                       split_label)
+from .document import (InspectError, checkpoint_step, digest_of, find_states, label_for, loader_positions,
+                       read_document, recorded_digests, split_label, state_file_of)
 from .tree import analyse_node, leaf_of, leaf_state, source_order
 
 
@@ -189,4 +189,10 @@ def _at(doc: Any, path: str) -> Any:
 
 def inspect_file(path: str) -> dict:
     """The inspection report of the file at ``path`` (a Trainer checkpoint folder: its data-state file)."""
-    return inspect_document(read_document(path), path, checkpoint_step(path))
+    report = inspect_document(read_document(path), path, checkpoint_step(path))
+    file = state_file_of(path)
+    digests = recorded_digests(file)
+    if digests and digest_of(file) not in digests:
+        report["problems"].append(f"{path}: this file is not the one the checkpoint's trainer_state.json records (its "
+                                  "digest differs): the callback refuses it on resume (edited, or another run's?)")
+    return report
