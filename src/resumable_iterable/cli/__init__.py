@@ -13,7 +13,8 @@ sources), the fill of every shuffle buffer, the epoch, and the loader-level posi
 ``--json`` prints the same report as JSON. A file that is missing, truncated, damaged or edited
 (checksum or fingerprint mismatch), or holds no state, ends with a one-line error on stderr and
 exit status 1. A state that can be shown but that ``load_state_dict`` would refuse (as far as
-its pipeline shape tells: see ``checks.py``) is shown, then each problem gets one line on
+its pipeline shape tells, and the loader or Trainer checkpoint file around it: see ``checks.py``
+and ``report.py``) is shown, then each problem gets one line on
 stderr (and an entry of ``"problems"`` in the JSON report), and the exit status is 1.
 
 Run as ``resumable-iterable inspect ...`` or ``python -m resumable_iterable inspect ...`` (or ``.cli``).
