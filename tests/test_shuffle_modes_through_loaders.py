@@ -161,3 +161,28 @@ def test_ranks_and_workers_change_through_saved_files(kind, rows, tmp_path):
         dl.load_state_dict(new[rank])
         seen += [int(ex["id"]) for ex in dl]
     assert sorted(seen) == list(range(rows))
+
+
+def _loader_state(ds, workers):
+    dl = SDL(ds, batch_size=None, num_workers=workers)
+    it = iter(dl)
+    for _ in range(3):
+        next(it)
+    return json_roundtrip(dl.state_dict())
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_states_of_unsplit_or_misordered_ranks_are_named_as_such(workers):
+    # two processes that never called split_dataset_by_node: the error said the state came "from no
+    # DataLoader worker split", which is neither what is wrong nor true of a 2-worker loader's state
+    unsplit = [_loader_state(glob(), workers) for _ in range(2)]
+    with pytest.raises(ValueError, match=r"states\[0\] was not saved by rank 0 of 2 \(it comes from a process that "
+                                         r"did not split the dataset: call split_dataset_by_node") as e:
+        ri.redistribute_states(unsplit, 3)
+    assert "worker" not in str(e.value)
+    # rank states passed in the wrong order: the rank that saved it, and nothing about workers
+    split = [_loader_state(ri.split_dataset_by_node(replay(), r, 2), workers) for r in range(2)]
+    with pytest.raises(ValueError, match=r"states\[0\] was not saved by rank 0 of 2 \(it comes from rank 1 of 2\): "
+                                         r"pass the states of all ranks, in rank order") as e:
+        ri.redistribute_states(split[::-1], 3)
+    assert "worker" not in str(e.value)

@@ -189,6 +189,15 @@ def _seeds_of(state: Any) -> Any:
     return None
 
 
+def _saved_by(ranks: list) -> str:
+    """Which rank saved a state, in words (its rank split only: the worker split of a DataLoader
+    state is the loader's business, and a dataset state's was checked to be none)."""
+    if not ranks:
+        return ("it comes from a process that did not split the dataset: call "
+                "split_dataset_by_node(ds, rank, world_size) in every rank")
+    return "it comes from " + ", ".join(f"rank {q[0]} of {q[1]}" for q in ranks)
+
+
 def redistribute_states(states: list[dict], world_size: int, num_workers: int | None = None,
                         carve: bool = True, strategy: str | None = None) -> list[dict]:
     """States saved by ``R = len(states)`` ranks → states for ``world_size`` ranks.
@@ -236,8 +245,8 @@ def redistribute_states(states: list[dict], world_size: int, num_workers: int | 
         if old == 1 and (not ranks or ranks[-1][:2] != [0, 1]):
             ranks = [*ranks, [0, 1]]  # one process that never called split_dataset_by_node: rank 0 of 1
         if not ranks or ranks[-1][:2] != [r, old]:
-            raise ValueError(f"states[{r}] was not saved by rank {r} of {old} (it comes from "
-                             f"{describe_split(ranks, None)}): pass the states of all ranks, in rank order")
+            raise ValueError(f"states[{r}] was not saved by rank {r} of {old} ({_saved_by(ranks)}): pass the "
+                             "states of all ranks, in rank order")
         if prefix is None:
             prefix, saved_strategy = ranks[:-1], ranks[-1][2:]
         elif ranks[:-1] != prefix or ranks[-1][2:] != saved_strategy:
