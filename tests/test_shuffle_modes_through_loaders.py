@@ -186,3 +186,20 @@ def test_states_of_unsplit_or_misordered_ranks_are_named_as_such(workers):
                                          r"pass the states of all ranks, in rank order") as e:
         ri.redistribute_states(split[::-1], 3)
     assert "worker" not in str(e.value)
+
+
+def test_take_and_skip_after_the_global_shuffle_are_shared_among_workers_as_documented():
+    # docs/global-shuffle.md: take(n) keeps the single-process order, so does skip(s) with s a multiple
+    # of the worker count; another skip changes the order (and with a take after it, the selection)
+    def run(build, workers):
+        return [int(ex["id"]) for ex in SDL(build(), batch_size=None, num_workers=workers)]
+
+    single = lambda build: [ex["id"] for ex in build()]  # noqa: E731
+    for build in (lambda: glob().take(11), lambda: glob().skip(6), lambda: glob().skip(6).take(20)):
+        assert run(build, 3) == single(build)
+    skip5 = lambda: glob().skip(5)  # noqa: E731
+    got = run(skip5, 3)
+    assert sorted(got) == sorted(single(skip5)) and got != single(skip5)
+    part = lambda: glob().skip(5).take(20)  # noqa: E731
+    got = run(part, 3)
+    assert len(got) == len(set(got)) == 20 and set(got) != set(single(part))
