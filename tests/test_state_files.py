@@ -61,6 +61,29 @@ def ids(ds):
 # --------------------------------------------------------------------------- the binary state file
 
 
+def test_a_state_file_saved_with_a_byte_order_mark_loads(tmp_path, capsys):
+    """A JSON state opened and saved again in an editor that writes UTF-8 with a byte order mark
+    (Windows Notepad did) was refused as invalid JSON, by load_state and by inspect alike."""
+    ds = consume(ri.to_iterable_dataset(Dataset.from_dict({"id": list(range(30))}), num_shards=3)
+                 .shuffle(seed=1, buffer_size=5), 7)
+    for state in (ds.state_dict(), [ds.state_dict()] * 2):
+        path = tmp_path / "state.json"
+        ri.save_state(state, path)
+        path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+        assert ri.load_state(path) == state and ri.loads_state(path.read_bytes()) == state
+        assert ri.loads_state(path.read_bytes().decode("utf-8")) == state
+    def build():
+        return ri.to_iterable_dataset(Dataset.from_dict({"id": list(range(30))}), num_shards=3).shuffle(
+            seed=1, buffer_size=5)
+
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(ds.state_dict()).encode())
+    again = build()
+    again.load_state_dict(ri.load_state(path))
+    assert ids(again) == ids(build())[7:]
+    assert cli_main(["inspect", str(path)]) == 0
+    capsys.readouterr()
+
+
 def test_large_values_are_stored_raw_and_resume_exactly(tmp_path):
     full = ids(big_pipeline())
     for k in (0, 1, 17, 39, 40):

@@ -78,7 +78,9 @@ def _refuse_damaged_checksum_key(raw: dict) -> None:
 _CHECKSUM_VALUE = re.compile(r"sha256:[0-9a-f]{64}")
 
 
-def _loads_text(text: str | bytes) -> Any:
+def _loads_text(text: str) -> Any:
+    if text.startswith("\ufeff"):  # a byte order mark, as some editors save UTF-8 (JSON may ignore it)
+        text = text[1:]
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as e:
