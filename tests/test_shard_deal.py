@@ -4,7 +4,9 @@ Under a shuffle the shards are dealt from a list drawn from the epoch, as HF shu
 before dealing them: a worker reads other shards every epoch. Without a
 shuffle, or under ``take``/``skip``, the natural order: worker ``w`` reads ``w, w + W, ...``.
 Resumes stay exact in every epoch, with the same or another number of workers, and states
-saved before the deal existed (no ``"deal"``) resume their epoch as they were dealt.
+saved before the deal existed (no ``"deal"``) resume their epoch as they were dealt. A split into
+one part (``split_dataset_by_node(ds, 0, 1)``, one worker) reads what the unsplit dataset reads,
+in its order, as in HF, and their states load into each other.
 """
 
 from __future__ import annotations
@@ -307,3 +309,139 @@ def test_every_cut_of_a_dealt_rank_part_resumes_exactly(kind, rank):
 
     full = assert_resumes_exactly(build)
     assert full
+
+
+# ------------------------------------------------- a split of world size 1 is no split (as in HF)
+def _as_before(m):
+    """Earlier versions' rank split of world size 1: it dealt a shuffled dataset's shards once more
+    (its states record ``"deal": 1``) and listed a concatenation's inputs as one-shard pieces."""
+    def old_split_deal(node, ranks, worker):
+        if not ranks and distributed.effective_worker(worker) is None:
+            return 0
+        return distributed.DEAL_BY_EPOCH if node.deals_by_epoch() else 0
+
+    split_ranks = distributed.split_ranks
+    m.setattr(distributed, "split_deal", old_split_deal)  # forked workers inherit these
+    m.setattr(resume, "split_deal", old_split_deal)
+    m.setattr(distributed, "split_ranks", lambda node, ranks, epoch=0, deal=0, as_before=False:
+              split_ranks(node, ranks, epoch, deal, True))
+
+
+def _one_part(build, split):
+    return ri.split_dataset_by_node(build(), 0, 1) if split else build()
+
+
+def _loader_ids(ds, num_workers):
+    return [int(ex["id"]) for ex in DataLoader(ds, batch_size=None, num_workers=num_workers)]
+
+
+@pytest.mark.parametrize("kind", ["plain", "interleave", "concat", "input_shards", "arrow"])
+def test_split_of_world_size_one_reads_the_unsplit_order_in_every_epoch(kind):
+    """HF's ``split_dataset_by_node(ds, 0, 1)`` reads what ``ds`` reads, in its order; ours dealt the
+    shards of a shuffled dataset once more, at that split, and read another order."""
+    build = shuffled if kind == "plain" else (lambda: _composed(kind))
+    for epoch in range(3):
+        runs = {}
+        for split in (False, True):
+            for workers in (0, 2):
+                ds = _one_part(build, split)
+                ds.set_epoch(epoch)
+                runs[split, workers] = _loader_ids(ds, workers) if workers else [int(ex["id"]) for ex in ds]
+        assert runs[True, 0] == runs[False, 0], (kind, epoch)
+        assert runs[True, 2] == runs[False, 2], (kind, epoch)
+    # below another rank split, one of world size 1 changes nothing either
+    two = ri.split_dataset_by_node(shuffled(), 1, 2)
+    two.set_epoch(1)
+    one_more = ri.split_dataset_by_node(ri.split_dataset_by_node(shuffled(), 1, 2), 0, 1)
+    one_more.set_epoch(1)
+    assert [int(ex["id"]) for ex in one_more] == [int(ex["id"]) for ex in two]
+
+
+@pytest.mark.parametrize("saved_split,loaded_split", [(True, False), (False, True)])
+def test_every_cut_moves_between_the_unsplit_dataset_and_a_split_of_world_size_one(saved_split, loaded_split):
+    """A single-GPU run that called ``split_dataset_by_node(ds, rank, world_size)`` with world size 1
+    resumes in a plain ``python train.py`` run, and back; every example once."""
+    def build(split):
+        ds = _one_part(shuffled, split)
+        ds.set_epoch(2)
+        return ds
+
+    full = [int(ex["id"]) for ex in build(saved_split)]
+    for k in range(len(full)):
+        ds = build(saved_split)
+        it = iter(ds)
+        for _ in range(k + 1):
+            next(it)
+        state = json_roundtrip(ds.state_dict())
+        resumed = build(loaded_split)
+        resumed.load_state_dict(state)
+        assert [int(ex["id"]) for ex in resumed] == full[k + 1:], k
+
+
+@pytest.mark.parametrize("saved_split,loaded_split", [(True, False), (False, True), (True, True)])
+def test_loader_states_move_between_the_unsplit_dataset_and_a_split_of_world_size_one(saved_split, loaded_split):
+    def loader(split, state=None, num_workers=2):
+        ds = _one_part(shuffled, split)
+        ld = ri.StatefulDataLoader(ds, batch_size=3, num_workers=num_workers)
+        if state is None:
+            ds.set_epoch(1)
+        else:
+            ld.load_state_dict(state)
+        return ld
+
+    first = loader(saved_split)
+    full, states = [], []
+    for b in first:
+        full.append(_ids(b))
+        states.append(json_roundtrip(first.state_dict()))
+    assert sorted(sum(full, [])) == EVERYTHING
+    assert {s["split"]["deal"] for s in _dataset_states(states[0])} == {distributed.DEAL_BY_EPOCH}
+    for k in range(len(full)):
+        assert full[:k + 1] + [_ids(b) for b in loader(loaded_split, states[k])] == full, k
+    # and to another number of workers (elastic), exactly once
+    for k in (0, len(full) // 2):
+        rest = [_ids(b) for b in loader(loaded_split, states[k], num_workers=3)]
+        assert sorted(sum(full[:k + 1] + rest, [])) == EVERYTHING, k
+
+
+def _concat(shuffle=True):
+    ds = ri.concatenate_datasets([gen_src(3, ROWS), gen_src(5, ROWS).map(lambda ex: {"id": ex["id"] + 10_000})])
+    return ds.shuffle(seed=2, buffer_size=4) if shuffle else ds
+
+
+@pytest.mark.parametrize("build", ["shuffled", "concat", "concat_unshuffled"])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_state_an_earlier_version_saved_at_world_size_one_resumes_as_it_was_read(monkeypatch, num_workers, build):
+    """Earlier versions split at ``split_dataset_by_node(ds, 0, 1)`` (dealt a shuffled dataset's
+    shards once more, listed a concatenation's inputs as pieces): such a state resumes its epoch in
+    that order in that split, with as many workers or others, and the unsplit dataset refuses it."""
+    make = {"shuffled": shuffled, "concat": _concat, "concat_unshuffled": lambda: _concat(False)}[build]
+
+    def loader(state=None, workers=num_workers):
+        ld = ri.StatefulDataLoader(ri.split_dataset_by_node(make(), 0, 1), batch_size=3, num_workers=workers)
+        if state is not None:
+            ld.load_state_dict(state)
+        return ld
+
+    with monkeypatch.context() as m:
+        _as_before(m)
+        first = loader()
+        it = iter(first)
+        head = [_ids(next(it)) for _ in range(4)]
+        old_state = json_roundtrip(first.state_dict())
+        rest = [_ids(b) for b in it]
+        del it, first
+    saved = old_state["dataset_state"] if num_workers == 0 else _dataset_states(old_state)[0]
+    assert saved["split"]["ranks"] == [[0, 1]]
+    if build != "concat_unshuffled":
+        assert head + rest != [_ids(b) for b in loader()]  # the earlier order differs from today's
+    assert [_ids(b) for b in loader(old_state)] == rest
+    if num_workers:  # elastic: to 3 workers, every example once
+        assert sorted(sum(head + [_ids(b) for b in loader(old_state, 3)], [])) == sorted(sum(head + rest, []))
+    unsplit = ri.StatefulDataLoader(make(), batch_size=3, num_workers=num_workers)
+    if build == "concat_unshuffled" and num_workers:  # the workers' split lists the pieces either way
+        unsplit.load_state_dict(old_state)
+        assert [_ids(b) for b in unsplit] == rest
+        return
+    with pytest.raises(ValueError, match=r"earlier version split the pipeline at split_dataset_by_node\(ds, 0, 1\)"):
+        unsplit.load_state_dict(old_state)

@@ -24,6 +24,13 @@ shards. The draw depends on the epoch only, not on a seed: ranks are separate pr
 ``shuffle()`` without a seed draws another seed in each of them (and in a resumed run), while
 every process must deal alike. States record it (``"deal": 1``); a state without it was dealt
 in the natural order by an earlier version, and resumes so.
+
+A split into one part, ``split_dataset_by_node(ds, 0, 1)`` or one DataLoader worker, is no split:
+the process reads what the unsplit dataset reads, in its order (as in HF), and their states load
+into each other. Earlier versions applied a rank split of world size 1 like any other: under a
+shuffle it dealt the shards once more, and it listed a concatenation's inputs as one-shard
+pieces. A state they saved there still resumes its epoch as it was read, in that split
+(:func:`split_ranks` with ``as_before=True``, tried when the state does not match today's).
 """
 
 from __future__ import annotations
@@ -192,11 +199,17 @@ def deal_of(split: dict | None, where: str = "state") -> int:
     return deal
 
 
+def has_world_size_1(ranks) -> bool:
+    """Whether rank splits ``[[rank, world_size], ...]`` hold one of world size 1 (no split today,
+    one that changed the pipeline in earlier versions: see the module doc)."""
+    return any(isinstance(r, (list, tuple)) and len(r) > 1 and r[1] == 1 for r in ranks or ())
+
+
 def split_deal(node: Node, ranks, worker) -> int:
     """The ``"deal"`` a process with these splits records: :data:`DEAL_BY_EPOCH` when a split deals
     the shards of a shuffled pipeline, else 0 (nothing changes with the epoch)."""
-    if not ranks and effective_worker(worker) is None:
-        return 0
+    if all(r[1] == 1 for r in ranks) and effective_worker(worker) is None:
+        return 0  # no split into more than one part
     return DEAL_BY_EPOCH if node.deals_by_epoch() else 0
 
 
@@ -225,17 +238,20 @@ def check_rank_splits(node: Node, ranks) -> None:
                 "never). Pass a seed, e.g. seed=42, the same on every rank.")
 
 
-def split_ranks(node: Node, ranks, epoch: int = 0, deal: int = 0) -> Node:
+def split_ranks(node: Node, ranks, epoch: int = 0, deal: int = 0, as_before: bool = False) -> Node:
     """Apply rank splits ``[[rank, world_size], ...]`` to a pipeline template.
 
     A ``skip(n)`` / ``take(n)`` below the split is divided among the ranks with the shards (or
     read by every rank before the one-in-``world_size`` step), so the ranks together skip / take
     ``n``, as in HF ``datasets``; one made after ``split_dataset_by_node`` skips / takes ``n`` of
-    each rank's part.
+    each rank's part. A split of world size 1 changes nothing (``as_before``: as earlier versions
+    applied it, for their states; see the module doc).
     """
     for entry in ranks:
         rank, world_size = entry[0], entry[1]
         node = _enter_rank_split(node, world_size)
+        if world_size == 1 and not as_before:
+            continue
         if rank_strategy(node.num_shards, entry) == "shards":
             node = _dealt(node, epoch, deal).shard(world_size, rank, contiguous=False)
         else:
@@ -256,17 +272,31 @@ def split_workers(node: Node, worker, epoch: int = 0, deal: int = 0) -> Node:
     return _dealt(node, epoch, deal).shard(min(num_workers, n), w, contiguous=False)
 
 
-def split_for_process(node: Node, split: tuple, worker="current", epoch: int = 0, deal: int = 0) -> Node:
+def matching_split(build, fingerprint: str, ranks) -> Node:
+    """``build(as_before)``: the pipeline split as today (``as_before=False``), unless ``ranks`` hold
+    a split of world size 1 and only the pipeline split as earlier versions split it has the saved
+    ``fingerprint`` (a state they saved: it resumes as it was read; see the module doc)."""
+    node = build(False)
+    if has_world_size_1(ranks) and node.fingerprinted_shape()[1] != fingerprint:
+        before = build(True)
+        if before.fingerprinted_shape()[1] == fingerprint:
+            return before
+    return node
+
+
+def split_for_process(node: Node, split: tuple, worker="current", epoch: int = 0, deal: int = 0,
+                      as_before: bool = False) -> Node:
     """Apply the rank splits recorded on a dataset, then the DataLoader worker split.
 
     ``worker`` is ``"current"`` (the DataLoader worker this code runs in, if any), ``None`` (no
     worker split) or ``(worker_id, num_workers)``. The shards are dealt for ``epoch`` as ``deal``
-    says (a fresh pass: :func:`split_deal`; a loaded state: its own).
+    says (a fresh pass: :func:`split_deal`; a loaded state: its own); ``as_before``: see
+    :func:`split_ranks`.
     """
     here = worker == "current"
     if here:
         worker = current_worker()
-    node = split_ranks(node, ranks_of(split), epoch, deal)
+    node = split_ranks(node, ranks_of(split), epoch, deal, as_before)
     eff = effective_worker(worker)
     if here and eff is not None and eff[1] > node.num_shards and eff[0] == 0:
         # the first worker speaks for all; a main process that already warned (ri.StatefulDataLoader)

@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from .. import state as _state
-from ..distributed import deal_of, effective_worker, ranks_of, split_deal, split_for_process
+from ..distributed import (deal_of, effective_worker, has_world_size_1, matching_split, ranks_of, split_deal,
+                           split_for_process)
 from ..nodes.base import Node
 from . import hooks
 from .elastic import deal
@@ -98,7 +99,9 @@ def load_node(template: Node, split: tuple, state, worker) -> tuple[Node, int, i
     state = _state.inline_buffers(state)
     _state.check_envelope(state)
     deal = deal_of(state.get("split"))
-    node = split_for_process(template, split, worker=worker, epoch=state["epoch"], deal=deal).clone()
+    node = matching_split(lambda as_before: split_for_process(template, split, worker=worker, epoch=state["epoch"],
+                                                             deal=deal, as_before=as_before).clone(),
+                          state["fingerprint"], ranks)
     shape, fp = node.fingerprinted_shape()
     if state["fingerprint"] != fp:
         saved = state.get("split")
@@ -109,6 +112,13 @@ def load_node(template: Node, split: tuple, state, worker) -> tuple[Node, int, i
                     f"this state was saved by {describe_split(saved['ranks'], saved_w)} but is loaded in "
                     f"{describe_split(ranks, worker)}: the ranks split the dataset with another "
                     "split_dataset_by_node strategy; call it with the strategy of the saved run")
+            if has_world_size_1(saved["ranks"]) and saved["ranks"] != ranks:
+                raise ValueError(
+                    f"this state was saved by {describe_split(saved['ranks'], saved_w)} but is loaded in "
+                    f"{describe_split(ranks, worker, saved['ranks'])}: an earlier version split the pipeline at "
+                    "split_dataset_by_node(ds, 0, 1) (it dealt a shuffled dataset's shards once more there, and "
+                    "listed a concatenation's inputs as one-shard pieces), so this state resumes only in the split "
+                    "it was saved in; from the next epoch on, that split reads what the unsplit dataset reads")
             if saved["ranks"] != ranks or effective_worker(saved_w) != effective_worker(worker):
                 raise ValueError(
                     f"this state was saved by {describe_split(saved['ranks'], saved_w)} but is loaded in "

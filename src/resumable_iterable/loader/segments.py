@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from .. import state as _state
-from ..distributed import deal_of, effective_worker, split_ranks, split_workers
+from ..distributed import deal_of, effective_worker, matching_split, split_ranks, split_workers
 from ..nodes.base import Node
 from ..nodes.checks import check_int
 from .plan import check_plan_envelope, check_worker, describe_split, make_plan, make_segment
@@ -103,7 +103,9 @@ def build_plan_node(template: Node, plan: dict, current_ranks: list, current_wor
         where = f"elastic plan segment {i}"
         worker = check_worker(seg["split"]["worker"], where)
         deal = deal_of(seg["split"], where)
-        node = split_workers(split_ranks(template, seg["split"]["ranks"], epoch, deal), worker, epoch, deal).clone()
+        ranks = seg["split"]["ranks"]
+        node = matching_split(lambda as_before: split_workers(split_ranks(template, ranks, epoch, deal, as_before),
+                                                              worker, epoch, deal).clone(), seg["fingerprint"], ranks)
         shape, fp = node.fingerprinted_shape()
         if seg["fingerprint"] != fp:
             diff = _state.shape_difference(seg["pipeline"], shape)
