@@ -29,8 +29,9 @@ from .tree import SOURCE_FIELDS, buffer_fill, leaf_of, shard_rows, shuffle_below
 _U64 = 2**64 - 1
 _SOURCE_KEYS = SOURCE_FIELDS | {"node", "stop"}
 #: held by some kinds of sources only: ``files`` (the digest of a file source's names, checked on load),
+#: ``sizes`` (a file source's digest of the sizes of the files it read to their end, checked on load),
 #: ``shards`` (a generator source's, of the lists of its ``gen_kwargs``)
-_OPTIONAL_SOURCE_KEYS = {"files", "shards"}
+_OPTIONAL_SOURCE_KEYS = {"files", "sizes", "shards"}
 
 
 def _param_int(params: dict, key: str) -> int | None:

@@ -10,7 +10,7 @@ built per example; a formatter then turns each table into numpy arrays, tensors,
 State: none of its own. The node drives the *live* pipeline below it (it is built over the node
 tree the dataset iterates and reports): it moves the source's ``shard_pos`` / ``offset`` exactly
 as the row-by-row path ``batch`` over the same pipeline would, right before each batch is
-yielded. A state taken between batches is therefore the row pipeline's state after the last row
+yielded (telling the source of the shards it passed, ``SourceNode.shards_read``, as that path does). A state taken between batches is therefore the row pipeline's state after the last row
 of the batch: it loads into the same pipeline iterated row by row, batched or formatted.
 """
 
@@ -153,10 +153,14 @@ class ArrowBatchesNode(Node):
                 for i in range(0, table.num_rows, size):
                     for item in per_row(table.slice(i, size)):
                         off += 1
+                        if pos != st["shard_pos"]:  # shards read to their end since the last row
+                            src.shards_read(order, st["shard_pos"], pos)
                         st["shard_pos"], st["offset"] = pos, off  # as the row path, before each yield
                         yield item
             pos += 1
             off = 0
+        if end != st["shard_pos"]:
+            src.shards_read(order, st["shard_pos"], end)
         st["shard_pos"], st["offset"] = end, 0
 
     def _iter_batches(self) -> Iterator[pa.Table]:
@@ -181,10 +185,14 @@ class ArrowBatchesNode(Node):
                         batch = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces, promote_options="default")
                         pieces, have = [], 0
                         # the row path's state right after the last row of this batch
+                        if pos != st["shard_pos"]:  # shards read to their end since the last batch
+                            src.shards_read(order, st["shard_pos"], pos)
                         st["shard_pos"], st["offset"] = pos, off
                         yield batch
             pos += 1
             off = 0
+        if end != st["shard_pos"]:
+            src.shards_read(order, st["shard_pos"], end)
         st["shard_pos"], st["offset"] = end, 0
         if have and not self.drop_last_batch:
             yield pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces, promote_options="default")

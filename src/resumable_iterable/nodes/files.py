@@ -43,6 +43,14 @@ list given in another order, as ``glob.glob`` may give it on another machine, wo
 files and skip others). ``identity``, when given, is digested with the names: what else tells these
 files' rows apart from those of files of the same names (HF ``save_to_disk`` folders all name their
 files ``data-00000-of-0000N.arrow``; their ``_fingerprint`` is the identity).
+
+The state's ``sizes``, ``[n, digest]``, digests the sizes of the files of the ``n`` shards before
+``shard_pos`` (read to their end: rows added to or removed from one of them since would be skipped
+or read twice), hashed one after another as each is finished (:meth:`FileSource.shards_read`, also
+called by the column-wise batch path); Parquet files by the rows their metadata counts (written
+again with other row groups, they hold the same rows), others by their size in bytes. ``n`` counts
+back from ``shard_pos``, so a state that starts elsewhere (a carved elastic segment, a state without
+``sizes``: of an earlier release, or removed to resume anyway) records from where it starts.
 """
 
 from __future__ import annotations
@@ -81,7 +89,7 @@ def names_digest(paths: list[str]) -> str:
 
 class FileSource(FirstFileColumns, ShardReading, ArchiveReading, RandomFileAccess, SourceNode):
     kind = "files"
-    added_fields = frozenset(("files",))  # ``files``: absent from states of earlier releases
+    added_fields = frozenset(("files", "sizes"))  # absent from states of earlier releases
     json_text_columns: tuple = ()  # (also for sources pickled by earlier releases; see ``__init__``)
     json_given_columns: tuple | None = None
 
@@ -148,11 +156,66 @@ class FileSource(FirstFileColumns, ShardReading, ArchiveReading, RandomFileAcces
         return p
 
     def _own_state(self) -> dict:
-        return {**super()._own_state(), "files": self.names_digest}
+        return {**super()._own_state(), "files": self.names_digest, "sizes": [0, ""]}
+
+    # ------------------------------------------------------------------ the sizes of the files read
+    def _file_size(self, shard_id: int) -> int | list:
+        """What tells a shard's file changed: the rows a Parquet file's metadata counts (a file written
+        again with other row groups holds its rows at the same positions), the size in bytes of others."""
+        try:
+            if self.format == "parquet" and self.filters is None:
+                return ["rows", self.shard_length(shard_id)]
+            return os.stat(self.shard_file(shard_id)).st_size
+        except (OSError, ValueError):  # gone or unreadable: nothing matches it
+            return -1
+
+    def _sizes_digest(self, order: list[int], first: int, stop: int, chain: str) -> str:
+        for sid in order[first:stop]:
+            chain = digest([chain, self._file_size(sid)])
+        return chain
+
+    def shards_read(self, order: list[int], first: int, stop: int) -> None:
+        # ``sizes`` = [n, chain]: the sizes of the files of the n shards before ``shard_pos``, hashed
+        # one after another (a string, so copying a state stays cheap)
+        st = self._state_dict
+        sizes = st.get("sizes")
+        if isinstance(sizes, list):  # (a source unpickled from an earlier release has none)
+            st["sizes"] = [sizes[0] + stop - first, self._sizes_digest(order, first, stop, sizes[1])]
+
+    def _check_sizes(self, state: dict, where: str) -> None:
+        """Refuse a state whose files read to their end before it was saved changed size since: a
+        row added to or removed from one of them would be skipped or read twice without a word."""
+        sizes = state.get("sizes")
+        if sizes is None:  # a state of an earlier release: unchecked
+            return
+        if (not isinstance(sizes, list) or len(sizes) != 2 or type(sizes[0]) is not int
+                or not isinstance(sizes[1], str) or not 0 <= sizes[0] <= state["shard_pos"]):
+            raise ValueError(f"{where}: 'sizes' must be [n, digest] with n in [0, shard_pos = {state['shard_pos']}], "
+                             f"got {sizes!r}")
+        n = sizes[0]
+        if not n:
+            return
+        pos = state["shard_pos"]
+        order = self.shard_order(state["shard_seed"], use_state=False)
+        if self._sizes_digest(order, pos - n, pos, "") != sizes[1]:
+            read = [self.shard_file(sid) for sid in order[pos - n:pos]]
+            named = ("" if n == 1 else "one of ") + ", ".join(repr(f) for f in read[:3]) + (
+                f", ... ({n} files)" if n > 3 else "")
+            raise ValueError(f"{where}: a data file read to its end before the state was saved has another size "
+                             f"now ({named}): rows were added to or removed from it (or it was replaced), "
+                             "so resuming would skip or repeat rows of the new data without a word. Resume over "
+                             "the files as they were, or start the pass again; to resume anyway, remove "
+                             "'sizes' from this source's entry of the state")
 
     def _validate_own(self, state: dict, where: str) -> None:
         check_names(state, self.names_digest, where)  # before the offsets, which count its files
         super()._validate_own(state, where)
+        self._check_sizes(state, where)
+
+    def _load_own(self, state: dict) -> None:
+        super()._load_own(state)
+        if "sizes" not in state:  # unchecked: the shards read from here on are recorded
+            self._state_dict["sizes"] = [0, ""]
 
     def resharded(self) -> Node:
         """A copy, from the start, with one shard per row group of its Parquet files (of the files

@@ -259,11 +259,17 @@ class SourceNode(Node):
         order = self.shard_order()
         while st["shard_pos"] < (len(order) if st["stop"] is None else st["stop"]):
             yield from self._iter_shard(order[st["shard_pos"]], st)
+            self.shards_read(order, st["shard_pos"], st["shard_pos"] + 1)
             st["shard_pos"] += 1
             st["offset"] = 0
 
     def _iter_shard(self, shard_id: int, st: dict) -> Iterator[Any]:
         raise NotImplementedError
+
+    def shards_read(self, order: list[int], first: int, stop: int) -> None:
+        """Called as the shards at positions ``[first, stop)`` of ``order`` are read to their end, right
+        before ``shard_pos`` moves past them (by :meth:`_iter`, or a node reading this source's rows
+        itself). A file source records their files' sizes here (``files.py``); others keep nothing."""
 
     def position(self) -> dict | None:
         st = self._state_dict
