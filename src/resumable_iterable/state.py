@@ -139,18 +139,47 @@ STEPS_HINT = (" (a state loads into the pipeline it was saved from, step for ste
               "added or removed)")
 
 
+#: said when a 'map' step is added or removed: the user may not have called map() - a cast is one
+_CAST_HINT = (". A cast is a 'map' step too: cast(), cast_column() and features= given to a reader add one "
+              "(unless the columns already have those types), so adding or removing one is another pipeline, while "
+              "casting to other types is the same one")
+
+
+def _shards_hint(saved: dict, current: dict) -> str:
+    """What a source's other number of shards means (``total_shards``: its data files, the lists of a
+    generator's ``gen_kwargs``, a table's ``num_shards``), said after its first parameter that differs."""
+    a, b = saved.get("total_shards"), current.get("total_shards")
+    if a == b or not isinstance(a, int) or not isinstance(b, int):
+        return ""
+    kind = current.get("node")
+    if kind == "files" and "row_groups" in current:
+        return (f": the source had {a} shards (row groups of its Parquet files: reshard()) when the state was saved "
+                f"and has {b} now: its files hold other row groups, or files were added or removed")
+    if kind in ("files", "generator"):
+        what = "data files" if kind == "files" else "shards (entries of the gen_kwargs lists)"
+        d = abs(b - a)
+        change = f"{d} {'was' if d == 1 else 'were'} {'added' if b > a else 'removed'}"
+        if kind == "files" and b > a:
+            change += " (a glob matching more files?)"
+        return (f": the source had {a} {what} when the state was saved and has {b} now, so {change}; a state "
+                "resumes only over the same ones")
+    return f": the source had {a} shards when the state was saved and has {b} now (another num_shards?)"
+
+
 def shape_difference(saved: Any, current: Any, path: str = "pipeline") -> str | None:
     """Describe the first place where two pipeline shapes differ, or ``None`` if they are equal."""
     if isinstance(saved, dict) and isinstance(current, dict):
-        if saved.get("node") != current.get("node"):
+        kinds = (saved.get("node"), current.get("node"))
+        if kinds[0] != kinds[1]:
             return (f"{path}: the state has a '{saved.get('node')}' node where this pipeline has "
-                    f"'{current.get('node')}'{STEPS_HINT}")
+                    f"'{current.get('node')}'{STEPS_HINT}" + (_CAST_HINT if "map" in kinds else ""))
         for key in sorted(set(saved) | set(current)):
             if key == "children":
                 continue
             if saved.get(key) != current.get(key):
+                hint = _shards_hint(saved, current) if key in ("shard_ids", "total_shards") else ""
                 return (f"{path} ({current.get('node')}): parameter '{key}' is {saved.get(key)!r} in the state "
-                        f"but {current.get(key)!r} in this pipeline")
+                        f"but {current.get(key)!r} in this pipeline{hint}")
         sc, cc = saved.get("children", []), current.get("children", [])
         if len(sc) != len(cc):
             return f"{path} ({current.get('node')}): {len(sc)} inputs in the state, {len(cc)} in this pipeline"
