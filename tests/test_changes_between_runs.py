@@ -56,7 +56,7 @@ def check(old, new, k: int, expect: str, roundtrip=json_roundtrip) -> None:
         return
     resumed.load_state_dict(state)
     got = head + ids(resumed)
-    want = ids(old() if expect == SAVED else new())
+    want = ids(ds if expect == SAVED else new())  # iterating ``ds`` again: a new pass, with its own seeds
     if expect == SAME_SET:
         assert sorted(got) == sorted(want)
     else:
@@ -210,6 +210,15 @@ PIPELINE_CASES = [
     ("shuffle seed", lambda: base().shuffle(seed=1, buffer_size=8), lambda: base().shuffle(seed=2, buffer_size=8), SAVED),
     ("shuffle buffer_size", lambda: base().shuffle(seed=1, buffer_size=8), lambda: base().shuffle(seed=1, buffer_size=9),
      r"parameter 'buffer_size' is 8 in the state but 9"),
+    ("shuffle buffer_state", lambda: base().shuffle(seed=1, buffer_size=8),
+     lambda: base().shuffle(seed=1, buffer_size=8, buffer_state="replay"), "parameter 'buffer_state' is 'examples'"),
+    ("shuffle max_buffer_input_shards added", lambda: base().shuffle(seed=1, buffer_size=8),
+     lambda: base().shuffle(seed=1, buffer_size=8, max_buffer_input_shards=2),
+     STEPS + r".*'shard_interleave' is made by shuffle\(max_buffer_input_shards=\.\.\.\)"),
+    ("shuffle seed given as a generator", lambda: base().shuffle(seed=1, buffer_size=8),
+     lambda: base().shuffle(generator=np.random.default_rng(1), buffer_size=8), SAVED),
+    ("seedless shuffle rebuilt", lambda: base().shuffle(buffer_size=8), lambda: base().shuffle(buffer_size=8), SAVED),
+    ("prefetch added", base, lambda: base().prefetch(4), STEPS),
     ("map function edited", lambda: base().map(double), lambda: base().map(triple), EXACT),
     ("map lambda edited", lambda: base().map(lambda e: {"y": 1}), lambda: base().map(lambda e: {"y": 2}), EXACT),
     ("map added at the end", base, lambda: base().map(double), STEPS),
@@ -218,10 +227,13 @@ PIPELINE_CASES = [
      lambda: base().map(double).shuffle(seed=1, buffer_size=8), r"pipeline/shuffle\[0\]: " + STEPS),
     ("remove_columns changed", lambda: base().remove_columns("t"), lambda: base().remove_columns("x"),
      r"parameter 'columns' is \['t'\] in the state but \['x'\]"),
-    ("remove_columns added", base, lambda: base().remove_columns("x"), STEPS),
+    ("remove_columns added", base, lambda: base().remove_columns("x"),
+     STEPS + r".*'columns' is made by select_columns, remove_columns or rename_column\(s\)"),
     ("rename_column changed", lambda: base().rename_column("t", "u"), lambda: base().rename_column("t", "v"),
      "parameter 'columns'"),
     ("batch size", lambda: base().batch(4), lambda: base().batch(5), EXACT),   # regrouped after the last batch
+    ("batch drop_last_batch", lambda: base().batch(4), lambda: base().batch(4, drop_last_batch=True),
+     "parameter 'drop_last_batch' is False in the state but True"),
     ("take n", lambda: base().take(30), lambda: base().take(40), r"parameter 'n' is 30 in the state but 40"),
     ("skip n", lambda: base().skip(5), lambda: base().skip(6), r"parameter 'n' is 5 in the state but 6"),
     ("repeat n", lambda: base().repeat(2), lambda: base().repeat(3), "parameter 'num_times'"),

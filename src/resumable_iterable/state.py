@@ -145,6 +145,12 @@ _CAST_HINT = (". A cast is a 'map' step too: cast(), cast_column() and features=
               "casting to other types is the same one")
 
 
+#: the calls that make the node kinds whose names users do not write, for a message naming the kind
+_CALLS = {"columns": "select_columns, remove_columns or rename_column(s)",
+          "shard_interleave": "shuffle(max_buffer_input_shards=...)", "global_shuffle": "shuffle(buffer_size=None)",
+          "step": "split_dataset_by_node over fewer shards than ranks", "group": "batch(by_column=...)"}
+
+
 def _shards_hint(saved: dict, current: dict) -> str:
     """What a source's other number of shards means (``total_shards``: its data files, the lists of a
     generator's ``gen_kwargs``, a table's ``num_shards``), said after its first parameter that differs."""
@@ -172,7 +178,8 @@ def shape_difference(saved: Any, current: Any, path: str = "pipeline") -> str | 
         kinds = (saved.get("node"), current.get("node"))
         if kinds[0] != kinds[1]:
             return (f"{path}: the state has a '{saved.get('node')}' node where this pipeline has "
-                    f"'{current.get('node')}'{STEPS_HINT}" + (_CAST_HINT if "map" in kinds else ""))
+                    f"'{current.get('node')}'{STEPS_HINT}" + (_CAST_HINT if "map" in kinds else "")
+                    + "".join(f". '{k}' is made by {_CALLS[k]}" for k in dict.fromkeys(kinds) if k in _CALLS))
         for key in sorted(set(saved) | set(current)):
             if key == "children":
                 continue
