@@ -413,3 +413,49 @@ WORKER_CASES = [
                               "td2 -> ri2", "ri2 -> td2"])
 def test_loader_worker_count_changes(cls_old, old, cls_new, new, expect):
     check_loader(cls_old, old, cls_new, new, expect)
+
+
+# ============================================================================ environment
+
+FRESH_RESUME = """
+import json, sys
+{first}
+import datasets
+{second}
+hf = datasets.Dataset.from_dict({{"id": list(range(80)), "b": [bytes([i]) * 3 for i in range(80)]}})
+ds = ri.to_iterable_dataset(hf, num_shards=4).shuffle(seed=1, buffer_size=6)
+dl = ri.StatefulDataLoader(ds, batch_size=4, num_workers={workers})
+dl.load_state_dict(ri.load_state(sys.argv[1] if len(sys.argv) > 1 else {path!r}))
+print(json.dumps([int(x) for b in dl for x in b["id"]]))
+"""
+
+
+@pytest.mark.parametrize("first, second, workers", [
+    ("import resumable_iterable as ri", "import torch", 2),   # torch imported after us
+    ("import torch", "import resumable_iterable as ri", 0),   # before us, into the main process
+], ids=["torch after us, 2 workers", "torch first, main process"])
+def test_a_loader_state_resumes_in_another_process(tmp_path, first, second, workers):
+    """A loader state of 2 workers, with bytes in its shuffle buffers, saved with save_state, resumes
+    in a new interpreter whatever the import order, with 2 workers or in the main process."""
+    from fresh import run_fresh
+
+    hf = datasets.Dataset.from_dict({"id": list(range(80)), "b": [bytes([i]) * 3 for i in range(80)]})
+
+    def loader(w):
+        return ri.StatefulDataLoader(ri.to_iterable_dataset(hf, num_shards=4).shuffle(seed=1, buffer_size=6),
+                                     batch_size=4, num_workers=w)
+
+    full = [int(x) for b in loader(workers) for x in b["id"]]
+    dl = loader(2)
+    head = []
+    for b in dl:
+        head += [int(x) for x in b["id"]]
+        if len(head) >= 20:
+            break
+    path = tmp_path / "loader.ristate"
+    ri.save_state(dl.state_dict(), path)
+    tail = json.loads(run_fresh(FRESH_RESUME.format(first=first, second=second, workers=workers, path=str(path))))
+    if workers == 2:
+        assert head + tail == full
+    else:  # another worker count: every example once
+        assert sorted(head + tail) == sorted(full) and len(head + tail) == len(full)
