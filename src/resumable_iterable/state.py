@@ -151,6 +151,15 @@ _CALLS = {"columns": "select_columns, remove_columns or rename_column(s)",
           "step": "split_dataset_by_node over fewer shards than ranks", "group": "batch(by_column=...)"}
 
 
+def _rows_hint(saved: dict, current: dict) -> str:
+    """What a global shuffle's other number of rows means: its permutation is of all the rows."""
+    a, b = saved.get("rows"), current.get("rows")
+    if current.get("node") != "permuted" or a == b:
+        return ""
+    return (f": the data had {a} rows when the state was saved and has {b} now (data files added, removed or "
+            "written again with other rows?), and a global shuffle's order is a permutation of all of them")
+
+
 def _shards_hint(saved: dict, current: dict) -> str:
     """What a source's other number of shards means (``total_shards``: its data files, the lists of a
     generator's ``gen_kwargs``, a table's ``num_shards``), said after its first parameter that differs."""
@@ -184,7 +193,7 @@ def shape_difference(saved: Any, current: Any, path: str = "pipeline") -> str | 
             if key == "children":
                 continue
             if saved.get(key) != current.get(key):
-                hint = _shards_hint(saved, current) if key in ("shard_ids", "total_shards") else ""
+                hint = _shards_hint(saved, current) if key in ("shard_ids", "total_shards") else _rows_hint(saved, current)
                 return (f"{path} ({current.get('node')}): parameter '{key}' is {saved.get(key)!r} in the state "
                         f"but {current.get(key)!r} in this pipeline{hint}")
         sc, cc = saved.get("children", []), current.get("children", [])
