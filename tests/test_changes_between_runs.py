@@ -250,6 +250,9 @@ PIPELINE_CASES = [
      r"parameter 'columns' is \['t'\] in the state but \['x'\]"),
     ("remove_columns added", base, lambda: base().remove_columns("x"),
      STEPS + r".*'columns' is made by select_columns, remove_columns or rename_column\(s\)"),
+    ("remove_columns as a str or a list", lambda: base().remove_columns("t"), lambda: base().remove_columns(["t"]), EXACT),
+    ("remove_columns in another order", lambda: base().remove_columns(["x", "t"]), lambda: base().remove_columns(["t", "x"]),
+     r"parameter 'columns' is \['x', 't'\] in the state but \['t', 'x'\]"),  # the same rows, refused: see the docs
     ("rename_column changed", lambda: base().rename_column("t", "u"), lambda: base().rename_column("t", "v"),
      "parameter 'columns'"),
     ("batch size", lambda: base().batch(4), lambda: base().batch(5), EXACT),   # regrouped after the last batch
@@ -262,6 +265,11 @@ PIPELINE_CASES = [
      r"had 4 shards when the state was saved and has 3 now \(another num_shards\?\)"),
     ("interleave probabilities", lambda: ri.interleave_datasets([base(), other()], probabilities=[0.5, 0.5], seed=3),
      lambda: ri.interleave_datasets([base(), other()], probabilities=[0.3, 0.7], seed=3), "parameter 'probabilities'"),
+    ("interleave probabilities as float32", lambda: ri.interleave_datasets([base(), other()], probabilities=[0.3, 0.7], seed=3),
+     lambda: ri.interleave_datasets([base(), other()], probabilities=np.array([0.3, 0.7], dtype=np.float32), seed=3),
+     r"parameter 'probabilities' is \[0.3, 0.7\] in the state but \[0.30000001192092896"),
+    ("interleave probabilities as a numpy array", lambda: ri.interleave_datasets([base(), other()], probabilities=[0.25, 0.75]),
+     lambda: ri.interleave_datasets([base(), other()], probabilities=np.array([0.25, 0.75])), SAVED),
     ("interleave seed", lambda: ri.interleave_datasets([base(), other()], probabilities=[0.5, 0.5], seed=3),
      lambda: ri.interleave_datasets([base(), other()], probabilities=[0.5, 0.5], seed=4), SAVED),
     ("interleave stopping_strategy", lambda: ri.interleave_datasets([base(), other()]),
