@@ -153,15 +153,19 @@ class ArrowBatchesNode(Node):
                 for i in range(0, table.num_rows, size):
                     for item in per_row(table.slice(i, size)):
                         off += 1
-                        if pos != st["shard_pos"]:  # shards read to their end since the last row
-                            src.shards_read(order, st["shard_pos"], pos)
+                        # shards read to their end since the last row: their fields, stored with the
+                        # position (no call between: a Ctrl-C lands before or after both)
+                        done = src.shards_read(order, st["shard_pos"], pos) if pos != st["shard_pos"] else None
                         st["shard_pos"], st["offset"] = pos, off  # as the row path, before each yield
+                        if done:
+                            st.update(done)
                         yield item
             pos += 1
             off = 0
-        if end != st["shard_pos"]:
-            src.shards_read(order, st["shard_pos"], end)
+        done = src.shards_read(order, st["shard_pos"], end) if end != st["shard_pos"] else None
         st["shard_pos"], st["offset"] = end, 0
+        if done:
+            st.update(done)
 
     def _iter_batches(self) -> Iterator[pa.Table]:
         src, ops, size = self.source, self.ops, self.batch_size
@@ -184,15 +188,18 @@ class ArrowBatchesNode(Node):
                     if have == size:
                         batch = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces, promote_options="default")
                         pieces, have = [], 0
-                        # the row path's state right after the last row of this batch
-                        if pos != st["shard_pos"]:  # shards read to their end since the last batch
-                            src.shards_read(order, st["shard_pos"], pos)
+                        # the row path's state right after the last row of this batch (and the
+                        # fields of the shards read to their end since the last one, stored with it)
+                        done = src.shards_read(order, st["shard_pos"], pos) if pos != st["shard_pos"] else None
                         st["shard_pos"], st["offset"] = pos, off
+                        if done:
+                            st.update(done)
                         yield batch
             pos += 1
             off = 0
-        if end != st["shard_pos"]:
-            src.shards_read(order, st["shard_pos"], end)
+        done = src.shards_read(order, st["shard_pos"], end) if end != st["shard_pos"] else None
         st["shard_pos"], st["offset"] = end, 0
+        if done:
+            st.update(done)
         if have and not self.drop_last_batch:
             yield pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces, promote_options="default")

@@ -174,13 +174,13 @@ class FileSource(FirstFileColumns, ShardReading, ArchiveReading, RandomFileAcces
             chain = digest([chain, self._file_size(sid)])
         return chain
 
-    def shards_read(self, order: list[int], first: int, stop: int) -> None:
+    def shards_read(self, order: list[int], first: int, stop: int) -> dict | None:
         # ``sizes`` = [n, chain]: the sizes of the files of the n shards before ``shard_pos``, hashed
         # one after another (a string, so copying a state stays cheap)
-        st = self._state_dict
-        sizes = st.get("sizes")
-        if isinstance(sizes, list):  # (a source unpickled from an earlier release has none)
-            st["sizes"] = [sizes[0] + stop - first, self._sizes_digest(order, first, stop, sizes[1])]
+        sizes = self._state_dict.get("sizes")
+        if not isinstance(sizes, list):  # (a source unpickled from an earlier release has none)
+            return None
+        return {"sizes": [sizes[0] + stop - first, self._sizes_digest(order, first, stop, sizes[1])]}
 
     def _check_sizes(self, state: dict, where: str) -> None:
         """Refuse a state whose files read to their end before it was saved changed size since: a

@@ -259,17 +259,23 @@ class SourceNode(Node):
         order = self.shard_order()
         while st["shard_pos"] < (len(order) if st["stop"] is None else st["stop"]):
             yield from self._iter_shard(order[st["shard_pos"]], st)
-            self.shards_read(order, st["shard_pos"], st["shard_pos"] + 1)
+            done = self.shards_read(order, st["shard_pos"], st["shard_pos"] + 1)
+            # stored with the position, no call between them: a Ctrl-C lands before or after both
             st["shard_pos"] += 1
             st["offset"] = 0
+            if done:
+                st.update(done)
 
     def _iter_shard(self, shard_id: int, st: dict) -> Iterator[Any]:
         raise NotImplementedError
 
-    def shards_read(self, order: list[int], first: int, stop: int) -> None:
+    def shards_read(self, order: list[int], first: int, stop: int) -> dict | None:
         """Called as the shards at positions ``[first, stop)`` of ``order`` are read to their end, right
         before ``shard_pos`` moves past them (by :meth:`_iter`, or a node reading this source's rows
-        itself). A file source records their files' sizes here (``files.py``); others keep nothing."""
+        itself): the fields of the state to store with the new position (``None``: none). A file source
+        records their files' sizes (``files.py``). The caller stores them with the position, no call
+        between, so that a Ctrl-C never separates them; this method itself stores nothing."""
+        return None
 
     def position(self) -> dict | None:
         st = self._state_dict
