@@ -291,6 +291,11 @@ PIPELINE_CASES = [
     ("shard index", lambda: base().shard(2, 0), lambda: base().shard(2, 1), "parameter 'shard_ids'"),
     ("split_dataset_by_node rank", lambda: ri.split_dataset_by_node(base(), rank=0, world_size=2),
      lambda: ri.split_dataset_by_node(base(), rank=1, world_size=2), "saved by rank 0 of 2.* loaded in rank 1 of 2"),
+    ("split_dataset_by_node world_size", lambda: ri.split_dataset_by_node(base(), rank=0, world_size=2),
+     lambda: ri.split_dataset_by_node(base(), rank=0, world_size=4), "saved by rank 0 of 2.* loaded in rank 0 of 4"),
+    ("split_dataset_by_node strategy", lambda: ri.split_dataset_by_node(base(), rank=0, world_size=2, strategy="shards"),
+     lambda: ri.split_dataset_by_node(base(), rank=0, world_size=2, strategy="examples"),
+     "another split_dataset_by_node strategy"),
 ]
 
 
