@@ -202,6 +202,10 @@ ATTRIBUTE_ALLOWED = [
     ("integrations.torch.loader", "_dataset_fetcher", "torch's single-process loader iterator holds its fetcher "
                                                       "(the dataset's iterator, its 'ended' flag, the collate_fn "
                                                       "it calls) only there"),
+    ("integrations.torch.loader", "_num_yielded", "torch's loader iterator counts the batches of its pass only "
+                                                  "there (torchdata restores it from a state): the batch states "
+                                                  "kept for a loop that reads ahead are keyed by it"),
+    ("integrations.torch.loader", "_finished", "torchdata's loader iterator marks a pass that has ended only there"),
     ("integrations.torch.workers", "_exit", "os._exit is Python's documented way to end a process at once, "
                                             "without the exit handlers that would block an orphaned worker"),
 ]

@@ -77,6 +77,40 @@ def _rewind_batches_on_error(it: Any, node: Any) -> None:
     it._next_data = read
 
 
+#: optional key of a loader state: the saved pass is over, the next one is this epoch (load_state_dict)
+NEXT_PASS_EPOCH = "next_pass_epoch"
+
+_TRAILING_CLASSES: dict = {}
+#: a trailing iterator -> (a weak reference to) the loader keeping its batch states
+_TRAIL_OWNERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def _trailing(it: Any, loader: Any) -> Any:
+    """Make torchdata's iterator ``it`` record, after each batch it yields, the loader's state at
+    that moment (``StatefulDataLoader.keep_batch_states``): a loop that reads a batch ahead of
+    the one it trains on (Lightning's) can then save the state as of the batch it trained on."""
+    base = type(it)
+    cls = _TRAILING_CLASSES.get(base)
+    if cls is None:
+        def __next__(self):
+            batch = base.__next__(self)
+            ref = _TRAIL_OWNERS.get(self)
+            owner = ref() if ref is not None else None
+            if owner is not None and owner._batch_states is not None:
+                n = self._num_yielded
+                if owner._batch_states and max(owner._batch_states) >= n:  # a new pass (persistent workers)
+                    owner._batch_states.clear()
+                owner._batch_states[n] = owner.state_dict()
+                while len(owner._batch_states) > owner._keep_batch_states:
+                    del owner._batch_states[min(owner._batch_states)]
+            return batch
+
+        cls = _TRAILING_CLASSES[base] = type(base.__name__, (base,), {"__next__": __next__})
+    it.__class__ = cls
+    _TRAIL_OWNERS[it] = weakref.ref(loader)
+    return it
+
+
 def _over(iterator: Any) -> bool:
     """Whether ``iterator`` (the dataset's) can yield nothing more: a generator that raised or
     returned. Anything else is taken as over (the pipeline is put back)."""
@@ -131,6 +165,11 @@ if _TorchdataLoader is not None:
         also inside a lambda, closure, bound method or object of yours, and a ``torch`` / numpy
         ``Generator`` held there directly (``collator_search.find_generators``); with
         ``save_worker_rng=False`` such a ``collate_fn`` gets a ``CollatorRngWarning``.
+
+        **A loop that reads ahead** (Lightning's Trainer reads one batch ahead of the one it trains
+        on): ``keep_batch_states(n)`` keeps the loader's state after each of its last ``n`` batches,
+        ``state_after(j)`` gives the one after batch ``j`` of the pass, and a state carrying
+        ``"next_pass_epoch": e`` starts epoch ``e`` afresh when loaded (``integrations/lightning.py``).
         """
 
         def __init__(self, dataset: Any, *args: Any, inline_tensor_bytes: int = INLINE_MAX_BYTES,
@@ -169,8 +208,44 @@ if _TorchdataLoader is not None:
             self._saved_epoch: int | None = None  # the epoch of a state given and not iterated yet
             # (the loader state, the epoch set, the saved epoch) the iterator was made with
             self._made_with: tuple | None = None
+            # keep_batch_states: {batches yielded in the pass: the loader's state right after}
+            self._batch_states: dict | None = None
+            self._keep_batch_states = 0
+
+        def keep_batch_states(self, n: int = 2) -> None:
+            """From now on, keep the loader's state as it was right after each of the last ``n``
+            batches yielded (``state_after``): for a training loop that reads ahead of the batch
+            it trains on, whose checkpoint must hold the state as of the batch trained on
+            (Lightning's Trainer reads one batch ahead: see ``integrations/lightning.py``). The
+            state as it is now is kept too. Costs one ``state_dict()`` per batch (with
+            ``num_workers=0``, the dataset's state; with workers, a small dict)."""
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise ValueError(f"keep_batch_states needs a number of batches >= 1, got {n!r}")
+            self._keep_batch_states = n
+            self._batch_states = {}
+            it = self._iterator
+            if it is not None:
+                if type(it) not in _TRAILING_CLASSES.values():
+                    _trailing(it, self)  # persistent workers reuse it for the next pass
+                if not self._initial_iter_for_state_dict and not it._finished:
+                    self._batch_states[it._num_yielded] = self.state_dict()
+
+        def state_after(self, batches: int) -> dict[str, Any] | None:
+            """The loader's state as it was right after the ``batches``-th batch of the current
+            pass (counted as its state counts them: from the pass's start, across a resume), if
+            ``keep_batch_states`` kept it; else ``None``."""
+            it = self._iterator
+            if self._batch_states is None or it is None or it._finished:
+                return None
+            return self._batch_states.get(batches)
 
         def _get_iterator(self):
+            if self._batch_states is not None:
+                self._batch_states = {}
+                return _trailing(self._get_iterator_untracked(), self)
+            return self._get_iterator_untracked()
+
+        def _get_iterator_untracked(self):
             if _is_ours(self.dataset):
                 session = self.dataset.session
                 saved = self._saved_epoch
@@ -234,9 +309,29 @@ if _TorchdataLoader is not None:
             return super().state_dict()
 
         def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-            """Load a state saved by a ``StatefulDataLoader`` with any number of workers."""
+            """Load a state saved by a ``StatefulDataLoader`` with any number of workers.
+
+            A state may carry ``"next_pass_epoch": e`` (``integrations/lightning.py`` adds it to a
+            state saved after the last batch of a training loop's epoch): the saved pass is over
+            for the loop, and the next pass is epoch ``e`` from its start, whatever of the saved
+            pass the loader had not yet read (a loop that limits its epochs' batches) and whatever
+            epoch the dataset has now; the seeds of a pipeline built without one are still taken
+            from the state."""
+            next_epoch = None
+            if isinstance(state_dict, dict) and NEXT_PASS_EPOCH in state_dict:
+                state_dict = dict(state_dict)
+                next_epoch = state_dict.pop(NEXT_PASS_EPOCH)
+                if not isinstance(next_epoch, int) or isinstance(next_epoch, bool) or next_epoch < 0:
+                    raise ValueError(f"the loader state's {NEXT_PASS_EPOCH!r} must be an epoch (an int >= 0), got "
+                                     f"{next_epoch!r}")
+                if not _is_ours(self.dataset):
+                    raise ValueError(f"the loader state's {NEXT_PASS_EPOCH!r} needs a resumable_iterable dataset "
+                                     f"(got {type(self.dataset).__name__})")
             if not _is_ours(self.dataset) or state_dict == {}:
-                return super().load_state_dict(state_dict)
+                super().load_state_dict(state_dict)
+                if next_epoch is not None:
+                    self.dataset.set_epoch(next_epoch)
+                return None
             session = self.dataset.session
             seeds = session.saved_seeds(state_dict)
             new = elastic.remap_loader_state(state_dict, self.num_workers)
@@ -250,6 +345,10 @@ if _TorchdataLoader is not None:
                 # as with num_workers=0 (where the main-process dataset loads the state itself),
                 # the dataset's epoch becomes the saved one unless the loop sets epochs
                 session.set_epoch(epoch)
+            if next_epoch is not None:
+                # the pass is over: nothing of it is resumed (its seeds are adopted above)
+                self.next_iter_state, self._saved_epoch = None, None
+                self.dataset.set_epoch(next_epoch)
 
 else:  # pragma: no cover
 
