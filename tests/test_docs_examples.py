@@ -257,8 +257,34 @@ def before_torch_block(heading, ns):
         """), ns)
 
 
+def setup_lightning(tmp_path, monkeypatch, ns):
+    pytest.importorskip("torchdata")
+    pytest.importorskip("lightning")
+    exec(textwrap.dedent("""
+        import lightning.pytorch as pl
+        import torch
+        from datasets import Dataset
+
+        hf = Dataset.from_dict({"x": [float(i) for i in range(128)]})
+
+        class Model(pl.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(1, 1)
+
+            def training_step(self, batch, batch_idx):
+                return (self.lin(batch["x"].float().unsqueeze(-1)) ** 2).mean()
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=1e-6)
+
+        model = Model()
+    """), ns)
+
+
 SETUP = {"docs/hub.md": setup_hub, "docs/pretraining.md": setup_pretraining,
-         "docs/global-shuffle.md": setup_global_shuffle, "docs/torch.md": setup_torch}
+         "docs/global-shuffle.md": setup_global_shuffle, "docs/torch.md": setup_torch,
+         "docs/lightning.md": setup_lightning}
 BEFORE = {"docs/torch.md": before_torch_block}
 
 

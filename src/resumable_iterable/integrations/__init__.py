@@ -1,2 +1,3 @@
 """Optional integrations. ``integrations.torch`` needs torch (and torchdata for its
-``StatefulDataLoader``); the core package never imports them."""
+``StatefulDataLoader``), ``integrations.transformers`` transformers and accelerate,
+``integrations.lightning`` PyTorch Lightning; the core package never imports them."""

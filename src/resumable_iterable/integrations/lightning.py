@@ -1,0 +1,173 @@
+"""Resume a PyTorch Lightning ``Trainer`` mid-epoch on exactly the batches an uninterrupted run
+would have trained on.
+
+Lightning (>= 2.3) saves the ``state_dict()`` of a training loader that has one (torchdata's
+``StatefulDataLoader``, ``resumable_iterable.StatefulDataLoader``) in its checkpoints, and loads
+it back on ``trainer.fit(..., ckpt_path=...)``. Two things make that inexact on its own:
+
+* **The batch read ahead.** For a loader without ``len()`` - every iterable dataset - the
+  Trainer reads one batch ahead of the one it trains on (to know which batch is an epoch's
+  last). A checkpoint written after step ``k`` holds the loader's state after batch ``k + 1``,
+  and a resume skips that batch.
+* **The epoch.** Lightning sets epochs on samplers only, never on an iterable dataset; and on a
+  resume it makes the loader's iterator (and reads its first batch) before any hook of the epoch
+  runs. A checkpoint written after an epoch's last batch therefore resumed the *next* epoch with
+  the saved epoch's shuffle order.
+
+:class:`ResumableDataCallback` fixes both, for a ``resumable_iterable.StatefulDataLoader`` over a
+``resumable_iterable`` dataset (any ``num_workers``)::
+
+    import lightning.pytorch as pl
+    import resumable_iterable as ri
+    from resumable_iterable.integrations.lightning import ResumableDataCallback
+
+    loader = ri.StatefulDataLoader(ds.shuffle(seed=0, buffer_size=1000), batch_size=32, num_workers=2)
+    trainer = pl.Trainer(max_epochs=2, callbacks=[ResumableDataCallback(),
+                         pl.callbacks.ModelCheckpoint(every_n_train_steps=500, save_top_k=-1)])
+    trainer.fit(model, train_dataloaders=loader)                  # or a LightningDataModule
+    ...
+    trainer.fit(model, train_dataloaders=loader, ckpt_path="...ckpt")   # continues exactly
+
+What it does: it sets the dataset's epoch to the Trainer's at the start of every epoch
+(``on_train_epoch_start``); it asks the loader to keep its state after each of its last few
+batches (``StatefulDataLoader.keep_batch_states``) and, when a checkpoint is written
+(``on_save_checkpoint``), puts in it the loader's state as of the last batch the Trainer trained
+on instead of the one it read ahead. After an epoch's last batch it keeps the loader's state and
+marks it (``"next_pass_epoch"``): on resume the loader starts that next epoch from its start, with
+its own shuffle order. The rest is Lightning's: it restores the loader state in its checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import CombinedLoader
+
+from ..loader.session import IterationSession
+from .torch.loader import NEXT_PASS_EPOCH, StatefulDataLoader
+
+logger = logging.getLogger("resumable_iterable")
+
+#: how many of its last batches' states the loader keeps: the Trainer trains at most one behind
+KEEP = 3
+
+
+def _stateful(loader: Any) -> bool:
+    return callable(getattr(loader, "state_dict", None)) and callable(getattr(loader, "load_state_dict", None))
+
+
+def _ours(loader: Any) -> bool:
+    return (isinstance(loader, StatefulDataLoader)
+            and isinstance(getattr(loader.dataset, "session", None), IterationSession))
+
+
+def _count_the_epoch_started(epoch_progress: Any) -> None:
+    """Resumed from a checkpoint taken after an epoch's last batch, Lightning (2.6) runs the next
+    epoch as the rest of the saved one: it neither calls ``on_train_epoch_start`` nor counts the
+    epoch as ready and started. A checkpoint written later in that epoch then says the epoch had
+    not started, and a resume from it trains the whole epoch again (the batches before it twice).
+    Counting the epoch started when its first batch comes makes such a checkpoint a mid-epoch one."""
+    for counts in (epoch_progress.total, epoch_progress.current):
+        if counts.ready == counts.processed:  # not counted (counted: ready == processed + 1)
+            counts.ready += 1
+            counts.started += 1
+
+
+class ResumableDataCallback(Callback):
+    """Exact mid-epoch resume of a Lightning ``Trainer`` fed by ``resumable_iterable.StatefulDataLoader``
+    (see the module doc). Add it to ``Trainer(callbacks=[...])`` in the run that saves and in the
+    run that resumes. A training loader of another kind (a plain ``torch`` ``DataLoader``,
+    torchdata's own ``StatefulDataLoader``, another dataset) is left to Lightning, with a warning."""
+
+    def __init__(self) -> None:
+        #: the Trainer's count of batches in this epoch (``batch_progress.current.ready``) when its
+        #: pass began: 0, except after a resume from an epoch's last batch, where Lightning goes on
+        #: counting from the saved epoch's end (saved in the checkpoint, for a later resume)
+        self._epoch_base = 0
+        self._base_pending = False
+        self._resumed_pass_over = False
+        self._trainer: Any = None
+
+    def state_dict(self) -> dict:
+        return {"epoch_base": self._epoch_base, "pass_over": self._pass_over()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._epoch_base = int(state_dict.get("epoch_base", 0))
+        # saved after an epoch's last batch: the next batch starts a pass (Lightning calls no
+        # on_train_epoch_start for that epoch)
+        self._base_pending = self._resumed_pass_over = bool(state_dict.get("pass_over", False))
+
+    def _pass_over(self) -> bool:
+        """Whether the Trainer is done with the current pass (after its epoch's last batch, or
+        before its first)."""
+        trainer = self._trainer
+        if trainer is None:
+            return False
+        progress = trainer.fit_loop.epoch_loop.batch_progress
+        return bool(progress.is_last_batch) or progress.current.ready - self._epoch_base <= 0 or self._base_pending
+
+    def _loaders(self, trainer: Any) -> list:
+        """The Trainer's stateful training loaders, in the order of its checkpoint's loader states."""
+        iterables = trainer.train_dataloader
+        if iterables is None:
+            return []
+        return [dl for dl in CombinedLoader(iterables).flattened if _stateful(dl)]
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self._trainer = trainer
+        iterables = trainer.train_dataloader
+        flat = CombinedLoader(iterables).flattened if iterables is not None else []
+        for dl in flat:
+            if _ours(dl):
+                dl.keep_batch_states(KEEP)
+            else:
+                logger.warning(
+                    "ResumableDataCallback: the training loader %s is not a resumable_iterable.StatefulDataLoader over a "
+                    "resumable_iterable dataset; a mid-epoch resume of it is left to Lightning, which saves the "
+                    "loader's state one batch ahead of the batch trained on (or, for a loader without state, "
+                    "restarts the epoch)", type(dl).__name__)
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        # Lightning sets epochs on samplers only; the hook runs before the epoch's iterator is made
+        # (except for the epoch a resume continues, which keeps the saved state's own epoch)
+        self._base_pending = True  # the count is reset after this hook, or not (see _epoch_base)
+        for dl in self._loaders(trainer):
+            if _ours(dl):
+                dl.set_epoch(trainer.current_epoch)
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        if self._base_pending:  # the first batch of a pass
+            self._base_pending = False
+            self._epoch_base = trainer.fit_loop.epoch_loop.batch_progress.current.ready - 1
+            if self._resumed_pass_over:
+                self._resumed_pass_over = False
+                _count_the_epoch_started(trainer.fit_loop.epoch_progress)
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
+        states = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {}).get("combined_loader")
+        if not states:
+            return
+        loaders = self._loaders(trainer)
+        if len(loaders) != len(states):
+            return  # not the Trainer's training loaders as it saved them: leave the checkpoint alone
+        progress = trainer.fit_loop.epoch_loop.batch_progress
+        trained = progress.current.ready - self._epoch_base  # batches of this pass handed to training_step
+        over = progress.is_last_batch or trained <= 0 or self._base_pending
+        for i, dl in enumerate(loaders):
+            if not _ours(dl):
+                continue
+            if over:
+                # the epoch is over for the Trainer: a resume starts the next one from its start
+                state = dict(states[i])
+                state[NEXT_PASS_EPOCH] = trainer.current_epoch + (1 if progress.is_last_batch else 0)
+                states[i] = state
+                continue
+            state = dl.state_after(trained)
+            if state is None:
+                raise RuntimeError(
+                    f"ResumableDataCallback: the state of the training loader after batch {trained} of epoch "
+                    f"{trainer.current_epoch} was not kept, so the checkpoint cannot hold it (was the callback added "
+                    "to the Trainer before fit()? is the loader shared with another loop?)")
+            states[i] = state
