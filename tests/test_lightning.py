@@ -90,15 +90,15 @@ class KillAfter(pl.Callback):
 
 
 def fit(tmp_path, *, make_ds=gen_ds, loader=ri.StatefulDataLoader, workers=0, callback=True, ckpt=None,
-        kill_at=None, datamodule=False, dataset_batches=False, **trainer_kw):
+        kill_at=None, datamodule=False, dataset_batches=False, checkpoint=None, **trainer_kw):
     """One ``trainer.fit`` (a fresh loader and model, as a new process would); returns what each
     training_step saw. Checkpoints of every step go to ``tmp_path / "ck"``."""
     ds = make_ds()
     kw = dict(batch_size=BATCH, num_workers=workers)
     if dataset_batches:
         ds, kw["batch_size"] = ds.batch(BATCH), None
-    callbacks = [pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ck", filename="{step}", every_n_train_steps=1,
-                                              save_top_k=-1)]
+    callbacks = [pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ck", filename="{step}", save_top_k=-1,
+                                              **(checkpoint or {"every_n_train_steps": 1}))]
     if callback:
         callbacks.append(ResumableDataCallback())
     if kill_at is not None:
@@ -165,6 +165,15 @@ def test_resume_parquet_shards_from_a_datamodule(tmp_path):
     check_resumes(tmp_path, steps=[1, 6, 8], make_ds=lambda: parquet_ds(str(folder)), datamodule=True)
 
 
+def test_resume_with_a_new_loader_every_epoch(tmp_path):
+    """``reload_dataloaders_every_n_epochs=1``: the DataModule builds another loader each epoch.
+    Resumed from an epoch's last batch, Lightning builds the next epoch's loader and reads from it
+    without a hook in between: refused with an error saying so."""
+    check_resumes(tmp_path, steps=[3, 8], datamodule=True, reload_dataloaders_every_n_epochs=1)
+    with pytest.raises(RuntimeError, match="reload_dataloaders_every_n_epochs"):
+        fit(tmp_path / "6", ckpt=ckpt(tmp_path, 6), datamodule=True, reload_dataloaders_every_n_epochs=1)
+
+
 def test_resume_with_gradient_accumulation(tmp_path):
     """``accumulate_grad_batches=2``: checkpoints at optimizer steps (3 per epoch)."""
     check_resumes(tmp_path, steps=[1, 3, 4], accumulate=2)
@@ -177,6 +186,18 @@ def test_resume_with_limit_train_batches(tmp_path):
     assert len(full) == 8
     for step in (2, 4, 5):
         assert fit(tmp_path / str(step), ckpt=ckpt(tmp_path, step), limit_train_batches=4) == full[step:], step
+
+
+AT_VALIDATION = {"every_n_epochs": 1, "save_on_train_epoch_end": False}  # after each validation
+
+
+def test_resume_from_checkpoints_at_validation_ends(tmp_path):
+    """``val_check_interval=3`` and a ModelCheckpoint that saves after each validation: mid-epoch
+    (steps 3, 9) and at the epoch's end (step 6)."""
+    full = fit(tmp_path, checkpoint=AT_VALIDATION, val_check_interval=3)
+    assert sorted(os.listdir(tmp_path / "ck")) == ["step=12.ckpt", "step=3.ckpt", "step=6.ckpt", "step=9.ckpt"]
+    for step in (3, 6, 9):
+        assert fit(tmp_path / str(step), ckpt=ckpt(tmp_path, step), checkpoint=AT_VALIDATION, val_check_interval=3) == full[step:]
 
 
 def test_resume_after_a_kill_with_another_worker_count(tmp_path):

@@ -135,6 +135,7 @@ class ResumableDataCallback(Callback):
         self._base_pending = True  # the count is reset after this hook, or not (see _epoch_base)
         for dl in self._loaders(trainer):
             if _ours(dl):
+                dl.keep_batch_states(KEEP)  # a loader built for this epoch (reload_dataloaders_every_n_epochs)
                 dl.set_epoch(trainer.current_epoch)
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
@@ -144,6 +145,15 @@ class ResumableDataCallback(Callback):
             if self._resumed_pass_over:
                 self._resumed_pass_over = False
                 _count_the_epoch_started(trainer.fit_loop.epoch_progress)
+                if any(_ours(dl) and not dl.keeps_batch_states for dl in self._loaders(trainer)):
+                    # Lightning built this epoch's loader and read from it without a hook of ours
+                    # in between: neither its epoch nor the states of its first batches are known
+                    raise RuntimeError(
+                        "ResumableDataCallback: resumed from a checkpoint taken after the last batch of an epoch, "
+                        "Lightning built a new training loader for the next epoch (reload_dataloaders_every_n_epochs) "
+                        "and read from it without calling on_train_epoch_start, so that epoch cannot be resumed "
+                        "exactly. Resume from a checkpoint taken mid-epoch, or keep the training loader "
+                        "(reload_dataloaders_every_n_epochs=0).")
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
         states = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {}).get("combined_loader")

@@ -217,10 +217,13 @@ if _TorchdataLoader is not None:
             batches yielded (``state_after``): for a training loop that reads ahead of the batch
             it trains on, whose checkpoint must hold the state as of the batch trained on
             (Lightning's Trainer reads one batch ahead: see ``integrations/lightning.py``). The
-            state as it is now is kept too. Costs one ``state_dict()`` per batch (with
+            state as it is now is kept too (on the first call; later calls only change ``n``). Costs one ``state_dict()`` per batch (with
             ``num_workers=0``, the dataset's state; with workers, a small dict)."""
             if not isinstance(n, int) or isinstance(n, bool) or n < 1:
                 raise ValueError(f"keep_batch_states needs a number of batches >= 1, got {n!r}")
+            if self._batch_states is not None:  # kept already: keep n from now on
+                self._keep_batch_states = n
+                return
             self._keep_batch_states = n
             self._batch_states = {}
             it = self._iterator
@@ -229,6 +232,11 @@ if _TorchdataLoader is not None:
                     _trailing(it, self)  # persistent workers reuse it for the next pass
                 if not self._initial_iter_for_state_dict and not it._finished:
                     self._batch_states[it._num_yielded] = self.state_dict()
+
+        @property
+        def keeps_batch_states(self) -> bool:
+            """Whether ``keep_batch_states`` was called on this loader."""
+            return self._batch_states is not None
 
         def state_after(self, batches: int) -> dict[str, Any] | None:
             """The loader's state as it was right after the ``batches``-th batch of the current
