@@ -214,6 +214,15 @@ def test_resume_after_a_kill_with_another_worker_count(tmp_path):
     assert [b for e, b in resumed if e == 1] == [b for e, b in without_workers if e == 1]
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_a_run_stopped_by_max_steps(tmp_path, workers):
+    """A run stopped mid-epoch by ``max_steps=4``, resumed for the full two epochs."""
+    full = fit(tmp_path, workers=workers)
+    assert fit(tmp_path / "stopped", workers=workers, max_steps=4) == full[:4]
+    resumed = fit(tmp_path / "resumed", ckpt=str(tmp_path / "stopped" / "ck" / "step=4.ckpt"), workers=workers)
+    assert resumed == full[4:]
+
+
 def test_a_checkpoint_of_a_resumed_run_resumes_too(tmp_path):
     """Resumed from the end of epoch 0 (Lightning then counts epoch 1's batches on from epoch 0's
     end), checkpointed again mid-epoch 1, resumed again."""
