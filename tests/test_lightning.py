@@ -223,6 +223,37 @@ def test_resume_a_run_stopped_by_max_steps(tmp_path, workers):
     assert resumed == full[4:]
 
 
+class SaveAtEpochStart(pl.Callback):
+    def __init__(self, folder):
+        self.folder = folder
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        trainer.save_checkpoint(str(self.folder / f"start-{trainer.current_epoch}.ckpt"))
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_checkpoint_at_an_epoch_start_marks_that_epoch(tmp_path, first):
+    """A checkpoint written in on_train_epoch_start, by a callback before or after ours (Lightning's
+    batch counts still describe the previous epoch then): its loader state starts that epoch in
+    full. (Lightning 2.6 itself trains nothing more when resumed from such a checkpoint, with any
+    loader: its epoch counters say the epoch is ready but not started; so the loader state is
+    checked directly.)"""
+    full = fit(tmp_path)
+    saver = SaveAtEpochStart(tmp_path)
+    model = Recorder()
+    callbacks = [saver, ResumableDataCallback()] if first else [ResumableDataCallback(), saver]
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=2, enable_progress_bar=False, logger=False,
+                         enable_model_summary=False, callbacks=callbacks, enable_checkpointing=False)
+    trainer.fit(model, train_dataloaders=ri.StatefulDataLoader(gen_ds(), batch_size=BATCH))
+    assert model.seen == full
+    state = torch.load(tmp_path / "start-1.ckpt", weights_only=False)["loops"]["fit_loop"]["state_dict"]
+    (loader_state,) = state["combined_loader"]
+    assert loader_state["next_pass_epoch"] == 1
+    resumed = ri.StatefulDataLoader(gen_ds(), batch_size=BATCH)
+    resumed.load_state_dict(loader_state)
+    assert [(1, b["id"].tolist()) for b in resumed] == full[6:]
+
+
 def test_a_checkpoint_of_a_resumed_run_resumes_too(tmp_path):
     """Resumed from the end of epoch 0 (Lightning then counts epoch 1's batches on from epoch 0's
     end), checkpointed again mid-epoch 1, resumed again."""

@@ -89,6 +89,8 @@ class ResumableDataCallback(Callback):
         self._base_pending = False
         self._resumed_pass_over = False
         self._trainer: Any = None
+        #: the epoch of the last batch trained on
+        self._pass_epoch: int | None = None
 
     def state_dict(self) -> dict:
         return {"epoch_base": self._epoch_base, "pass_over": self._pass_over()}
@@ -139,6 +141,7 @@ class ResumableDataCallback(Callback):
                 dl.set_epoch(trainer.current_epoch)
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        self._pass_epoch = trainer.current_epoch
         if self._base_pending:  # the first batch of a pass
             self._base_pending = False
             self._epoch_base = trainer.fit_loop.epoch_loop.batch_progress.current.ready - 1
@@ -164,14 +167,19 @@ class ResumableDataCallback(Callback):
             return  # not the Trainer's training loaders as it saved them: leave the checkpoint alone
         progress = trainer.fit_loop.epoch_loop.batch_progress
         trained = progress.current.ready - self._epoch_base  # batches of this pass handed to training_step
-        over = progress.is_last_batch or trained <= 0 or self._base_pending
+        if self._base_pending or trained <= 0:
+            next_epoch = trainer.current_epoch  # this epoch has not begun its pass (nor reset is_last_batch)
+        elif progress.is_last_batch:  # the counts still describe that pass (at the next epoch's start too)
+            next_epoch = (trainer.current_epoch if self._pass_epoch is None else self._pass_epoch) + 1
+        else:
+            next_epoch = None
         for i, dl in enumerate(loaders):
             if not _ours(dl):
                 continue
-            if over:
-                # the epoch is over for the Trainer: a resume starts the next one from its start
+            if next_epoch is not None:
+                # no batch of a pass to resume: a resume starts that epoch from its start
                 state = dict(states[i])
-                state[NEXT_PASS_EPOCH] = trainer.current_epoch + (1 if progress.is_last_batch else 0)
+                state[NEXT_PASS_EPOCH] = next_epoch
                 states[i] = state
                 continue
             state = dl.state_after(trained)
