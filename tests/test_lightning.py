@@ -10,8 +10,11 @@ so that the docs stay true when Lightning changes."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -268,6 +271,34 @@ def test_a_loader_of_another_kind_is_named(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="resumable_iterable"):
         fit(tmp_path, loader=TorchdataLoader, max_steps=1)
     assert "not a resumable_iterable.StatefulDataLoader" in caplog.text
+
+
+def test_two_ranks_resume_each_its_own_part(tmp_path):
+    """``strategy="ddp"`` on two CPU processes, each rank reading its part
+    (``split_dataset_by_node``): Lightning writes rank 0's checkpoint only, so without the
+    callback rank 1 was given rank 0's loader state (refused: "saved by rank 0 of 2 ... loaded in
+    rank 1"). The callback gathers every rank's loader states into the checkpoint and gives each
+    rank its own: resumed mid-epoch 0 and after its last batch, each rank trains on exactly what it
+    did in the uninterrupted run. Run in a subprocess (``tests/lightning_ddp_driver.py``)."""
+    driver = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lightning_ddp_driver.py")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [os.path.join(os.path.dirname(driver), "..", "src"),
+                                                                   os.environ.get("PYTHONPATH", "")] if p))
+    done = subprocess.run([sys.executable, driver, str(tmp_path), "2", "4"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    def seen(run, rank):
+        with open(tmp_path / f"{run}.rank{rank}") as f:
+            return [json.loads(line) for line in f]
+
+    for rank in (0, 1):
+        full = seen("full", rank)
+        assert len(full) == 8 and sorted(i for e, b in full if e == 0 for i in b) != sorted(
+            i for e, b in seen("full", 1 - rank) if e == 0 for i in b)
+        for step in (2, 4):
+            assert seen(f"from{step}", rank) == full[step:], (rank, step)
+    with pytest.raises(ValueError, match="loader states of 2 ranks, and it is resumed with 1"):
+        fit(tmp_path / "one", ckpt=str(tmp_path / "full" / "step=2.ckpt"))
 
 
 # ------------------------------------------------------------------ what Lightning does on its own

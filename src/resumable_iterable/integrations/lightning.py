@@ -34,7 +34,9 @@ batches (``StatefulDataLoader.keep_batch_states``) and, when a checkpoint is wri
 (``on_save_checkpoint``), puts in it the loader's state as of the last batch the Trainer trained
 on instead of the one it read ahead. After an epoch's last batch it keeps the loader's state and
 marks it (``"next_pass_epoch"``): on resume the loader starts that next epoch from its start, with
-its own shuffle order. The rest is Lightning's: it restores the loader state in its checkpoint.
+its own shuffle order. With several ranks (DDP), whose checkpoint Lightning writes from rank 0
+only, it gathers every rank's loader states into it and gives each rank its own on resume. The
+rest is Lightning's: it restores the loader state in its checkpoint.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import torch.distributed
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import CombinedLoader
 
@@ -52,6 +55,12 @@ logger = logging.getLogger("resumable_iterable")
 
 #: how many of its last batches' states the loader keeps: the Trainer trains at most one behind
 KEEP = 3
+#: in the callback's entry of a checkpoint: the training loaders' states of every rank
+BY_RANK = "loader_states_by_rank"
+
+
+def _distributed(trainer: Any) -> bool:
+    return (trainer.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized())
 
 
 def _stateful(loader: Any) -> bool:
@@ -159,12 +168,40 @@ class ResumableDataCallback(Callback):
                         "(reload_dataloaders_every_n_epochs=0).")
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
+        mine = self._loader_states(trainer, checkpoint)
+        if _distributed(trainer):
+            # Lightning writes the checkpoint of rank 0 only, whose loader states are rank 0's: every
+            # rank's go in it too (all ranks build the checkpoint, so all of them take part)
+            by_rank: list = [None] * trainer.world_size
+            torch.distributed.all_gather_object(by_rank, mine)
+            own = checkpoint.get("callbacks", {}).get(self.state_key)
+            if isinstance(own, dict):
+                own[BY_RANK] = by_rank
+
+    def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
+        # before Lightning reads its loops' states: each rank is given its own loader states
+        own = checkpoint.get("callbacks", {}).get(self.state_key)
+        by_rank = own.get(BY_RANK) if isinstance(own, dict) else None
+        loop_state = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {})
+        if not by_rank or "combined_loader" not in loop_state:
+            return
+        if len(by_rank) != trainer.world_size:
+            raise ValueError(
+                f"ResumableDataCallback: this checkpoint holds the training loader states of {len(by_rank)} ranks, "
+                f"and it is resumed with {trainer.world_size}: resume with {len(by_rank)} processes (moving rank "
+                "states to another world size is resumable_iterable.redistribute_states' job, outside Lightning)")
+        if by_rank[trainer.global_rank] is not None:
+            loop_state["combined_loader"] = by_rank[trainer.global_rank]
+
+    def _loader_states(self, trainer: Any, checkpoint: dict) -> list | None:
+        """Put in ``checkpoint`` the training loaders' states as of the last batch trained on (and
+        return them), or leave it as it is (``None``)."""
         states = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {}).get("combined_loader")
         if not states:
-            return
+            return None
         loaders = self._loaders(trainer)
         if len(loaders) != len(states):
-            return  # not the Trainer's training loaders as it saved them: leave the checkpoint alone
+            return None  # not the Trainer's training loaders as it saved them: leave the checkpoint alone
         progress = trainer.fit_loop.epoch_loop.batch_progress
         trained = progress.current.ready - self._epoch_base  # batches of this pass handed to training_step
         if self._base_pending or trained <= 0:
@@ -189,3 +226,4 @@ class ResumableDataCallback(Callback):
                     f"{trainer.current_epoch} was not kept, so the checkpoint cannot hold it (was the callback added "
                     "to the Trainer before fit()? is the loader shared with another loop?)")
             states[i] = state
+        return states
