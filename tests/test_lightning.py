@@ -200,7 +200,8 @@ def test_resume_from_checkpoints_at_validation_ends(tmp_path):
     full = fit(tmp_path, checkpoint=AT_VALIDATION, val_check_interval=3)
     assert sorted(os.listdir(tmp_path / "ck")) == ["step=12.ckpt", "step=3.ckpt", "step=6.ckpt", "step=9.ckpt"]
     for step in (3, 6, 9):
-        assert fit(tmp_path / str(step), ckpt=ckpt(tmp_path, step), checkpoint=AT_VALIDATION, val_check_interval=3) == full[step:]
+        resumed = fit(tmp_path / str(step), ckpt=ckpt(tmp_path, step), checkpoint=AT_VALIDATION, val_check_interval=3)
+        assert resumed == full[step:], step
 
 
 def test_resume_after_a_kill_with_another_worker_count(tmp_path):
@@ -273,17 +274,20 @@ def test_a_loader_of_another_kind_is_named(tmp_path, caplog):
     assert "not a resumable_iterable.StatefulDataLoader" in caplog.text
 
 
-def test_two_ranks_resume_each_its_own_part(tmp_path):
+@pytest.mark.slow
+def test_two_ranks_resume_each_its_own_part(tmp_path, soak):
     """``strategy="ddp"`` on two CPU processes, each rank reading its part
     (``split_dataset_by_node``): Lightning writes rank 0's checkpoint only, so without the
     callback rank 1 was given rank 0's loader state (refused: "saved by rank 0 of 2 ... loaded in
     rank 1"). The callback gathers every rank's loader states into the checkpoint and gives each
     rank its own: resumed mid-epoch 0 and after its last batch, each rank trains on exactly what it
-    did in the uninterrupted run. Run in a subprocess (``tests/lightning_ddp_driver.py``)."""
+    did in the uninterrupted run (``--soak``: from every step). Run in a subprocess
+    (``tests/lightning_ddp_driver.py``), about 20 s."""
+    steps = list(range(1, 8)) if soak else [2, 4]
     driver = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lightning_ddp_driver.py")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [os.path.join(os.path.dirname(driver), "..", "src"),
                                                                    os.environ.get("PYTHONPATH", "")] if p))
-    done = subprocess.run([sys.executable, driver, str(tmp_path), "2", "4"], env=env, cwd=tmp_path,
+    done = subprocess.run([sys.executable, driver, str(tmp_path), *map(str, steps)], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
@@ -295,7 +299,7 @@ def test_two_ranks_resume_each_its_own_part(tmp_path):
         full = seen("full", rank)
         assert len(full) == 8 and sorted(i for e, b in full if e == 0 for i in b) != sorted(
             i for e, b in seen("full", 1 - rank) if e == 0 for i in b)
-        for step in (2, 4):
+        for step in steps:
             assert seen(f"from{step}", rank) == full[step:], (rank, step)
     with pytest.raises(ValueError, match="loader states of 2 ranks, and it is resumed with 1"):
         fit(tmp_path / "one", ckpt=str(tmp_path / "full" / "step=2.ckpt"))

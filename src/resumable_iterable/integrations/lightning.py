@@ -135,8 +135,8 @@ class ResumableDataCallback(Callback):
                 dl.keep_batch_states(KEEP)
             else:
                 logger.warning(
-                    "ResumableDataCallback: the training loader %s is not a resumable_iterable.StatefulDataLoader over a "
-                    "resumable_iterable dataset; a mid-epoch resume of it is left to Lightning, which saves the "
+                    "ResumableDataCallback: the training loader %s is not a resumable_iterable.StatefulDataLoader "
+                    "over a resumable_iterable dataset; a mid-epoch resume of it is left to Lightning, which saves the "
                     "loader's state one batch ahead of the batch trained on (or, for a loader without state, "
                     "restarts the epoch)", type(dl).__name__)
 

@@ -217,8 +217,9 @@ if _TorchdataLoader is not None:
             batches yielded (``state_after``): for a training loop that reads ahead of the batch
             it trains on, whose checkpoint must hold the state as of the batch trained on
             (Lightning's Trainer reads one batch ahead: see ``integrations/lightning.py``). The
-            state as it is now is kept too (on the first call; later calls only change ``n``). Costs one ``state_dict()`` per batch (with
-            ``num_workers=0``, the dataset's state; with workers, a small dict)."""
+            state as it is now is kept too (on the first call; later calls only change ``n``).
+            Costs one ``state_dict()`` per batch (with ``num_workers=0``, the dataset's state; with
+            workers, a small dict)."""
             if not isinstance(n, int) or isinstance(n, bool) or n < 1:
                 raise ValueError(f"keep_batch_states needs a number of batches >= 1, got {n!r}")
             if self._batch_states is not None:  # kept already: keep n from now on
