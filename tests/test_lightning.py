@@ -305,6 +305,43 @@ def test_two_ranks_resume_each_its_own_part(tmp_path, soak):
         fit(tmp_path / "one", ckpt=str(tmp_path / "full" / "step=2.ckpt"))
 
 
+class TwoLoaders(Recorder):
+    def training_step(self, batch, batch_idx):
+        ids = torch.cat([batch["a"]["id"], batch["b"]["id"]])
+        return super().training_step({"id": ids, "x": batch["a"]["x"]}, batch_idx)
+
+
+def two_loaders(b_shards):
+    def loaders():
+        b = ri.IterableDataset.from_generator(_rows, gen_kwargs={"shards": list(range(10, 10 + b_shards))})
+        b = b.shuffle(seed=1, buffer_size=3)
+        return {"a": ri.StatefulDataLoader(gen_ds(), batch_size=BATCH), "b": ri.StatefulDataLoader(b, batch_size=BATCH)}
+    return loaders
+
+
+def fit_two(tmp_path, loaders, ckpt=None):
+    model = TwoLoaders()
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=2, enable_progress_bar=False, logger=False,
+                         enable_model_summary=False, callbacks=[ResumableDataCallback(), pl.callbacks.ModelCheckpoint(
+                             dirpath=tmp_path / "ck", filename="{step}", every_n_train_steps=1, save_top_k=-1)])
+    trainer.fit(model, train_dataloaders=loaders(), ckpt_path=ckpt)
+    return model.seen
+
+
+def test_two_training_loaders_of_the_same_length(tmp_path):
+    full = fit_two(tmp_path, two_loaders(SHARDS))
+    assert len(full) == 12
+    for step in (2, 6, 8):
+        assert fit_two(tmp_path / str(step), two_loaders(SHARDS), ckpt=ckpt(tmp_path, step)) == full[step:], step
+
+
+def test_two_training_loaders_of_different_lengths_are_refused(tmp_path):
+    """Under CombinedLoader's "max_size_cycle" the shorter loader starts a new pass within the
+    Trainer's epoch: its state cannot follow the Trainer's count; refused when a checkpoint is written."""
+    with pytest.raises(RuntimeError, match="began a new pass within the Trainer's epoch"):
+        fit_two(tmp_path, two_loaders(2))
+
+
 # ------------------------------------------------------------------ what Lightning does on its own
 
 

@@ -222,8 +222,10 @@ class ResumableDataCallback(Callback):
             state = dl.state_after(trained)
             if state is None:
                 raise RuntimeError(
-                    f"ResumableDataCallback: the state of the training loader after batch {trained} of epoch "
-                    f"{trainer.current_epoch} was not kept, so the checkpoint cannot hold it (was the callback added "
-                    "to the Trainer before fit()? is the loader shared with another loop?)")
+                    f"ResumableDataCallback: the state of training loader {i} after batch {trained} of epoch "
+                    f"{trainer.current_epoch} was not kept, so the checkpoint cannot hold it: the loader began a new "
+                    "pass within the Trainer's epoch (several training loaders of different lengths, which "
+                    "CombinedLoader's 'max_size_cycle' mode restarts, are not supported), or it was not followed (the "
+                    "callback was added after fit() began, or the loader is iterated by another loop too)")
             states[i] = state
         return states
