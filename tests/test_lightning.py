@@ -268,6 +268,42 @@ def test_a_checkpoint_of_a_resumed_run_resumes_too(tmp_path):
     assert second == full[8:]
 
 
+def test_one_callback_for_several_fits(tmp_path):
+    """The same callback object in a run resumed from an epoch's last batch (where it counts the
+    batches of the next epoch from Lightning's count at the epoch's end), then in a run resumed from
+    a checkpoint written without it: nothing of the first fit leaks into the second, whose own
+    checkpoints resume exactly."""
+    fit(tmp_path)
+    fit(tmp_path / "without", callback=False)
+    callback = ResumableDataCallback()
+    seen = []
+    for folder, ckpt_path in ((tmp_path / "one", ckpt(tmp_path, 6)),
+                              (tmp_path / "two", str(tmp_path / "without" / "ck" / "step=3.ckpt"))):
+        model = Recorder()
+        trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=2, enable_progress_bar=False, logger=False,
+                             enable_model_summary=False, callbacks=[callback, pl.callbacks.ModelCheckpoint(
+                                 dirpath=folder, filename="{step}", every_n_train_steps=1, save_top_k=-1)])
+        trainer.fit(model, train_dataloaders=ri.StatefulDataLoader(gen_ds(), batch_size=BATCH), ckpt_path=ckpt_path)
+        seen.append(model.seen)
+    # the second fit began at step 3 (one batch lost: its checkpoint was Lightning's own)
+    assert fit(tmp_path / "three", ckpt=str(tmp_path / "two" / "step=5.ckpt")) == seen[1][2:]
+    assert fit(tmp_path / "four", ckpt=str(tmp_path / "three" / "ck" / "step=7.ckpt")) == seen[1][4:]
+
+
+@pytest.mark.parametrize("step", [3, 6])
+def test_resume_from_a_checkpoint_written_without_the_callback(tmp_path, caplog, step):
+    """A run that adds the callback when it resumes from a checkpoint written without it: the batch
+    Lightning had read ahead is lost (said in a warning), after an epoch's last batch the next epoch
+    has the saved epoch's order (said too), and the checkpoints written from then on resume exactly."""
+    fit(tmp_path, callback=False)
+    with caplog.at_level(logging.WARNING, logger="resumable_iterable"):
+        resumed = fit(tmp_path / "a", ckpt=ckpt(tmp_path, step))
+    assert "written without this callback" in caplog.text
+    assert len(resumed) == 12 - step - (1 if step == 3 else 0)
+    later = step + 2
+    assert fit(tmp_path / "b", ckpt=str(tmp_path / "a" / "ck" / f"step={later}.ckpt")) == resumed[2:]
+
+
 def test_a_loader_of_another_kind_is_named(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="resumable_iterable"):
         fit(tmp_path, loader=TorchdataLoader, max_steps=1)

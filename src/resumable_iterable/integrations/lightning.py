@@ -42,6 +42,7 @@ rest is Lightning's: it restores the loader state in its checkpoint.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import torch.distributed
@@ -91,6 +92,13 @@ class ResumableDataCallback(Callback):
     torchdata's own ``StatefulDataLoader``, another dataset) is left to Lightning, with a warning."""
 
     def __init__(self) -> None:
+        self._reset()
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        # before a checkpoint is restored: a callback used for another fit() starts afresh
+        self._reset()
+
+    def _reset(self) -> None:
         #: the Trainer's count of batches in this epoch (``batch_progress.current.ready``) when its
         #: pass began: 0, except after a resume from an epoch's last batch, where Lightning goes on
         #: counting from the saved epoch's end (saved in the checkpoint, for a later resume)
@@ -98,17 +106,23 @@ class ResumableDataCallback(Callback):
         self._base_pending = False
         self._resumed_pass_over = False
         self._trainer: Any = None
+        #: resumed from a checkpoint written without this callback, whose loader states Lightning
+        #: took after the batch it had read ahead: the loaders count that many batches more than
+        #: the Trainer in the resumed pass
+        self._unfollowed = False
+        self._offset = 0
         #: the epoch of the last batch trained on
         self._pass_epoch: int | None = None
 
     def state_dict(self) -> dict:
-        return {"epoch_base": self._epoch_base, "pass_over": self._pass_over()}
+        return {"epoch_base": self._epoch_base, "pass_over": self._pass_over(), "offset": self._offset}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self._epoch_base = int(state_dict.get("epoch_base", 0))
         # saved after an epoch's last batch: the next batch starts a pass (Lightning calls no
         # on_train_epoch_start for that epoch)
         self._base_pending = self._resumed_pass_over = bool(state_dict.get("pass_over", False))
+        self._offset = 0 if self._base_pending else int(state_dict.get("offset", 0))  # the offset of a pass
 
     def _pass_over(self) -> bool:
         """Whether the Trainer is done with the current pass (after its epoch's last batch, or
@@ -128,6 +142,8 @@ class ResumableDataCallback(Callback):
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._trainer = trainer
+        if self._unfollowed:
+            self._resumed_unfollowed(trainer)
         iterables = trainer.train_dataloader
         flat = CombinedLoader(iterables).flattened if iterables is not None else []
         for dl in flat:
@@ -144,6 +160,7 @@ class ResumableDataCallback(Callback):
         # Lightning sets epochs on samplers only; the hook runs before the epoch's iterator is made
         # (except for the epoch a resume continues, which keeps the saved state's own epoch)
         self._base_pending = True  # the count is reset after this hook, or not (see _epoch_base)
+        self._offset = 0
         for dl in self._loaders(trainer):
             if _ours(dl):
                 dl.keep_batch_states(KEEP)  # a loader built for this epoch (reload_dataloaders_every_n_epochs)
@@ -153,6 +170,7 @@ class ResumableDataCallback(Callback):
         self._pass_epoch = trainer.current_epoch
         if self._base_pending:  # the first batch of a pass
             self._base_pending = False
+            self._offset = 0
             self._epoch_base = trainer.fit_loop.epoch_loop.batch_progress.current.ready - 1
             if self._resumed_pass_over:
                 self._resumed_pass_over = False
@@ -178,11 +196,29 @@ class ResumableDataCallback(Callback):
             if isinstance(own, dict):
                 own[BY_RANK] = by_rank
 
+    def _resumed_unfollowed(self, trainer: Any) -> None:
+        """Resumed from a checkpoint written without this callback: say what was lost, and follow
+        the loaders from where Lightning's state put them."""
+        progress = trainer.fit_loop.epoch_loop.batch_progress
+        if progress.is_last_batch:
+            # its loader state ended the pass: the next batch starts a pass, in the saved epoch's order
+            self._base_pending = self._resumed_pass_over = True
+            logger.warning("ResumableDataCallback: the checkpoint was written without this callback after the last "
+                           "batch of an epoch: the next epoch is read in the order of the saved one")
+            return
+        # a loader without len(): Lightning had read one batch ahead, and saved the state after it
+        self._offset = 1 if math.isinf(trainer.num_training_batches) else 0
+        if self._offset:
+            logger.warning("ResumableDataCallback: the checkpoint was written without this callback: Lightning saved "
+                           "the training loader's state after the batch it had read ahead, which this resume skips; "
+                           "checkpoints written from now on resume exactly")
+
     def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
         # before Lightning reads its loops' states: each rank is given its own loader states
         own = checkpoint.get("callbacks", {}).get(self.state_key)
-        by_rank = own.get(BY_RANK) if isinstance(own, dict) else None
         loop_state = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {})
+        self._unfollowed = own is None and bool(loop_state.get("combined_loader"))
+        by_rank = own.get(BY_RANK) if isinstance(own, dict) else None
         if not by_rank or "combined_loader" not in loop_state:
             return
         if len(by_rank) != trainer.world_size:
@@ -219,7 +255,7 @@ class ResumableDataCallback(Callback):
                 state[NEXT_PASS_EPOCH] = next_epoch
                 states[i] = state
                 continue
-            state = dl.state_after(trained)
+            state = dl.state_after(trained + self._offset)
             if state is None:
                 raise RuntimeError(
                     f"ResumableDataCallback: the state of training loader {i} after batch {trained} of epoch "
