@@ -378,6 +378,35 @@ def test_two_training_loaders_of_different_lengths_are_refused(tmp_path):
         fit_two(tmp_path, two_loaders(2))
 
 
+def test_the_standalone_pytorch_lightning_package(tmp_path):
+    """``import pytorch_lightning as pl`` (the package without the ``lightning`` namespace) takes
+    the same callback: resumed mid-epoch and after an epoch's last batch, exactly."""
+    ptl = pytest.importorskip("pytorch_lightning")
+
+    class Model(ptl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(1, 1)
+            self.seen = []
+
+        training_step = Recorder.training_step
+        configure_optimizers = Recorder.configure_optimizers
+
+    def run(folder, ckpt_path=None):
+        model = Model()
+        checkpoints = ptl.callbacks.ModelCheckpoint(dirpath=folder, filename="{step}", every_n_train_steps=1,
+                                                    save_top_k=-1)
+        trainer = ptl.Trainer(accelerator="cpu", devices=1, max_epochs=2, enable_progress_bar=False, logger=False,
+                              enable_model_summary=False, callbacks=[ResumableDataCallback(), checkpoints])
+        trainer.fit(model, train_dataloaders=ri.StatefulDataLoader(gen_ds(), batch_size=BATCH), ckpt_path=ckpt_path)
+        return model.seen
+
+    full = run(tmp_path / "ck")
+    assert full == fit(tmp_path / "lightning")
+    for step in (3, 6):
+        assert run(tmp_path / str(step), ckpt(tmp_path, step)) == full[step:], step
+
+
 # ------------------------------------------------------------------ what Lightning does on its own
 
 
