@@ -12,13 +12,12 @@ random indices are drawn in blocks of :data:`BLOCK` (``shuffle_trail.py``)."""
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Iterator
 
 from ..state import CHUNK, CHUNK_BITS, ExampleList, copy_example, is_position, journaling, position_entry
 from .base import add_context
 from .seeds import rng_from_seed, rng_from_state
-from .shuffle_trail import BLOCK, Trail
+from .shuffle_trail import BLOCK, Resolve, Trail
 from .worker_positions import pass_input, reread_positions, rereadable, stop_deriving
 
 
@@ -113,7 +112,7 @@ class ExampleBuffer:
             pos = st["rng_pos"]
             n = len(born)
             trail = self._trail = Trail(buf, n, start, pos, size, BLOCK)  # for ``position`` (nothing per example)
-            trail.resolve = partial(self._traced_position, trail)
+            trail.resolve = Resolve(self._traced_position, trail)  # weakly: no cycle (see Resolve)
             source, provenance = pass_input(self.children[0], buf, reread, record and self._logs_positions(),
                                             (st["rng"], pos, size, BLOCK))
             source = iter(source)

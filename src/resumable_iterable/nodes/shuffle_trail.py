@@ -8,9 +8,10 @@ slot held it and so how many inputs came after it; the input then counts that ma
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
 from threading import get_ident
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -27,6 +28,26 @@ BLOCK = 1024
 MAX_TRAIL = 4096
 
 
+class Resolve:
+    """``Trail.resolve``: calls ``traced(trail, *at)`` (the node's ``_traced_position``) for the pass of
+    ``trail``, holding both weakly. The node holds its trail, so a strong reference back would make
+    each pass a reference cycle: a pass that ended, or was left part-way (a loop that breaks off, a
+    DataLoader worker reset, a state loaded over it), would keep its buffer - up to ``buffer_size``
+    examples - until the cyclic garbage collector ran, which a process with a large heap of
+    long-lived objects (a model) does rarely. A pass no longer alive resolves nothing (``None``), as
+    ``_traced_position`` answers for a pass that is no longer the node's."""
+
+    __slots__ = ("traced", "trail")
+
+    def __init__(self, traced: Callable[..., Any], trail: "Trail"):
+        self.traced = weakref.WeakMethod(traced)
+        self.trail = weakref.ref(trail)
+
+    def __call__(self, *at: Any) -> dict | None:
+        traced, trail = self.traced(), self.trail()
+        return None if traced is None or trail is None else traced(trail, *at)
+
+
 class Trail:
     """What a pass of a buffer of stored examples leaves for :meth:`ShuffleNode.position` to work
     out, after the fact, which input the example it yielded last was - kept by the pass, never in
@@ -39,7 +60,7 @@ class Trail:
     ``_traced_position`` for this pass (which checks the pass still runs, then asks :meth:`position`)."""
 
     __slots__ = ("buf", "n0", "pos0", "block", "filled", "blocks", "count", "steps", "drain_len", "order", "thread",
-                 "resolve")
+                 "resolve", "__weakref__")
 
     def __init__(self, buf, n0: int, rng: dict, pos0: int, size: int, block: int):
         self.buf, self.n0, self.pos0, self.block = buf, n0, pos0, block
