@@ -1,21 +1,42 @@
 """Days-long runs stay flat: nothing grows with the examples, batches, epochs, checkpoints or
 resumes of a run where it should not.
 
-* a pass left part-way (a loop that breaks off, a state loaded over it), or finished, frees its
-  shuffle buffer at once, without waiting for the cyclic garbage collector (a regression: it did
-  not).
+What is counted, never timed: the JSON length of ``state_dict()`` (of the dataset, and of
+torchdata's ``StatefulDataLoader`` holding its workers' snapshots), the open file descriptors
+and threads of the main process and of each DataLoader worker, the worker processes alive, the
+files left in a folder of saved states, and the pipeline objects left for the cyclic garbage
+collector. Each family compares two points of one run (an early epoch with a late one, 1 k
+examples with 20 k) on small data, so that a per-epoch or per-example leak shows as a difference.
+
+* one process: every node kind over many epochs and deep into one long pass;
+* a pass left part-way (a loop that breaks off, a state loaded over it) frees its shuffle buffer
+  at once, without waiting for the cyclic garbage collector (a regression: it did not);
+* file sources (Parquet, JSON lines, JSON, CSV, text, imagefolder, a zip archive) across passes
+  left part-way and resumes;
+* save_state / load_state cycles (JSON and binary state files) and load_state_dict repeated;
+* torchdata's loader with 2 persistent workers over many epochs, one test per family;
+* elastic resumes again and again (another worker count each time) in one epoch.
+
+``pytest --soak -m slow`` runs the loader families over many more epochs.
 """
 
 from __future__ import annotations
 
 import gc
+import glob
+import json
+import os
+import threading
+import zipfile
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import resumable_iterable as ri
 
+psutil = pytest.importorskip("psutil")
 
 pytestmark = pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning")
 
@@ -35,6 +56,130 @@ def gen(shards):
 async def add_one(ex):
     return {"y": ex["id"] + 1}
 
+
+#: one pipeline per node kind (and each stopping strategy of interleave_datasets)
+KINDS = {
+    "source": lambda: src(),
+    "generator": lambda: ri.IterableDataset.from_generator(gen, gen_kwargs={"shards": [0, 1, 2]}),
+    "map": lambda: src().map(lambda ex: {"y": ex["id"] * 2}),
+    "map_async": lambda: src().map(add_one),
+    "map_batched": lambda: src().map(lambda b: {"y": b["id"]}, batched=True, batch_size=7),
+    "filter": lambda: src().filter(lambda ex: ex["id"] % 3 != 0),
+    "filter_batched": lambda: src().filter(lambda b: [i % 3 != 0 for i in b["id"]], batched=True, batch_size=7),
+    "shuffle_examples": lambda: src().shuffle(seed=1, buffer_size=30),
+    "shuffle_no_seed": lambda: src().shuffle(buffer_size=30),
+    "shuffle_replay": lambda: src().shuffle(seed=1, buffer_size=30, buffer_state="replay"),
+    "shuffle_drop": lambda: src().shuffle(seed=1, buffer_size=30, buffer_state="drop"),
+    "global_shuffle": lambda: src().shuffle(seed=1, buffer_size=None),
+    "batch": lambda: src().batch(7),
+    "pack": lambda: src().select_columns(["input_ids"]).pack(16),
+    "take_skip": lambda: src().skip(3).take(300),
+    "repeat": lambda: src().take(100).repeat(3),
+    "prefetch": lambda: src().prefetch(5),
+    "concatenate": lambda: ri.concatenate_datasets([src(), src(2)]),
+    "concatenate_axis1": lambda: ri.concatenate_datasets([src().select_columns(["id"]),
+                                                          src().select_columns(["input_ids"])], axis=1),
+    **{f"interleave_{s}": (lambda s: lambda: ri.interleave_datasets(
+        [src(), src(2)], probabilities=[0.3, 0.7], seed=3, stopping_strategy=s))(s)
+       for s in ("first_exhausted", "all_exhausted", "all_exhausted_without_replacement")},
+    "interleave_no_seed": lambda: ri.interleave_datasets([src(), src(2)], probabilities=[0.3, 0.7],
+                                                         stopping_strategy="all_exhausted"),
+    "interleave_round_robin": lambda: ri.interleave_datasets([src(), src(2)], stopping_strategy="all_exhausted"),
+    "mixed": lambda: ri.interleave_datasets([src().map(lambda ex: {"y": 1}).filter(lambda ex: ex["id"] % 5 != 1),
+                                             src(2)], probabilities=[0.6, 0.4], seed=7)
+    .shuffle(seed=2, buffer_size=40).batch(8),
+}
+
+#: tolerance for a state's JSON length between two points: seeds, generator states and counters
+#: print with a few more or fewer digits; anything kept per epoch or per example would exceed it
+DIGITS = 64
+
+
+def state_len(state: dict) -> int:
+    return len(json.dumps(state))
+
+
+def fds(pid: int | None = None) -> tuple[int, int]:
+    """Open file descriptors of a process: ``(files, pipes and sockets, torch shared-memory
+    segments)``. The last are counted apart: with torch imported each dataset's epoch slot lives
+    in a shared segment of 512 slots, so building datasets opens one more now and then (one per
+    512 datasets, closed with the last of them); they get a tolerance of one."""
+    d = f"/proc/{pid or os.getpid()}/fd"
+    shm = other = 0
+    for f in os.listdir(d):
+        try:
+            target = os.readlink(f"{d}/{f}")
+        except OSError:  # closed meanwhile (the listing's own descriptor)
+            continue
+        if target.startswith("/dev/shm/torch_"):
+            shm += 1
+        else:
+            other += 1
+    return other, shm
+
+
+def same_fds(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """``b``, counted later than ``a``, holds no more descriptors (segments: at most one more)."""
+    return b[0] <= a[0] and b[1] <= a[1] + 1
+
+
+needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/<pid>/fd")
+
+
+# ----------------------------------------------------------------------------- one process
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_state_size_flat_across_epochs(kind):
+    """The state taken part-way through epoch 2 and epoch 30 is the same size, as is the state
+    after each epoch ends: nothing accumulates per epoch (seeds drawn, positions, caches)."""
+    ds = KINDS[kind]()
+    sizes = {}
+    for epoch in range(31):
+        ds.set_epoch(epoch)
+        for k, _ in enumerate(ds):
+            if k == 5 and epoch in (2, 30):
+                sizes[epoch, "mid"] = state_len(ds.state_dict())
+        if epoch in (2, 30):
+            sizes[epoch, "end"] = state_len(ds.state_dict())
+    for where in ("mid", "end"):
+        assert sizes[30, where] <= sizes[2, where] + DIGITS, (kind, sizes)
+
+
+LONG = pa.table({"id": np.arange(24_000), "input_ids": [[i % 50] * (i % 3 + 1) for i in range(24_000)]})
+
+LONG_KINDS = {
+    "shuffle_examples": lambda: src(8, LONG).shuffle(seed=1, buffer_size=100),
+    "shuffle_replay": lambda: src(8, LONG).shuffle(seed=1, buffer_size=100, buffer_state="replay"),
+    "global_shuffle": lambda: src(8, LONG).shuffle(seed=1, buffer_size=None),
+    "interleave_all_exhausted": lambda: ri.interleave_datasets([src(8, LONG), src(3, LONG)], probabilities=[0.3, 0.7],
+                                                               seed=3, stopping_strategy="all_exhausted"),
+    "interleave_without_replacement": lambda: ri.interleave_datasets(
+        [src(8, LONG), src(3, LONG)], stopping_strategy="all_exhausted_without_replacement"),
+    "concatenate": lambda: ri.concatenate_datasets([src(8, LONG), src(3, LONG)]),
+    "map_batched_filter": lambda: src(8, LONG).map(lambda b: b, batched=True, batch_size=33).filter(
+        lambda ex: ex["id"] % 7 != 0),
+    "pack": lambda: src(8, LONG).select_columns(["input_ids"]).pack(16),
+    "batch": lambda: src(8, LONG).batch(7),
+    "repeat_forever_shuffled": lambda: src(4, LONG).take(300).shuffle(seed=2, buffer_size=50).repeat(None),
+    "prefetch": lambda: src(8, LONG).prefetch(8),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(LONG_KINDS))
+def test_state_size_flat_in_a_long_pass(kind):
+    """The state after 1 k examples and after 12 k of one pass (of 24 k rows; batches and packs:
+    after 150 and 2.5 k): the same size."""
+    ds = LONG_KINDS[kind]()
+    it = iter(ds)
+    sizes = []
+    read = 0
+    for point in ((150, 2500) if kind in ("batch", "pack") else (1000, 12_000)):
+        while read < point:
+            next(it)
+            read += 1
+        sizes.append(state_len(ds.state_dict()))
+    assert sizes[1] <= sizes[0] + DIGITS, (kind, sizes)
 
 
 def generator_of_arrays(shards):
@@ -118,3 +263,318 @@ def test_shuffle_resumes_exactly_at_every_cut_after_passes_left_part_way():
         return ds
 
     assert_resumes_exactly(build, max_cuts=60)
+
+
+@pytest.mark.parametrize("kind", ["map_async", "prefetch", "shuffle_examples", "interleave_all_exhausted", "pack"])
+def test_threads_and_fds_flat_across_passes_left_part_way(kind):
+    """Passes left part-way and states loaded over them leave no thread (prefetch, async map's
+    event loop) and no file descriptor behind."""
+    ds = KINDS[kind]()
+    counts = {}
+    for epoch in range(60):
+        ds.set_epoch(epoch)
+        it = iter(ds)
+        for _ in range(5):
+            next(it)
+        if epoch % 3 == 0:
+            state = json.loads(json.dumps(ds.state_dict()))
+            other = KINDS[kind]()
+            other.load_state_dict(state)
+            it2 = iter(other)
+            next(it2)
+            del it2, other
+        del it
+        if epoch in (10, 59):
+            gc.collect()  # what earlier tests left to the collector (event loops...) goes before counting
+            counts[epoch] = (threading.active_count(), fds())
+    assert counts[59][0] == counts[10][0] and same_fds(counts[10][1], counts[59][1]), counts
+
+
+# ----------------------------------------------------------------------------- files
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("long_run_files")
+    for i in range(3):
+        ids = list(range(i * 20, i * 20 + 20))
+        pq.write_table(pa.table({"id": ids}), d / f"p{i}.parquet", row_group_size=5)
+        (d / f"j{i}.jsonl").write_text("".join(json.dumps({"id": k}) + "\n" for k in ids))
+        (d / f"a{i}.json").write_text(json.dumps([{"id": k} for k in ids]))
+        (d / f"c{i}.csv").write_text("id\n" + "".join(f"{k}\n" for k in ids))
+        (d / f"t{i}.txt").write_text("".join(f"line {k}\n" for k in ids))
+    from PIL import Image
+
+    for k in range(12):
+        folder = d / "img" / ("cat" if k % 2 else "dog")
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (4, 4), (k, 0, 0)).save(folder / f"{k}.png")
+    with zipfile.ZipFile(d / "z.zip", "w") as z:
+        for i in range(3):
+            z.write(d / f"j{i}.jsonl", f"j{i}.jsonl")
+    return d
+
+
+def file_builds(d):
+    def paths(pattern):
+        return sorted(glob.glob(str(d / pattern)))
+
+    return {
+        "parquet": lambda: ri.IterableDataset.from_parquet(paths("p*.parquet")),
+        "parquet_reshard": lambda: ri.IterableDataset.from_parquet(paths("p*.parquet")).reshard(),
+        "parquet_global_shuffle": lambda: ri.IterableDataset.from_parquet(paths("p*.parquet")).shuffle(
+            seed=1, buffer_size=None),
+        "jsonl": lambda: ri.IterableDataset.from_json(paths("j*.jsonl")),
+        "json": lambda: ri.IterableDataset.from_json(paths("a*.json")),
+        "csv": lambda: ri.IterableDataset.from_csv(paths("c*.csv")),
+        "text": lambda: ri.IterableDataset.from_text(paths("t*.txt")),
+        "imagefolder": lambda: ri.load_dataset("imagefolder", data_dir=str(d / "img"), split="train"),
+        "zip_jsonl": lambda: ri.load_dataset("json", data_files=str(d / "z.zip"), split="train"),
+    }
+
+
+FILE_KINDS = ["parquet", "parquet_reshard", "parquet_global_shuffle", "jsonl", "json", "csv", "text", "imagefolder",
+              "zip_jsonl"]
+
+
+@needs_proc
+@pytest.mark.parametrize("kind", FILE_KINDS)
+def test_file_sources_leave_no_open_file_across_passes_and_resumes(files, kind):
+    """A file left open per pass would be "Too many open files" after a few thousand epochs of a
+    small dataset: passes left part-way, passes to the end and resumed pipelines leave none."""
+    build = file_builds(files)[kind]
+    ds = build()
+    counts = {}
+    for epoch in range(80):
+        ds.set_epoch(epoch)
+        it = iter(ds)
+        for _ in range(7):
+            next(it)
+        state = json.loads(json.dumps(ds.state_dict()))
+        del it
+        resumed = build()
+        resumed.load_state_dict(state)
+        it2 = iter(resumed)
+        next(it2)
+        del it2, resumed
+        if epoch % 3 == 0:
+            for _ in ds:
+                pass
+        if epoch in (10, 79):
+            gc.collect()  # what earlier tests left to the collector goes before counting
+            counts[epoch] = fds()
+    assert same_fds(counts[10], counts[79]), counts
+
+
+# ----------------------------------------------------------------------------- saved states
+
+
+def test_save_and_load_cycles_stay_flat(tmp_path):
+    """A checkpoint every few steps for a long run: each one a new pipeline loading the last
+    state file (a binary one: the buffer holds numpy arrays), then load_state_dict repeated on one
+    dataset. No file is left beside the states, no descriptor stays open, no pipeline object
+    outlives its dataset."""
+    from resumable_iterable.nodes.shuffle import ShuffleNode
+
+    from datasets import Dataset
+
+    rows = Dataset.from_dict({"id": list(range(300)), "emb": [np.full(600, i, dtype=np.float32) for i in range(300)]})
+
+    def build():
+        return ri.to_iterable_dataset(rows, num_shards=4).with_format("numpy").shuffle(seed=1, buffer_size=50)
+
+    def live_shuffles():
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if type(o) is ShuffleNode)
+
+    ds = build()
+    it = iter(ds)
+    counts = {}
+    for step in range(120):
+        try:
+            next(it)
+        except StopIteration:
+            it = iter(ds)
+            next(it)
+        path = tmp_path / f"state{step % 3}"
+        ds.save_state(str(path))
+        del it
+        ds = build()
+        ds.load_state(str(path))
+        it = iter(ds)
+        if step in (20, 119):
+            counts[step] = (fds(), live_shuffles(), sorted(os.listdir(tmp_path)))
+    assert same_fds(counts[20][0], counts[119][0]) and counts[119][1:] == counts[20][1:], counts
+    assert counts[119][2] == ["state0", "state1", "state2"]
+
+    state = ds.state_dict()
+    other = build()
+    for k in range(60):
+        other.load_state_dict(state)
+        if k in (5, 59):
+            counts[k] = (fds(), live_shuffles())
+    assert same_fds(counts[5][0], counts[59][0]) and counts[59][1] == counts[5][1], counts
+
+
+# ----------------------------------------------------------------------------- DataLoader workers
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchdata")
+from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader  # noqa: E402
+
+
+def ids(rows: list) -> list:
+    return [int(r["id"]) if isinstance(r, dict) and "id" in r else 0 for r in rows]
+
+
+LOADER_FAMILIES = {
+    "shuffle_buffers": [lambda: src().map(lambda ex: {"y": 1}).shuffle(seed=1, buffer_size=30),
+                        lambda: src().shuffle(seed=1, buffer_size=30),
+                        lambda: src().shuffle(seed=1, buffer_size=30, buffer_state="replay")],
+    "interleave": [lambda: ri.interleave_datasets([src(), src(2)], probabilities=[0.3, 0.7], seed=3,
+                                                  stopping_strategy=s)
+                   for s in ("first_exhausted", "all_exhausted", "all_exhausted_without_replacement")],
+    "concatenate_and_global_shuffle": [lambda: ri.concatenate_datasets([src(), src(2)]),
+                                       lambda: src().shuffle(seed=1, buffer_size=None)],
+    "batched_and_packed": [lambda: src().map(lambda b: {"y": b["id"]}, batched=True, batch_size=7).filter(
+                               lambda ex: ex["id"] % 3 != 0),
+                           lambda: src().select_columns(["input_ids"]).pack(16).batch(3),
+                           lambda: src().skip(3).take(300)],
+    "prefetch": [lambda: src().map(lambda ex: {"y": 1}).prefetch(6)],
+}
+
+
+def measure_loader(build, epochs: int, points: tuple, loader_class=TorchdataLoader) -> dict:
+    """Run ``epochs`` epochs of ``build()`` through ``loader_class`` with 2 persistent workers,
+    ``state_dict()`` after every batch; at each epoch of ``points`` (after a gc in the main
+    process) the figures that must not grow."""
+    ds = build()
+    loader = loader_class(ds, batch_size=8, num_workers=2, persistent_workers=True, collate_fn=ids)
+    me = psutil.Process()
+    out = {}
+    try:
+        for epoch in range(epochs):
+            ds.set_epoch(epoch)
+            mid = None
+            for k, _ in enumerate(loader):
+                state = loader.state_dict()
+                if k == 3:
+                    mid = state
+            if epoch in points:
+                gc.collect()
+                workers = me.children()
+                out[epoch] = {"state": state_len(mid), "end_state": state_len(state), "fds": fds(),
+                              "threads": threading.active_count(), "workers": len(workers),
+                              "worker_fds": sorted(fds(w.pid)[0] for w in workers),
+                              "worker_threads": sorted(w.num_threads() for w in workers)}
+    finally:
+        del loader
+    return out
+
+
+def assert_flat(figures: dict, what: str) -> None:
+    first, last = (figures[k] for k in sorted(figures)[::len(figures) - 1])
+    for key in ("state", "end_state"):
+        assert last[key] <= first[key] + 2 * DIGITS, (what, key, figures)
+    assert same_fds(first["fds"], last["fds"]), (what, "fds", figures)
+    for key in ("threads", "workers"):
+        assert last[key] == first[key], (what, key, figures)
+    for key in ("worker_fds", "worker_threads"):  # a thread pool (Arrow's, torch's) may start one more late
+        assert all(b <= a + 1 for a, b in zip(first[key], last[key])), (what, key, figures)
+
+
+@needs_proc
+@pytest.mark.parametrize("family", sorted(LOADER_FAMILIES))
+def test_persistent_workers_stay_flat_across_epochs(family):
+    """torchdata's loader, 2 persistent workers, a state after every batch: after epoch 3 and
+    epoch 24, the loader's state (the workers' snapshots) is the same size, and the main process
+    and each worker hold as many descriptors and threads."""
+    for i, build in enumerate(LOADER_FAMILIES[family]):
+        assert_flat(measure_loader(build, 25, (3, 24)), f"{family}[{i}]")
+
+
+@needs_proc
+def test_file_sources_through_persistent_workers_leave_no_open_file(files):
+    builds = file_builds(files)
+    for kind in ("parquet", "jsonl", "csv", "text", "zip_jsonl"):
+        assert_flat(measure_loader(builds[kind], 25, (3, 24)), kind)
+
+
+@needs_proc
+def test_our_loader_with_persistent_workers_stays_flat():
+    assert_flat(measure_loader(LOADER_FAMILIES["shuffle_buffers"][0], 25, (3, 24), ri.StatefulDataLoader),
+                "ri.StatefulDataLoader")
+
+
+def test_loader_restarts_from_saved_states_stay_flat():
+    """A crash-and-resume cycle again and again (a new loader with 2 workers loading the same
+    mid-epoch state): no worker process, descriptor or thread is left behind by the loaders that
+    ended."""
+    def build():
+        return src().map(lambda ex: {"y": 1}).shuffle(seed=1, buffer_size=30)
+
+    loader = TorchdataLoader(build(), batch_size=8, num_workers=2, collate_fn=ids)
+    it = iter(loader)
+    for _ in range(4):
+        next(it)
+    state = json.loads(json.dumps(loader.state_dict()))
+    del it, loader
+    me = psutil.Process()
+    counts = {}
+    for r in range(12):
+        loader = TorchdataLoader(build(), batch_size=8, num_workers=2, collate_fn=ids)
+        loader.load_state_dict(state)
+        it = iter(loader)
+        for _ in range(3):
+            next(it)
+        assert state_len(loader.state_dict()) <= state_len(state) + 2 * DIGITS
+        del it, loader
+        if r in (2, 11):
+            gc.collect()
+            counts[r] = (fds(), threading.active_count(), len(me.children()))
+    # (not equal: a loader's threads and pipes may still be closing at the first point)
+    assert same_fds(counts[2][0], counts[11][0]) and counts[11][1] <= counts[2][1] and counts[11][2] == 0, counts
+
+
+def test_elastic_resumes_again_and_again_keep_the_state_bounded():
+    """One epoch resumed 14 times, each time with another worker count (0 to 4): the plan's
+    state stays bounded (segments that are done are dropped), and every example is yielded once."""
+    table = pa.table({"id": np.arange(3000)})
+
+    def build():
+        return ri.IterableDataset.from_arrow_table(table, num_shards=12).shuffle(seed=1, buffer_size=20)
+
+    seen: list = []
+    state = None
+    sizes = {}
+    counts = [2, 3, 1, 4, 2, 0, 3]
+    for r in range(14):
+        w = counts[r % len(counts)]
+        loader = ri.StatefulDataLoader(build(), batch_size=4, num_workers=w, collate_fn=ids)
+        if state is not None:
+            loader.load_state_dict(state)
+        it = iter(loader)
+        for _ in range(10):
+            seen += next(it)
+        state = json.loads(json.dumps(loader.state_dict()))
+        del it, loader
+        sizes[r] = state_len(state)
+    assert sizes[13] <= sizes[6] + 2 * DIGITS, sizes  # the same worker count (3) at both points
+    loader = ri.StatefulDataLoader(build(), batch_size=4, num_workers=2, collate_fn=ids)
+    loader.load_state_dict(state)
+    for batch in loader:
+        seen += batch
+    assert sorted(seen) == list(range(3000))
+
+
+# ----------------------------------------------------------------------------- long variants
+
+
+@pytest.mark.slow
+@needs_proc
+@pytest.mark.parametrize("family", sorted(LOADER_FAMILIES))
+def test_persistent_workers_soak(soak, family):
+    """The loader families over many more epochs (``--soak``: 400)."""
+    epochs = 400 if soak else 60
+    for i, build in enumerate(LOADER_FAMILIES[family]):
+        assert_flat(measure_loader(build, epochs, (5, epochs - 1)), f"{family}[{i}]")
