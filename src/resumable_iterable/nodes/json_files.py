@@ -108,7 +108,9 @@ def _json_table(path: str, reader_kwargs: dict, schema: pa.Schema | None = None,
             return json_lines_table(lines, carried, chunksize, align or (lambda table: table), carried)
         return json_lines_table(lines, json_paths(schema), chunksize, align or (lambda table: table))
     except pa.ArrowInvalid as e:
-        lines_error = e
+        # without its traceback: kept past the handler, it would hold this frame, which holds it (a
+        # cycle keeping the file's whole table, read below, until the cyclic garbage collector runs)
+        lines_error = e.with_traceback(None)
     # one JSON document: HF 5.2 reads a list of objects as JSON Lines (pyarrow's types, Json columns
     # where they mix types or keys, not pandas's, which fails on a column of strings and numbers,
     # fills keys with None and makes a 'modified' column of integers dates), a list of other values as
