@@ -9,8 +9,9 @@ collector. Each family compares two points of one run (an early epoch with a lat
 examples with 20 k) on small data, so that a per-epoch or per-example leak shows as a difference.
 
 * one process: every node kind over many epochs and deep into one long pass;
-* a pass left part-way (a loop that breaks off, a state loaded over it) frees its shuffle buffer
-  at once, without waiting for the cyclic garbage collector (a regression: it did not);
+* a pass left part-way (a loop that breaks off, a state loaded over it, a persistent worker's pass
+  reset between epochs) frees its shuffle buffer at once, without waiting for the cyclic garbage
+  collector (a regression: it did not), and reading a JSON document file leaves no cycle either;
 * file sources (Parquet, JSON lines, JSON, CSV, text, imagefolder, a zip archive) across passes
   left part-way and resumes;
 * save_state / load_state cycles (JSON and binary state files) and load_state_dict repeated;
@@ -611,3 +612,42 @@ def test_file_reads_leave_nothing_to_the_cyclic_collector(files, kind):
         gc.set_debug(0)
         gc.enable()
     assert names == [], f"left for the cyclic garbage collector: {names}"
+
+
+def count_nodes(rows: list) -> int:
+    """collate_fn run in the DataLoader worker: the pipeline nodes the worker holds, garbage
+    included (the worker's cyclic collector is off, so that a cycle shows however its heap grows)."""
+    from resumable_iterable.nodes.base import Node
+
+    gc.disable()
+    return sum(1 for o in gc.get_objects() if isinstance(o, Node))
+
+
+LEFT_PART_WAY = {
+    "shuffle_examples": lambda: src().map(lambda ex: {"y": 1}).shuffle(seed=0, buffer_size=30),
+    "shuffle_replay": lambda: src().shuffle(seed=0, buffer_size=30, buffer_state="replay"),
+    "interleave_shuffle": lambda: ri.interleave_datasets([src(), src(2)], probabilities=[0.5, 0.5], seed=1).shuffle(
+        seed=0, buffer_size=30),
+    "prefetch": lambda: src().map(lambda ex: ex).prefetch(4),
+}
+
+
+@needs_proc
+@pytest.mark.parametrize("kind", sorted(LEFT_PART_WAY))
+def test_persistent_workers_left_part_way_each_epoch_free_their_passes(kind):
+    """A training loop that breaks off every epoch (a step budget per epoch) through 2 persistent
+    workers: each worker's pass is reset, and goes at once with everything it held. Before, a
+    reset pass of a shuffle buffer of stored examples kept its buffer until the worker's cyclic
+    collector ran - with a buffer of 100 examples of 1 MB, each worker grew from 0.9 to 2.2 GB
+    over 16 epochs (this test then counted 3 times as many nodes after 10 epochs as after 2)."""
+    ds = LEFT_PART_WAY[kind]()
+    loader = TorchdataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True, collate_fn=count_nodes)
+    held = []
+    for epoch in range(10):
+        ds.set_epoch(epoch)
+        for i, count in enumerate(loader):
+            held.append(count)
+            if i == 5:
+                break
+    del loader
+    assert max(held[-6:]) <= max(held[:12]), held
