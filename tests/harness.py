@@ -67,6 +67,17 @@ def _first_difference(a: list, b: list) -> str:
     return f"lengths differ: {len(a)} vs {len(b)}"
 
 
+def loader_ids(dl, stop: int | None = None, column: str = "id") -> tuple[list[int], dict | None]:
+    """The ``column`` ids of the batches ``dl`` yields, and the loader's JSON round-tripped state
+    once ``stop`` ids have come (``None`` when it ran to its end)."""
+    out: list[int] = []
+    for b in dl:
+        out.extend(int(x) for x in b[column])
+        if stop is not None and len(out) >= stop:
+            return out, json_roundtrip(dl.state_dict())
+    return out, None
+
+
 def take(it, k: int) -> list:
     out = []
     for _ in range(k):

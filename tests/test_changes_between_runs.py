@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import resumable_iterable as ri
-from harness import json_roundtrip
+from harness import json_roundtrip, loader_ids
 
 EXACT, SAVED, SAME_SET = "exact", "saved", "same set"
 
@@ -382,12 +382,7 @@ def loader_run(cls, kw, state=None, stop=None):
     dl = cls(loader_dataset(), **kw)
     if state is not None:
         dl.load_state_dict(state)
-    out = []
-    for b in dl:
-        out.extend(int(x) for x in b["id"])
-        if stop is not None and len(out) >= stop:
-            return out, json_roundtrip(dl.state_dict())
-    return out, None
+    return loader_ids(dl, stop)
 
 
 def check_loader(cls_old, old, cls_new, new, expect):

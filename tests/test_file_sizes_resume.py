@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import resumable_iterable as ri
-from harness import assert_resumes_exactly, json_roundtrip
+from harness import assert_resumes_exactly, json_roundtrip, loader_ids
 
 
 def write_jsonl(path, start: int, n: int) -> str:
@@ -130,12 +130,7 @@ def test_file_sizes_survive_an_elastic_resume(tmp_path):
         dl = ri.StatefulDataLoader(ri.load_dataset("json", data_files=paths, split="train"), **kw)
         if state is not None:
             dl.load_state_dict(state)
-        out = []
-        for b in dl:
-            out.extend(int(x) for x in b["id"])
-            if stop is not None and len(out) >= stop:
-                return out, json_roundtrip(dl.state_dict())
-        return out, None
+        return loader_ids(dl, stop)
 
     full = sorted(run(B2)[0])
     head, state = run({**B2, "batch_size": 2}, stop=16)
