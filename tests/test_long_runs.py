@@ -23,6 +23,7 @@ examples with 20 k) on small data, so that a per-epoch or per-example leak shows
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import glob
 import json
@@ -189,6 +190,24 @@ def generator_of_arrays(shards):
             yield {"id": s * 1000 + i, "x": np.full(64, i, dtype=np.float32)}
 
 
+@contextlib.contextmanager
+def cyclic_garbage():
+    """What the body leaves to the cyclic garbage collector: a list filled when the body ends (the
+    collector is off meanwhile, so nothing is freed behind the test's back). Clear it after use."""
+    found: list = []
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        yield found
+        gc.collect()
+        found.extend(gc.garbage)
+    finally:
+        gc.garbage.clear()
+        gc.set_debug(0)
+        gc.enable()
+
+
 @pytest.mark.parametrize("buffer_state", ["examples", "drop", "replay"])
 @pytest.mark.parametrize("how", ["left", "loaded_over", "finished"])
 def test_a_pass_frees_its_shuffle_buffer_without_the_cyclic_collector(buffer_state, how):
@@ -208,10 +227,7 @@ def test_a_pass_frees_its_shuffle_buffer_without_the_cyclic_collector(buffer_sta
     next(it)
     state = ri.loads_state(ri.dumps_state(ds.state_dict()))  # the buffer holds numpy arrays
     del it
-    gc.collect()
-    gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
+    with cyclic_garbage() as garbage:
         for epoch in range(6):
             ds.set_epoch(epoch)
             if how == "finished":
@@ -224,12 +240,8 @@ def test_a_pass_frees_its_shuffle_buffer_without_the_cyclic_collector(buffer_sta
                 del it
                 if how == "loaded_over":
                     ds.load_state_dict(state)
-        gc.collect()
-        left = [type(o).__name__ for o in gc.garbage if type(o).__module__.startswith("resumable_iterable")]
-    finally:
-        gc.garbage.clear()
-        gc.set_debug(0)
-        gc.enable()
+    left = [type(o).__name__ for o in garbage if type(o).__module__.startswith("resumable_iterable")]
+    garbage.clear()
     assert left == [], f"passes left for the cyclic garbage collector: {sorted(set(left))}"
 
 
@@ -591,10 +603,7 @@ def test_file_reads_leave_nothing_to_the_cyclic_collector(files, kind):
     ds = file_builds(files)[kind]()
     for _ in ds:
         pass
-    gc.collect()
-    gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
+    with cyclic_garbage() as garbage:
         for epoch in range(4):
             ds.set_epoch(epoch)
             it = iter(ds)
@@ -602,15 +611,12 @@ def test_file_reads_leave_nothing_to_the_cyclic_collector(files, kind):
             del it
             for _ in ds:
                 pass
-        gc.collect()
-        ours = [o for o in gc.garbage
-                if type(o).__module__.startswith("resumable_iterable")
-                or (type(o).__name__ == "frame" and "resumable_iterable" in o.f_code.co_filename)]
-        names = sorted({getattr(getattr(o, "f_code", None), "co_name", type(o).__name__) for o in ours})
-    finally:
-        gc.garbage.clear()
-        gc.set_debug(0)
-        gc.enable()
+    ours = [o for o in garbage
+            if type(o).__module__.startswith("resumable_iterable")
+            or (type(o).__name__ == "frame" and "resumable_iterable" in o.f_code.co_filename)]
+    names = sorted({getattr(getattr(o, "f_code", None), "co_name", type(o).__name__) for o in ours})
+    del ours
+    garbage.clear()
     assert names == [], f"left for the cyclic garbage collector: {names}"
 
 
