@@ -206,6 +206,12 @@ ATTRIBUTE_ALLOWED = [
                                                   "there (torchdata restores it from a state): the batch states "
                                                   "kept for a loop that reads ahead are keyed by it"),
     ("integrations.torch.loader", "_finished", "torchdata's loader iterator marks a pass that has ended only there"),
+    ("integrations.torch.snapshots", "_update_snapshot", "torchdata's multiprocessing loader iterator takes its "
+                                                          "per-batch snapshot only there (rebuilding every worker's "
+                                                          "state): wrapping it keeps the states of the workers that "
+                                                          "sent nothing"),
+    ("integrations.torch.snapshots", "_worker_snapshots", "torchdata's loader iterator holds the workers' "
+                                                          "incremental states only there"),
     ("integrations.torch.workers", "_exit", "os._exit is Python's documented way to end a process at once, "
                                             "without the exit handlers that would block an orphaned worker"),
 ]
