@@ -549,6 +549,69 @@ def test_loader_restarts_from_saved_states_stay_flat():
     assert same_fds(counts[2][0], counts[11][0]) and counts[11][1] <= counts[2][1] and counts[11][2] == 0, counts
 
 
+LOADERS_LEFT = {
+    "workers": dict(batch_size=8, num_workers=2),
+    "dataset_batches": dict(batch_size=None, num_workers=2),
+    "persistent_workers": dict(batch_size=8, num_workers=2, persistent_workers=True),
+    "no_workers": dict(batch_size=8, num_workers=0),
+    "batch_states": dict(batch_size=8, num_workers=2),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(LOADERS_LEFT))
+def test_loaders_left_part_way_leave_nothing_to_the_cyclic_collector(kind):
+    """``ri.StatefulDataLoader`` iterators left part-way (a loop that breaks off, an evaluation
+    loader made anew each time, a state loaded) and loaders dropped go at once: their worker
+    processes are shut down when the last reference goes, not when the cyclic garbage collector
+    next runs (rarely, in a training process with a large heap). Before, each iterator referred to
+    itself (the per-batch snapshot hook, a bound method kept on it), so every one left its worker
+    processes running; and loading a state kept the shuffle buffer it held (a nested function of
+    the loading that called itself) until that collector ran. When it ran, it held the loop 5 s per
+    worker: it closed the queues to the workers before the iterator could tell them to stop, so
+    torch waited for them and then killed them."""
+    def build():
+        ds = src().map(lambda ex: {"y": 1}).shuffle(seed=1, buffer_size=30)
+        return ds.batch(8) if kind == "dataset_batches" else ds
+
+    def make():
+        loader = ri.StatefulDataLoader(build(), collate_fn=None if kind == "dataset_batches" else ids,
+                                       **LOADERS_LEFT[kind])
+        if kind == "batch_states":
+            loader.keep_batch_states(4)
+        return loader
+
+    me = psutil.Process()
+    before = {p.pid for p in me.children()}
+    workers: list = []
+    with cyclic_garbage() as garbage:
+        loader = make()
+        it = iter(loader)
+        next(it)
+        state = loader.state_dict()
+        del it
+        for _ in range(3):
+            resumed = make()
+            resumed.load_state_dict(state)
+            for _ in range(2):  # a new iterator replaces the one left part-way
+                it = iter(resumed)
+                next(it)
+                next(it)
+                workers += getattr(it, "_workers", [])
+                del it
+            del resumed
+        del loader
+        children = len({p.pid for p in me.children()} - before)
+    left = sorted({type(o).__qualname__ if not hasattr(o, "__code__") else o.__qualname__ for o in garbage
+                   if type(o).__module__.startswith(("resumable_iterable", "torchdata", "torch."))
+                   or "resumable_iterable" in getattr(getattr(o, "__code__", None), "co_filename", "")})
+    garbage.clear()
+    assert children == 0, f"{children} worker processes of dropped loaders still run"
+    # told to stop, they ended on their own (a worker torch has to kill, after waiting 5 s for it,
+    # ends otherwise: with the cycle, the collector closed its queue before the stop was sent)
+    assert [w.exitcode for w in workers] == [0] * len(workers)
+    assert left == [], f"left for the cyclic garbage collector: {left}"
+
+
 def test_elastic_resumes_again_and_again_keep_the_state_bounded():
     """One epoch resumed 14 times, each time with another worker count (0 to 4): the plan's
     state stays bounded (segments that are done are dropped), and every example is yielded once."""

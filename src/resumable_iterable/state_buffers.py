@@ -183,24 +183,7 @@ def inline_buffers(state: Any) -> Any:
         raise ValueError(f"state 'buffers' holds buffers {sorted(set(whole) & set(journals))} both whole and "
                          "as journals")
     used: set = set()
-
-    def walk(node: Any, where: str) -> Any:
-        if not isinstance(node, dict):
-            return node
-        new = dict(node)
-        ref = node.get("buffer")
-        if type(ref) is str:
-            if (ref not in journals and ref not in whole) or ref in used:
-                raise ValueError(f"{where}: 'buffer' refers to {ref!r}, which is not a buffer of the state")
-            used.add(ref)
-            new["buffer"] = (list(whole[ref]) if ref in whole
-                             else replay_journal(journals[ref], f"state 'buffers' {ref!r}"))
-        kids = node.get("children")
-        if isinstance(kids, list):
-            new["children"] = [walk(k, f"{where}/{i}") for i, k in enumerate(kids)]
-        return new
-
-    tree = walk(state.get("state"), "state")
+    tree = _inline_tree(state.get("state"), "state", whole, journals, used)
     if used != set(journals) | set(whole):
         raise ValueError(f"state 'buffers' holds buffers {sorted(set(journals) | set(whole) - used)} that no "
                          "node refers to")
@@ -208,6 +191,27 @@ def inline_buffers(state: Any) -> Any:
     if "state" in state:
         out["state"] = tree
     return out
+
+
+def _inline_tree(node: Any, where: str, whole: dict, journals: dict, used: set) -> Any:
+    """``node`` (a node's state) and its children's, with each ``buffer`` key replaced by the
+    buffer's examples (for :func:`inline_buffers`; a module function, not a nested one, since a
+    nested function that calls itself is a reference cycle, which kept the buffers it saw until the
+    cyclic collector ran)."""
+    if not isinstance(node, dict):
+        return node
+    new = dict(node)
+    ref = node.get("buffer")
+    if type(ref) is str:
+        if (ref not in journals and ref not in whole) or ref in used:
+            raise ValueError(f"{where}: 'buffer' refers to {ref!r}, which is not a buffer of the state")
+        used.add(ref)
+        new["buffer"] = (list(whole[ref]) if ref in whole
+                         else replay_journal(journals[ref], f"state 'buffers' {ref!r}"))
+    kids = node.get("children")
+    if isinstance(kids, list):
+        new["children"] = [_inline_tree(k, f"{where}/{i}", whole, journals, used) for i, k in enumerate(kids)]
+    return new
 
 
 def replay_journal(journal: Any, where: str) -> list:

@@ -19,7 +19,8 @@ edited in place, which was already true (the snapshot is the iterator's own).
 
 from __future__ import annotations
 
-import types
+import functools
+import weakref
 from typing import Any
 
 try:
@@ -43,8 +44,9 @@ if _IncrementalWorkerState is not None:
             return rebuilt
 
 
-def _update_snapshot(self: Any, snapshot_step: int, last_yielded_worker_id: int, num_workers: int,
+def _update_snapshot(ref: "weakref.ref", snapshot_step: int, last_yielded_worker_id: int, num_workers: int,
                      main_snapshot: dict, worker_snapshots: dict) -> None:
+    self = ref()  # (held weakly: a bound method kept on the iterator would make a reference cycle)
     for ws in worker_snapshots.values():
         if type(ws) is _IncrementalWorkerState:  # (one made since the last snapshot: a startup, a new pass)
             ws.__class__ = _CachedWorkerState
@@ -59,5 +61,7 @@ def cache_worker_states(it: Any) -> Any:
         return it
     if not hasattr(type(it), "_update_snapshot"):  # (a torchdata that snapshots otherwise)
         return it
-    it._update_snapshot = types.MethodType(_update_snapshot, it)
+    # the iterator must not refer to itself: torchdata shuts an iterator's workers down when it is
+    # freed, and a reference cycle would leave that, and the worker processes, to the cyclic collector
+    it._update_snapshot = functools.partial(_update_snapshot, weakref.ref(it))
     return it
