@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import weakref
+from typing import Any
 
 from .nodes.base import Node
 from .nodes.seeds import rng_from_seed
@@ -95,10 +97,31 @@ def _worker_info():
     return torch.utils.data.get_worker_info()
 
 
+#: the generators of the passes started in this DataLoader worker (see :func:`note_pass`)
+_PASSES: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def note_pass(iterator: Any) -> None:
+    """Record ``iterator``, the generator of a pass that a DataLoader worker started on its own
+    part, so that :func:`current_worker` can tell a dataset iterated *inside* that pass."""
+    _PASSES.add(iterator)
+
+
 def current_worker() -> tuple[int, int] | None:
-    """``(worker_id, num_workers)`` inside a DataLoader worker, ``None`` elsewhere."""
+    """``(worker_id, num_workers)`` inside a DataLoader worker, ``None`` elsewhere.
+
+    Also ``None`` while a pass of the worker's own part is producing an example (a dataset
+    iterated from a ``from_generator`` generator or a ``map`` function of the pipeline the worker
+    reads): that pass is the worker's share already, so a dataset iterated inside it is read
+    whole, as it is without workers. Splitting it again among the workers would lose the other
+    workers' parts of it: with one shard outside, the other workers read nothing of it at all.
+    (A dataset of the user's that iterates ours in each worker still has ours split.)"""
     info = _worker_info()
-    return None if info is None else (info.id, info.num_workers)
+    if info is None:
+        return None
+    if _PASSES and any(g.gi_running for g in list(_PASSES)):
+        return None
+    return (info.id, info.num_workers)
 
 
 def effective_worker(worker) -> tuple[int, int] | None:

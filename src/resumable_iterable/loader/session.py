@@ -27,7 +27,7 @@ from types import GeneratorType
 from typing import Any
 
 from .. import state as _state
-from ..distributed import current_worker
+from ..distributed import current_worker, note_pass
 from ..nodes.base import Node
 from . import hooks
 from .loader_state import DATASET_STATE, SNAPSHOT, WORKER_SNAPSHOTS, worker_key
@@ -222,7 +222,10 @@ class IterationSession:
         """Note ``iterator`` (a generator) as the one the user iterates the pass just started with,
         so that :meth:`state_dict` can tell when it is asked from inside that iterator's step; return
         it (in a DataLoader worker, as the framework hands its items to the worker's queue)."""
-        if self.small_tensors_by_value and current_worker() is not None:
+        worker = current_worker()
+        if worker is not None and isinstance(iterator, GeneratorType):
+            note_pass(iterator)  # a dataset iterated inside this pass is read whole (current_worker)
+        if self.small_tensors_by_value and worker is not None:
             h = hooks.current()
             if h is not None:
                 iterator = h.handoff(iterator)

@@ -1,0 +1,68 @@
+"""Reproductions of what users of HF ``datasets`` / torchdata reported about iterable datasets in
+DataLoaders and resume, run against this library. Each test names the report it comes from."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchdata")
+from datasets import Dataset  # noqa: E402
+from torchdata.stateful_dataloader import StatefulDataLoader  # noqa: E402
+
+import resumable_iterable as ri  # noqa: E402
+from harness import assert_loader_resumes_exactly  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning")]
+
+ROWS = 24
+
+
+def inner():
+    return ri.to_iterable_dataset(Dataset.from_dict({"id": list(range(ROWS))}), num_shards=4).shuffle(
+        seed=3, buffer_size=3)
+
+
+def rows_of(datasets):
+    for ds in datasets:
+        for ex in ds:
+            yield {"id": ex["id"]}
+
+
+def nested(n_inner: int = 1):
+    """A dataset read by another one's generator: a shuffled dataset wrapped in ``from_generator``
+    (one shard when ``n_inner`` is 1: the datasets in a list are its shards)."""
+    return ri.IterableDataset.from_generator(rows_of, gen_kwargs={"datasets": [inner() for _ in range(n_inner)]})
+
+
+def ids(loader) -> list:
+    return [int(i) for b in loader for i in b["id"]]
+
+
+# https://github.com/huggingface/datasets/issues/7051 ("How to set_epoch with interleave_datasets?":
+# the suggested wrapper is a dataset iterated by a from_generator generator) and
+# https://github.com/huggingface/datasets/issues/7187 (a dataset iterated inside another one's
+# generator in DataLoader workers). HF 5.2 splits the inner dataset among the DataLoader workers
+# again, inside the one worker that runs the outer generator: with 2 workers, half of it is lost.
+@pytest.mark.parametrize("n_inner", [1, 2])
+def test_a_dataset_iterated_inside_another_ones_generator_is_read_whole_by_workers(n_inner):
+    expected = sorted(list(range(ROWS)) * n_inner)
+    assert sorted(ids(StatefulDataLoader(nested(n_inner), batch_size=4))) == expected
+    assert sorted(ids(StatefulDataLoader(nested(n_inner), batch_size=4, num_workers=2))) == expected
+
+
+def test_a_dataset_iterated_inside_another_ones_generator_resumes_exactly_at_every_batch():
+    for workers in (0, 2):
+        full = assert_loader_resumes_exactly(nested, workers=workers, batch_size=4, as_json=True,
+                                             item=lambda b: b["id"].tolist(), cuts=lambda n: range(1, n + 1))
+        assert sorted(i for b in full for i in b) == list(range(ROWS))
+
+
+def test_a_torch_dataset_of_the_users_still_has_ours_split_among_workers():
+    """The other habit: the user's own ``torch`` IterableDataset iterates ours in every worker; ours
+    must still split itself among them, or every example comes once per worker."""
+    class Wrapper(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(inner())
+
+    assert sorted(ids(StatefulDataLoader(Wrapper(), batch_size=4, num_workers=2))) == list(range(ROWS))
