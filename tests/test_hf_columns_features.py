@@ -404,3 +404,20 @@ def test_from_arrow_table_decodes_the_media_columns_its_schema_declares():
     assert isinstance(ours["image"], Image.Image) and isinstance(theirs["image"], Image.Image)
     assert (ours["image"].size, ours["image"].tobytes(), ours["y"]) == (theirs["image"].size,
                                                                         theirs["image"].tobytes(), 7)
+
+
+# https://github.com/huggingface/datasets/issues/7568 / pull 8191 ("Preserve info.features across
+# IterableDataset.map(remove_columns=...)"): a map without a function only removes columns, so the
+# features are the dataset's minus those (HF 5.2 forgets them: column_names became None)
+@pytest.mark.parametrize("remove", ["cat", ["cat", "label"]])
+@pytest.mark.parametrize("batched", [False, True])
+def test_map_without_function_keeps_the_features_of_the_columns_left(remove, batched):
+    ds = ri.IterableDataset.from_dict(DATA, num_shards=2).map(remove_columns=remove, batched=batched, batch_size=5)
+    removed = [remove] if isinstance(remove, str) else remove
+    left = [c for c in DATA if c not in removed]
+    assert ds.column_names == left
+    assert ds.features == Features({c: f for c, f in ri.IterableDataset.from_dict(DATA, num_shards=2).features.items() if c in left})
+    assert list(ds) == [{c: DATA[c][i] for c in left} for i in range(12)]
+    assert_resumes_exactly(lambda: ri.IterableDataset.from_dict(DATA, num_shards=2).map(remove_columns=remove, batched=batched, batch_size=5))
+    # with a function the output columns are unknown, as in HF
+    assert ri.IterableDataset.from_dict(DATA, num_shards=2).map(lambda x: x, remove_columns=remove).features is None

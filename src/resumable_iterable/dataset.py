@@ -142,6 +142,12 @@ class IterableDataset(FileReaders, InMemoryConstructors, ExportMethods, Iteratio
         ``with_format``, it receives formatted values, as in HF (see ``nodes/formatted_calls.py``)."""
         if batched:
             batch_size = as_int(batch_size, "batch_size", lo=None, none_ok=True)
+        if function is None and features is None and self._features is not None and remove_columns is not None:
+            # no function: the examples keep their columns but the removed ones, so do the features
+            # (HF 5.2 forgets them here, as after any map; its map-style Dataset keeps them)
+            removed = {remove_columns} if isinstance(remove_columns, str) else set(remove_columns)
+            if removed <= set(self._features):
+                features = self._features.__class__({c: f for c, f in self._features.items() if c not in removed})
         function, batched, batch_size, replace = self._formatted_call(function, "map", batched, batch_size,
                                                                       input_columns, remove_columns)
         node = MapNode(self._node.clone(), function, batched=batched, batch_size=batch_size,
