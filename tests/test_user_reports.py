@@ -11,7 +11,7 @@ from datasets import Dataset  # noqa: E402
 from torchdata.stateful_dataloader import StatefulDataLoader  # noqa: E402
 
 import resumable_iterable as ri  # noqa: E402
-from harness import assert_loader_resumes_exactly  # noqa: E402
+from harness import assert_loader_resumes_exactly, json_roundtrip  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:.set_vital. is deprecated:UserWarning")]
 
@@ -66,3 +66,56 @@ def test_a_torch_dataset_of_the_users_still_has_ours_split_among_workers():
             return iter(inner())
 
     assert sorted(ids(StatefulDataLoader(Wrapper(), batch_size=4, num_workers=2))) == list(range(ROWS))
+
+
+def shuffled():
+    return inner()  # 24 rows, 4 shards, a shuffle buffer
+
+
+# https://github.com/PrimeIntellect-ai/prime-rl/pull/3332 ("resumed runs restart the data stream with
+# num_workers > 0": iter(dataloader) was called before load_state_dict, and the loop went on with that
+# iterator) and https://github.com/alibaba/TorchEasyRec/pull/544 (an eager iter() with persistent
+# workers before the state was loaded). torchdata keeps the state for the loader's next iterator, so
+# the one already made read the epoch again from its start: every example seen before the save came
+# twice. ri.StatefulDataLoader's old iterator now refuses to go on.
+@pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])
+def test_an_iterator_made_before_load_state_dict_refuses_to_go_on(workers, persistent):
+    kw = dict(batch_size=4, num_workers=workers, persistent_workers=persistent)
+    full = ids(ri.StatefulDataLoader(shuffled(), **kw))
+    saved = ri.StatefulDataLoader(shuffled(), **kw)
+    head = []
+    for b in saved:
+        head += [int(i) for i in b["id"]]
+        if len(head) == 12:
+            state = json_roundtrip(saved.state_dict())
+            break
+    loader = ri.StatefulDataLoader(shuffled(), **kw)
+    early = iter(loader)
+    loader.load_state_dict(state)
+    with pytest.raises(RuntimeError, match="made before the loader's load_state_dict"):
+        next(early)
+    # the loader itself resumes: the rest of the saved run, each example once
+    assert head + ids(loader) == full
+
+
+@pytest.mark.parametrize("workers,persistent", [(0, False), (2, True)])
+def test_an_early_iterator_then_load_then_iterating_the_loader_resumes_exactly_at_every_batch(workers, persistent):
+    kw = dict(batch_size=4, num_workers=workers, persistent_workers=persistent)
+
+    def run(state=None, stop=None):
+        loader = ri.StatefulDataLoader(shuffled(), **kw)
+        if state is not None:
+            iter(loader)  # the workers started before the state is loaded (TorchEasyRec's habit)
+            loader.load_state_dict(state)
+        out = []
+        for b in loader:
+            out.append(b["id"].tolist())
+            if stop is not None and len(out) == stop:
+                return out, json_roundtrip(loader.state_dict())
+        return out, None
+
+    full, _ = run()
+    for k in range(1, len(full) + 1):
+        head, state = run(stop=k)
+        tail, _ = run(state=state)
+        assert head + tail == full, f"cut after {k} batches"

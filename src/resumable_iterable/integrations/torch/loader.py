@@ -118,6 +118,31 @@ def _over(iterator: Any) -> bool:
     return not isinstance(iterator, GeneratorType) or getgeneratorstate(iterator) == GEN_CLOSED
 
 
+_SUPERSEDED_CLASSES: dict = {}
+
+
+def _supersede(it: Any) -> None:
+    """Make ``it``, an iterator of a loader that has since loaded a state, refuse to go on.
+
+    torchdata's ``load_state_dict`` drops the loader's iterator and keeps the state for the next
+    one, but an iterator the training loop still holds (made before the load, e.g. to start the
+    workers early) went on from where it was: the resumed run silently read the epoch again from
+    its start. Its ``__next__`` now raises, naming the fix; it still shuts its workers down."""
+    if it is None:
+        return
+    base = type(it)
+    cls = _SUPERSEDED_CLASSES.get(base)
+    if cls is None:
+        def __next__(self):
+            raise RuntimeError(
+                "this DataLoader iterator was made before the loader's load_state_dict(): it would go on from "
+                "where it was, not from the state loaded, which is for the loader's next iterator. Make the "
+                "iterator after loading the state (iterate the loader again: for batch in loader / iter(loader))")
+
+        cls = _SUPERSEDED_CLASSES[base] = type(base.__name__, (base,), {"__next__": __next__})
+    it.__class__ = cls
+
+
 if _TorchdataLoader is not None:
 
     class StatefulDataLoader(_TorchdataLoader):
@@ -337,8 +362,11 @@ if _TorchdataLoader is not None:
                 if not _is_ours(self.dataset):
                     raise ValueError(f"the loader state's {NEXT_PASS_EPOCH!r} needs a resumable_iterable dataset "
                                      f"(got {type(self.dataset).__name__})")
+            live = self._iterator
             if not _is_ours(self.dataset) or state_dict == {}:
                 super().load_state_dict(state_dict)
+                if state_dict != {}:  # ({}: no state, as torchdata takes it)
+                    _supersede(live)
                 if next_epoch is not None:
                     self.dataset.set_epoch(next_epoch)
                 return None
@@ -347,6 +375,7 @@ if _TorchdataLoader is not None:
             new = elastic.remap_loader_state(state_dict, self.num_workers)
             epoch = session.validate_loader_state(new, self.num_workers)
             super().load_state_dict(new)
+            _supersede(live)
             # a pipeline built without a seed draws the later epochs from the saved run's seeds: the
             # workers of those epochs start from this process's pipeline
             session.adopt_seeds(seeds)
