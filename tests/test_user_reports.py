@@ -3,11 +3,14 @@ DataLoaders and resume, run against this library. Each test names the report it 
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchdata")
 from datasets import Dataset  # noqa: E402
+from torch.utils.data import default_collate  # noqa: E402
 from torchdata.stateful_dataloader import StatefulDataLoader  # noqa: E402
 
 import resumable_iterable as ri  # noqa: E402
@@ -119,3 +122,39 @@ def test_an_early_iterator_then_load_then_iterating_the_loader_resumes_exactly_a
         head, state = run(stop=k)
         tail, _ = run(state=state)
         assert head + tail == full, f"cut after {k} batches"
+
+
+# The same report, with a prefetch that reads ahead: the inner datasets a generator starts in the
+# prefetch's thread, while the worker's own thread is elsewhere (here: in the collate_fn, which
+# waits until the second inner dataset has started), were split among the workers again.
+_GO, _STARTED, _FIRST_BATCH, _CALLS = threading.Event(), threading.Event(), [True], [0]
+
+
+def rows_of_waiting(datasets):
+    # called once per shard (the shard's list of one dataset); the second call in a worker process
+    # starts its dataset while the worker's thread waits in the collate_fn
+    _CALLS[0] += 1
+    second = _CALLS[0] == 2
+    if second:
+        _GO.wait(30)
+    its = [iter(ds) for ds in datasets]
+    if second:
+        _STARTED.set()
+    for it in its:
+        for ex in it:
+            yield {"id": ex["id"]}
+
+
+def collate_while_reading_ahead(batch):
+    if _FIRST_BATCH[0]:  # (in each worker process: its copies of these)
+        _FIRST_BATCH[0] = False
+        _GO.set()
+        _STARTED.wait(30)
+    return default_collate(batch)
+
+
+def test_a_dataset_a_prefetch_thread_starts_inside_another_ones_pass_is_read_whole():
+    outer = ri.IterableDataset.from_generator(rows_of_waiting,
+                                              gen_kwargs={"datasets": [inner() for _ in range(4)]}).prefetch(64)
+    loader = StatefulDataLoader(outer, batch_size=4, num_workers=2, collate_fn=collate_while_reading_ahead)
+    assert sorted(ids(loader)) == sorted(list(range(ROWS)) * 4)

@@ -41,6 +41,7 @@ import weakref
 from typing import Any
 
 from .nodes.base import Node
+from .nodes.prefetch import reading_ahead
 from .nodes.seeds import rng_from_seed
 from .nodes.slicing import CountNode
 from .nodes.step import StepNode
@@ -115,12 +116,13 @@ def current_worker() -> tuple[int, int] | None:
     reads): that pass is the worker's share already, so a dataset iterated inside it is read
     whole, as it is without workers. Splitting it again among the workers would lose the other
     workers' parts of it: with one shard outside, the other workers read nothing of it at all.
+    So also in the thread of a ``prefetch`` of that pass, which reads ahead meanwhile.
     (A dataset of the user's that iterates ours in each worker still has ours split.)"""
     info = _worker_info()
     if info is None:
         return None
-    if _PASSES and any(g.gi_running for g in list(_PASSES)):
-        return None
+    if _PASSES and (any(g.gi_running for g in list(_PASSES)) or reading_ahead()):
+        return None  # (a prefetch thread reads ahead while the worker's own thread is elsewhere)
     return (info.id, info.num_workers)
 
 

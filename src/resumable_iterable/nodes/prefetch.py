@@ -36,6 +36,13 @@ from .checks import as_int, check_examples
 
 _OK, _END, _ERR = 0, 1, 2
 _LIVE: weakref.WeakSet = weakref.WeakSet()
+_THREAD = threading.local()  # .reading: this thread is a prefetch thread reading its pipeline
+
+
+def reading_ahead() -> bool:
+    """Whether this is the background thread of a prefetch, producing examples of the pass it
+    reads ahead in (while the consumer's thread may be elsewhere: ``distributed.current_worker``)."""
+    return getattr(_THREAD, "reading", False)
 
 
 class _Reader:
@@ -60,6 +67,7 @@ class _Reader:
         return False
 
     def _run(self) -> None:
+        _THREAD.reading = True
         child = self.child
         try:
             position = child.position
