@@ -212,6 +212,8 @@ ATTRIBUTE_ALLOWED = [
                                                           "sent nothing"),
     ("integrations.torch.snapshots", "_worker_snapshots", "torchdata's loader iterator holds the workers' "
                                                           "incremental states only there"),
+    ("integrations.torch.buffers", "_workers", "torch's multiprocessing loader iterator holds its worker processes "
+                                               "(their pids) only there: what they sent is forgotten when it is freed"),
     ("integrations.torch.workers", "_exit", "os._exit is Python's documented way to end a process at once, "
                                             "without the exit handlers that would block an orphaned worker"),
 ]

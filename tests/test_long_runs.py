@@ -720,3 +720,41 @@ def test_persistent_workers_left_part_way_each_epoch_free_their_passes(kind):
                 break
     del loader
     assert max(held[-6:]) <= max(held[:12]), held
+
+
+def big_array(ex: dict) -> dict:
+    return {"id": ex["id"], "x": np.full(4096, ex["id"], dtype=np.float64)}  # 32 KB: through shared memory
+
+
+@needs_proc
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_dropped_loader_leaves_no_worker_buffer_in_the_main_process(persistent):
+    """A loader with workers and a shuffle buffer, dropped part-way (with the state taken from it):
+    the main process keeps nothing its workers sent. Before, it kept each worker's last buffer - up
+    to ``buffer_size`` examples per worker - and the shared-memory blocks they came in, until the
+    workers of another loader sent a buffer (never, if none came): after a training loop, or an
+    evaluation loader, the memory of ``num_workers * buffer_size`` examples stayed taken."""
+    from resumable_iterable.integrations.torch import buffers
+
+    def make():
+        ds = src().map(big_array, remove_columns=["input_ids"]).shuffle(seed=0, buffer_size=30)
+        return ri.StatefulDataLoader(ds, batch_size=4, num_workers=2, collate_fn=ids, persistent_workers=persistent)
+
+    def segments() -> int:
+        with open("/proc/self/maps") as f:
+            return sum(1 for line in f if "/dev/shm" in line or "torch_" in line)
+
+    make()  # (the epoch slots' shared segment)
+    before = segments()
+    for _ in range(2):
+        loader = make()
+        it = iter(loader)
+        for _ in range(10):
+            next(it)
+        state = loader.state_dict()
+        pids = {w.pid for w in it._workers}
+        assert any(k[0] in pids for k in buffers._logs) and any(k[0] in pids for k in buffers._received)
+        del it, loader, state
+        kept = [k for table in (buffers._logs, buffers._received) for k in table if k[0] in pids]
+        assert kept == [], f"the main process still holds what dropped workers sent: {kept}"
+    assert segments() <= before

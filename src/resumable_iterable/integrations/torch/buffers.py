@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import weakref
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
@@ -198,6 +199,28 @@ def _drop_dead_workers(table: dict) -> None:
             del table[key]
 
 
+def _forget_workers(pids: frozenset) -> None:
+    """Drop what this process keeps of the DataLoader workers ``pids``: the last buffer each sent
+    (up to ``buffer_size`` examples) and the shared-memory blocks they handed over (arrays still in
+    use keep their block themselves). Called when the iterator that ran them is freed."""
+    with lock:
+        for table in (_logs, _received):
+            for k in list(table):  # (a copy taken at once: nothing runs while it is made)
+                if k[0] in pids:
+                    table.pop(k, None)
+
+
+def forget_workers_when_freed(it: Any) -> Any:
+    """``it``, a DataLoader iterator: once it is freed (its workers shut down), this process forgets
+    what its workers sent (:func:`_forget_workers`). Without this, the last buffers of a loader's
+    workers stayed in this process after the loader was dropped, until the workers of another
+    loader sent theirs."""
+    workers = getattr(it, "_workers", None)
+    if workers:
+        weakref.finalize(it, _forget_workers, frozenset(w.pid for w in workers)).atexit = False
+    return it
+
+
 class _Owner(np.ndarray):
     """The main process's view of a block for one example: the arrays rebuilt from the example are
     views of it (numpy stops collapsing a view's base at a change of type), so it lives exactly as
@@ -250,7 +273,7 @@ def _receive_log(sender: tuple, uid: int, base: Any, seq: int, size: int, wire: 
     parts = _unwire(*wire)
     key = (*sender, uid)
     with lock:
-        for k in [k for k in _logs if k[:2] == sender and k[2] not in alive]:
+        for k in [k for k in list(_logs) if k[:2] == sender and k[2] not in alive]:
             del _logs[k]  # buffers of passes that ended in that worker
         held = _logs.get(key)
         if base == "same":

@@ -14,6 +14,7 @@ from ...loader import elastic
 from ...loader.session import IterationSession
 from ...nodes.batch import Rewind
 from ...state import copy_example
+from .buffers import forget_workers_when_freed
 from .snapshots import cache_worker_states
 from .transport import INLINE_MAX_BYTES, InlineSmallTensors, WithoutHandoff, check_inline_bytes
 from .worker_rng import warn_unsaved_collator, wrap_collator
@@ -308,7 +309,7 @@ if _TorchdataLoader is not None:
             resumed than it did (``shuffle(buffer_state="drop")`` loses its buffer) ends that replay
             early, and the ``StopIteration`` escaped from ``iter(loader)``, naming nothing."""
             try:
-                return cache_worker_states(super()._get_iterator())
+                return forget_workers_when_freed(cache_worker_states(super()._get_iterator()))
             except StopIteration:
                 raise ValueError(
                     f"resuming this loader state (snapshot_every_n_steps={self.snapshot_every_n_steps}) replays the "
