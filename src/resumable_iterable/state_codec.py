@@ -75,7 +75,7 @@ class Encoder:
     """Encodes one state. With ``blobs`` (a list), large arrays/bytes are appended to it as flat
     memoryviews and referenced by index; without, everything is inline base64."""
 
-    __slots__ = ("blobs", "enc")
+    __slots__ = ("blobs", "enc", "_release")
 
     def __init__(self, blobs: list | None):
         self.blobs = blobs
@@ -98,6 +98,19 @@ class Encoder:
             return other(obj, d)
 
         self.enc = enc
+
+        def release() -> None:
+            nonlocal enc, other
+            enc = other = None
+
+        self._release = release
+
+    def release(self) -> None:
+        """Let go of what the encoder holds (call it when done): ``enc`` calls itself and this
+        encoder's method, a reference cycle that left every encoder - one per save - to the cyclic
+        garbage collector, with ``blobs`` (views of the state's arrays) unless cleared."""
+        self.blobs = None
+        self._release()
 
     def binary(self, data: Any) -> dict:
         """A ``bytes`` tag for bytes-like data: a blob reference or base64."""
@@ -222,7 +235,7 @@ class Encoder:
 
 
 class Decoder:
-    __slots__ = ("blobs", "dec")
+    __slots__ = ("blobs", "dec", "_release")
 
     def __init__(self, blobs: Any):
         self.blobs = blobs
@@ -246,6 +259,18 @@ class Decoder:
             return tagged(obj, d)
 
         self.dec = dec
+
+        def release() -> None:
+            nonlocal dec, tagged
+            dec = tagged = None
+
+        self._release = release
+
+    def release(self) -> None:
+        """Let go of what the decoder holds (call it when done; see :meth:`Encoder.release`):
+        ``blobs``, the file or bytes a binary state was read from, and the reference cycle."""
+        self.blobs = None
+        self._release()
 
     def binary(self, obj: Any) -> bytes:
         if "blob" in obj:
@@ -355,7 +380,7 @@ def encode(state: Any, blobs: list | None) -> Any:
         except TypeError as e:
             raise TypeError(f"{e} (at {_where_refused(state)})") from None
         finally:
-            encoder.blobs = None  # the closure is a reference cycle: let it not hold the blobs
+            encoder.release()
     except RecursionError:
         raise too_deep() from None
 
@@ -369,24 +394,27 @@ def _where_refused(state: Any) -> str:
     (``['state']['buffer'][0][3]['text']``: the last key names the column). Only called once
     encoding failed: it encodes the subtrees again on the way down."""
     probe = Encoder(None)
-    path, node = "", state
-    for _ in range(MAX_DEPTH):
-        t = type(node)
-        if t is dict:
-            items: Any = [(k, v) for k, v in node.items()] + [(None, k) for k in node]  # keys last
-        elif t in (list, tuple, BufferLog) or isinstance(node, StateList):
-            items = enumerate(node.entries() if t is BufferLog else node)
-        else:
-            break
-        for k, v in items:
-            try:
-                probe.enc(v, 1)
-            except TypeError:
-                path += "[key]" if k is None and t is dict else f"[{k!r}]"
-                node = v
+    try:
+        path, node = "", state
+        for _ in range(MAX_DEPTH):
+            t = type(node)
+            if t is dict:
+                items: Any = [(k, v) for k, v in node.items()] + [(None, k) for k in node]  # keys last
+            elif t in (list, tuple, BufferLog) or isinstance(node, StateList):
+                items = enumerate(node.entries() if t is BufferLog else node)
+            else:
                 break
-        else:
-            break
+            for k, v in items:
+                try:
+                    probe.enc(v, 1)
+                except TypeError:
+                    path += "[key]" if k is None and t is dict else f"[{k!r}]"
+                    node = v
+                    break
+            else:
+                break
+    finally:
+        probe.release()
     return f"state{path}" if path else "the top of the state"
 
 
@@ -396,6 +424,6 @@ def decode(value: Any, blobs: Any) -> Any:
         try:
             return decoder.dec(value, 1)
         finally:
-            decoder.blobs = None  # the closure is a reference cycle: let it not hold the file
+            decoder.release()
     except RecursionError:
         raise too_deep() from None
