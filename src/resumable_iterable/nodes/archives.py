@@ -89,14 +89,17 @@ def zip_members(archive: str) -> list[str]:
         else:
             node.setdefault("", []).append((parts[-1], name))
     out: list[str] = []
-
-    def walk(node: dict) -> None:
-        out.extend(m for f, m in sorted(node.get("", [])) if not hidden(f))
-        for d in sorted(k for k in node if k and not hidden(k)):
-            walk(node[d])
-
-    walk(tree)
+    _walk(tree, out)
     return out
+
+
+def _walk(node: dict, out: list) -> None:
+    """The members under ``node`` into ``out``: a folder's files, then its sub-folders' (a module
+    function: a nested one calling itself was a reference cycle holding the names, left to the
+    cyclic garbage collector at each listing)."""
+    out.extend(m for f, m in sorted(node.get("", [])) if not hidden(f))
+    for d in sorted(k for k in node if k and not hidden(k)):
+        _walk(node[d], out)
 
 
 def member_names(archive: str) -> frozenset[str]:

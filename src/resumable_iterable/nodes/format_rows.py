@@ -369,27 +369,40 @@ def list_tensorize(formatter: Any) -> Callable[[Any], Any] | None:
     if name == "TorchFormatter" and not kwargs:
         tensor_type = torch.Tensor  # imported above, for this formatter
 
-    def one(v: Any) -> Any:
+    return _ListTensorize(recursive, consolidate, flat, tensor_type)
+
+
+class _ListTensorize:
+    """What :func:`list_tensorize` returns: a class, not nested functions calling themselves (a
+    reference cycle, holding the formatter, that each pass left to the cyclic garbage collector)."""
+
+    __slots__ = ("recursive", "consolidate", "flat", "tensor_type")
+
+    def __init__(self, recursive: Callable, consolidate: Callable, flat: Callable, tensor_type: type | None):
+        self.recursive, self.consolidate, self.flat, self.tensor_type = recursive, consolidate, flat, tensor_type
+
+    def one(self, v: Any) -> Any:
         if type(v) is not list or not v:
             if type(v) is np.ndarray and v.dtype == object and v.ndim == 0:
                 return v  # formatted already (a value HF's formatter cannot iterate: a time, a 0-d object)
+            tensor_type = self.tensor_type
             if tensor_type is not None and isinstance(v, tensor_type):
                 return v.detach().clone()  # what HF's torch.tensor(v) makes, without its copy warning
-            return recursive(v)
+            return self.recursive(v)
         first = type(v[0])
         if first is list:
             if all(type(x) is list for x in v):
-                return consolidate([one(x) for x in v])
+                one = self.one
+                return self.consolidate([one(x) for x in v])
         elif (first is int or first is float or first is bool) and len(set(map(type, v))) == 1:
             try:
-                return flat(v, first)
+                return self.flat(v, first)
             except (OverflowError, RuntimeError, ValueError, TypeError):
                 pass
-        return recursive(v)
+        return self.recursive(v)
 
-    def tensorize(data: Any) -> Any:
+    def __call__(self, data: Any) -> Any:
+        one = self.one
         if type(data) is not dict:
             return one(data)
-        return {k: tensorize(v) if type(v) is dict else one(v) for k, v in data.items()}
-
-    return tensorize
+        return {k: self(v) if type(v) is dict else one(v) for k, v in data.items()}

@@ -8,6 +8,7 @@ anything not covered here goes to HF's formatters.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import numpy as np
@@ -278,35 +279,39 @@ def json_text_encoder(features: Any) -> Callable[[dict], dict] | None:
     except ImportError:  # datasets < 5.2
         return None
 
-    def encode(feature: Any, value: Any) -> Any:
-        if value is None:
-            return None
-        if isinstance(feature, Json):
-            return ujson_dumps(value) if feature.decode else value
-        if isinstance(feature, dict) and isinstance(value, dict):
-            return {k: encode(feature[k], v) if k in feature else v for k, v in value.items()}
-        inner = feature[0] if isinstance(feature, list) and len(feature) == 1 else (
-            getattr(feature, "feature", None) if hasattr(feature, "__dataclass_fields__") else None)
-        if inner is not None and isinstance(value, list):
-            return [encode(inner, v) for v in value]
-        return value
-
-    def holds_json(feature: Any) -> bool:
-        if isinstance(feature, Json):
-            return True
-        if isinstance(feature, dict):
-            return any(holds_json(f) for f in feature.values())
-        if isinstance(feature, (list, tuple)):
-            return any(holds_json(f) for f in feature)
-        inner = getattr(feature, "feature", None) if hasattr(feature, "__dataclass_fields__") else None
-        return inner is not None and holds_json(inner)
-
-    columns = {k: f for k, f in (features or {}).items() if holds_json(f)}
+    columns = {k: f for k, f in (features or {}).items() if _holds_json(f, Json)}
     if not columns:
         return None
+    return functools.partial(_json_encoded, columns, Json, ujson_dumps)
 
-    def encoded(example: dict) -> dict:
-        return {k: encode(columns[k], v) if k in columns else v for k, v in example.items()}
 
-    return encoded
+# (module functions: nested ones calling themselves were a reference cycle, holding the features,
+# that each pass left to the cyclic garbage collector)
+def _json_encoded(columns: dict, json_type: type, dumps: Callable, example: dict) -> dict:
+    return {k: _json_encode(columns[k], v, json_type, dumps) if k in columns else v for k, v in example.items()}
+
+
+def _json_encode(feature: Any, value: Any, json_type: type, dumps: Callable) -> Any:
+    if value is None:
+        return None
+    if isinstance(feature, json_type):
+        return dumps(value) if feature.decode else value
+    if isinstance(feature, dict) and isinstance(value, dict):
+        return {k: _json_encode(feature[k], v, json_type, dumps) if k in feature else v for k, v in value.items()}
+    inner = feature[0] if isinstance(feature, list) and len(feature) == 1 else (
+        getattr(feature, "feature", None) if hasattr(feature, "__dataclass_fields__") else None)
+    if inner is not None and isinstance(value, list):
+        return [_json_encode(inner, v, json_type, dumps) for v in value]
+    return value
+
+
+def _holds_json(feature: Any, json_type: type) -> bool:
+    if isinstance(feature, json_type):
+        return True
+    if isinstance(feature, dict):
+        return any(_holds_json(f, json_type) for f in feature.values())
+    if isinstance(feature, (list, tuple)):
+        return any(_holds_json(f, json_type) for f in feature)
+    inner = getattr(feature, "feature", None) if hasattr(feature, "__dataclass_fields__") else None
+    return inner is not None and _holds_json(inner, json_type)
 
