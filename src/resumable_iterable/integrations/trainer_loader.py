@@ -12,6 +12,7 @@ resume (``shift_epochs``); on resume, putting the loader where a checkpoint's da
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import Any
 
 from ..loader.loader_state import (DATASET_STATE, ITERATOR_FINISHED, SNAPSHOT, WORKER_SNAPSHOTS, loader_num_workers,
@@ -255,16 +256,30 @@ def shift_epochs(loader: Any, first_epoch: int) -> None:
     first epoch it sets is the dataset's ``first_epoch`` (the pass being resumed, or the next one).
     """
     original = loader.set_epoch
+    # the replacement, kept on the loader, holds it weakly: a reference cycle would leave the
+    # loader and its dataset (its epoch slot, a loaded state) to the cyclic garbage collector
+    # once the Trainer is done with them
+    method = original.__func__ if getattr(original, "__self__", None) is loader else None
+    if method is not None:
+        original = None
+    ref = weakref.ref(loader)
     first: list[int] = []
 
     def set_epoch(epoch: int) -> None:
+        owner = ref()
+        if owner is None:
+            return
         if not first:
             first.append(epoch)
-        original(epoch - first[0] + first_epoch)
-        if hasattr(loader, "iteration"):
+        shifted = epoch - first[0] + first_epoch
+        if method is not None:
+            method(owner, shifted)
+        else:
+            original(shifted)
+        if hasattr(owner, "iteration"):
             # accelerate's DataLoaderShard calls set_epoch(self.iteration) when it starts a pass:
             # keep that counter in the Trainer's numbering so the shift is applied once
-            loader.iteration = epoch
+            owner.iteration = epoch
 
     loader.set_epoch = set_epoch
 
