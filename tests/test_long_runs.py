@@ -821,3 +821,33 @@ def test_formatted_passes_and_archive_listings_leave_nothing_to_the_cyclic_colle
                    or "resumable_iterable" in getattr(getattr(o, "__code__", None), "co_filename", "")})
     garbage.clear()
     assert left == [], f"left for the cyclic garbage collector: {left}"
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="lists /dev/shm")
+def test_workers_that_end_leave_no_shared_memory_files_with_the_file_system_strategy():
+    """With torch's ``file_system`` sharing strategy (the usual cure for "too many open files"),
+    the shared-memory blocks of DataLoader workers that ended are removed from ``/dev/shm`` once
+    the loader is dropped. Before, every worker that had sent a shuffle buffer of large values left
+    its blocks there (32 MB and more each: a Python process frees nothing at exit, and a file is
+    removed when the last process that maps it lets go of it) until the main process exited:
+    without persistent workers, another ``num_workers`` blocks of RAM-backed ``/dev/shm`` per epoch."""
+    import torch.multiprocessing
+
+    old = torch.multiprocessing.get_sharing_strategy()
+    torch.multiprocessing.set_sharing_strategy("file_system")
+    try:
+        for _ in range(2):
+            ds = src().map(big_array, remove_columns=["input_ids"]).shuffle(seed=0, buffer_size=30)
+            loader = ri.StatefulDataLoader(ds, batch_size=4, num_workers=2, collate_fn=ids)
+            it = iter(loader)
+            for _ in range(10):
+                next(it)
+            pids = [w.pid for w in it._workers]
+            del it, loader, ds
+            for pid in pids:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    psutil.Process(pid).wait(timeout=30)
+            left = [n for n in os.listdir("/dev/shm") if any(n.startswith(f"torch_{pid}_") for pid in pids)]
+            assert left == [], f"shared-memory files of ended workers: {left}"
+    finally:
+        torch.multiprocessing.set_sharing_strategy(old)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import io
 import itertools
+import multiprocessing.util
 import os
 import pickle
 from typing import Any, Callable
@@ -83,6 +84,29 @@ class Arena:
     def _own(self) -> None:
         if self.pid != os.getpid():  # a forked child never writes its parent's blocks
             self.pid, self.blocks, self.free, self.retired = os.getpid(), [], {}, {}
+            # run when the process ends (a DataLoader worker ends through multiprocessing, which
+            # runs these, not atexit hooks)
+            multiprocessing.util.Finalize(None, self.release, exitpriority=0)
+
+    def release(self) -> None:
+        """Let go of this process's blocks (at its exit). Python frees nothing at a process's exit:
+        with torch's ``file_system`` sharing strategy a block's file in ``/dev/shm`` is removed
+        when the last process that maps it lets go of it, so without this every DataLoader worker
+        that ended left its blocks (32 MB and more each) in ``/dev/shm`` until the main process
+        exited. The main process lets go of its side when the loader's iterator is freed
+        (``buffers.forget_workers_when_freed``); arrays it still uses keep their block."""
+        # never waited for: the queue's feeder thread may hold the lock, blocked on a pipe that
+        # the main process no longer reads (a loader dropped part-way); the blocks then stay
+        if not lock.acquire(blocking=False):
+            return
+        try:
+            if self.pid != os.getpid():
+                return
+            blocks, self.blocks, self.free, self.retired = self.blocks, [], {}, {}
+            for blk in blocks:
+                blk.tensor = blk.mem = blk.ledger = None
+        finally:
+            lock.release()
 
     def take(self, nbytes: int) -> Extent:
         size = size_class(nbytes)
