@@ -16,7 +16,12 @@ examples with 20 k) on small data, so that a per-epoch or per-example leak shows
   left part-way and resumes;
 * save_state / load_state cycles (JSON and binary state files) and load_state_dict repeated;
 * torchdata's loader with 2 persistent workers over many epochs, one test per family;
-* elastic resumes again and again (another worker count each time) in one epoch.
+* elastic resumes again and again (another worker count each time) in one epoch;
+* what dropped loaders leave: their workers' shuffle buffers kept in the main process, and (with
+  torch's ``file_system`` sharing strategy) their shared-memory files in ``/dev/shm``;
+* saves and loads of states, formatted passes (numpy, torch, pandas over ``Json``) and zip
+  listings leave nothing to the cyclic collector (``test_resource_hygiene.py``: a resumed
+  ``transformers.Trainer``).
 
 ``pytest --soak -m slow`` runs the loader families over many more epochs.
 """
