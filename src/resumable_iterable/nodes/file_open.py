@@ -54,21 +54,49 @@ def _decompressed(raw: Any, compression: str | None) -> Any:
         return raw
     if compression == "zstd":
         return pa.input_stream(raw, compression="zstd")
-    import bz2
-    import gzip
-    import lzma
-
-    f = {"gzip": gzip, "bz2": bz2, "xz": lzma}[compression].open(raw, "rb")
-    close = f.close
-
-    def close_both() -> None:
-        try:
-            close()
-        finally:
-            raw.close()
-
-    f.close = close_both
+    cls = _closing_class(compression)
+    f = cls(fileobj=raw, mode="rb") if compression == "gzip" else cls(raw, "rb")
+    f._raw = raw
     return f
+
+
+class _ClosesRaw:
+    """Mixed into a decompressing file class: closing the file closes the archive member it reads,
+    ``_raw``, too. (A ``close`` replaced on the instance, calling the one it replaced, was a
+    reference cycle: each compressed member opened - each shard of each pass - left its file
+    objects and their buffers to the cyclic garbage collector.)"""
+
+    _raw: Any = None
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            raw = self._raw
+            if raw is not None:
+                raw.close()
+
+
+_CLOSING: dict = {}  # compression -> its decompressing file class with _ClosesRaw
+
+
+def _closing_class(compression: str) -> type:
+    cls = _CLOSING.get(compression)
+    if cls is None:
+        if compression == "gzip":
+            import gzip
+
+            base = gzip.GzipFile
+        elif compression == "bz2":
+            import bz2
+
+            base = bz2.BZ2File
+        else:
+            import lzma
+
+            base = lzma.LZMAFile
+        cls = _CLOSING[compression] = type(f"{base.__name__}ClosingMember", (_ClosesRaw, base), {})
+    return cls
 
 
 def is_plain_file(path: str) -> bool:
