@@ -30,7 +30,7 @@ def ours_left(garbage: list) -> list:
                    or "resumable_iterable" in getattr(getattr(o, "__code__", None), "co_filename", "")})
 
 
-def make_trainer(out, max_steps):
+def make_trainer(out, max_steps, save_worker_rng=False):
     hf = Dataset.from_dict({"ids": list(range(40))})
     ds = ri.to_iterable_dataset(hf, num_shards=4).shuffle(seed=7, buffer_size=8)
     args = transformers.TrainingArguments(
@@ -38,24 +38,26 @@ def make_trainer(out, max_steps):
         dataloader_num_workers=0, report_to="none", use_cpu=True, logging_strategy="no",
         remove_unused_columns=False, disable_tqdm=True, save_only_model=False)
     trainer = transformers.Trainer(model=Recorder(), args=args, train_dataset=ds)
-    ResumableDataCallback.attach(trainer)
+    ResumableDataCallback.attach(trainer, save_worker_rng=save_worker_rng)
     return trainer
 
 
-def test_a_resumed_trainer_leaves_its_loader_to_no_cyclic_collector(tmp_path):
+@pytest.mark.parametrize("save_worker_rng", [False, True])
+def test_a_resumed_trainer_leaves_its_loader_to_no_cyclic_collector(tmp_path, save_worker_rng):
     """A ``transformers.Trainer`` resumed from a checkpoint, trained on and dropped: its loader and
     dataset go with it. Before, the resume replaced the loader's ``set_epoch`` (to keep the
     dataset's epoch numbering) with a function that held the loader, a reference cycle: every
     resumed ``train()`` left the loader, the dataset and its shared-memory epoch slot to the
-    cyclic collector."""
+    cyclic collector; with ``save_worker_rng=True`` (and no workers) so did the replacement of the
+    loader's ``state_dict`` that notes the generators, on every run."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        make_trainer(tmp_path, 12).train()
+        make_trainer(tmp_path, 12, save_worker_rng).train()
         gc.collect()
         gc.disable()
         gc.set_debug(gc.DEBUG_SAVEALL)
         try:
-            trainer = make_trainer(tmp_path, 18)
+            trainer = make_trainer(tmp_path, 18, save_worker_rng)
             trainer.train(resume_from_checkpoint=True)
             del trainer
             gc.collect()

@@ -192,11 +192,14 @@ class MainRng:
     def __init__(self, loader: Any):
         self.base = base_loader(loader)
         self.last: dict | None = None
-        original = self.base.state_dict
+        original = _unbound(self.base, "state_dict")
+        me = weakref.ref(self)  # (the replacement is kept on the loader: no reference cycle)
 
         def state_dict(*args: Any, **kwargs: Any) -> Any:
             state = original(*args, **kwargs)
-            self.last = rng_state()
+            main = me()
+            if main is not None:
+                main.last = rng_state()
             return state
 
         self.base.state_dict = state_dict
@@ -249,34 +252,34 @@ def drop_iterator(loader: Any) -> None:
         base.load_state_dict({})
 
 
+def _unbound(obj: Any, name: str) -> Any:
+    """``obj.<name>``, to call from a replacement kept on ``obj`` itself: a method of its class is
+    called on ``obj`` held weakly. (The bound method would hold ``obj``, a reference cycle that
+    left the loader, its dataset and their shared-memory epoch slot to the cyclic garbage
+    collector once the Trainer was done with them.)"""
+    current = getattr(obj, name)
+    if getattr(current, "__self__", None) is not obj:
+        return current  # a function kept on the object already (no reference to it, or its own care)
+    func, ref = current.__func__, weakref.ref(obj)
+    return lambda *args, **kwargs: func(ref(), *args, **kwargs)
+
+
 def shift_epochs(loader: Any, first_epoch: int) -> None:
     """Make the loader's ``set_epoch(e)`` use the dataset's epoch numbering after a resume.
 
     The Trainer counts epochs from 0 again when it resumes on a dataset without a length; the
     first epoch it sets is the dataset's ``first_epoch`` (the pass being resumed, or the next one).
     """
-    original = loader.set_epoch
-    # the replacement, kept on the loader, holds it weakly: a reference cycle would leave the
-    # loader and its dataset (its epoch slot, a loaded state) to the cyclic garbage collector
-    # once the Trainer is done with them
-    method = original.__func__ if getattr(original, "__self__", None) is loader else None
-    if method is not None:
-        original = None
+    original = _unbound(loader, "set_epoch")
     ref = weakref.ref(loader)
     first: list[int] = []
 
     def set_epoch(epoch: int) -> None:
-        owner = ref()
-        if owner is None:
-            return
         if not first:
             first.append(epoch)
-        shifted = epoch - first[0] + first_epoch
-        if method is not None:
-            method(owner, shifted)
-        else:
-            original(shifted)
-        if hasattr(owner, "iteration"):
+        original(epoch - first[0] + first_epoch)
+        owner = ref()
+        if owner is not None and hasattr(owner, "iteration"):
             # accelerate's DataLoaderShard calls set_epoch(self.iteration) when it starts a pass:
             # keep that counter in the Trainer's numbering so the shift is applied once
             owner.iteration = epoch
