@@ -205,6 +205,11 @@ ATTRIBUTE_ALLOWED = [
     ("integrations.torch.loader", "_num_yielded", "torch's loader iterator counts the batches of its pass only "
                                                   "there (torchdata restores it from a state): the batch states "
                                                   "kept for a loop that reads ahead are keyed by it"),
+    ("integrations.torch.loader", "_process_data", "torchdata's multiprocessing loader iterator re-raises a "
+                                                   "worker's error only there (torch's ExceptionWrapper.reraise, "
+                                                   "whose frame, a reference cycle, is cleared as the error leaves)"),
+    ("integrations.torch.loader", "_workers", "torch's multiprocessing loader iterator holds its worker processes "
+                                              "only there (an iterator without workers is left as it is)"),
     ("integrations.torch.loader", "_finished", "torchdata's loader iterator marks a pass that has ended only there"),
     ("integrations.torch.snapshots", "_update_snapshot", "torchdata's multiprocessing loader iterator takes its "
                                                           "per-batch snapshot only there (rebuilding every worker's "

@@ -891,3 +891,38 @@ def test_compressed_archive_members_leave_nothing_to_the_cyclic_collector(tmp_pa
     garbage.clear()
     assert left == [], f"left for the cyclic garbage collector: {left}"
     assert same_fds(before, fds())
+
+
+def fails_at_37(ex: dict) -> dict:
+    if ex["id"] == 37:
+        raise RuntimeError("boom")
+    return {"y": 1}
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_loader_dropped_after_a_worker_error_shuts_its_workers_down(persistent):
+    """A ``map`` function raising in a DataLoader worker, the error caught by the training loop
+    and the loader dropped (or a state taken first): the worker processes end at once, without
+    the cyclic collector. Before, torch re-raised the worker's error from a frame that kept it, and
+    its traceback held that frame and the iterator's: every loader dropped after such an error kept
+    its workers running until the cyclic collector ran."""
+    def once():
+        ds = src().map(fails_at_37).shuffle(seed=0, buffer_size=20)
+        loader = ri.StatefulDataLoader(ds, batch_size=4, num_workers=2, collate_fn=ids,
+                                       persistent_workers=persistent)
+        with pytest.raises(RuntimeError, match="boom"):
+            for _ in loader:
+                pass
+        loader.state_dict()
+
+    me = psutil.Process()
+    before = {p.pid for p in me.children()}
+    with cyclic_garbage() as garbage:
+        for _ in range(2):
+            once()
+        children = len({p.pid for p in me.children()} - before)
+    left = sorted({type(o).__qualname__ for o in garbage
+                   if type(o).__module__.startswith(("resumable_iterable", "torchdata", "torch."))})
+    garbage.clear()
+    assert children == 0, f"{children} worker processes of dropped loaders still run"
+    assert left == [], f"left for the cyclic garbage collector: {left}"

@@ -3,10 +3,13 @@ with W′ workers, and a state is validated early, with a clear message, before 
 
 from __future__ import annotations
 
+import functools
 from inspect import GEN_CLOSED, getgeneratorstate
 from types import GeneratorType
 import weakref
 from typing import Any
+
+from torch._utils import ExceptionWrapper
 
 from ...dataset_dict import IterableDatasetDict
 from ...distributed import warn_too_many_workers
@@ -77,6 +80,33 @@ def _rewind_batches_on_error(it: Any, node: Any) -> None:
 
     it._dataset_fetcher.collate_fn = collate_copies_at_the_end
     it._next_data = read
+
+
+def _free_on_worker_errors(it: Any) -> Any:
+    """``it``, a multiprocessing loader iterator, made so that an error raised in a worker (a
+    ``map`` function that raises) does not keep the iterator - and its worker processes - alive
+    until the cyclic garbage collector runs, once the caller has caught the error and dropped the
+    iterator. torch re-raises a worker's error from a function whose frame keeps the error (a local
+    variable), whose traceback holds that frame and the iterator's: a reference cycle. Its frame is
+    cleared as the error leaves (its locals only name the error)."""
+    if getattr(it, "_workers", None) and hasattr(type(it), "_process_data"):
+        it._process_data = functools.partial(_process_data, weakref.ref(it), type(it)._process_data)
+    return it
+
+
+_RERAISE = ExceptionWrapper.reraise.__code__
+
+
+def _process_data(it_ref: Any, method: Any, *args: Any) -> Any:
+    try:
+        return method(it_ref(), *args)
+    except BaseException as e:
+        tb = e.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code is _RERAISE:
+                tb.tb_frame.clear()  # (finished; reading its f_locals would keep them in a dict)
+            tb = tb.tb_next
+        raise
 
 
 #: optional key of a loader state: the saved pass is over, the next one is this epoch (load_state_dict)
@@ -309,7 +339,7 @@ if _TorchdataLoader is not None:
             resumed than it did (``shuffle(buffer_state="drop")`` loses its buffer) ends that replay
             early, and the ``StopIteration`` escaped from ``iter(loader)``, naming nothing."""
             try:
-                return forget_workers_when_freed(cache_worker_states(super()._get_iterator()))
+                return _free_on_worker_errors(forget_workers_when_freed(cache_worker_states(super()._get_iterator())))
             except StopIteration:
                 raise ValueError(
                     f"resuming this loader state (snapshot_every_n_steps={self.snapshot_every_n_steps}) replays the "
