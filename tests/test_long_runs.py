@@ -926,3 +926,23 @@ def test_a_loader_dropped_after_a_worker_error_shuts_its_workers_down(persistent
     garbage.clear()
     assert children == 0, f"{children} worker processes of dropped loaders still run"
     assert left == [], f"left for the cyclic garbage collector: {left}"
+
+
+def test_the_command_line_refusing_a_file_leaves_nothing_to_the_cyclic_collector(tmp_path, capsys):
+    """``resumable-iterable inspect`` (``cli.main``, callable from Python) refusing a path - a
+    folder without a state, a damaged file - leaves no reference cycle. Before, the error was kept
+    in ``main``'s frame after its handler, and its traceback held that frame: each refusal left
+    the error, and the frames it was raised through, to the cyclic collector."""
+    from resumable_iterable.cli import main
+
+    (tmp_path / "bad.json").write_text('{"version": 1, "node": ')
+    main(["inspect", str(tmp_path)])
+    with cyclic_garbage() as garbage:
+        for path in (tmp_path, tmp_path / "bad.json", tmp_path / "missing.json"):
+            assert main(["inspect", str(path)]) == 1
+    left = sorted({type(o).__qualname__ for o in garbage if type(o).__module__.startswith("resumable_iterable")}
+                  | {o.f_code.co_name for o in garbage
+                     if type(o).__name__ == "frame" and "resumable_iterable" in o.f_code.co_filename})
+    garbage.clear()
+    capsys.readouterr()
+    assert left == [], f"left for the cyclic garbage collector: {left}"

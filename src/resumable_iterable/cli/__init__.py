@@ -64,8 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         text = (json.dumps(report, indent=2, default=str) if args.json
                 else render(report, width=max(4, args.width), max_shards=max(1, args.max_shards)))
     except (ValueError, TypeError, RecursionError) as e:  # InspectError, and anything a malformed file provokes
-        message = f"{args.path}: the document is nested too deeply" if isinstance(e, RecursionError) else e
-        print(f"resumable-iterable: error: {_one_line(message)}", file=sys.stderr)
+        # (a line, not the error: kept in this frame, the error and its traceback would be a cycle)
+        line = _one_line(f"{args.path}: the document is nested too deeply" if isinstance(e, RecursionError) else e)
+        print(f"resumable-iterable: error: {line}", file=sys.stderr)
         return 1
     try:
         print(text)
