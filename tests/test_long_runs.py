@@ -946,3 +946,45 @@ def test_the_command_line_refusing_a_file_leaves_nothing_to_the_cyclic_collector
     garbage.clear()
     capsys.readouterr()
     assert left == [], f"left for the cyclic garbage collector: {left}"
+
+
+async def add_one_fails_at_37(ex):
+    if ex["id"] == 37:
+        raise RuntimeError("boom")
+    return {"y": ex["id"] + 1}
+
+
+ERRORS_CAUGHT = {
+    "async_map_raises": lambda: src().map(add_one_fails_at_37),
+    "below_async_map": lambda: src().map(fails_at_37).map(add_one),
+    "below_prefetch": lambda: src().map(fails_at_37).prefetch(3),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ERRORS_CAUGHT))
+def test_errors_caught_by_the_loop_leave_nothing_to_the_cyclic_collector(kind):
+    """A ``map`` function raising under an ``async`` map or a ``prefetch``, the error caught by the
+    loop, a state taken and resumed, and the pipeline dropped: nothing is left for the cyclic
+    collector. Before, the node that re-raised the error kept it in a local variable of its
+    generator, whose frame the error's traceback holds: each such error left the whole pipeline
+    (and an ``async`` map's event loop with its descriptors) to the cyclic collector."""
+    def once():
+        ds = ERRORS_CAUGHT[kind]()
+        with pytest.raises(RuntimeError, match="boom"):
+            for _ in ds:
+                pass
+        state = ds.state_dict()
+        resumed = ERRORS_CAUGHT[kind]()
+        resumed.load_state_dict(state)
+        with pytest.raises(RuntimeError, match="boom"):  # the failing example is retried first
+            next(iter(resumed))
+
+    once()
+    with cyclic_garbage() as garbage:
+        for _ in range(2):
+            once()
+    left = sorted({type(o).__qualname__ for o in garbage if type(o).__module__.startswith("resumable_iterable")}
+                  | {o.f_code.co_name for o in garbage
+                     if type(o).__name__ == "frame" and "resumable_iterable" in o.f_code.co_filename})
+    garbage.clear()
+    assert left == [], f"left for the cyclic garbage collector: {left}"

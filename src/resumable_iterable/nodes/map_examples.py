@@ -104,6 +104,8 @@ class ExamplePasses:
                     if out is not None:
                         yield out
         finally:
+            # a reference cycle otherwise: the error raised from here, its traceback holds this frame
+            failure = error = results = None  # noqa: F841
             calls.close()
 
     def _iter_examples_general(self) -> Iterator[dict]:

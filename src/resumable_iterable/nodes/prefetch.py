@@ -214,6 +214,8 @@ class PrefetchNode(Node):
                 del ahead.owned[0]
                 yield ex
         finally:
+            # a reference cycle otherwise: the error raised from here, its traceback holds this frame
+            items = value = last_value = None  # noqa: F841
             for r in started:
                 r.close()
 
