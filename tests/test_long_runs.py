@@ -988,3 +988,22 @@ def test_errors_caught_by_the_loop_leave_nothing_to_the_cyclic_collector(kind):
                      if type(o).__name__ == "frame" and "resumable_iterable" in o.f_code.co_filename})
     garbage.clear()
     assert left == [], f"left for the cyclic garbage collector: {left}"
+
+
+def test_saves_that_fail_leave_nothing_to_the_cyclic_collector(tmp_path):
+    """A ``save_state`` the system refuses (here: the path is a folder; a full disk goes the same
+    way), the error caught and training going on: nothing is left for the cyclic collector. Before,
+    the error renamed for the path asked for was kept in the writing function's frame, which its
+    traceback holds: each failed save left the encoded state - views of the state's arrays, a
+    shuffle buffer's examples - to the cyclic collector."""
+    (tmp_path / "folder").mkdir()
+    state = {"buffer": [np.zeros(20_000)]}
+    with cyclic_garbage() as garbage:
+        for _ in range(2):
+            with pytest.raises(IsADirectoryError, match="folder"):
+                ri.save_state(state, tmp_path / "folder")
+    left = sorted({type(o).__qualname__ for o in garbage if type(o).__module__.startswith("resumable_iterable")}
+                  | {o.f_code.co_name for o in garbage
+                     if type(o).__name__ == "frame" and "resumable_iterable" in o.f_code.co_filename})
+    garbage.clear()
+    assert left == [], f"left for the cyclic garbage collector: {left}"

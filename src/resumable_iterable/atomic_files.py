@@ -101,7 +101,10 @@ def write_chunks_atomic(path: str | os.PathLike, chunks: list) -> None:
         if isinstance(e, OSError):
             named = _name_the_target(e, tmp, path)
             if named is not e:
-                raise named from None
+                try:
+                    raise named from None
+                finally:  # its traceback holds this frame: a reference cycle (with the chunks) otherwise
+                    named = None  # noqa: F841
         raise
     try:  # make the rename itself durable
         fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
