@@ -19,8 +19,10 @@ examples with 20 k) on small data, so that a per-epoch or per-example leak shows
 * elastic resumes again and again (another worker count each time) in one epoch;
 * what dropped loaders leave: their workers' shuffle buffers kept in the main process, and (with
   torch's ``file_system`` sharing strategy) their shared-memory files in ``/dev/shm``;
-* saves and loads of states, formatted passes (numpy, torch, pandas over ``Json``) and zip
-  listings leave nothing to the cyclic collector (``test_resource_hygiene.py``: a resumed
+* saves and loads of states (and saves the system refuses), formatted passes (numpy, torch,
+  pandas over ``Json``), zip listings and compressed archive members, errors caught by the loop
+  (under an ``async`` map or a ``prefetch``, in a DataLoader worker) and the command line refusing
+  a path leave nothing to the cyclic collector (``test_resource_hygiene.py``: a resumed
   ``transformers.Trainer``).
 
 ``pytest --soak -m slow`` runs the loader families over many more epochs.
