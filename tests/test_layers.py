@@ -196,6 +196,9 @@ ATTRIBUTE_ALLOWED = [
                                       "(ModuleSpec._initializing, read the same way by importlib itself)"),
     ("integrations.torch.arena", "_new_shared", "torch has no public constructor of a storage in shared memory "
                                           "(the worker buffer arena)"),
+    ("integrations.torch.arena", "_untyped_storage", "torch's pickle of a tensor hands over a TypedStorage, which "
+                                                      "gives its untyped storage without a deprecation warning "
+                                                      "only there (untyped() warns)"),
     ("integrations.torch.loader", "_next_data", "torch's single-process loader iterator collects a batch only "
                                                 "there (its fetcher calls next() on the dataset batch_size times): "
                                                 "wrapping it rewinds a batch the dataset raised in"),

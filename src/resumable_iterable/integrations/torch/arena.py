@@ -1,6 +1,6 @@
 """A DataLoader worker's shared-memory arena: where the large buffers of the examples in its
-shuffle-buffer logs (numpy arrays, the pixels of PIL images, ``bytes`` such as encoded images or
-audio) are copied once, for the main process to read in place.
+shuffle-buffer logs (numpy arrays, the storages of torch tensors, the pixels of PIL images,
+``bytes`` such as encoded images or audio) are copied once, for the main process to read in place.
 
 The arena is carved into *extents* of size classes inside 32 MB blocks of shared memory. A
 :class:`Record` is one example as the worker took it: its pickle (protocol 5) and its large
@@ -234,11 +234,42 @@ def pils_own_pickling(cls: type) -> bool:
     return own
 
 
+def _rebuild_typed_storage(dtype: Any, data: Any) -> Any:
+    """A CPU ``TypedStorage`` of ``dtype`` over ``data`` (a writable buffer: the ``bytearray`` of an
+    in-band pickle, or an out-of-band buffer, which it keeps alive and reads in place)."""
+    if len(memoryview(data)) == 0:
+        untyped = torch.UntypedStorage(0)
+    else:
+        untyped = torch.frombuffer(data, dtype=torch.uint8).untyped_storage()
+    return torch.storage.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
+
+
+def _storage_buffer(untyped: Any) -> pickle.PickleBuffer:
+    """The bytes of a CPU ``UntypedStorage`` as a pickle buffer (no copy)."""
+    n = untyped.nbytes()
+    flat = torch.empty(0, dtype=torch.uint8)
+    if n:
+        flat = flat.set_(untyped, 0, (n,))
+    return pickle.PickleBuffer(flat.numpy())
+
+
 class _Pickler(pickle.Pickler):
-    """Pickles with large PIL images' pixels as an out-of-band buffer: PIL's own pickle puts them
-    in band, so they would go through the pipe."""
+    """Pickles with the pixels of large PIL images and the bytes of torch tensors' CPU storages as
+    out-of-band buffers. PIL's own pickle puts the pixels in band, so they would go through the
+    pipe; torch's own pickle of a tensor (outside its ``ForkingPickler`` reductions, which move it
+    to shared memory) writes each storage with ``torch.save`` into a ``bytes`` value, some hundred
+    microseconds a tensor in the worker and as much to load it in the main process. The tensor
+    itself still pickles as torch pickles it (dtype, shape, strides, offset, ``requires_grad``,
+    subclasses such as ``nn.Parameter``); only its storage's bytes travel as a buffer, rebuilt as a
+    storage over that buffer."""
 
     def reducer_override(self, obj: Any) -> Any:
+        t = type(obj)
+        if t is torch.storage.TypedStorage:
+            untyped = obj._untyped_storage  # (its own ``device`` warns that TypedStorage is deprecated)
+            if untyped.device.type != "cpu":
+                return NotImplemented
+            return _rebuild_typed_storage, (obj.dtype, _storage_buffer(untyped))
         image = pil_image_class()
         if image is None or not isinstance(obj, image):
             return NotImplemented
@@ -293,18 +324,17 @@ def large_bytes_out_of_band(obj: Any, depth: int = 0) -> Any:
     return obj
 
 
-def dumps(obj: Any, buffer_callback: Callable[[pickle.PickleBuffer], bool]) -> bytes:
+def dumps(obj: Any, buffer_callback: Callable[[pickle.PickleBuffer], bool] | None = None) -> bytes:
     """``pickle.dumps(obj, protocol=5, buffer_callback=...)``, with the pixels of large PIL images
-    as buffers too."""
-    if pil_image_class() is None:
-        return pickle.dumps(obj, protocol=5, buffer_callback=buffer_callback)
+    and the bytes of torch tensors' storages as buffers too (in band without ``buffer_callback``)."""
     out = io.BytesIO()
     _Pickler(out, protocol=5, buffer_callback=buffer_callback).dump(obj)
     return out.getvalue()
 
 
 def record_of(example: Any) -> Record | None:
-    """``example`` pickled, its large buffers (numpy arrays, PIL images' pixels, ``bytes``) copied
+    """``example`` pickled, its large buffers (numpy arrays, torch tensors' storages, PIL images'
+    pixels, ``bytes``) copied
     into an extent; ``None`` when it has none (it then travels in band)."""
     raws: list = []
 

@@ -9,7 +9,7 @@ buffer, with no compaction and no segments to compare.
 
 Each example is packed when its log is taken (so the main process gets it as it was then,
 whatever the consumer does to it later): small ones pickled together, an example with large
-numpy buffers, PIL images or ``bytes`` pickled once with those buffers copied once into an
+numpy buffers, torch tensors, PIL images or ``bytes`` pickled once with those buffers copied once into an
 *extent* of the worker's shared-memory arena (``arena.py``), which the main process maps instead
 of reading them through the pipe. An extent is reused once the worker's
 buffer no longer holds its record and the main process has dropped every array it rebuilt from
@@ -28,6 +28,7 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
+import torch
 
 from ...state import BufferLog, Reorder, live_buffer_ids, set_buffer_packer
 from ...state_images import pil_image_class
@@ -50,17 +51,19 @@ def _has_large_buffers(items: list) -> tuple[bytes, bool]:
 
 
 def _is_large(v: Any, image: type | None) -> bool:
-    """Whether ``v`` is a large numpy array, ``bytes`` value or PIL image."""
+    """Whether ``v`` is a large numpy array, CPU torch tensor, ``bytes`` value or PIL image."""
     t = type(v)
     if t is np.ndarray:
         return v.nbytes >= SHARED_MIN_BYTES and not v.dtype.hasobject
     if t is bytes:
         return len(v) >= SHARED_MIN_BYTES
+    if t is torch.Tensor:
+        return v.device.type == "cpu" and v.untyped_storage().nbytes() >= SHARED_MIN_BYTES
     return image is not None and isinstance(v, image) and image_nbytes(v) >= SHARED_MIN_BYTES
 
 
 def _has_large_array(example: Any) -> bool:
-    """Whether a dict example holds a large numpy array, ``bytes`` value or PIL image at its top
+    """Whether a dict example holds a large numpy array, torch tensor, ``bytes`` value or PIL image at its top
     level or one level deeper (in a dict - HF's undecoded images and audio are ``{"bytes": ...,
     "path": ...}`` - or a short list): the usual cases, seen without pickling it."""
     if type(example) is not dict:
@@ -81,7 +84,7 @@ def _has_large_array(example: Any) -> bool:
 
 class TorchPacker:
     """Packs the new writes of a worker's buffer log by value, at once: small examples pickled
-    together (a slot's ref is ``(data, position)``), an example with large numpy buffers, PIL
+    together (a slot's ref is ``(data, position)``), an example with large numpy buffers, torch tensors, PIL
     images or ``bytes`` as its own :class:`Record` (the ref). The payload, ``(data, records)``,
     is what a message sends."""
 
@@ -108,7 +111,7 @@ class TorchPacker:
         in_band = items.copy()
         for p, _ in records:
             in_band[p] = None
-        data = pickle.dumps(in_band, protocol=5)
+        data = dumps(in_band)
         return (data, records), [x if type(x) is Record else (data, p) for p, x in enumerate(items) if p % 2]
 
     @staticmethod
