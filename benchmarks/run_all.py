@@ -28,6 +28,7 @@ import bench_pack  # noqa: E402
 import bench_pipelines  # noqa: E402
 import bench_state  # noqa: E402
 import bench_throughput  # noqa: E402
+import bench_user_pipelines  # noqa: E402
 from common import N_ROWS, NUM_SHARDS, Result, environment, make_hf_dataset, print_section, table  # noqa: E402
 
 
@@ -62,6 +63,9 @@ def run_all(quick: bool = False, loader: bool = True, memory: bool = True) -> li
         section("realistic pipelines from files (JSON Lines LLM packing, imagefolder, Parquet mixture), "
                 "one process and StatefulDataLoader (2 workers)",
                 bench_pipelines.run(quick=quick, repeats=1))
+        section("user pipelines through StatefulDataLoader (2 workers, a state after every batch): tokenizer, "
+                "images in torch format, interleave, JSON Lines .gz, split by node, batch(32) torch",
+                bench_user_pipelines.run(quick=quick, scale=0.5, repeats=1))
     section(f"JSON documents (a list of objects, field=\"data\"): {2_000 if quick else bench_json_documents.N_ROWS} rows",
             bench_json_documents.run(2_000 if quick else bench_json_documents.N_ROWS, repeats=1 if quick else 3,
                                      memory=memory and not quick))

@@ -154,6 +154,47 @@ def test_pipelines_compute_the_same_as_hf(tmp_path):
         assert np.array_equal(a["label"], b["label"])
 
 
+def test_user_pipelines_run(tmp_path, soak):
+    pytest.importorskip("torchdata")
+    pytest.importorskip("transformers")
+    import bench_user_pipelines
+
+    # --quick runs 3 of the 6 pipelines (HF's loader over the others takes 5-15 s to start and
+    # stop): all of them with --soak
+    only = tuple(bench_user_pipelines.PIPELINES) if soak else None
+    results = bench_user_pipelines.run(quick=True, folder=str(tmp_path), only=only)
+    _check(results)
+    assert len(results) == len(only or bench_user_pipelines.QUICK)  # --quick: torchdata's loader only
+    assert all(r.ref is not None and r.ours > 0 and r.ref > 0 for r in results)
+
+
+def test_user_pipelines_compute_the_same_as_hf(tmp_path):
+    """The deterministic pipelines of bench_user_pipelines.py (the images before their shuffle)
+    yield the same with both libraries."""
+    import datasets
+    import torch
+
+    import bench_user_pipelines as b
+    import resumable_iterable as ri
+
+    data = {"corpus": b.write_corpus(str(tmp_path), 400, files=2),
+            "jsonl_gz": b.write_jsonl_gz(str(tmp_path), 200, files=2),
+            "images": b.write_images(str(tmp_path / "img"), 8)}
+    for pipe in (b.jsonl_gz, b.batch_torch):
+        ours, theirs = (list(pipe(m, data)) for m in (ri, datasets))
+        assert len(ours) == len(theirs) > 0
+        for x, y in zip(ours, theirs):
+            assert x.keys() == y.keys()
+            for k in x:
+                same = torch.equal(x[k], y[k]) if isinstance(x[k], torch.Tensor) else x[k] == y[k]
+                assert same, (pipe.__name__, k)
+    ours, theirs = (list(m.load_dataset("imagefolder", data_dir=data["images"], split="train", streaming=True)
+                         .with_format("torch").map(b.flip_crop, remove_columns=["image"])) for m in (ri, datasets))
+    assert len(ours) == len(theirs) == 8
+    for x, y in zip(ours, theirs):
+        assert torch.equal(x["pixel_values"], y["pixel_values"]) and int(x["label"]) == int(y["label"])
+
+
 def test_run_all_markdown():
     import run_all
 
