@@ -89,6 +89,9 @@ def test_tensors_in_a_buffer_log_arrive_as_torch_pickles_them_without_torch_save
         assert same_example(mine, before), before["id"]
     own = log.entries()  # read in the worker itself (its own copies)
     assert all(same_example(a, b) for a, b in zip(own, examples))
+    small = got[0]["x"]
+    small.resize_(20)  # an in-band storage is the tensor's own, as torch's pickle makes it
+    assert small.shape == (20,)
 
 
 def rows(shards):

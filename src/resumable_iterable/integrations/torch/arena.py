@@ -235,12 +235,16 @@ def pils_own_pickling(cls: type) -> bool:
 
 
 def _rebuild_typed_storage(dtype: Any, data: Any) -> Any:
-    """A CPU ``TypedStorage`` of ``dtype`` over ``data`` (a writable buffer: the ``bytearray`` of an
-    in-band pickle, or an out-of-band buffer, which it keeps alive and reads in place)."""
-    if len(memoryview(data)) == 0:
-        untyped = torch.UntypedStorage(0)
+    """A CPU ``TypedStorage`` of ``dtype`` holding ``data``: a storage of its own (as torch's pickle
+    makes) for the ``bytes`` or ``bytearray`` of an in-band pickle or of a record read in the
+    worker; over the memory of an array (an example's extent of the worker's shared memory in the
+    main process), which it keeps alive and reads in place, like a numpy array."""
+    if type(data) is np.ndarray or isinstance(data, np.ndarray):
+        untyped = torch.from_numpy(data.view(np.uint8).reshape(-1)).untyped_storage()
+    elif len(data):  # a copy (one memcpy; a storage numpy ever saw cannot be resized)
+        untyped = torch.UntypedStorage.from_buffer(data, dtype=torch.uint8)
     else:
-        untyped = torch.frombuffer(data, dtype=torch.uint8).untyped_storage()
+        untyped = torch.UntypedStorage(0)
     return torch.storage.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
 
 
