@@ -89,6 +89,12 @@ def test_tensors_in_a_buffer_log_arrive_as_torch_pickles_them_without_torch_save
         assert same_example(mine, before), before["id"]
     own = log.entries()  # read in the worker itself (its own copies)
     assert all(same_example(a, b) for a, b in zip(own, examples))
+    rows = torch.arange(1000 * 128).reshape(1000, 128)  # a batched map's output: each row a view of it
+    row_log = logged([{"id": k, "ids": rows[k]} for k in (3, 500)]).log()
+    assert not any(type(r) is ri_arena.Record for r in row_log.refs)  # each row's 1 KB, not its batch's 1 MB storage
+    row_message = ForkingPickler.dumps(row_log)
+    assert len(row_message) < 6_000
+    assert all(torch.equal(r["ids"], rows[k]) for r, k in zip(pickle.loads(row_message), (3, 500)))
     small = got[0]["x"]
     small.resize_(20)  # an in-band storage is the tensor's own, as torch's pickle makes it
     assert small.shape == (20,)
@@ -103,7 +109,10 @@ def rows(shards):
 def to_tensors(ex: dict) -> dict:
     k = ex["id"]
     n = BIG // 4 if k % 3 == 0 else 6  # some large (shared memory), most small (in the message)
-    return {"x": torch.arange(n, dtype=torch.float32) + k, "label": torch.tensor(k)}
+    x = torch.arange(n, dtype=torch.float32) + k
+    if k % 2:  # a row of a larger tensor, as a batched map's rows are
+        x = torch.stack([x, x])[1]
+    return {"x": x, "label": torch.tensor(k)}
 
 
 def test_loader_resumes_exactly_from_every_state_with_tensors_in_the_buffer():

@@ -235,26 +235,53 @@ def pils_own_pickling(cls: type) -> bool:
 
 
 def _rebuild_typed_storage(dtype: Any, data: Any) -> Any:
-    """A CPU ``TypedStorage`` of ``dtype`` holding ``data``: a storage of its own (as torch's pickle
-    makes) for the ``bytes`` or ``bytearray`` of an in-band pickle or of a record read in the
-    worker; over the memory of an array (an example's extent of the worker's shared memory in the
-    main process), which it keeps alive and reads in place, like a numpy array."""
-    if type(data) is np.ndarray or isinstance(data, np.ndarray):
-        untyped = torch.from_numpy(data.view(np.uint8).reshape(-1)).untyped_storage()
-    elif len(data):  # a copy (one memcpy; a storage numpy ever saw cannot be resized)
-        untyped = torch.UntypedStorage.from_buffer(data, dtype=torch.uint8)
-    else:
-        untyped = torch.UntypedStorage(0)
-    return torch.storage.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
+    """A CPU ``TypedStorage`` of ``dtype`` holding ``data`` (see :func:`_untyped_holding`)."""
+    return torch.storage.TypedStorage(wrap_storage=_untyped_holding(data), dtype=dtype, _internal=True)
 
 
-def _storage_buffer(untyped: Any) -> pickle.PickleBuffer:
-    """The bytes of a CPU ``UntypedStorage`` as a pickle buffer (no copy)."""
+def _untyped_holding(data: Any) -> Any:
+    """A CPU ``UntypedStorage`` holding ``data``: a storage of its own (as torch's pickle makes) for
+    the ``bytes`` or ``bytearray`` of an in-band pickle or of a record read in the worker; over the
+    memory of an array (an example's extent of the worker's shared memory in the main process),
+    which it keeps alive and reads in place, like a numpy array."""
+    if isinstance(data, np.ndarray):
+        return torch.from_numpy(data.view(np.uint8).reshape(-1)).untyped_storage()
+    if len(data):  # a copy (one memcpy; a storage numpy ever saw cannot be resized)
+        return torch.UntypedStorage.from_buffer(data, dtype=torch.uint8)
+    return torch.UntypedStorage(0)
+
+
+def _storage_buffer(untyped: Any, part: Any = None) -> pickle.PickleBuffer:
+    """The bytes of a CPU ``UntypedStorage`` as a pickle buffer (no copy); only those of the
+    contiguous tensor ``part`` of it, if given."""
     n = untyped.nbytes()
     flat = torch.empty(0, dtype=torch.uint8)
     if n:
         flat = flat.set_(untyped, 0, (n,))
-    return pickle.PickleBuffer(flat.numpy())
+    mem = flat.numpy()
+    if part is not None:
+        size = part.element_size()
+        mem = mem[part.storage_offset() * size:(part.storage_offset() + part.numel()) * size]
+    return pickle.PickleBuffer(mem)
+
+
+def _part_of_larger_storage(t: Any) -> bool:
+    """Whether tensor ``t`` (of the exact class ``torch.Tensor``) is a plain contiguous CPU view of
+    part of a larger storage, such as one row of a batched ``map``'s output (a tokenizer called
+    with ``return_tensors="pt"``): torch's pickle would send the whole storage with each row."""
+    return (t.device.type == "cpu" and t.layout is torch.strided and not t.requires_grad and not t.is_conj()
+            and not t.is_neg() and not t.is_quantized and t.dtype not in _whole_storage_dtypes()
+            and t.is_contiguous() and not t.__dict__
+            and t.untyped_storage().nbytes() > t.numel() * t.element_size())
+
+
+def _whole_storage_dtypes() -> tuple:
+    return (torch.uint16, torch.uint32, torch.uint64)  # torch pickles these by an untyped storage
+
+
+def _rebuild_part(dtype: Any, shape: tuple, data: Any) -> Any:
+    """A contiguous tensor of ``dtype`` and ``shape`` over a storage holding ``data``."""
+    return torch.empty((0,), dtype=dtype).set_(_untyped_holding(data), 0, shape)
 
 
 class _Pickler(pickle.Pickler):
@@ -269,6 +296,8 @@ class _Pickler(pickle.Pickler):
 
     def reducer_override(self, obj: Any) -> Any:
         t = type(obj)
+        if t is torch.Tensor and _part_of_larger_storage(obj):
+            return _rebuild_part, (obj.dtype, tuple(obj.shape), _storage_buffer(obj.untyped_storage(), obj))
         if t is torch.storage.TypedStorage:
             untyped = obj._untyped_storage  # (its own ``device`` warns that TypedStorage is deprecated)
             if untyped.device.type != "cpu":

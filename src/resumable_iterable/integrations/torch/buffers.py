@@ -58,7 +58,7 @@ def _is_large(v: Any, image: type | None) -> bool:
     if t is bytes:
         return len(v) >= SHARED_MIN_BYTES
     if t is torch.Tensor:
-        return v.device.type == "cpu" and v.untyped_storage().nbytes() >= SHARED_MIN_BYTES
+        return v.device.type == "cpu" and v.numel() * v.element_size() >= SHARED_MIN_BYTES
     return image is not None and isinstance(v, image) and image_nbytes(v) >= SHARED_MIN_BYTES
 
 
