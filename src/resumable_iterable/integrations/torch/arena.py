@@ -269,10 +269,10 @@ def _part_of_larger_storage(t: Any) -> bool:
     """Whether tensor ``t`` (of the exact class ``torch.Tensor``) is a plain contiguous CPU view of
     part of a larger storage, such as one row of a batched ``map``'s output (a tokenizer called
     with ``return_tensors="pt"``): torch's pickle would send the whole storage with each row."""
-    return (t.device.type == "cpu" and t.layout is torch.strided and not t.requires_grad and not t.is_conj()
-            and not t.is_neg() and not t.is_quantized and t.dtype not in _whole_storage_dtypes()
-            and t.is_contiguous() and not t.__dict__
-            and t.untyped_storage().nbytes() > t.numel() * t.element_size())
+    return (t.layout is torch.strided and t.device.type == "cpu" and not t.is_nested
+            and t.untyped_storage().nbytes() > t.numel() * t.element_size()  # (the usual case stops here)
+            and not t.requires_grad and not t.is_conj() and not t.is_neg() and not t.is_quantized
+            and t.dtype not in _whole_storage_dtypes() and t.is_contiguous() and not t.__dict__)
 
 
 def _whole_storage_dtypes() -> tuple:
