@@ -5,7 +5,6 @@ done. The loader-level and pipeline-level checks of the same kind are in ``test_
 from __future__ import annotations
 
 import gc
-import sys
 import warnings
 
 import pytest
