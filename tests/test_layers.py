@@ -199,19 +199,19 @@ ATTRIBUTE_ALLOWED = [
     ("integrations.torch.arena", "_untyped_storage", "torch's pickle of a tensor hands over a TypedStorage, which "
                                                       "gives its untyped storage without a deprecation warning "
                                                       "only there (untyped() warns)"),
-    ("integrations.torch.loader", "_next_data", "torch's single-process loader iterator collects a batch only "
+    ("integrations.torch.iterators", "_next_data", "torch's single-process loader iterator collects a batch only "
                                                 "there (its fetcher calls next() on the dataset batch_size times): "
                                                 "wrapping it rewinds a batch the dataset raised in"),
-    ("integrations.torch.loader", "_dataset_fetcher", "torch's single-process loader iterator holds its fetcher "
+    ("integrations.torch.iterators", "_dataset_fetcher", "torch's single-process loader iterator holds its fetcher "
                                                       "(the dataset's iterator, its 'ended' flag, the collate_fn "
                                                       "it calls) only there"),
     ("integrations.torch.loader", "_num_yielded", "torch's loader iterator counts the batches of its pass only "
                                                   "there (torchdata restores it from a state): the batch states "
                                                   "kept for a loop that reads ahead are keyed by it"),
-    ("integrations.torch.loader", "_process_data", "torchdata's multiprocessing loader iterator re-raises a "
+    ("integrations.torch.iterators", "_process_data", "torchdata's multiprocessing loader iterator re-raises a "
                                                    "worker's error only there (torch's ExceptionWrapper.reraise, "
                                                    "whose frame, a reference cycle, is cleared as the error leaves)"),
-    ("integrations.torch.loader", "_workers", "torch's multiprocessing loader iterator holds its worker processes "
+    ("integrations.torch.iterators", "_workers", "torch's multiprocessing loader iterator holds its worker processes "
                                               "only there (an iterator without workers is left as it is)"),
     ("integrations.torch.loader", "_finished", "torchdata's loader iterator marks a pass that has ended only there"),
     ("integrations.torch.snapshots", "_update_snapshot", "torchdata's multiprocessing loader iterator takes its "

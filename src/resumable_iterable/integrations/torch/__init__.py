@@ -11,6 +11,9 @@ Importing this package needs ``torch``; :class:`StatefulDataLoader` also needs `
 * ``transport.py`` - small tensors of a worker's batch sent by value (:class:`InlineSmallTensors`), and
   of the dataset's dicts in any DataLoader (``handoff``, ``WorkerDict``);
 * ``loader.py`` - ``StatefulDataLoader`` with elastic resume, sending small tensors by value;
+  ``snapshots.py`` its per-batch snapshot, rebuilding only the worker that changed;
+  ``iterators.py`` what it changes in the loaders' iterators (a batch rewound after an error
+  without workers, a worker's error let go of, an iterator made before a state was loaded refused);
 * ``worker_rng.py`` - a worker's random generators and a collate_fn's own, saved with its state
   (``save_worker_rng``; :class:`CollatorRngWarning` names what is not saved).
 """
